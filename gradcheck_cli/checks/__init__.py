@@ -1,0 +1,24 @@
+"""The checks, one module each, and what they share: calling user code safely."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from ..loader import user_frame
+
+
+class UserCodeError(Exception):
+    """The user's forward or backward raised: the case becomes an error result."""
+
+    def __init__(self, kind: str, message: str, where: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.kind, self.where = kind, where
+
+
+def guarded(kind: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call user code; turn any exception into a UserCodeError that says ``what`` raised and where."""
+    try:
+        return fn(*args, **kwargs)
+    except UserCodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - user code may raise anything
+        raise UserCodeError(kind, f"{what} raised {type(exc).__name__}: {exc}", user_frame(exc)) from exc

@@ -1,0 +1,188 @@
+"""The ``backward`` check: backward's contract, then the Jacobian entry by entry, then determinism."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from ..diagnosis import describe
+from ..loader import Bound, Target
+from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, vjp
+from ..results import CheckResult, InputReport, Status
+from ..spec import Tolerance
+from . import contract, guarded
+
+MEMORY_BYTES = 512 * 2**20
+LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)
+
+
+@dataclass
+class Options:
+    tolerance: Tolerance
+    seed: int = 0
+    memory_bytes: int = MEMORY_BYTES
+
+
+def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
+    """Check backward of ``target`` called with ``bound`` arguments. User errors raise UserCodeError."""
+    start = time.perf_counter()
+    tol = opts.tolerance
+    gen = torch.Generator().manual_seed(opts.seed + 1)
+    reports = _skeleton(bound)
+    checked = _checked_positions(bound, reports)
+    result = CheckResult("backward", Status.PASS, mode="elementwise", inputs=reports)
+    result.warnings += _precision_warnings(bound, checked)
+    found = contract.inspect(target, bound, gen, tol.nondet_tol) if target.is_function else contract.Findings()
+    result.warnings += found.warnings
+    if found.fatal:
+        for i in checked:
+            reports[i].status, reports[i].reason = Status.SKIP, "not compared: backward's contract is broken"
+        return _finish(result, found.failures, start)
+
+    leaves = contract.fresh_leaves(bound.values)
+    outputs = as_tuple(guarded("forward", "forward", target.call, leaves, bound.n_positional, bound.kw_names))
+    positions = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
+    if not positions:
+        positions = [p for p, o in enumerate(outputs) if is_float_tensor(o)]
+        result.warnings.append("no output requires grad: checking that the outputs do not depend on the inputs")
+    plain = contract.fresh_leaves([v.detach() if isinstance(v, torch.Tensor) else v for v in bound.values])
+    layout, entries = compare(
+        lambda vals: guarded("forward", "forward", target.call, vals, bound.n_positional, bound.kw_names),
+        outputs, positions, [leaves[i] for i in checked], plain, [plain[i] for i in checked],
+        eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
+        grad=lambda *args: guarded("backward", "backward", vjp, *args),
+    )
+    for i, entry in zip(checked, entries):
+        _fill(reports[i], entry, layout, bound.values[i], outputs)
+    failures = list(found.failures)
+    failures += _determinism(outputs, positions, [leaves[i] for i in checked], [bound.names[i] for i in checked],
+                             gen, tol.nondet_tol)
+    for i in found.bad_args:
+        reports[i].status = Status.FAIL
+    return _finish(result, failures, start)
+
+
+def _skeleton(bound: Bound) -> list[InputReport]:
+    """One row per argument, before anything is compared."""
+    rows = []
+    for name, index, v in zip(bound.names, bound.indices, bound.values):
+        if isinstance(v, torch.Tensor):
+            row = InputReport(index, name, list(v.shape), str(v.dtype)[6:], Status.PASS, numel=v.numel())
+        else:
+            row = InputReport(index, name, [], type(v).__name__, Status.SKIP,
+                              reason=f"not a tensor ({_short(v)})")
+        rows.append(row)
+    return rows
+
+
+def _checked_positions(bound: Bound, reports: list[InputReport]) -> list[int]:
+    """Arguments whose gradient is compared; mark the others as not checked, with the reason."""
+    checked: list[int] = []
+    seen: dict[int, int] = {}
+    for i, v in enumerate(bound.values):
+        if not isinstance(v, torch.Tensor):
+            continue
+        if id(v) in seen:
+            reports[i].status = Status.SKIP
+            reports[i].reason = f"same tensor as '{bound.names[seen[id(v)]]}' (checked there)"
+        elif not v.requires_grad:
+            reports[i].status = Status.SKIP
+            reports[i].reason = "requires_grad is false" if is_float_tensor(v) else "not a floating-point tensor"
+        else:
+            seen[id(v)] = i
+            checked.append(i)
+    return checked
+
+
+def _precision_warnings(bound: Bound, checked: list[int]) -> list[str]:
+    low = [bound.names[i] for i in checked if bound.values[i].dtype in LOW_PRECISION]
+    if not low:
+        return []
+    return [f"{', '.join(repr(n) for n in low)} {'is' if len(low) == 1 else 'are'} not float64: finite "
+            "differences in low precision are unreliable (eps=1e-6 is near float32 resolution) and give "
+            "false failures; check in float64 (the spec's default dtype)"]
+
+
+def _fill(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, outputs: tuple) -> None:
+    """Turn accumulated statistics into the argument's row."""
+    per_elem = 2 if value.is_complex() else 1
+    bad = entry.bad.view(-1, per_elem).any(1) if per_elem == 2 else entry.bad
+    row.mismatched = int(bad.sum())
+    row.atol, row.rtol = entry.atol, entry.rtol
+    if row.numel == 0:
+        return
+    row.max_abs_err = entry.max_abs
+    row.max_rel_err = entry.max_rel
+    if entry.worst_excess >= 0 and layout.n_rows:
+        elem, part = divmod(entry.worst_col, per_elem)
+        row.worst_index = _unravel(elem, value.shape)
+        out_no, real_idx, pos = layout.row_location(entry.worst_row)
+        out = outputs[pos]
+        out_elem, out_part = divmod(real_idx, 2 if out.is_complex() else 1)
+        where = f"output {pos}" + (f" {_unravel(out_elem, out.shape)}" if out.dim() else "")
+        row.worst_output = where + (" (imaginary part)" if out.is_complex() and out_part else "")
+        if per_elem == 2:
+            row.worst_output += f", input {'imaginary' if part else 'real'} part"
+        if math.isfinite(entry.analytical) and math.isfinite(entry.numerical):
+            row.analytical, row.numerical = entry.analytical, entry.numerical
+    row.diagnosis = describe(entry, row.mismatched, row.numel)
+    if row.mismatched:
+        row.status = Status.FAIL
+
+
+def _unravel(flat: int, shape: torch.Size) -> list[int]:
+    index = []
+    for size in reversed(shape):
+        flat, r = divmod(flat, size)
+        index.append(r)
+    return index[::-1]
+
+
+def _determinism(outputs: tuple, positions: list[int], inputs: list[torch.Tensor], names: list[str],
+                 gen: torch.Generator, nondet_tol: float) -> list[str]:
+    """Backward twice with the same signed random grad_output must agree within nondet_tol."""
+    live = [outputs[p] for p in positions if outputs[p].requires_grad]
+    if not live or not inputs:
+        return []
+    probes = [contract.probe_like(o, gen) for o in live]
+    runs = [guarded("backward", "backward", vjp, live, inputs, [p.clone() for p in probes]) for _ in range(2)]
+    problems = []
+    for name, a, b in zip(names, *runs):
+        if a is None or b is None:
+            continue
+        spread = float((a - b).abs().max()) if a.numel() else 0.0
+        if not spread <= nondet_tol:
+            problems.append(f"backward is not deterministic for '{name}': two runs with the same grad_output "
+                            f"differ by up to {spread:.3g}; set tolerance.nondet_tol if that is expected")
+    return problems
+
+
+def _finish(result: CheckResult, failures: list[str], start: float) -> CheckResult:
+    wrong = [r for r in result.inputs if r.status is Status.FAIL]
+    right = [r for r in result.inputs if r.status is Status.PASS]
+    parts = list(failures)
+    for r in wrong:
+        if r.diagnosis:
+            parts.append(f"gradient of '{r.name}': {r.diagnosis}")
+        elif r.mismatched:
+            parts.append(f"gradient of '{r.name}' is wrong")
+    if failures or wrong:
+        result.status = Status.FAIL
+        if right and wrong:
+            parts.append(f"{', '.join(repr(r.name) for r in right)} {'is' if len(right) == 1 else 'are'} right")
+    elif not right:
+        result.status = Status.SKIP
+        parts.append("no argument requires grad: nothing to compare")
+    else:
+        parts.append(f"{len(right)} argument{'s' * (len(right) != 1)} checked, all within tolerance")
+    result.message = "; ".join(parts)
+    result.duration_s = time.perf_counter() - start
+    return result
+
+
+def _short(value: Any, limit: int = 30) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

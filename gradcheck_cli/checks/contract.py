@@ -1,0 +1,143 @@
+"""Backward's contract, read off the raw values a Function's backward returns.
+
+The raw return values are seen by calling the graph node's ``apply`` directly, as the autograd
+engine does, so that what autograd would repair or reject (extra gradients, casts, sums over
+broadcast dimensions, in-place changes) is seen as the user wrote it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from ..loader import Bound, Target
+from ..numerics import as_tuple, is_float_tensor
+from . import guarded
+
+
+@dataclass
+class Findings:
+    """What the contract inspection found. ``fatal``: autograd itself would reject backward."""
+
+    failures: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    fatal: bool = False
+    bad_args: set[int] = field(default_factory=set)
+
+    def fail(self, message: str, fatal: bool = False, arg: Optional[int] = None) -> None:
+        self.failures.append(message)
+        self.fatal = self.fatal or fatal
+        if arg is not None:
+            self.bad_args.add(arg)
+
+
+def fresh_leaves(values: list[Any]) -> list[Any]:
+    """Detached copies of the tensor arguments (same requires_grad), aliasing preserved."""
+    copies: dict[int, Any] = {}
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            if id(v) not in copies:
+                copies[id(v)] = v.detach().clone().requires_grad_(v.requires_grad)
+            out.append(copies[id(v)])
+        else:
+            out.append(v)
+    return out
+
+
+def probe_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """A signed Gaussian probe with ``t``'s shape, dtype and device, drawn on the CPU."""
+    real = torch.randn(t.shape + ((2,) if t.is_complex() else ()), generator=gen, dtype=torch.float64)
+    probe = torch.view_as_complex(real) if t.is_complex() else real
+    return probe.to(device=t.device, dtype=t.dtype)
+
+
+def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: float) -> Findings:
+    """Call backward directly on a fresh graph and check what it returns and what it touches."""
+    found = Findings()
+    leaves = fresh_leaves(bound.values)
+    before = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in leaves]
+    outputs = as_tuple(guarded("forward", "forward", target.call, leaves, bound.n_positional, bound.kw_names))
+    node = next((o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
+    if node is None or getattr(type(node), "_forward_cls", None) is not target.obj:
+        found.warnings.append("backward's raw return values could not be inspected: "
+                              "no output carries this Function's graph node")
+        return found
+    grads_in = [
+        (probe_like(o, gen) if is_float_tensor(o) and o.requires_grad else torch.zeros_like(o))
+        if isinstance(o, torch.Tensor) else None
+        for o in outputs
+    ]
+    kept = [g.clone() if g is not None else None for g in grads_in]
+    with torch.no_grad():
+        first = as_tuple(guarded("backward", "backward", node.apply, *grads_in))
+    _check_returned(first, leaves, bound, found)
+    for i, (g, k) in enumerate(zip(grads_in, kept)):
+        if g is not None and not torch.equal(g, k):
+            found.fail(f"backward modified grad_output{f' {i}' if len(kept) > 1 else ''} in place: "
+                       "clone it before changing it (grad_output may be shared with other parts of the graph)")
+    for i, (v, b) in enumerate(zip(leaves, before)):
+        if b is not None and not torch.equal(v.detach(), b):
+            found.fail(f"backward modified input '{bound.names[i]}' in place: work on a copy", arg=i)
+    if not found.fatal:
+        with torch.no_grad():
+            second = as_tuple(guarded("backward", "backward (called again)", node.apply, *[
+                k.clone() if k is not None else None for k in kept]))
+        _check_repeat(first, second, bound, nondet_tol, found)
+    return found
+
+
+def _check_returned(grads: tuple, leaves: list[Any], bound: Bound, found: Findings) -> None:
+    n_in, names = len(leaves), bound.names
+    if len(grads) < n_in or any(g is not None for g in grads[n_in:]):
+        listed = ", ".join(names)
+        found.fail(f"backward returned {len(grads)} gradient{'s' * (len(grads) != 1)}, but forward takes "
+                   f"{n_in} input{'s' * (n_in != 1)} ({listed}): return one per input, None for those "
+                   "without a gradient", fatal=True)
+        return
+    for i, (v, g) in enumerate(zip(leaves, grads)):
+        name = names[i]
+        if not isinstance(v, torch.Tensor):
+            if g is not None:
+                found.fail(f"backward returned a gradient for '{name}', which is not a tensor "
+                           f"({type(v).__name__}): return None in position {i}", fatal=True, arg=i)
+            continue
+        if g is None or not v.requires_grad:
+            continue
+        if not isinstance(g, torch.Tensor):
+            found.fail(f"backward returned a {type(g).__name__} for '{name}': return a tensor or None",
+                       fatal=True, arg=i)
+            continue
+        if g.shape != v.shape:
+            if _expandable(v.shape, g.shape):
+                found.warnings.append(f"backward returned shape {list(g.shape)} for '{name}' of shape "
+                                      f"{list(v.shape)}; autograd sums it down, but returning the input's "
+                                      "shape is clearer")
+            else:
+                found.fail(f"backward returned shape {list(g.shape)} for '{name}' of shape {list(v.shape)}: "
+                           "a gradient has its input's shape", fatal=True, arg=i)
+        if g.device != v.device:
+            found.fail(f"backward returned the gradient of '{name}' on {g.device}, but '{name}' is on "
+                       f"{v.device}: create it on the input's device", fatal=True, arg=i)
+        elif g.dtype != v.dtype:
+            found.fail(f"backward returned a {str(g.dtype)[6:]} gradient for {str(v.dtype)[6:]} '{name}': "
+                       "autograd casts it silently, losing precision; compute it in the input's dtype", arg=i)
+
+
+def _expandable(shape: torch.Size, to: torch.Size) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, to) == to
+    except RuntimeError:
+        return False
+
+
+def _check_repeat(first: tuple, second: tuple, bound: Bound, nondet_tol: float, found: Findings) -> None:
+    for i, (a, b) in enumerate(zip(first, second)):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+            continue
+        spread = float((a.detach() - b.detach()).abs().max()) if a.numel() else 0.0
+        if not spread <= nondet_tol:
+            found.fail(f"backward returned different values for '{bound.names[i]}' when called again with "
+                       f"the same grad_output (max difference {spread:.3g}): it keeps or changes state "
+                       "between calls, or is nondeterministic (then set tolerance.nondet_tol)", arg=i)

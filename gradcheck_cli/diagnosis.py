@@ -1,0 +1,48 @@
+"""Words for what the numbers show: constant ratios, sign flips, zeros, a few bad elements."""
+from __future__ import annotations
+
+from typing import Optional
+
+from .numerics import Entry
+
+CONSTANT_RATIO_RESIDUAL = 1e-6  # relative squared residual below which a ratio counts as constant
+
+
+def ratio_text(r: float) -> str:
+    """2.0 -> '2.00x'; keeps more digits when two would hide the point (1.001 -> '1.001x')."""
+    text = f"{r:.2f}"
+    if abs(float(text) - r) > 1e-3 * abs(r):
+        text = f"{r:.4g}"
+    return f"{text}x"
+
+
+def constant_ratio(entry: Entry) -> Optional[float]:
+    """The factor r with analytical = r * numerical for every entry, if there is one."""
+    if entry.sum_nn <= 0 or entry.sum_aa <= 0:
+        return None
+    r = entry.sum_an / entry.sum_nn
+    # least-squares residual |a - r n|^2 relative to |a|^2
+    residual = (entry.sum_aa - 2 * r * entry.sum_an + r * r * entry.sum_nn) / entry.sum_aa
+    return r if residual < CONSTANT_RATIO_RESIDUAL else None
+
+
+def describe(entry: Entry, mismatched: int, numel: int) -> Optional[str]:
+    """The pattern of a failing argument in words, or None when nothing is wrong."""
+    if entry.nonfinite:
+        return (f"{entry.nonfinite} Jacobian entries are NaN or infinite: the function or its backward "
+                "produces non-finite values at these inputs")
+    if not mismatched:
+        return None
+    if entry.sum_aa == 0 and entry.sum_nn > 0:
+        return ("analytical gradient is all zeros: backward returns zeros or None for it "
+                "(a missing return, a detached result, or the wrong position in the returned tuple?)")
+    if entry.sum_nn == 0 and entry.sum_aa > 0:
+        return "the outputs do not depend on it (numerical gradient is zero), but backward returns a non-zero gradient"
+    r = constant_ratio(entry)
+    if r is not None and abs(r + 1) < 1e-3:
+        return "sign flipped: analytical = -numerical"
+    if r is not None:
+        return f"analytical is {ratio_text(r)} numerical"
+    if mismatched < numel:
+        return f"{mismatched} of {numel} elements are wrong, the others match"
+    return "wrong everywhere, with no constant ratio or sign flip"

@@ -1,0 +1,109 @@
+"""Spec arguments -> values on a device, drawn on the CPU from a seeded torch.Generator.
+
+Drawing on the CPU and then moving makes the same seed give the same values on every device.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from .spec import AliasArg, Arg, Case, TensorArg
+
+AVOID_TRIES = 100
+
+
+class InputError(Exception):
+    """An argument that cannot be built. ``key`` is its spec key path."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def build(case: Case, device: str) -> tuple[list[tuple[Optional[str], Any]], list[tuple[str, Any]]]:
+    """The positional and keyword arguments of ``case`` as (name, value) pairs, in order.
+
+    ``same_as`` entries resolve to the very same tensor object as the argument they name.
+    """
+    gen = torch.Generator().manual_seed(case.seed)
+    by_name: dict[str, Any] = {}
+    entries = [(None, a) for a in case.inputs] + list(case.kwargs)
+    built: list[tuple[Optional[str], Any]] = []
+    for kw_name, arg in entries:
+        value = _value(arg, case, device, gen, by_name)
+        name = arg.name or kw_name
+        if name:
+            by_name[name] = value
+        built.append((name, value))
+    n = len(case.inputs)
+    return built[:n], [(k, v) for (k, _), (_, v) in zip(case.kwargs, built[n:])]
+
+
+def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dict[str, Any]) -> Any:
+    if isinstance(arg, AliasArg):
+        if arg.same_as not in by_name:
+            known = ", ".join(by_name) or "none so far"
+            raise InputError(arg.key + ".same_as", f"no earlier argument named '{arg.same_as}' "
+                                                   f"(named so far: {known}); give that argument a `name:`")
+        return by_name[arg.same_as]
+    if not isinstance(arg, TensorArg):
+        return arg.value
+    t = _draw(arg, case, gen)
+    t = t.to(device)
+    rg = arg.requires_grad if arg.requires_grad is not None else (t.is_floating_point() or t.is_complex())
+    if rg and not (t.is_floating_point() or t.is_complex()):
+        raise InputError(arg.key + ".requires_grad", f"a {str(t.dtype)[6:]} tensor cannot require grad; "
+                                                     "use a floating or complex dtype, or drop requires_grad")
+    return t.requires_grad_(rg)
+
+
+def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
+    """Draw (or build from ``data``) one tensor on the CPU."""
+    if arg.data is not None:
+        try:
+            t = torch.tensor(arg.data)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise InputError(arg.key + ".data", f"not a rectangular nested list of numbers: {exc}") from exc
+        if arg.dtype:
+            return t.to(torch_dtype(arg.dtype))
+        return t.to(torch_dtype(case.dtype)) if t.is_floating_point() else t
+    dtype = torch_dtype(arg.dtype or (case.dtype if arg.dist != "randint" else "int64"))
+    params = dict(arg.params)
+    shape = arg.shape or ()
+    if arg.dist == "randint":
+        t = torch.randint(int(params["low"]), int(params["high"]), shape, generator=gen)
+        return t.to(dtype)
+    parts = 2 if dtype.is_complex else 1
+    drawn = [_real(arg, shape, params, gen) for _ in range(parts)]
+    t = torch.complex(*drawn) if parts == 2 else drawn[0]
+    return t.to(dtype)
+
+
+def _real(arg: TensorArg, shape: tuple, params: dict[str, float], gen: torch.Generator) -> torch.Tensor:
+    """Real float64 values from ``arg.dist``, redrawn where they fall in an ``avoid`` interval."""
+
+    def sample(n: tuple) -> torch.Tensor:
+        if arg.dist == "uniform":
+            return params["low"] + (params["high"] - params["low"]) * torch.rand(n, generator=gen, dtype=torch.float64)
+        return params["mean"] + params["std"] * torch.randn(n, generator=gen, dtype=torch.float64)
+
+    t = sample(shape)
+    for _ in range(AVOID_TRIES):
+        bad = _in_avoid(t, arg.avoid)
+        if not bool(bad.any()):
+            return t
+        t[bad] = sample((int(bad.sum()),))
+    raise InputError(arg.key + ".avoid", f"could not draw values outside {list(map(list, arg.avoid))} "
+                                         f"in {AVOID_TRIES} tries; widen the distribution or narrow `avoid`")
+
+
+def _in_avoid(t: torch.Tensor, avoid: tuple[tuple[float, float], ...]) -> torch.Tensor:
+    bad = torch.zeros_like(t, dtype=torch.bool)
+    for lo, hi in avoid:
+        bad |= (t >= lo) & (t <= hi)
+    return bad

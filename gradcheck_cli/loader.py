@@ -1,0 +1,201 @@
+"""Import path -> the thing to check, and binding of spec arguments to its signature.
+
+One precise message per failure: module not importable (with the user's real error),
+no such attribute, not callable, arguments that do not fit the signature.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+
+class LoadError(Exception):
+    """The target cannot be imported or is not something we can check."""
+
+    def __init__(self, message: str, where: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+class BindError(Exception):
+    """Spec arguments that do not fit the target's signature. ``key`` is the spec key path."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def user_frame(exc: BaseException) -> Optional[str]:
+    """``file:line (code)`` of the innermost traceback frame in the user's code (not torch, not us)."""
+    ours = os.path.dirname(os.path.abspath(__file__))
+    skip = (os.path.dirname(torch.__file__), ours, "<", os.path.dirname(importlib.__file__))
+
+    def is_user(filename: str) -> bool:
+        return not filename.startswith(skip) or filename.startswith(os.path.join(ours, "examples"))
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user(f.filename)]
+    if not frames:
+        return None
+    frame = frames[-1]
+    where = f"{os.path.relpath(frame.filename)}:{frame.lineno}"
+    return f"{where} ({frame.line.strip()})" if frame.line else where
+
+
+@dataclass
+class Target:
+    """What a spec's ``function`` names: a Function class or a plain callable."""
+
+    path: str
+    obj: Any
+    is_function: bool
+
+    @property
+    def forward(self) -> Callable:
+        return self.obj.forward if self.is_function else self.obj
+
+    def parameters(self) -> Optional[list[inspect.Parameter]]:
+        """The user-visible parameters (forward's, without ctx), or None when unknown."""
+        try:
+            params = list(inspect.signature(self.forward).parameters.values())
+        except (TypeError, ValueError):
+            return None
+        if self.is_function and not _has_setup_context(self.obj):
+            params = params[1:]  # forward(ctx, ...)
+        return params
+
+    def call(self, values: list[Any], n_positional: int, kw_names: list[str]) -> Any:
+        """Call with ``values``: the first ``n_positional`` positionally, the rest by keyword."""
+        if self.is_function:
+            return self.obj.apply(*values)
+        kwargs = dict(zip(kw_names, values[n_positional:]))
+        return self.obj(*values[:n_positional], **kwargs)
+
+
+def _has_setup_context(cls: type) -> bool:
+    return getattr(cls, "setup_context", None) is not getattr(torch.autograd.Function, "setup_context", None)
+
+
+def load(path: str) -> Target:
+    """Import ``pkg.mod:Name`` or ``pkg.mod.Name`` (the current directory is importable)."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module_name or not attr:
+        raise LoadError(f"'{path}' is not an import path; write it as 'pkg.mod:Name' or 'pkg.mod.Name'")
+    module = _import(module_name, path)
+    obj: Any = module
+    for i, part in enumerate(attr.split(".")):
+        if not hasattr(obj, part):
+            owner = ".".join([module_name] + attr.split(".")[:i])
+            close = difflib.get_close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=3)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise LoadError(f"'{owner}' has no attribute '{part}'{hint}")
+        obj = getattr(obj, part)
+    if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
+        if obj.backward is torch.autograd.Function.backward:
+            raise LoadError(f"'{path}' is an autograd.Function without a backward(); define "
+                            "`@staticmethod def backward(ctx, *grad_outputs)`")
+        return Target(path, obj, True)
+    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+        raise LoadError(f"'{path}' is an nn.Module class: modules are not supported yet; "
+                        "wrap the module call in a function and name that")
+    if isinstance(obj, type) or not callable(obj):
+        kind = "class" if isinstance(obj, type) else type(obj).__name__
+        raise LoadError(f"'{path}' is a {kind}, not an autograd.Function subclass or a callable")
+    return Target(path, obj, False)
+
+
+def _import(module_name: str, path: str) -> Any:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name) and module_name[len(exc.name):][:1] in ("", "."):
+            raise LoadError(f"cannot import '{module_name}' (for '{path}'): no module named '{exc.name}'; "
+                            "check the spelling, run from the project root, or install the package") from exc
+        raise LoadError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}", user_frame(exc)) from exc
+    except Exception as exc:  # noqa: BLE001 - any error in the user's module is reported, not raised
+        raise LoadError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}", user_frame(exc)) from exc
+
+
+@dataclass
+class Bound:
+    """Arguments in call order, with the names and positions the user sees."""
+
+    values: list[Any]
+    names: list[str]
+    indices: list[int]
+    n_positional: int
+    kw_names: list[str]
+
+
+def bind(target: Target, positional: list[tuple[Optional[str], Any]],
+         keywords: list[tuple[str, Any]]) -> Bound:
+    """Bind (spec name, value) pairs to the target's signature.
+
+    For a Function every argument becomes positional (``apply`` takes no keywords): keyword
+    arguments go to their parameter's slot, and skipped parameters before them get their
+    defaults. Parameters after the last one given are left to their defaults.
+    """
+    params = target.parameters()
+    names = [p.name for p in params] if params is not None else []
+    if params is not None and not any(p.kind is p.VAR_POSITIONAL for p in params):
+        n_max = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        if len(positional) > n_max:
+            raise BindError("inputs", f"{len(positional)} inputs given, but {target.path} takes {n_max} "
+                                      f"({', '.join(names[:n_max])}); remove the extra entries")
+    values = [v for _, v in positional]
+    labels = [n or (names[i] if i < len(names) else f"arg{i}") for i, (n, _) in enumerate(positional)]
+    indices = list(range(len(positional)))
+    if not target.is_function:
+        for name, value in keywords:
+            _check_keyword(target, params, name, len(positional))
+            labels.append(name)
+            indices.append(names.index(name) if name in names else len(indices))
+            values.append(value)
+        return Bound(values, labels, indices, len(positional), [k for k, _ in keywords])
+    slots: dict[int, tuple[str, Any]] = {}
+    for name, value in keywords:
+        pos = _check_keyword(target, params, name, len(positional))
+        slots[pos] = (name, value)
+    for pos in range(len(positional), max(slots, default=-1) + 1):
+        if pos in slots:
+            labels.append(slots[pos][0])
+            values.append(slots[pos][1])
+        else:
+            default = params[pos].default if params else inspect.Parameter.empty
+            if default is inspect.Parameter.empty:
+                raise BindError("inputs", f"'{names[pos]}' (position {pos}) of {target.path} has no default "
+                                          "and is not given: add it to `inputs` or `kwargs`")
+            labels.append(names[pos])
+            values.append(default)
+        indices.append(pos)
+    return Bound(values, labels, indices, len(values), [])
+
+
+def _check_keyword(target: Target, params: Optional[list[inspect.Parameter]], name: str, n_pos: int) -> int:
+    """Position of keyword ``name`` in the signature (or -1 for **kwargs); raise if it does not fit."""
+    key = f"kwargs.{name}"
+    if params is None:
+        if target.is_function:
+            raise BindError(key, f"cannot read the signature of {target.path}.forward to place '{name}'")
+        return -1
+    names = [p.name for p in params]
+    if name not in names:
+        if any(p.kind is p.VAR_KEYWORD for p in params) and not target.is_function:
+            return -1
+        raise BindError(key, f"{target.path} has no parameter '{name}'; its parameters are: {', '.join(names)}")
+    pos = names.index(name)
+    if params[pos].kind is params[pos].KEYWORD_ONLY and target.is_function:
+        raise BindError(key, f"'{name}' is keyword-only in forward(), but Function.apply passes arguments "
+                             "by position only: make it a positional parameter")
+    if params[pos].kind in (params[pos].POSITIONAL_ONLY, params[pos].POSITIONAL_OR_KEYWORD) and pos < n_pos:
+        raise BindError(key, f"'{name}' is given twice: by position (inputs[{pos}]) and in kwargs")
+    return pos

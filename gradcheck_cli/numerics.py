@@ -1,0 +1,224 @@
+"""Finite differences and the entry-by-entry Jacobian comparison, in bounded memory.
+
+Pure torch, no I/O. Complex tensors are handled as pairs of reals ("realified"): a complex
+input contributes two columns per element (real and imaginary part), a complex output two
+rows. With PyTorch's convention (the gradient of a real loss L w.r.t. z = a + ib is
+dL/da + i dL/db) the vector-Jacobian product of the realified function is exactly the
+realified gradient, so one comparison serves real and complex functions alike.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+Call = Callable[[Sequence[Any]], tuple]
+Vjp = Callable[..., tuple]  # signature of torch.autograd.grad
+
+
+def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[torch.Tensor]) -> tuple:
+    """Vector-Jacobian product through the graph (kept for more calls); None for unused inputs."""
+    return torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True)
+
+
+def as_tuple(out: Any) -> tuple:
+    """A forward's return value as a tuple of outputs."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def is_float_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
+
+
+def real_flat(t: torch.Tensor) -> torch.Tensor:
+    """A flat real view of ``t`` (no copy): complex elements become (re, im) pairs."""
+    return (torch.view_as_real(t) if t.is_complex() else t).view(-1)
+
+
+def real_numel(t: torch.Tensor) -> int:
+    return t.numel() * (2 if t.is_complex() else 1)
+
+
+def outputs_vector(outputs: tuple, positions: Sequence[int]) -> torch.Tensor:
+    """The realified, flattened, float64 concatenation of the chosen outputs (a copy)."""
+    if not positions:
+        return torch.zeros(0, dtype=torch.float64)
+    return torch.cat([real_flat(outputs[p].detach().contiguous()).to(torch.float64) for p in positions])
+
+
+@dataclass
+class Entry:
+    """Statistics of one argument's columns, accumulated over the blocks of the Jacobian."""
+
+    real_numel: int
+    atol: float
+    rtol: float
+    bad: torch.Tensor = field(init=False)
+    max_abs: float = 0.0
+    max_rel: Optional[float] = None
+    worst_excess: float = -1.0
+    worst_row: int = 0
+    worst_col: int = 0
+    analytical: float = 0.0
+    numerical: float = 0.0
+    nonfinite: int = 0
+    sum_an: float = 0.0
+    sum_nn: float = 0.0
+    sum_aa: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.bad = torch.zeros(self.real_numel, dtype=torch.bool)
+
+    def update(self, a: torch.Tensor, n: torch.Tensor, col0: int) -> None:
+        """Fold in analytical ``a`` and numerical ``n`` (M x C) for columns col0..col0+C."""
+        finite = torch.isfinite(a) & torch.isfinite(n)
+        self.nonfinite += int((~finite).sum())
+        diff = (a - n).abs()
+        tol = n.abs() * self.rtol + self.atol
+        # |a - n| <= atol + rtol * |n|, as torch.allclose(a, n); NaN counts as a mismatch
+        ok = diff <= tol
+        self.bad[col0 : col0 + a.shape[1]] |= ~ok.all(0)
+        if a.numel() == 0:
+            return
+        diff = torch.where(finite, diff, torch.zeros_like(diff))
+        excess = torch.where(finite, diff / tol, torch.full_like(diff, math.inf))
+        flat = int(torch.argmax(excess))
+        row, col = divmod(flat, a.shape[1])
+        if float(excess[row, col]) > self.worst_excess:
+            self.worst_excess = float(excess[row, col])
+            self.worst_row, self.worst_col = row, col0 + col
+            self.analytical, self.numerical = float(a[row, col]), float(n[row, col])
+        self.max_abs = max(self.max_abs, float(diff.max()))
+        big = finite & (n.abs() > self.atol)
+        if bool(big.any()):
+            rel = float((diff[big] / n[big].abs()).max())
+            self.max_rel = rel if self.max_rel is None else max(self.max_rel, rel)
+        a0, n0 = torch.where(finite, a, 0.0), torch.where(finite, n, 0.0)
+        self.sum_an += float((a0 * n0).sum())
+        self.sum_nn += float((n0 * n0).sum())
+        self.sum_aa += float((a0 * a0).sum())
+
+
+@dataclass
+class Layout:
+    """Where each checked argument's columns and each differentiable output's rows lie."""
+
+    inputs: list[torch.Tensor]  # the tensors whose gradients are checked, one per column block
+    outputs: list[int]  # positions of the differentiable outputs
+    col_starts: list[int]
+    row_sizes: list[int]
+
+    @property
+    def n_cols(self) -> int:
+        return self.col_starts[-1]
+
+    @property
+    def n_rows(self) -> int:
+        return sum(self.row_sizes)
+
+    def row_location(self, row: int) -> tuple[int, int, int]:
+        """(output number among differentiable outputs, real index within it, output position)."""
+        for i, size in enumerate(self.row_sizes):
+            if row < size:
+                return i, row, self.outputs[i]
+            row -= size
+        raise IndexError(row)
+
+
+def make_layout(inputs: list[torch.Tensor], outputs: tuple, positions: list[int]) -> Layout:
+    starts = [0]
+    for t in inputs:
+        starts.append(starts[-1] + real_numel(t))
+    return Layout(inputs, positions, starts, [real_numel(outputs[p]) for p in positions])
+
+
+def analytical_rows(
+    outputs: list[torch.Tensor], inputs: list[torch.Tensor], layout: Layout, col0: int, col1: int, grad: Vjp = vjp
+) -> torch.Tensor:
+    """Rows of the analytical Jacobian restricted to columns col0..col1, one backward per row.
+
+    Outputs that do not require grad have zero rows (the function claims no gradient there).
+    """
+    rows = torch.zeros(layout.n_rows, col1 - col0, dtype=torch.float64)
+    live = [o for o in outputs if o.requires_grad]
+    zero_grads = [torch.zeros_like(t) for t in inputs]
+    k = 0
+    for out in outputs:
+        for j in range(real_numel(out) if out.requires_grad else 0):
+            grad_out = torch.zeros_like(out, memory_format=torch.contiguous_format)  # fresh: backward may write into it
+            real_flat(grad_out)[j] = 1
+            grads = grad(live, inputs, [grad_out if o is out else torch.zeros_like(o) for o in live])
+            parts = [real_flat((g if g is not None else z).contiguous()) for g, z in zip(grads, zero_grads)]
+            rows[k] = torch.cat(parts)[col0:col1].to(torch.float64)
+            k += 1
+        k += 0 if out.requires_grad else real_numel(out)
+    return rows
+
+
+def numerical_columns(
+    call: Call, values: list[Any], layout: Layout, col0: int, col1: int, eps: float
+) -> torch.Tensor:
+    """Central differences (f(x + eps e_j) - f(x - eps e_j)) / 2 eps for columns col0..col1.
+
+    ``values`` are the detached argument values; the checked tensors among them are perturbed
+    in place, one real element at a time, and restored.
+    """
+    cols = torch.empty(layout.n_rows, col1 - col0, dtype=torch.float64)
+    with torch.no_grad():
+        for c in range(col0, col1):
+            i = next(i for i in range(len(layout.inputs)) if c < layout.col_starts[i + 1])
+            flat = real_flat(layout.inputs[i])
+            j = c - layout.col_starts[i]
+            orig = flat[j].clone()
+            flat[j] = orig - eps
+            minus = outputs_vector(as_tuple(call(values)), layout.outputs)
+            flat[j] = orig + eps
+            plus = outputs_vector(as_tuple(call(values)), layout.outputs)
+            flat[j] = orig
+            cols[:, c - col0] = (plus - minus) / (2 * eps)
+    return cols
+
+
+def compare(
+    call: Call,
+    outputs: tuple,
+    positions: list[int],
+    grad_inputs: list[torch.Tensor],
+    plain_values: list[Any],
+    plain_inputs: list[torch.Tensor],
+    *,
+    eps: float,
+    atol: float,
+    rtol: float,
+    memory_bytes: int,
+    grad: Vjp = vjp,
+) -> tuple[Layout, list[Entry]]:
+    """Compare analytical and numerical Jacobians entry by entry, block of columns by block.
+
+    ``outputs`` come from one forward with grad enabled on the leaves ``grad_inputs``;
+    ``positions`` name the outputs compared. ``plain_inputs`` are detached copies (inside
+    ``plain_values``, the arguments ``call`` takes) that get perturbed. At most about
+    ``memory_bytes`` of Jacobian entries are held at once, so memory stays
+    O(memory_bytes + inputs + outputs) instead of O(inputs x outputs): when the analytical rows
+    do not fit, they are recomputed for each block of columns. ``call`` and ``grad`` are the
+    forward and the vector-Jacobian product (the caller may wrap them to label user errors).
+    """
+    layout = make_layout(plain_inputs, outputs, positions)
+    entries = [Entry(real_numel(t), atol, rtol) for t in plain_inputs]
+    per_col = 8 * max(1, layout.n_rows)
+    block = max(1, memory_bytes // 2 // per_col)  # half for the analytical rows
+    chunk = max(1, min(block, memory_bytes // 16 // per_col))  # the rest for numerical columns
+    for col0 in range(0, layout.n_cols, block):
+        col1 = min(layout.n_cols, col0 + block)
+        a_block = analytical_rows([outputs[p] for p in positions], grad_inputs, layout, col0, col1, grad)
+        for c0 in range(col0, col1, chunk):
+            c1 = min(col1, c0 + chunk)
+            n_chunk = numerical_columns(call, plain_values, layout, c0, c1, eps)
+            for i, entry in enumerate(entries):
+                lo, hi = max(c0, layout.col_starts[i]), min(c1, layout.col_starts[i + 1])
+                if lo < hi:
+                    entry.update(a_block[:, lo - col0 : hi - col0], n_chunk[:, lo - c0 : hi - c0],
+                                 lo - layout.col_starts[i])
+    return layout, entries

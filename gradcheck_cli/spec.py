@@ -1,0 +1,384 @@
+"""Spec files: YAML -> frozen dataclasses, with strict validation.
+
+Every error names the file, the line where known, and the key path, and says what is allowed.
+Only ``yaml.SafeLoader`` is used. A file may hold several documents; one broken document is
+one error and the others are still read.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+
+CHECKS = ("backward", "double_backward", "forward_ad", "batched", "undefined_grad", "device_consistency")
+DTYPES = {
+    "float64": "float64", "double": "float64", "float32": "float32", "float": "float32",
+    "float16": "float16", "half": "float16", "bfloat16": "bfloat16",
+    "complex128": "complex128", "cdouble": "complex128", "complex64": "complex64", "cfloat": "complex64",
+    "int64": "int64", "long": "int64", "int32": "int32", "int": "int32", "int16": "int16",
+    "int8": "int8", "uint8": "uint8", "bool": "bool",
+}
+DISTS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "randint": ("low", "high")}
+DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
+TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "checks",
+            "inputs", "kwargs", "init", "cases")
+CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
+TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
+TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
+DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?|mps)$")
+
+
+class SpecError(Exception):
+    """A spec that cannot be used. The message names file, line and key path."""
+
+    def __init__(self, path: str, key: str, message: str, line: Optional[int] = None) -> None:
+        self.path, self.key, self.line = path, key, line
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {key}: {message}" if key else f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    """A tensor drawn from a distribution (``shape``) or given literally (``data``)."""
+
+    name: Optional[str] = None
+    shape: Optional[tuple[int, ...]] = None
+    data: Any = None
+    dtype: Optional[str] = None
+    dist: Optional[str] = None
+    params: tuple[tuple[str, float], ...] = ()
+    avoid: tuple[tuple[float, float], ...] = ()
+    requires_grad: Optional[bool] = None
+    key: str = ""  # key path in the spec, for messages
+
+
+@dataclass(frozen=True)
+class ValueArg:
+    """A literal non-tensor argument (``value: null`` passes None)."""
+
+    value: Any
+    name: Optional[str] = None
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class AliasArg:
+    """The very same tensor object as another argument."""
+
+    same_as: str
+    name: Optional[str] = None
+    key: str = ""
+
+
+Arg = Union[TensorArg, ValueArg, AliasArg]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    eps: float = 1e-6
+    atol: float = 1e-5
+    rtol: float = 1e-3
+    nondet_tol: float = 0.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One fully resolved case of one spec document: everything needed to check it."""
+
+    path: str
+    label: str  # the case name, or "default"
+    function: str
+    description: str = ""
+    seed: int = 0
+    devices: tuple[str, ...] = ("cpu",)
+    dtype: str = "float64"
+    tolerance: Tolerance = Tolerance()
+    checks: tuple[str, ...] = ("backward",)
+    inputs: tuple[Arg, ...] = ()
+    kwargs: tuple[tuple[str, Arg], ...] = ()
+    init_args: tuple[Any, ...] = ()
+    init_kwargs: tuple[tuple[str, Any], ...] = ()
+    line: Optional[int] = None
+    doc: int = 1  # 1-based document number within the file
+    n_docs: int = 1
+
+    @property
+    def name(self) -> str:
+        """Stable id stem: ``path::label``, with ``#doc`` when the file holds several documents."""
+        doc = f"#{self.doc}" if self.n_docs > 1 else ""
+        return f"{self.path}{doc}::{self.label}"
+
+
+@dataclass
+class _Ctx:
+    path: str
+    lines: dict[tuple, int] = field(default_factory=dict)
+    prefix: tuple = ()
+
+    def fail(self, key: tuple, message: str) -> SpecError:
+        full = self.prefix + key
+        line = next((self.lines[full[:i]] for i in range(len(full), -1, -1) if full[:i] in self.lines), None)
+        return SpecError(self.path, _keystr(full), message, line)
+
+
+def _keystr(key: tuple) -> str:
+    out = ""
+    for part in key:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def load_file(path: Union[str, Path]) -> list[Union[Case, SpecError]]:
+    """Read a spec file: a list with one entry per case, or a SpecError per unusable document."""
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [SpecError(path, "", f"cannot read the file: {exc}")]
+    try:
+        docs = [d for d in yaml.safe_load_all(text)]
+        nodes = [n for n in yaml.compose_all(text, Loader=yaml.SafeLoader)]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        return [SpecError(path, "", f"not valid YAML: {problem}; fix the syntax at this line", line)]
+    docs = [d for d in docs if d is not None]
+    nodes = [n for n in nodes if not (isinstance(n, yaml.ScalarNode) and n.tag.endswith(":null"))]
+    if not docs:
+        return [SpecError(path, "", "the file holds no spec; it needs at least a `function:` key")]
+    out: list[Union[Case, SpecError]] = []
+    for i, (doc, node) in enumerate(zip(docs, nodes), start=1):
+        ctx = _Ctx(path)
+        try:
+            _node_lines(node, (), ctx)
+            out.extend(parse_document(doc, ctx, doc_index=i, n_docs=len(docs)))
+        except SpecError as exc:
+            out.append(exc)
+    return out
+
+
+def _node_lines(node: yaml.Node, key: tuple, ctx: _Ctx) -> None:
+    """Map every key path to its 1-based line; refuse duplicate keys (YAML would keep the last)."""
+    lines = ctx.lines
+    lines.setdefault(key, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set = set()
+        for k, v in node.value:
+            name = k.value
+            if name in seen:
+                raise SpecError(ctx.path, _keystr(key + (name,)), "duplicate key: keep one", k.start_mark.line + 1)
+            seen.add(name)
+            lines[key + (name,)] = k.start_mark.line + 1
+            _node_lines(v, key + (name,), ctx)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _node_lines(v, key + (i,), ctx)
+
+
+def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> list[Case]:
+    """Validate one YAML document and expand its cases."""
+    _mapping(doc, (), TOP_KEYS, ctx)
+    if "function" not in doc:
+        raise ctx.fail(("function",), "missing; name the Function to check, e.g. `function: pkg.mod:MyFunction`")
+    base = Case(path=ctx.path, label="default", function="", line=ctx.lines.get(()), doc=doc_index, n_docs=n_docs)
+    base = _apply(base, doc, (), ctx)
+    cases = doc.get("cases")
+    if cases is None:
+        return [base]
+    if not isinstance(cases, list) or not cases:
+        raise ctx.fail(("cases",), f"expected a non-empty list of cases, got {_show(cases)}")
+    out, names = [], set()
+    for i, entry in enumerate(cases):
+        _mapping(entry, ("cases", i), CASE_KEYS, ctx)
+        name = entry.get("name", f"case{i}")
+        if not isinstance(name, (str, int)) or str(name) in names:
+            raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {_show(name)}")
+        names.add(str(name))
+        case = replace(base, label=str(name), line=ctx.lines.get(("cases", i)))
+        out.append(_apply(case, entry, ("cases", i), ctx))
+    return out
+
+
+def _apply(case: Case, doc: dict, key: tuple, ctx: _Ctx) -> Case:
+    """Return ``case`` with the keys present in ``doc`` (a document or a case entry) applied."""
+    changes: dict[str, Any] = {}
+    if "function" in doc:
+        changes["function"] = _function(doc["function"], key + ("function",), ctx)
+    if "description" in doc:
+        changes["description"] = str(doc["description"] or "")
+    if "seed" in doc:
+        seed = doc["seed"]
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ctx.fail(key + ("seed",), f"expected a non-negative integer, got {_show(seed)}")
+        changes["seed"] = seed
+    if "device" in doc:
+        changes["devices"] = _devices(doc["device"], key + ("device",), ctx)
+    if "dtype" in doc:
+        changes["dtype"] = _dtype(doc["dtype"], key + ("dtype",), ctx)
+    if "tolerance" in doc:
+        changes["tolerance"] = _tolerance(doc["tolerance"], case.tolerance, key + ("tolerance",), ctx)
+    if "checks" in doc:
+        changes["checks"] = _checks(doc["checks"], key + ("checks",), ctx)
+    if "inputs" in doc:
+        entries = doc["inputs"]
+        if not isinstance(entries, list):
+            raise ctx.fail(key + ("inputs",), f"expected a list of argument entries, got {_show(entries)}")
+        changes["inputs"] = tuple(_arg(e, key + ("inputs", i), ctx) for i, e in enumerate(entries))
+    if "kwargs" in doc:
+        kw = doc["kwargs"] or {}
+        if not isinstance(kw, dict):
+            raise ctx.fail(key + ("kwargs",), f"expected a mapping of name -> argument entry, got {_show(kw)}")
+        changes["kwargs"] = tuple((str(k), _arg(v, key + ("kwargs", k), ctx, name=str(k))) for k, v in kw.items())
+    if "init" in doc:
+        init = doc["init"] or {}
+        _mapping(init, key + ("init",), ("args", "kwargs"), ctx)
+        args, kwargs = init.get("args", []) or [], init.get("kwargs", {}) or {}
+        if not isinstance(args, list):
+            raise ctx.fail(key + ("init", "args"), f"expected a list, got {_show(args)}")
+        if not isinstance(kwargs, dict):
+            raise ctx.fail(key + ("init", "kwargs"), f"expected a mapping, got {_show(kwargs)}")
+        changes["init_args"], changes["init_kwargs"] = tuple(args), tuple((str(k), v) for k, v in kwargs.items())
+    return replace(case, **changes)
+
+
+def _mapping(value: Any, key: tuple, allowed: tuple, ctx: _Ctx) -> None:
+    if not isinstance(value, dict):
+        raise ctx.fail(key, f"expected a mapping with keys {', '.join(allowed)}; got {_show(value)}")
+    for k in value:
+        if k not in allowed:
+            raise ctx.fail(key + (k,), f"unknown key; allowed keys here: {', '.join(allowed)}")
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _function(value: Any, key: tuple, ctx: _Ctx) -> str:
+    if not isinstance(value, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", value) or "." not in value.replace(":", "."):
+        raise ctx.fail(key, f"expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', got {_show(value)}")
+    return value
+
+
+def _devices(value: Any, key: tuple, ctx: _Ctx) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(d, str) and DEVICE_RE.match(d) for d in items):
+        raise ctx.fail(key, f"expected cpu, cuda, cuda:N (or a list of these), got {_show(value)}")
+    return tuple(dict.fromkeys(items))
+
+
+def _dtype(value: Any, key: tuple, ctx: _Ctx) -> str:
+    if value not in DTYPES:
+        raise ctx.fail(key, f"unknown dtype {_show(value)}; use one of {', '.join(sorted(set(DTYPES.values())))}")
+    return DTYPES[value]
+
+
+def number(value: Any, key: tuple, ctx: _Ctx, positive: bool = False) -> float:
+    """A YAML number; also a numeric string such as '1e-6' (YAML 1.1 reads that as text)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and not value > 0):
+        raise ctx.fail(key, f"expected a {'positive ' if positive else ''}number, got {_show(value)}")
+    return float(value)
+
+
+def _tolerance(value: Any, base: Tolerance, key: tuple, ctx: _Ctx) -> Tolerance:
+    _mapping(value, key, TOLERANCE_KEYS, ctx)
+    vals = {k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items()}
+    for k, v in vals.items():
+        if v < 0:
+            raise ctx.fail(key + (k,), f"expected a non-negative number, got {v}")
+    return replace(base, **vals)
+
+
+def _checks(value: Any, key: tuple, ctx: _Ctx) -> tuple[str, ...]:
+    if value == "all" or value == ["all"]:
+        return CHECKS
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise ctx.fail(key, f"expected a list of check names or `all`, got {_show(value)}")
+    for i, name in enumerate(items):
+        if name not in CHECKS:
+            raise ctx.fail(key + (i,), f"unknown check {_show(name)}; known checks: {', '.join(CHECKS)}, or `all`")
+    return tuple(dict.fromkeys(items))
+
+
+def _arg(entry: Any, key: tuple, ctx: _Ctx, name: Optional[str] = None) -> Arg:
+    """One input or kwargs entry: exactly one of shape/data, value, same_as."""
+    if not isinstance(entry, dict):
+        raise ctx.fail(key, f"expected a mapping with one of shape, data, value, same_as; got {_show(entry)}")
+    kinds = [k for k in ("shape", "data", "value", "same_as") if k in entry]
+    if len(kinds) != 1:
+        found = f"found {', '.join(kinds)}" if kinds else "found none"
+        raise ctx.fail(key, f"an argument needs exactly one of shape, data, value, same_as ({found})")
+    if "name" in entry and not isinstance(entry["name"], str):
+        raise ctx.fail(key + ("name",), f"expected a string, got {_show(entry['name'])}")
+    name = entry.get("name", name)
+    keystr = _keystr(key)
+    if kinds == ["value"]:
+        _mapping(entry, key, ("name", "value"), ctx)
+        return ValueArg(entry["value"], name, keystr)
+    if kinds == ["same_as"]:
+        _mapping(entry, key, ("name", "same_as"), ctx)
+        if not isinstance(entry["same_as"], str):
+            raise ctx.fail(key + ("same_as",), f"expected the name of another argument, got {_show(entry['same_as'])}")
+        return AliasArg(entry["same_as"], name, keystr)
+    _mapping(entry, key, TENSOR_KEYS, ctx)
+    return _tensor(entry, name, key, keystr, ctx)
+
+
+def _tensor(entry: dict, name: Optional[str], key: tuple, keystr: str, ctx: _Ctx) -> TensorArg:
+    shape = entry.get("shape")
+    if "shape" in entry and (
+        not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
+        raise ctx.fail(key + ("shape",), f"expected a list of non-negative ints, got {_show(shape)}")
+    if "data" in entry and not isinstance(entry["data"], (list, int, float, bool)):
+        raise ctx.fail(key + ("data",), f"expected a number or a (nested) list of numbers, got {_show(entry['data'])}")
+    dtype = _dtype(entry["dtype"], key + ("dtype",), ctx) if "dtype" in entry else None
+    dist = entry.get("dist")
+    if dist is not None and dist not in DISTS:
+        raise ctx.fail(key + ("dist",), f"unknown distribution {_show(dist)}; use one of {', '.join(DISTS)}")
+    if dist is not None and "data" in entry:
+        raise ctx.fail(key + ("dist",), "`dist` draws values, `data` gives them: use one or the other")
+    dist = dist or ("randint" if dtype and (dtype.startswith(("int", "uint")) or dtype == "bool") else "normal")
+    allowed = DISTS[dist]
+    for k in ("mean", "std", "low", "high"):
+        if k in entry and k not in allowed:
+            raise ctx.fail(key + (k,), f"`{k}` does not apply to dist {dist}; it takes {', '.join(allowed)}")
+    params = {k: number(entry[k], key + (k,), ctx) for k in allowed if k in entry}
+    if dist == "normal":
+        params = {**DIST_DEFAULTS, **params}
+        if params["std"] < 0:
+            raise ctx.fail(key + ("std",), "expected a non-negative number")
+    elif dist == "uniform":
+        params = {"low": params.get("low", 0.0), "high": params.get("high", 1.0)}
+    else:
+        params = {"low": params.get("low", 0.0), "high": params.get("high", 2.0 if dtype == "bool" else 10.0)}
+    if params.get("low", 0) >= params.get("high", 1):
+        raise ctx.fail(key + ("high",), f"expected high > low, got low={params['low']}, high={params['high']}")
+    avoid = entry.get("avoid", [])
+    if not isinstance(avoid, list) or not all(
+        isinstance(iv, list) and len(iv) == 2 and all(isinstance(x, (int, float, str)) for x in iv) for iv in avoid
+    ):
+        raise ctx.fail(key + ("avoid",), f"expected a list of [lo, hi] intervals, got {_show(avoid)}")
+    intervals = tuple(
+        (number(lo, key + ("avoid", i, 0), ctx), number(hi, key + ("avoid", i, 1), ctx)) for i, (lo, hi) in enumerate(avoid)
+    )
+    if any(lo > hi for lo, hi in intervals):
+        raise ctx.fail(key + ("avoid",), "each interval must be [lo, hi] with lo <= hi")
+    rg = entry.get("requires_grad")
+    if rg is not None and not isinstance(rg, bool):
+        raise ctx.fail(key + ("requires_grad",), f"expected true or false, got {_show(rg)}")
+    return TensorArg(
+        name=name, shape=tuple(shape) if shape is not None else None, data=entry.get("data"), dtype=dtype,
+        dist=None if "data" in entry else dist, params=tuple(params.items()), avoid=intervals,
+        requires_grad=rg, key=keystr,
+    )

@@ -1,0 +1,116 @@
+"""Command-line targets (spec files, directories, import paths) -> spec cases, in order.
+
+No torch here: resolving targets only reads YAML.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional, Union
+
+import yaml
+
+from .spec import Case, SpecError, TensorArg, ValueArg, load_file
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+Item = Union[Case, SpecError]
+
+
+class TargetError(Exception):
+    """A target that names nothing checkable: a usage error (exit 2)."""
+
+
+def spec_files(directory: Path) -> list[Path]:
+    """Every spec file under ``directory``, recursively, in a deterministic (sorted) order."""
+    return sorted(p for p in directory.rglob("*") if p.suffix in SPEC_SUFFIXES and p.is_file())
+
+
+def canonical(function: str) -> str:
+    """'pkg.mod:Name' and 'pkg.mod.Name' name the same thing."""
+    return function.replace(":", ".")
+
+
+def looks_like_path(target: str) -> bool:
+    return target.endswith(SPEC_SUFFIXES) or os.sep in target or target in (".", "..")
+
+
+def resolve(targets: list[str], specs_dir: Path, inline: list[str], kwargs: list[str]) -> list[Item]:
+    """Turn each target into cases; files and directories are read, import paths looked up."""
+    items: list[Item] = []
+    for target in targets:
+        path = Path(target)
+        if path.is_dir():
+            for f in spec_files(path):
+                items.extend(load_file(_display(f)))
+        elif path.is_file():
+            items.extend(load_file(_display(path)))
+        elif looks_like_path(target):
+            raise TargetError(f"'{target}': no such file or directory")
+        else:
+            items.extend(_for_function(target, specs_dir, inline, kwargs))
+    return items
+
+
+def _display(path: Path) -> str:
+    """Paths as the user would write them: relative to the current directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _for_function(function: str, specs_dir: Path, inline: list[str], kwargs: list[str]) -> list[Item]:
+    if not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", function) or "." not in canonical(function):
+        raise TargetError(f"'{function}' is neither a spec file, a directory, nor an import path like "
+                          "'pkg.mod.MyFunction'")
+    if inline or kwargs:
+        return [inline_case(function, inline, kwargs)]
+    found: list[Item] = []
+    if specs_dir.is_dir():
+        for f in spec_files(specs_dir):
+            found += [c for c in load_file(_display(f))
+                      if isinstance(c, Case) and canonical(c.function) == canonical(function)]
+    if not found:
+        raise TargetError(
+            f"no spec for '{function}' in {specs_dir}/ and no inline inputs. Either give input shapes "
+            f"(gradcheck {function} -i 20x20 -i 30x20), point --specs at your spec folder, or write a spec "
+            f"(gradcheck init {function} -o {specs_dir}/{function.split('.')[-1].split(':')[-1].lower()}.yaml)")
+    return found
+
+
+def inline_case(function: str, inline: list[str], kwargs: list[str]) -> Case:
+    """A case built from ``-i SHAPE[:DTYPE]`` / ``-i =VALUE`` and ``--kwarg NAME=VALUE`` options."""
+    args = [_inline_arg(text, f"-i {text}") for text in inline]
+    kw = []
+    for text in kwargs:
+        name, eq, value = text.partition("=")
+        if not eq or not name.isidentifier():
+            raise TargetError(f"--kwarg {text}: expected NAME=VALUE, e.g. --kwarg dim=-1")
+        kw.append((name, replace(_inline_arg("=" + value, f"--kwarg {text}"), name=name)))
+    return Case(path="<command line>", label="inline", function=function, inputs=tuple(args), kwargs=tuple(kw))
+
+
+def _inline_arg(text: str, option: str) -> Union[TensorArg, ValueArg]:
+    if text.startswith("="):
+        try:
+            return ValueArg(yaml.safe_load(text[1:]), key=option)
+        except yaml.YAMLError as exc:
+            raise TargetError(f"{option}: not a YAML value: {exc}") from exc
+    shape_text, _, dtype = text.partition(":")
+    if shape_text in ("", "scalar", "[]"):
+        shape: tuple[int, ...] = ()
+    elif re.fullmatch(r"\d+(x\d+)*", shape_text):
+        shape = tuple(int(d) for d in shape_text.split("x"))
+    else:
+        raise TargetError(f"{option}: expected a shape like 20x20 (or 'scalar'), optionally with :DTYPE, "
+                          "or =VALUE for a non-tensor argument")
+    from .spec import DTYPES
+
+    if dtype and dtype not in DTYPES:
+        raise TargetError(f"{option}: unknown dtype '{dtype}'; use one of {', '.join(sorted(set(DTYPES.values())))}")
+    name = DTYPES.get(dtype) if dtype else None
+    dist = "randint" if name and (name.startswith(("int", "uint")) or name == "bool") else "normal"
+    params = (("low", 0.0), ("high", 2.0 if name == "bool" else 10.0)) if dist == "randint" else (("mean", 0.0), ("std", 1.0))
+    return TensorArg(shape=shape, dtype=name, dist=dist, params=params, key=option)
