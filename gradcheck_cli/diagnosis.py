@@ -26,7 +26,24 @@ def constant_ratio(entry: Entry) -> Optional[float]:
     return r if residual < CONSTANT_RATIO_RESIDUAL else None
 
 
-def describe(entry: Entry, mismatched: int, numel: int) -> Optional[str]:
+def transposed(entry: Entry, shape: tuple[int, ...]) -> bool:
+    """Whether the analytical gradient is the numerical one with the last two dims swapped."""
+    if len(shape) < 2 or shape[-1] != shape[-2] or entry.real_numel != _prod(shape):
+        return False
+    a = entry.proj_a.view(shape).transpose(-1, -2)
+    n = entry.proj_n.view(shape)
+    scale = float(n.abs().max()) or 1.0
+    return bool((a - n).abs().max() <= 1e-6 * scale) and not bool((entry.proj_a.view(shape) - n).abs().max() <= 1e-6 * scale)
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def describe(entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] = ()) -> Optional[str]:
     """The pattern of a failing argument in words, or None when nothing is wrong."""
     if entry.nonfinite:
         return (f"{entry.nonfinite} Jacobian entries are NaN or infinite: the function or its backward "
@@ -43,6 +60,8 @@ def describe(entry: Entry, mismatched: int, numel: int) -> Optional[str]:
         return "sign flipped: analytical = -numerical"
     if r is not None:
         return f"analytical is {ratio_text(r)} numerical"
+    if transposed(entry, shape):
+        return "analytical is the numerical gradient transposed (last two dims swapped): a missing or extra .t()?"
     if mismatched < numel:
         return f"{mismatched} of {numel} elements are wrong, the others match"
     return "wrong everywhere, with no constant ratio or sign flip"

@@ -23,6 +23,11 @@ def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_ou
     return torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True)
 
 
+def probe_generator(seed: int, stream: int) -> torch.Generator:
+    """A generator for probes, seeded from the spec's seed but independent of the inputs' stream."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + 7919 * (stream + 1)) % 2**63)
+
+
 def as_tuple(out: Any) -> tuple:
     """A forward's return value as a tuple of outputs."""
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
@@ -67,12 +72,18 @@ class Entry:
     sum_an: float = 0.0
     sum_nn: float = 0.0
     sum_aa: float = 0.0
+    proj_a: torch.Tensor = field(init=False)  # u^T J for one random probe u over the outputs
+    proj_n: torch.Tensor = field(init=False)
 
     def __post_init__(self) -> None:
         self.bad = torch.zeros(self.real_numel, dtype=torch.bool)
+        self.proj_a = torch.zeros(self.real_numel, dtype=torch.float64)
+        self.proj_n = torch.zeros(self.real_numel, dtype=torch.float64)
 
-    def update(self, a: torch.Tensor, n: torch.Tensor, col0: int) -> None:
+    def update(self, a: torch.Tensor, n: torch.Tensor, col0: int, probe: torch.Tensor) -> None:
         """Fold in analytical ``a`` and numerical ``n`` (M x C) for columns col0..col0+C."""
+        self.proj_a[col0 : col0 + a.shape[1]] = probe @ a
+        self.proj_n[col0 : col0 + a.shape[1]] = probe @ n
         finite = torch.isfinite(a) & torch.isfinite(n)
         self.nonfinite += int((~finite).sum())
         diff = (a - n).abs()
@@ -194,6 +205,7 @@ def compare(
     rtol: float,
     memory_bytes: int,
     grad: Vjp = vjp,
+    seed: int = 0,
 ) -> tuple[Layout, list[Entry]]:
     """Compare analytical and numerical Jacobians entry by entry, block of columns by block.
 
@@ -204,8 +216,11 @@ def compare(
     O(memory_bytes + inputs + outputs) instead of O(inputs x outputs): when the analytical rows
     do not fit, they are recomputed for each block of columns. ``call`` and ``grad`` are the
     forward and the vector-Jacobian product (the caller may wrap them to label user errors).
+    Each entry also keeps u^T J (analytical and numerical) for one Gaussian probe u drawn from
+    ``seed``, so that patterns across a whole gradient (e.g. a transpose) can be named.
     """
     layout = make_layout(plain_inputs, outputs, positions)
+    probe = torch.randn(layout.n_rows, generator=probe_generator(seed, 0), dtype=torch.float64)
     entries = [Entry(real_numel(t), atol, rtol) for t in plain_inputs]
     per_col = 8 * max(1, layout.n_rows)
     block = max(1, memory_bytes // 2 // per_col)  # half for the analytical rows
@@ -220,5 +235,5 @@ def compare(
                 lo, hi = max(c0, layout.col_starts[i]), min(c1, layout.col_starts[i + 1])
                 if lo < hi:
                     entry.update(a_block[:, lo - col0 : hi - col0], n_chunk[:, lo - c0 : hi - c0],
-                                 lo - layout.col_starts[i])
+                                 lo - layout.col_starts[i], probe)
     return layout, entries

@@ -10,7 +10,7 @@ import torch
 
 from ..diagnosis import describe
 from ..loader import Bound, Target
-from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, vjp
+from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_generator, vjp
 from ..results import CheckResult, InputReport, Status
 from ..spec import Tolerance
 from . import contract, guarded
@@ -30,7 +30,7 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     """Check backward of ``target`` called with ``bound`` arguments. User errors raise UserCodeError."""
     start = time.perf_counter()
     tol = opts.tolerance
-    gen = torch.Generator().manual_seed(opts.seed + 1)
+    gen = probe_generator(opts.seed, 1)
     reports = _skeleton(bound)
     checked = _checked_positions(bound, reports)
     result = CheckResult("backward", Status.PASS, mode="elementwise", inputs=reports)
@@ -39,7 +39,7 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     result.warnings += found.warnings
     if found.fatal:
         for i in checked:
-            reports[i].status, reports[i].reason = Status.SKIP, "not compared: backward's contract is broken"
+            reports[i].status, reports[i].reason = Status.SKIP, "backward's contract is broken (see below)"
         return _finish(result, found.failures, start)
 
     leaves = contract.fresh_leaves(bound.values)
@@ -53,7 +53,7 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
         lambda vals: guarded("forward", "forward", target.call, vals, bound.n_positional, bound.kw_names),
         outputs, positions, [leaves[i] for i in checked], plain, [plain[i] for i in checked],
         eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
-        grad=lambda *args: guarded("backward", "backward", vjp, *args),
+        grad=lambda *args: guarded("backward", "backward", vjp, *args), seed=opts.seed,
     )
     for i, entry in zip(checked, entries):
         _fill(reports[i], entry, layout, bound.values[i], outputs)
@@ -72,7 +72,7 @@ def _skeleton(bound: Bound) -> list[InputReport]:
         if isinstance(v, torch.Tensor):
             row = InputReport(index, name, list(v.shape), str(v.dtype)[6:], Status.PASS, numel=v.numel())
         else:
-            row = InputReport(index, name, [], type(v).__name__, Status.SKIP,
+            row = InputReport(index, name, [], type(v).__name__, Status.SKIP,  # shape [] = not a tensor
                               reason=f"not a tensor ({_short(v)})")
         rows.append(row)
     return rows
@@ -128,7 +128,7 @@ def _fill(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, o
             row.worst_output += f", input {'imaginary' if part else 'real'} part"
         if math.isfinite(entry.analytical) and math.isfinite(entry.numerical):
             row.analytical, row.numerical = entry.analytical, entry.numerical
-    row.diagnosis = describe(entry, row.mismatched, row.numel)
+    row.diagnosis = describe(entry, row.mismatched, row.numel, tuple(value.shape))
     if row.mismatched:
         row.status = Status.FAIL
 

@@ -1,0 +1,90 @@
+"""The ``gradcheck`` command line; the only module that imports click.
+
+torch is imported only once there is something to check, so --help and --version stay fast.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+
+from . import __version__
+
+EXIT_INTERNAL = 4
+FORMATS = ("table", "json")
+
+
+class DefaultGroup(click.Group):
+    """A group whose default subcommand is ``check``: ``gradcheck specs/`` = ``gradcheck check specs/``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["check", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Exit codes: 0 passed, 1 a check failed, 2 usage error, 3 a spec could not be checked, "
+                    "4 internal error. See `gradcheck check --help` for the options.")
+@click.version_option(__version__, "--version", prog_name="gradcheck-cli", message="%(prog)s %(version)s")
+def cli() -> None:
+    """Check the hand-written backward of custom torch.autograd.Functions against finite differences.
+
+    \b
+      gradcheck specs/                      every spec file under specs/
+      gradcheck specs/linear.yaml           one spec file
+      gradcheck pkg.mod.MyFunction          the specs in ./specs that name it
+      gradcheck pkg.mod.MyFunction -i 20x20 -i 30x20   inline input shapes
+    """
+
+
+@cli.command("check")
+@click.argument("targets", nargs=-1, required=True)
+@click.option("-i", "--input", "inline", multiple=True, metavar="SHAPE[:DTYPE]|=VALUE",
+              help="An inline positional argument for a Function target: a shape like 20x20 (float64 "
+                   "normal values), 20x20:float32, scalar, or =VALUE for a non-tensor (=2.5, =null). Repeat.")
+@click.option("--kwarg", "kwargs", multiple=True, metavar="NAME=VALUE",
+              help="An inline keyword argument (a YAML value) for a Function target. Repeat.")
+@click.option("--specs", "specs_dir", default="specs", show_default=True, metavar="DIR",
+              help="Where to look for the specs of a Function named on the command line.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="Report format on stdout.")
+@click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
+              help="Jacobian entries held in memory at once; larger checks recompute in blocks.")
+@click.option("--color/--no-color", default=None, help="Colour the table (default: when stdout is a terminal "
+                                                        "and NO_COLOR is unset).")
+def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
+              fmt: str, max_memory: int, color: Optional[bool]) -> None:
+    """Check spec files, directories of specs (recursively) and Functions named by import path."""
+    from .targets import TargetError, resolve
+
+    try:
+        items = resolve(list(targets), Path(specs_dir), list(inline), list(kwargs))
+    except TargetError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not items:
+        raise click.UsageError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
+
+    from . import reporters, runner
+
+    report = runner.run_all(items, runner.RunOptions(memory_bytes=max_memory * 2**20))
+    if color is None:
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    reporters.get(fmt)(report, sys.stdout, color)
+    sys.exit(report.exit_code())
+
+
+def main(argv: Optional[list[str]] = None) -> Any:
+    """Console-script entry point: click's own exit codes, and 4 for a bug of ours."""
+    try:
+        return cli.main(args=argv, prog_name="gradcheck", standalone_mode=True)
+    except SystemExit:
+        raise
+    except Exception:  # noqa: BLE001 - report, then exit with the contract's internal-error code
+        traceback.print_exc()
+        click.echo("gradcheck-cli internal error: please report it with the traceback above", err=True)
+        sys.exit(EXIT_INTERNAL)

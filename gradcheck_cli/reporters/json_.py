@@ -1,0 +1,33 @@
+"""JSON report, schema_version 1 (see the contract)."""
+from __future__ import annotations
+
+import json
+from typing import Any, TextIO
+
+from .. import __version__
+from ..results import Report, to_dict
+
+SCHEMA_VERSION = 1
+
+
+def as_dict(report: Report, torch_version: str) -> dict[str, Any]:
+    results = []
+    for r in report.results:
+        d = to_dict(r)
+        d["duration_s"] = round(r.duration_s, 4)
+        for c in d["checks"]:
+            c["duration_s"] = round(c["duration_s"], 4)
+        results.append(d)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "gradcheck-cli", "version": __version__, "torch": torch_version},
+        "summary": report.summary(),
+        "results": results,
+    }
+
+
+def render(report: Report, stream: TextIO, color: bool = False) -> None:
+    import torch
+
+    json.dump(as_dict(report, torch.__version__.split("+")[0]), stream, indent=2, allow_nan=False)
+    stream.write("\n")

@@ -1,0 +1,93 @@
+"""Human report: one rich table per (spec, case, device) and check, one row per argument."""
+from __future__ import annotations
+
+from typing import Optional, TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..results import CaseResult, CheckResult, InputReport, Report, Status
+
+STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.ERROR: "bold magenta", Status.SKIP: "yellow"}
+LABEL = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "SKIP"}
+
+
+def num(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _status_cell(row: InputReport) -> Text:
+    if row.status is Status.SKIP:
+        return Text(f"not checked: {row.reason}", style="dim")
+    if row.status is Status.FAIL and row.mismatched is None:
+        return Text(f"fail: {row.reason}" if row.reason else "fail", style=STYLE[Status.FAIL])
+    return Text(row.status.value, style=STYLE[row.status])
+
+
+def check_table(check: CheckResult) -> Table:
+    table = Table(title=f"{check.check} ({check.mode})" if check.mode else check.check, title_justify="left",
+                  show_edge=False, pad_edge=False, header_style="bold")
+    for col, justify in (("argument", "left"), ("shape", "left"), ("dtype", "left"), ("status", "left"),
+                         ("max abs err", "right"), ("max rel err", "right"), ("worst at", "left"),
+                         ("mismatched", "right"), ("analytical / numerical", "right"), ("tolerance", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for row in check.inputs:
+        compared = row.mismatched is not None
+        worst = str(row.worst_index) if row.worst_index is not None else "-"
+        if row.worst_output and row.status is Status.FAIL:
+            worst += f" ({row.worst_output})"
+        table.add_row(
+            f"{row.index}: {row.name}", str(row.shape), row.dtype, _status_cell(row),
+            num(row.max_abs_err), num(row.max_rel_err), worst,
+            f"{row.mismatched} / {row.numel}" if compared else "-",
+            f"{num(row.analytical)} / {num(row.numerical)}" if row.analytical is not None else "-",
+            f"atol {row.atol:g}, rtol {row.rtol:g}" if compared and row.atol is not None else "-",
+        )
+    return table
+
+
+def render_case(result: CaseResult, console: Console) -> None:
+    head = Text()
+    head.append(f"{LABEL[result.status]:5} ", style=STYLE[result.status])
+    head.append(result.id, style="bold")
+    if result.function:
+        head.append(f"  {result.function}  seed {result.seed}  {result.duration_s:.2f}s", style="dim")
+    console.print(head)
+    if result.error:
+        console.print(Text(f"  {result.error.kind} error: {result.error.message}", style=STYLE[Status.ERROR]))
+        if result.error.where:
+            console.print(Text(f"  at {result.error.where}", style="dim"))
+    for check in result.checks:
+        if check.inputs:
+            console.print(check_table(check))
+        if check.message:
+            style = STYLE[check.status] if check.status is not Status.PASS else "dim"
+            console.print(Text(f"  {check.check}: {check.message}", style=style))
+        for warning in check.warnings:
+            console.print(Text(f"  warning: {warning}", style="yellow"))
+    for warning in result.warnings:
+        console.print(Text(f"  warning: {warning}", style="yellow"))
+    if result.replay and result.status in (Status.FAIL, Status.ERROR):
+        console.print(Text(f"  replay: {result.replay}", style="cyan"))
+    console.print()
+
+
+def summary_line(report: Report) -> Text:
+    s = report.summary()
+    text = Text(f"{s['total']} result{'s' * (s['total'] != 1)}: ")
+    parts = [(s["passed"], "passed", Status.PASS), (s["failed"], "failed", Status.FAIL),
+             (s["errors"], "errors" if s["errors"] != 1 else "error", Status.ERROR), (s["skipped"], "skipped", Status.SKIP)]
+    for i, (n, word, status) in enumerate(parts):
+        text.append(f"{n} {word}", style=STYLE[status] if n else "")
+        text.append(", " if i < len(parts) - 1 else "")
+    text.append(f" in {s['duration_s']:.2f}s")
+    return text
+
+
+def render(report: Report, stream: TextIO, color: bool = True) -> None:
+    console = Console(file=stream, no_color=not color, highlight=False, soft_wrap=False,
+                      width=None if color else 200)
+    for result in report.results:
+        render_case(result, console)
+    console.print(summary_line(report))
