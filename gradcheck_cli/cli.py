@@ -88,3 +88,28 @@ def main(argv: Optional[list[str]] = None) -> Any:
         traceback.print_exc()
         click.echo("gradcheck-cli internal error: please report it with the traceback above", err=True)
         sys.exit(EXIT_INTERNAL)
+
+
+@cli.command("init")
+@click.argument("function")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the spec here (default: stdout).")
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+def init_cmd(function: str, output: Optional[str], force: bool) -> None:
+    """Write a spec skeleton for FUNCTION (pkg.mod.MyFunction) from its forward signature."""
+    from .loader import LoadError
+    from .scaffold import skeleton
+
+    try:
+        text = skeleton(function)
+    except LoadError as exc:
+        click.echo(f"gradcheck init: {exc}" + (f" (at {exc.where})" if exc.where else ""), err=True)
+        sys.exit(3)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    path = Path(output)
+    if path.exists() and not force:
+        raise click.UsageError(f"{output} exists; use --force to overwrite it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    click.echo(f"wrote {output}; set the shapes, then run: gradcheck {output}", err=True)

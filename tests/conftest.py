@@ -1,0 +1,106 @@
+"""Shared fixtures for gradcheck-cli's tests.
+
+``write_spec``  writes YAML text into ``tmp_path`` and returns the file's path.
+``user_module`` writes a Python module (a user's Function) into ``tmp_path`` and makes it
+                importable, the way a user runs ``gradcheck`` from their project root.
+
+Both take source text that may be indented (it is dedented), so tests can write it inline.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import textwrap
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path) -> Callable[..., Path]:
+    """A function ``write_spec(text, name="spec.yaml") -> Path``.
+
+    Writes ``textwrap.dedent(text)`` (UTF-8) to ``tmp_path / name`` and returns that absolute
+    path. ``name`` may contain folders (``"specs/linear.yaml"``); they are created. Call it
+    several times for several files. To get messages with a relative path such as
+    ``specs/linear.yaml``, also ``monkeypatch.chdir(tmp_path)`` (the ``user_module`` fixture
+    does that) and pass the relative name on.
+
+    Example::
+
+        def test_x(write_spec):
+            path = write_spec('''
+                function: mymod:Double
+                inputs: [{shape: [3]}]
+            ''')
+    """
+
+    def write(text: str, name: str = "spec.yaml") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., str]]:
+    """A function ``user_module(source, name="usermod") -> str`` that returns the module name.
+
+    Writes ``textwrap.dedent(source)`` to ``tmp_path/<name>.py``. A dotted ``name`` such as
+    ``"pkg.sub.mod"`` writes ``tmp_path/pkg/sub/mod.py`` and creates the missing
+    ``__init__.py`` files, so ``"pkg.sub.mod:MyFunction"`` can be loaded. Call it several times
+    for several modules (with different names).
+
+    Also, for the duration of the test: ``tmp_path`` is first on ``sys.path``, the current
+    directory is ``tmp_path`` (so relative paths in messages, e.g. ``usermod.py:3``, are short
+    and ``gradcheck`` finds ``./specs``), and no bytecode is written (a rewritten module is never
+    read from a stale ``.pyc``). Afterwards every module imported from the written names
+    (the top-level package and all its submodules) is removed from ``sys.modules``, so the
+    next test can reuse the same name with different source.
+
+    Example::
+
+        def test_x(user_module):
+            mod = user_module('''
+                import torch
+                class Double(torch.autograd.Function):
+                    @staticmethod
+                    def forward(ctx, x):
+                        return 2 * x
+                    @staticmethod
+                    def backward(ctx, g):
+                        return 2 * g
+            ''')
+            target = loader.load(f"{mod}:Double")
+    """
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    tops: set[str] = set()
+
+    def write(source: str, name: str = "usermod") -> str:
+        parts = name.split(".")
+        folder = tmp_path
+        for part in parts[:-1]:
+            folder = folder / part
+            folder.mkdir(exist_ok=True)
+            init = folder / "__init__.py"
+            if not init.exists():
+                init.write_text("", encoding="utf-8")
+        (folder / f"{parts[-1]}.py").write_text(textwrap.dedent(source), encoding="utf-8")
+        tops.add(parts[0])
+        importlib.invalidate_caches()
+        _forget(tops)  # a module of this name imported earlier in this test must not be reused
+        return name
+
+    yield write
+    _forget(tops)
+
+
+def _forget(tops: set[str]) -> None:
+    for mod in list(sys.modules):
+        if mod.split(".")[0] in tops:
+            del sys.modules[mod]
