@@ -567,6 +567,14 @@ def test_argument_without_requires_grad_is_skipped_with_reason():
     assert y.mismatched is None and y.max_abs_err is None
 
 
+def test_no_argument_requires_grad_is_a_skip():
+    r = run(Mul, rand(3, requires_grad=False), rand(3, seed=1, requires_grad=False))
+    assert r.error is None, r.error
+    assert status(bw(r)) == "skip" and status(r) == "skip"
+    assert all(status(i) == "skip" for i in bw(r).inputs)
+    assert "nothing to compare" in bw(r).message
+
+
 class MulWrongY(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, y):

@@ -1,0 +1,250 @@
+"""End to end through the command line: invocations, exit codes, messages, JSON."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gradcheck_cli import runner as runner_mod
+from gradcheck_cli.cli import cli
+
+REPO = Path(__file__).resolve().parent.parent
+
+GOOD = """
+import torch
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, scale=1.0):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return scale * x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * ctx.scale * x * g, None
+
+class SquareTwiceTooBig(Square):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 4 * ctx.scale * x * g, None
+
+class Raises(Square):
+    @staticmethod
+    def forward(ctx, x, scale=1.0):
+        raise ValueError("boom in forward")
+"""
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def project(user_module, write_spec):
+    """A user project: module ``usermod`` and ``specs/square.yaml`` naming its Square."""
+    user_module(GOOD)
+    write_spec("""
+        function: usermod:Square
+        inputs: [{shape: [3, 4]}]
+        kwargs: {scale: {value: 3.0}}
+    """, "specs/square.yaml")
+
+
+def test_help_and_version_answer_without_importing_torch():
+    code = (
+        "import sys\n"
+        "from gradcheck_cli.cli import main\n"
+        "for argv in (['--help'], ['--version'], ['check', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code == 0, e.code\n"
+        "print('torch imported:', 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "gradcheck-cli 0.1.0" in out
+    assert "Exit codes" in out
+    assert out.strip().endswith("torch imported: False")
+
+
+def test_python_dash_m_runs_the_same_cli():
+    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", str(REPO / "specs" / "relu.yaml"), "--no-color"],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 result: 1 passed" in proc.stdout
+
+
+def test_exit_0_on_the_shipped_examples(monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = invoke("specs/", "--no-color")
+    assert result.exit_code == 0, result.output
+    assert "9 results: 9 passed, 0 failed, 0 errors, 0 skipped" in result.stdout
+    assert result.stdout.index("specs/linear.yaml") < result.stdout.index("specs/styles.yaml")  # sorted
+
+
+def test_exit_1_on_the_broken_examples(monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = invoke("broken-specs/", "--no-color")
+    assert result.exit_code == 1
+    assert "7 results: 0 passed, 7 failed" in result.stdout
+    assert "analytical is 2.00x numerical" in result.stdout
+    assert "sign flipped" in result.stdout
+    assert "backward returned 2 gradients, but forward takes 3 inputs" in result.stdout
+    assert "backward modified grad_output in place" in result.stdout
+
+
+def test_function_target_finds_its_spec_in_specs(project):
+    for name in ("usermod.Square", "usermod:Square"):
+        result = invoke(name, "--no-color")
+        assert result.exit_code == 0, result.output
+        assert "specs/square.yaml::default[cpu]" in result.stdout
+
+
+def test_function_target_with_inline_inputs_and_kwargs(project):
+    result = invoke("usermod.SquareTwiceTooBig", "-i", "5x2", "--kwarg", "scale=0.5", "--no-color")
+    assert result.exit_code == 1
+    assert "analytical is 2.00x numerical" in result.stdout
+    assert "[5, 2]" in result.stdout
+    assert "1: scale" in result.stdout  # the keyword argument is a row too, at its position
+
+
+def test_function_without_spec_or_inputs_says_how_to_get_one(project):
+    result = invoke("usermod.SquareTwiceTooBig")
+    assert result.exit_code == 2
+    assert "no spec for 'usermod.SquareTwiceTooBig'" in result.output
+    assert "gradcheck init usermod.SquareTwiceTooBig" in result.output
+    assert "-i 20x20" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["does/not/exist.yaml"], "no such file or directory"),
+    (["--format", "xml", "specs"], "'xml' is not one of"),
+    (["usermod.Square", "-i", "3by4"], "expected a shape like 20x20"),
+    (["usermod.Square", "-i", "3:float99"], "unknown dtype 'float99'"),
+    (["usermod.Square", "--kwarg", "noequals"], "expected NAME=VALUE"),
+    (["not an import path!"], "neither a spec file, a directory, nor an import path"),
+])
+def test_exit_2_on_usage_errors(project, args, message):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_exit_3_on_an_invalid_spec_and_the_batch_goes_on(project, write_spec):
+    write_spec("""
+        function: usermod:Square
+        inputs: [{shape: [3, x]}]
+    """, "specs/bad.yaml")
+    result = invoke("specs/", "--no-color")
+    assert result.exit_code == 3
+    assert "specs/bad.yaml:3: inputs[0].shape: expected a list of non-negative ints" in result.stdout
+    assert "PASS  specs/square.yaml::default[cpu]" in result.stdout  # the good spec is still checked
+    assert "2 results: 1 passed, 0 failed, 1 error" in result.stdout
+
+
+def test_exit_3_when_the_module_cannot_be_imported(project, write_spec):
+    write_spec("function: nosuchpkg.mod:Fn\ninputs: [{shape: [2]}]\n", "specs/missing.yaml")
+    result = invoke("specs/missing.yaml", "--no-color")
+    assert result.exit_code == 3
+    assert "no module named 'nosuchpkg'" in result.stdout
+
+
+def test_exit_3_when_forward_raises_shows_the_users_line(project):
+    result = invoke("usermod.Raises", "-i", "3", "--no-color")
+    assert result.exit_code == 3
+    assert "forward raised ValueError: boom in forward" in result.stdout
+    assert "usermod.py:" in result.stdout
+    assert 'raise ValueError("boom in forward")' in result.stdout
+
+
+def test_error_beats_fail_for_the_exit_code(project, write_spec):
+    write_spec("function: usermod:SquareTwiceTooBig\ninputs: [{shape: [2]}]\n", "specs/wrong.yaml")
+    write_spec("function: usermod:Raises\ninputs: [{shape: [2]}]\n", "specs/raises.yaml")
+    assert invoke("specs/wrong.yaml").exit_code == 1
+    assert invoke("specs/wrong.yaml", "specs/raises.yaml").exit_code == 3
+
+
+def test_exit_4_on_an_internal_error(project, monkeypatch):
+    def broken_check(*args, **kwargs):
+        raise ZeroDivisionError("a bug in gradcheck-cli")
+
+    monkeypatch.setitem(runner_mod.IMPLEMENTED, "backward", broken_check)
+    result = invoke("specs/square.yaml", "--no-color")
+    assert result.exit_code == 4
+    assert "internal error in gradcheck-cli: ZeroDivisionError: a bug in gradcheck-cli" in result.stdout
+
+
+def test_mixed_targets_in_one_call_keep_their_order(project, write_spec):
+    write_spec("function: usermod:Square\ninputs: [{shape: [2]}]\n", "more/one.yaml")
+    result = invoke("more/one.yaml", "usermod.Square", "--format", "json")
+    assert result.exit_code == 0, result.output
+    ids = [r["id"] for r in json.loads(result.stdout)["results"]]
+    assert ids == ["more/one.yaml::default[cpu]", "specs/square.yaml::default[cpu]"]
+
+
+def test_json_report_follows_the_contract(project, write_spec):
+    write_spec("function: usermod:SquareTwiceTooBig\nseed: 7\ninputs: [{shape: [3, 2]}]\n", "specs/wrong.yaml")
+    result = invoke("specs/wrong.yaml", "--format", "json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)  # stdout holds the JSON and nothing else
+    assert report["schema_version"] == 1
+    assert report["tool"]["name"] == "gradcheck-cli"
+    assert report["summary"] == {"total": 1, "passed": 0, "failed": 1, "errors": 0, "skipped": 0,
+                                 "duration_s": report["summary"]["duration_s"]}
+    (res,) = report["results"]
+    assert res["id"] == "specs/wrong.yaml::default[cpu]"
+    assert (res["spec"], res["case"], res["function"], res["device"], res["seed"], res["status"]) == (
+        "specs/wrong.yaml", "default", "usermod:SquareTwiceTooBig", "cpu", 7, "fail")
+    assert res["error"] is None
+    (check,) = res["checks"]
+    assert check["check"] == "backward" and check["status"] == "fail" and check["mode"] == "elementwise"
+    assert "2.00x" in check["message"]
+    x = check["inputs"][0]
+    assert (x["index"], x["name"], x["shape"], x["status"]) == (0, "x", [3, 2], "fail")
+    assert x["mismatched"] == x["numel"] == 6
+    assert isinstance(x["max_abs_err"], float) and x["max_rel_err"] == pytest.approx(1.0)
+    assert len(x["worst_index"]) == 2
+
+
+def test_json_error_result_has_kind_and_message(project):
+    result = invoke("usermod.Raises", "-i", "3", "--format", "json")
+    res = json.loads(result.stdout)["results"][0]
+    assert res["status"] == "error"
+    assert res["error"]["kind"] == "forward"
+    assert "boom in forward" in res["error"]["message"]
+
+
+def test_cuda_spec_without_a_gpu_is_a_skip(project, write_spec):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    write_spec("function: usermod:Square\ndevice: [cpu, cuda]\ninputs: [{shape: [2]}]\n", "specs/both.yaml")
+    result = invoke("specs/both.yaml", "--no-color")
+    assert result.exit_code == 0
+    assert "2 results: 1 passed, 0 failed, 0 errors, 1 skipped" in result.stdout
+    assert "CUDA is not available" in result.stdout
+
+
+def test_init_writes_a_spec_that_runs(project):
+    result = invoke("init", "usermod.Square", "-o", "specs/init.yaml")
+    assert result.exit_code == 0, result.output
+    text = Path("specs/init.yaml").read_text()
+    assert "function: usermod.Square" in text and "scale: {value: 1.0}" in text
+    check = invoke("specs/init.yaml", "--no-color")
+    assert check.exit_code == 0, check.output
+    again = invoke("init", "usermod.Square", "-o", "specs/init.yaml")
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_init_of_a_missing_function_exits_3(project):
+    result = invoke("init", "usermod.Nope")
+    assert result.exit_code == 3
+    assert "has no attribute 'Nope'" in result.output
