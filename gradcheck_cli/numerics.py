@@ -37,8 +37,26 @@ def is_float_tensor(value: Any) -> bool:
 
 
 def real_flat(t: torch.Tensor) -> torch.Tensor:
-    """A flat real view of ``t`` (no copy): complex elements become (re, im) pairs."""
+    """A flat real view of contiguous ``t`` (no copy): complex elements become (re, im) pairs."""
     return (torch.view_as_real(t) if t.is_complex() else t).view(-1)
+
+
+def unravel(flat: int, shape: Sequence[int]) -> list[int]:
+    """The multi-index of flat (row-major) position ``flat`` in ``shape``."""
+    index = []
+    for size in reversed(shape):
+        flat, r = divmod(flat, size)
+        index.append(r)
+    return index[::-1]
+
+
+def element_ref(t: torch.Tensor) -> Callable[[int], tuple[torch.Tensor, Any]]:
+    """For in-place perturbation: real element j of ``t`` (any strides) as (tensor, index)."""
+    real = torch.view_as_real(t) if t.is_complex() else t
+    if real.is_contiguous():
+        flat = real.view(-1)
+        return lambda j: (flat, j)
+    return lambda j: (real, tuple(unravel(j, real.shape)))
 
 
 def real_numel(t: torch.Tensor) -> int:
@@ -184,15 +202,15 @@ def numerical_columns(
     with torch.no_grad():
         for i, t in enumerate(layout.inputs):
             start = layout.col_starts[i]
-            flat = real_flat(t)
+            ref = element_ref(t)
             for c in range(max(col0, start), min(col1, layout.col_starts[i + 1])):
-                j = c - start
-                orig = flat[j].item()
-                flat[j] = orig - eps
+                base, j = ref(c - start)
+                orig = base[j].item()
+                base[j] = orig - eps
                 minus = outputs_vector(as_tuple(call(values)), layout.outputs)
-                flat[j] = orig + eps
+                base[j] = orig + eps
                 plus = outputs_vector(as_tuple(call(values)), layout.outputs)
-                flat[j] = orig
+                base[j] = orig
                 cols[:, c - col0] = plus.sub_(minus).div_(2 * eps)
     return cols
 

@@ -5,6 +5,7 @@ Everything here is plain data (numbers stay numbers); reporters only format it.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
@@ -136,4 +137,6 @@ def _jsonable(value: Any) -> Any:
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN or infinity
     return value

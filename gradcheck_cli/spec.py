@@ -6,6 +6,7 @@ one error and the others are still read.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -284,8 +285,9 @@ def number(value: Any, key: tuple, ctx: _Ctx, positive: bool = False) -> float:
             value = float(value)
         except ValueError:
             pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (positive and not value > 0):
-        raise ctx.fail(key, f"expected a {'positive ' if positive else ''}number, got {_show(value)}")
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or (positive and not value > 0)):
+        raise ctx.fail(key, f"expected a finite {'positive ' if positive else ''}number, got {_show(value)}")
     return float(value)
 
 

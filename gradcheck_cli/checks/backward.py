@@ -10,7 +10,7 @@ import torch
 
 from ..diagnosis import describe
 from ..loader import Bound, Target
-from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_generator, vjp
+from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_generator, unravel, vjp
 from ..results import CheckResult, InputReport, Status
 from ..spec import Tolerance
 from . import contract, guarded
@@ -40,6 +40,8 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     if found.fatal:
         for i in checked:
             reports[i].status, reports[i].reason = Status.SKIP, "backward's contract is broken (see below)"
+        for i in found.bad_args:
+            reports[i].status, reports[i].reason = Status.FAIL, "backward's contract is broken (see below)"
         return _finish(result, found.failures, start)
 
     leaves = contract.fresh_leaves(bound.values)
@@ -48,7 +50,7 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     if not positions:
         positions = [p for p, o in enumerate(outputs) if is_float_tensor(o)]
         result.warnings.append("no output requires grad: checking that the outputs do not depend on the inputs")
-    plain = contract.fresh_leaves([v.detach() if isinstance(v, torch.Tensor) else v for v in bound.values])
+    plain = contract.fresh_leaves(bound.values, grad=False)
     layout, entries = compare(
         lambda vals: guarded("forward", "forward", target.call, vals, bound.n_positional, bound.kw_names),
         outputs, positions, [leaves[i] for i in checked], plain, [plain[i] for i in checked],
@@ -118,11 +120,11 @@ def _fill(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, o
     row.max_rel_err = entry.max_rel
     if entry.worst_excess >= 0 and layout.n_rows:
         elem, part = divmod(entry.worst_col, per_elem)
-        row.worst_index = _unravel(elem, value.shape)
+        row.worst_index = unravel(elem, value.shape)
         out_no, real_idx, pos = layout.row_location(entry.worst_row)
         out = outputs[pos]
         out_elem, out_part = divmod(real_idx, 2 if out.is_complex() else 1)
-        where = f"output {pos}" + (f" {_unravel(out_elem, out.shape)}" if out.dim() else "")
+        where = f"output {pos}" + (f" {unravel(out_elem, out.shape)}" if out.dim() else "")
         row.worst_output = where + (" (imaginary part)" if out.is_complex() and out_part else "")
         if per_elem == 2:
             row.worst_output += f", input {'imaginary' if part else 'real'} part"
@@ -131,14 +133,6 @@ def _fill(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, o
     row.diagnosis = describe(entry, row.mismatched, row.numel, tuple(value.shape))
     if row.mismatched:
         row.status = Status.FAIL
-
-
-def _unravel(flat: int, shape: torch.Size) -> list[int]:
-    index = []
-    for size in reversed(shape):
-        flat, r = divmod(flat, size)
-        index.append(r)
-    return index[::-1]
 
 
 def _determinism(outputs: tuple, positions: list[int], inputs: list[torch.Tensor], names: list[str],

@@ -32,14 +32,18 @@ class Findings:
             self.bad_args.add(arg)
 
 
-def fresh_leaves(values: list[Any]) -> list[Any]:
-    """Detached copies of the tensor arguments (same requires_grad), aliasing preserved."""
+def fresh_leaves(values: list[Any], grad: bool = True) -> list[Any]:
+    """Detached copies of the tensor arguments, aliasing and strides preserved.
+
+    With ``grad`` they keep each argument's requires_grad (leaves of a new graph); without,
+    none requires grad (copies to perturb for finite differences).
+    """
     copies: dict[int, Any] = {}
     out = []
     for v in values:
         if isinstance(v, torch.Tensor):
             if id(v) not in copies:
-                copies[id(v)] = v.detach().clone().requires_grad_(v.requires_grad)
+                copies[id(v)] = v.detach().clone().requires_grad_(grad and v.requires_grad)
             out.append(copies[id(v)])
         else:
             out.append(v)
@@ -79,7 +83,9 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
                        "clone it before changing it (grad_output may be shared with other parts of the graph)")
     for i, (v, b) in enumerate(zip(leaves, before)):
         if b is not None and not torch.equal(v.detach(), b):
-            found.fail(f"backward modified input '{bound.names[i]}' in place: work on a copy", arg=i)
+            found.fail(f"backward modified input '{bound.names[i]}' in place: work on a copy "
+                       "(autograd refuses a saved tensor that was changed, and the gradients are wrong)",
+                       fatal=True, arg=i)
     if not found.fatal:
         with torch.no_grad():
             second = as_tuple(guarded("backward", "backward (called again)", node.apply, *[

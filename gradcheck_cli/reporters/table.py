@@ -86,8 +86,9 @@ def summary_line(report: Report) -> Text:
 
 
 def render(report: Report, stream: TextIO, color: bool = True) -> None:
+    # without colour (a file, a pipe, CI logs) never wrap: one line per argument, greppable
     console = Console(file=stream, no_color=not color, highlight=False, soft_wrap=False,
-                      width=None if color else 200)
+                      width=None if color else 1000)
     for result in report.results:
         render_case(result, console)
     console.print(summary_line(report))
