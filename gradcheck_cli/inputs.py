@@ -4,7 +4,7 @@ Drawing on the CPU and then moving makes the same seed give the same values on e
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -25,20 +25,23 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def build(case: Case, device: str) -> tuple[list[tuple[Optional[str], Any]], list[tuple[str, Any]]]:
+def build(case: Case, device: str, param_names: Sequence[str] = ()
+          ) -> tuple[list[tuple[Optional[str], Any]], list[tuple[str, Any]]]:
     """The positional and keyword arguments of ``case`` as (name, value) pairs, in order.
 
-    ``same_as`` entries resolve to the very same tensor object as the argument they name.
+    ``same_as`` entries resolve to the very same tensor object as the argument they name;
+    an input without a ``name`` is known by its parameter's name in ``param_names``.
     """
     gen = torch.Generator().manual_seed(case.seed)
     by_name: dict[str, Any] = {}
     entries = [(None, a) for a in case.inputs] + list(case.kwargs)
     built: list[tuple[Optional[str], Any]] = []
-    for kw_name, arg in entries:
+    for i, (kw_name, arg) in enumerate(entries):
         value = _value(arg, case, device, gen, by_name)
         name = arg.name or kw_name
-        if name:
-            by_name[name] = value
+        known_as = name or (param_names[i] if i < len(param_names) else None)
+        if known_as:
+            by_name[known_as] = value
         built.append((name, value))
     n = len(case.inputs)
     return built[:n], [(k, v) for (k, _), (_, v) in zip(case.kwargs, built[n:])]
@@ -47,9 +50,10 @@ def build(case: Case, device: str) -> tuple[list[tuple[Optional[str], Any]], lis
 def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dict[str, Any]) -> Any:
     if isinstance(arg, AliasArg):
         if arg.same_as not in by_name:
-            known = ", ".join(by_name) or "none so far"
+            known = ", ".join(by_name)
             raise InputError(arg.key + ".same_as", f"no earlier argument named '{arg.same_as}' "
-                                                   f"(named so far: {known}); give that argument a `name:`")
+                                                   f"({'earlier ones: ' + known if known else 'it is the first'}); "
+                                                   "name an earlier argument, or give it a `name:`")
         return by_name[arg.same_as]
     if not isinstance(arg, TensorArg):
         return arg.value
@@ -57,7 +61,7 @@ def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dic
     t = t.to(device)
     rg = arg.requires_grad if arg.requires_grad is not None else (t.is_floating_point() or t.is_complex())
     if rg and not (t.is_floating_point() or t.is_complex()):
-        raise InputError(arg.key + ".requires_grad", f"a {str(t.dtype)[6:]} tensor cannot require grad; "
+        raise InputError(arg.key + ".requires_grad", f"{str(t.dtype)[6:]} tensors cannot require grad; "
                                                      "use a floating or complex dtype, or drop requires_grad")
     return t.requires_grad_(rg)
 
@@ -75,23 +79,21 @@ def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
     dtype = torch_dtype(arg.dtype or (case.dtype if arg.dist != "randint" else "int64"))
     params = dict(arg.params)
     shape = arg.shape or ()
-    if arg.dist == "randint":
-        t = torch.randint(int(params["low"]), int(params["high"]), shape, generator=gen)
-        return t.to(dtype)
-    parts = 2 if dtype.is_complex else 1
-    drawn = [_real(arg, shape, params, gen) for _ in range(parts)]
-    t = torch.complex(*drawn) if parts == 2 else drawn[0]
-    return t.to(dtype)
-
-
-def _real(arg: TensorArg, shape: tuple, params: dict[str, float], gen: torch.Generator) -> torch.Tensor:
-    """Real float64 values from ``arg.dist``, redrawn where they fall in an ``avoid`` interval."""
 
     def sample(n: tuple) -> torch.Tensor:
+        if arg.dist == "randint":
+            return torch.randint(int(params["low"]), int(params["high"]), n, generator=gen, dtype=torch.float64)
         if arg.dist == "uniform":
             return params["low"] + (params["high"] - params["low"]) * torch.rand(n, generator=gen, dtype=torch.float64)
         return params["mean"] + params["std"] * torch.randn(n, generator=gen, dtype=torch.float64)
 
+    parts = [_avoiding(sample, shape, arg) for _ in range(2 if dtype.is_complex else 1)]
+    t = torch.complex(*parts) if dtype.is_complex else parts[0]
+    return t.to(dtype)
+
+
+def _avoiding(sample: Callable[[tuple], torch.Tensor], shape: tuple, arg: TensorArg) -> torch.Tensor:
+    """``sample(shape)``, with the values that fall in an ``avoid`` interval drawn again."""
     t = sample(shape)
     for _ in range(AVOID_TRIES):
         bad = _in_avoid(t, arg.avoid)

@@ -108,8 +108,8 @@ def load(path: str) -> Target:
         raise LoadError(f"'{path}' is an nn.Module class: modules are not supported yet; "
                         "wrap the module call in a function and name that")
     if isinstance(obj, type) or not callable(obj):
-        kind = "class" if isinstance(obj, type) else type(obj).__name__
-        raise LoadError(f"'{path}' is a {kind}, not an autograd.Function subclass or a callable")
+        kind = "a class" if isinstance(obj, type) else f"a value of type {type(obj).__name__}"
+        raise LoadError(f"'{path}' is {kind}, not an autograd.Function subclass or a callable")
     return Target(path, obj, False)
 
 
@@ -121,6 +121,9 @@ def _import(module_name: str, path: str) -> Any:
             raise LoadError(f"cannot import '{module_name}' (for '{path}'): no module named '{exc.name}'; "
                             "check the spelling, run from the project root, or install the package") from exc
         raise LoadError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}", user_frame(exc)) from exc
+    except SyntaxError as exc:
+        where = f"{os.path.relpath(exc.filename)}:{exc.lineno}" if exc.filename else None
+        raise LoadError(f"importing '{module_name}' failed: SyntaxError: {exc}", where) from exc
     except Exception as exc:  # noqa: BLE001 - any error in the user's module is reported, not raised
         raise LoadError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}", user_frame(exc)) from exc
 

@@ -77,7 +77,8 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> Non
         result.checks = [CheckResult(name, Status.SKIP, message=problem) for name in case.checks]
         return
     target = loader.load(case.function)
-    positional, keywords = inputs.build(case, device)
+    params = target.parameters() or []
+    positional, keywords = inputs.build(case, device, [p.name for p in params])
     bound = loader.bind(target, positional, keywords)
     for name in case.checks:
         run = IMPLEMENTED.get(name)

@@ -139,27 +139,42 @@ def load_file(path: Union[str, Path]) -> list[Union[Case, SpecError]]:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return [SpecError(path, "", f"cannot read the file: {exc}")]
-    try:
-        docs = [d for d in yaml.safe_load_all(text)]
-        nodes = [n for n in yaml.compose_all(text, Loader=yaml.SafeLoader)]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        return [SpecError(path, "", f"not valid YAML: {problem}; fix the syntax at this line", line)]
-    docs = [d for d in docs if d is not None]
-    nodes = [n for n in nodes if not (isinstance(n, yaml.ScalarNode) and n.tag.endswith(":null"))]
-    if not docs:
+    docs, syntax_error = _documents(text, path)
+    if not docs and syntax_error is None:
         return [SpecError(path, "", "the file holds no spec; it needs at least a `function:` key")]
     out: list[Union[Case, SpecError]] = []
-    for i, (doc, node) in enumerate(zip(docs, nodes), start=1):
+    n_docs = max((i for i, _, _ in docs), default=0) + (syntax_error is not None)
+    for i, node, doc in docs:
         ctx = _Ctx(path)
         try:
             _node_lines(node, (), ctx)
-            out.extend(parse_document(doc, ctx, doc_index=i, n_docs=len(docs)))
+            out.extend(parse_document(doc, ctx, doc_index=i, n_docs=n_docs))
         except SpecError as exc:
             out.append(exc)
-    return out
+    return out + ([syntax_error] if syntax_error else [])
+
+
+def _documents(text: str, path: str) -> tuple[list[tuple[int, yaml.Node, Any]], Optional[SpecError]]:
+    """(position, node, data) of each non-empty document, read with the safe loader, and the
+    syntax error that stopped the reading, if any: the documents before it are kept."""
+    loader = yaml.SafeLoader(text)
+    docs: list[tuple[int, yaml.Node, Any]] = []
+    try:
+        index = 0
+        while loader.check_node():
+            node = loader.get_node()
+            index += 1
+            data = loader.construct_document(node)
+            if data is not None:
+                docs.append((index, node, data))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        return docs, SpecError(path, "", f"not valid YAML: {problem}; fix the syntax at this line",
+                               mark.line + 1 if mark is not None else None)
+    finally:
+        loader.dispose()
+    return docs, None
 
 
 def _node_lines(node: yaml.Node, key: tuple, ctx: _Ctx) -> None:
@@ -303,12 +318,14 @@ def _tolerance(value: Any, base: Tolerance, key: tuple, ctx: _Ctx) -> Tolerance:
 def _checks(value: Any, key: tuple, ctx: _Ctx) -> tuple[str, ...]:
     if value == "all" or value == ["all"]:
         return CHECKS
-    items = [value] if isinstance(value, str) else value
+    single = isinstance(value, str)
+    items = [value] if single else value
     if not isinstance(items, list) or not items:
         raise ctx.fail(key, f"expected a list of check names or `all`, got {_show(value)}")
     for i, name in enumerate(items):
         if name not in CHECKS:
-            raise ctx.fail(key + (i,), f"unknown check {_show(name)}; known checks: {', '.join(CHECKS)}, or `all`")
+            raise ctx.fail(key if single else key + (i,),
+                           f"unknown check {_show(name)}; known checks: {', '.join(CHECKS)}, or `all`")
     return tuple(dict.fromkeys(items))
 
 
