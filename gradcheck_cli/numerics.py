@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+ROW_STAGE = 256  # analytical rows gathered before one transposed write
 Call = Callable[[Sequence[Any]], tuple]
 Vjp = Callable[..., tuple]  # signature of torch.autograd.grad
 
@@ -98,10 +99,13 @@ class Entry:
         self.proj_n = torch.zeros(self.real_numel, dtype=torch.float64)
 
     def update(self, a: torch.Tensor, n: torch.Tensor, col0: int, probe: torch.Tensor) -> None:
-        """Fold in analytical ``a`` and numerical ``n`` (M x C) for columns col0..col0+C."""
-        cols = slice(col0, col0 + a.shape[1])
-        self.proj_a[cols] = probe @ a
-        self.proj_n[cols] = probe @ n
+        """Fold in analytical ``a`` and numerical ``n`` for columns col0..col0+C of the Jacobian.
+
+        Both are stored transposed, C x M (a row per input element), so each is contiguous.
+        """
+        cols = slice(col0, col0 + a.shape[0])
+        self.proj_a[cols] = a @ probe
+        self.proj_n[cols] = n @ probe
         if a.numel() == 0:
             return
         diff = (a - n).abs_()
@@ -109,20 +113,20 @@ class Entry:
             # a non-finite entry is a mismatch; the statistics below are over the finite ones
             finite = torch.isfinite(a) & torch.isfinite(n)
             self.nonfinite += int((~finite).sum())
-            self.bad[cols] |= ~finite.all(0)
+            self.bad[cols] |= ~finite.all(1)
             a, n = torch.where(finite, a, 0.0), torch.where(finite, n, 0.0)
             diff = (a - n).abs_()
         a, n = a.contiguous(), n.contiguous()
         n_abs = n.abs()
         tol = n_abs * self.rtol + self.atol
         # |a - n| <= atol + rtol * |n|, as torch.allclose(a, n)
-        self.bad[cols] |= ~(diff <= tol).all(0)
+        self.bad[cols] |= ~(diff <= tol).all(1)
         excess = diff / tol
-        row, col = divmod(int(torch.argmax(excess)), a.shape[1])
-        if float(excess[row, col]) > self.worst_excess:
-            self.worst_excess = float(excess[row, col])
+        col, row = divmod(int(torch.argmax(excess)), a.shape[1])
+        if float(excess[col, row]) > self.worst_excess:
+            self.worst_excess = float(excess[col, row])
             self.worst_row, self.worst_col = row, col0 + col
-            self.analytical, self.numerical = float(a[row, col]), float(n[row, col])
+            self.analytical, self.numerical = float(a[col, row]), float(n[col, row])
         self.max_abs = max(self.max_abs, float(diff.max()))
         big = n_abs > self.atol  # relative error only where the numerical value is not ~0
         if bool(big.any()):
@@ -170,49 +174,70 @@ def make_layout(inputs: list[torch.Tensor], outputs: tuple, positions: list[int]
 def analytical_rows(
     outputs: list[torch.Tensor], inputs: list[torch.Tensor], layout: Layout, col0: int, col1: int, grad: Vjp = vjp
 ) -> torch.Tensor:
-    """Rows of the analytical Jacobian restricted to columns col0..col1, one backward per row.
+    """The analytical Jacobian restricted to columns col0..col1, transposed (C x M), one
+    backward per output element (row of the Jacobian).
 
     Outputs that do not require grad have zero rows (the function claims no gradient there).
     """
-    rows = torch.zeros(layout.n_rows, col1 - col0, dtype=torch.float64)
+    rows = torch.zeros(col1 - col0, layout.n_rows, dtype=torch.float64)
     live = [o for o in outputs if o.requires_grad]
     zero_grads = [torch.zeros_like(t) for t in inputs]
     k = 0
     for out in outputs:
-        for j in range(real_numel(out) if out.requires_grad else 0):
-            grad_out = torch.zeros_like(out, memory_format=torch.contiguous_format)  # fresh: backward may write into it
-            real_flat(grad_out)[j] = 1
-            grads = grad(live, inputs, [grad_out if o is out else torch.zeros_like(o) for o in live])
-            parts = [real_flat((g if g is not None else z).contiguous()) for g, z in zip(grads, zero_grads)]
-            rows[k] = torch.cat(parts)[col0:col1].to(torch.float64)
-            k += 1
-        k += 0 if out.requires_grad else real_numel(out)
+        size = real_numel(out)
+        for j0 in range(0, size if out.requires_grad else 0, ROW_STAGE):
+            staged = []  # a few rows gathered, then written transposed in one go
+            for j in range(j0, min(size, j0 + ROW_STAGE)):
+                grad_out = torch.zeros_like(out, memory_format=torch.contiguous_format)  # fresh: backward may write it
+                real_flat(grad_out)[j] = 1
+                grads = grad(live, inputs, [grad_out if o is out else torch.zeros_like(o) for o in live])
+                parts = [real_flat((g if g is not None else z).contiguous()) for g, z in zip(grads, zero_grads)]
+                staged.append(torch.cat(parts)[col0:col1])
+            rows[:, k + j0 : k + j0 + len(staged)] = torch.stack(staged).t()
+        k += size
     return rows
 
 
 def numerical_columns(
     call: Call, values: list[Any], layout: Layout, col0: int, col1: int, eps: float
 ) -> torch.Tensor:
-    """Central differences (f(x + eps e_j) - f(x - eps e_j)) / 2 eps for columns col0..col1.
+    """Central differences (f(x + eps e_j) - f(x - eps e_j)) / 2 eps for columns col0..col1,
+    transposed (C x M) like ``analytical_rows``.
 
     ``values`` are the detached argument values; the checked tensors among them are perturbed
     in place, one real element at a time, and restored (as torch.autograd.gradcheck does).
     """
-    cols = torch.empty(layout.n_rows, col1 - col0, dtype=torch.float64)
+    cols = torch.empty(col1 - col0, layout.n_rows, dtype=torch.float64)
+    bounds = [0]
+    for size in layout.row_sizes:
+        bounds.append(bounds[-1] + size)
     with torch.no_grad():
         for i, t in enumerate(layout.inputs):
             start = layout.col_starts[i]
             ref = element_ref(t)
             for c in range(max(col0, start), min(col1, layout.col_starts[i + 1])):
                 base, j = ref(c - start)
+                out = cols[c - col0]
                 orig = base[j].item()
                 base[j] = orig - eps
-                minus = outputs_vector(as_tuple(call(values)), layout.outputs)
+                _write_outputs(as_tuple(call(values)), layout.outputs, bounds, out, None)
                 base[j] = orig + eps
-                plus = outputs_vector(as_tuple(call(values)), layout.outputs)
+                _write_outputs(as_tuple(call(values)), layout.outputs, bounds, out, out)
                 base[j] = orig
-                cols[:, c - col0] = plus.sub_(minus).div_(2 * eps)
-    return cols
+    return cols.div_(2 * eps)
+
+
+def _write_outputs(outputs: tuple, positions: list[int], bounds: list[int], out: torch.Tensor,
+                   minus: Optional[torch.Tensor]) -> None:
+    """``out`` = the realified outputs, or, given ``minus``, the outputs minus ``minus`` (a copy either way)."""
+    for k, p in enumerate(positions):
+        o = outputs[p].detach()
+        flat = (torch.view_as_real(o) if o.is_complex() else o).reshape(-1)
+        seg = out[bounds[k] : bounds[k + 1]]
+        if minus is None:
+            seg.copy_(flat)
+        else:
+            torch.sub(flat.to(torch.float64), seg, out=seg)
 
 
 def compare(
@@ -257,6 +282,6 @@ def compare(
             for i, entry in enumerate(entries):
                 lo, hi = max(c0, layout.col_starts[i]), min(c1, layout.col_starts[i + 1])
                 if lo < hi:
-                    entry.update(a_block[:, lo - col0 : hi - col0], n_chunk[:, lo - c0 : hi - c0],
+                    entry.update(a_block[lo - col0 : hi - col0], n_chunk[lo - c0 : hi - c0],
                                  lo - layout.col_starts[i], probe)
     return layout, entries
