@@ -51,6 +51,9 @@ def cli() -> None:
               help="An inline keyword argument (a YAML value) for a Function target. Repeat.")
 @click.option("--specs", "specs_dir", default="specs", show_default=True, metavar="DIR",
               help="Where to look for the specs of a Function named on the command line.")
+@click.option("-k", "select", metavar="PATTERN",
+              help="Only the cases whose name (path::case, as in the report) contains PATTERN "
+                   "(or matches it as a glob when it has * ? [).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="Report format on stdout.")
 @click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
@@ -58,9 +61,9 @@ def cli() -> None:
 @click.option("--color/--no-color", default=None, help="Colour the table (default: when stdout is a terminal "
                                                         "and NO_COLOR is unset).")
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
-              fmt: str, max_memory: int, color: Optional[bool]) -> None:
+              select: Optional[str], fmt: str, max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
-    from .targets import TargetError, resolve
+    from .targets import TargetError, matching, resolve
 
     try:
         items = resolve(list(targets), Path(specs_dir), list(inline), list(kwargs))
@@ -68,6 +71,10 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         raise click.UsageError(str(exc)) from exc
     if not items:
         raise click.UsageError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
+    if select is not None:
+        items = matching(items, select)
+        if not items:
+            raise click.UsageError(f"-k {select}: no case name contains it")
 
     from . import reporters, runner
 

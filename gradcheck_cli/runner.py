@@ -1,7 +1,9 @@
 """Spec cases -> checks -> results. User errors become error results; nothing is lost."""
 from __future__ import annotations
 
+import shlex
 import time
+from pathlib import Path
 import traceback
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Union
@@ -42,8 +44,15 @@ def device_problem(device: str) -> Optional[str]:
 def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseResult:
     """Check one case on one device."""
     result = CaseResult(id=f"{case.name}[{device}]", spec=case.path, case=case.label, function=case.function,
-                        device=device, seed=case.seed, status=Status.PASS, line=case.line)
+                        device=device, seed=case.seed, status=Status.PASS, line=case.line, replay=replay(case))
     return guard(result, lambda: _check(case, device, opts, result), where=_at(case))
+
+
+def replay(case: Case) -> Optional[str]:
+    """A command that checks just this case again (same spec, same seed)."""
+    if not Path(case.path).is_file():
+        return None
+    return f"gradcheck {shlex.quote(case.path)} -k {shlex.quote(case.name)}"
 
 
 def guard(result: CaseResult, body: Callable[[], None], where: str = "") -> CaseResult:

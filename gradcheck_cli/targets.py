@@ -4,6 +4,7 @@ No torch here: resolving targets only reads YAML.
 """
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from dataclasses import replace
@@ -30,6 +31,16 @@ def spec_files(directory: Path) -> list[Path]:
 def canonical(function: str) -> str:
     """'pkg.mod:Name' and 'pkg.mod.Name' name the same thing."""
     return function.replace(":", ".")
+
+
+def matching(items: list[Item], pattern: str) -> list[Item]:
+    """The items whose name (``path::case``; a spec error's path) contains or glob-matches ``pattern``."""
+
+    def name(item: Item) -> str:
+        return item.name if isinstance(item, Case) else item.path
+
+    glob = any(ch in pattern for ch in "*?[")
+    return [i for i in items if (fnmatch.fnmatchcase(name(i), pattern) if glob else pattern in name(i))]
 
 
 def looks_like_path(target: str) -> bool:

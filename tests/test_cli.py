@@ -248,3 +248,21 @@ def test_init_of_a_missing_function_exits_3(project):
     result = invoke("init", "usermod.Nope")
     assert result.exit_code == 3
     assert "has no attribute 'Nope'" in result.output
+
+
+def test_k_selects_cases_and_a_failure_prints_a_replay_command_that_reruns_it(project, write_spec):
+    write_spec("""
+        function: usermod:SquareTwiceTooBig
+        cases:
+          - {name: small, inputs: [{shape: [2]}]}
+          - {name: large, inputs: [{shape: [6]}]}
+    """, "specs/wrong.yaml")
+    result = invoke("specs/", "--no-color", "-k", "wrong.yaml::large")
+    assert result.exit_code == 1
+    assert "1 result: 0 passed, 1 failed" in result.stdout
+    replay = next(line for line in result.stdout.splitlines() if "replay:" in line).split("replay: ")[1]
+    assert replay == "gradcheck specs/wrong.yaml -k specs/wrong.yaml::large"
+    again = invoke(*replay.split()[1:], "--format", "json")
+    assert [r["id"] for r in json.loads(again.stdout)["results"]] == ["specs/wrong.yaml::large[cpu]"]
+    assert invoke("specs/", "-k", "square*").exit_code == 2  # glob: names start with the path
+    assert invoke("specs/", "-k", "*square*").exit_code == 0
