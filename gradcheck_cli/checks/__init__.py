@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from ..loader import user_frame
+from ..loader import Bound, Target, user_frame
 
 
 class UserCodeError(Exception):
@@ -22,3 +22,8 @@ def guarded(kind: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: 
         raise
     except Exception as exc:  # noqa: BLE001 - user code may raise anything
         raise UserCodeError(kind, f"{what} raised {type(exc).__name__}: {exc}", user_frame(exc)) from exc
+
+
+def call_forward(target: Target, bound: Bound, values: list[Any]) -> Any:
+    """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled."""
+    return guarded("forward", "forward", target.call, values, bound.n_positional, bound.kw_names)

@@ -13,7 +13,7 @@ from ..loader import Bound, Target
 from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_generator, unravel, vjp
 from ..results import CheckResult, InputReport, Status
 from ..spec import Tolerance
-from . import contract, guarded
+from . import call_forward, contract, guarded
 
 MEMORY_BYTES = 512 * 2**20
 LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)
@@ -40,31 +40,26 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     if found.fatal:
         for i in checked:
             reports[i].status, reports[i].reason = Status.SKIP, "backward's contract is broken (see below)"
-        for i in found.bad_args:
-            reports[i].status, reports[i].reason = Status.FAIL, "backward's contract is broken (see below)"
-        return _finish(result, found.failures, start)
+        return _finish(result, found, [], start)
 
     leaves = contract.fresh_leaves(bound.values)
-    outputs = as_tuple(guarded("forward", "forward", target.call, leaves, bound.n_positional, bound.kw_names))
+    outputs = as_tuple(call_forward(target, bound, leaves))
     positions = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
     if not positions:
         positions = [p for p, o in enumerate(outputs) if is_float_tensor(o)]
         result.warnings.append("no output requires grad: checking that the outputs do not depend on the inputs")
     plain = contract.fresh_leaves(bound.values, grad=False)
     layout, entries = compare(
-        lambda vals: guarded("forward", "forward", target.call, vals, bound.n_positional, bound.kw_names),
+        lambda vals: call_forward(target, bound, vals),
         outputs, positions, [leaves[i] for i in checked], plain, [plain[i] for i in checked],
         eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
         grad=lambda *args: guarded("backward", "backward", vjp, *args), seed=opts.seed,
     )
     for i, entry in zip(checked, entries):
         _fill(reports[i], entry, layout, bound.values[i], outputs)
-    failures = list(found.failures)
-    failures += _determinism(outputs, positions, [leaves[i] for i in checked], [bound.names[i] for i in checked],
-                             gen, tol.nondet_tol)
-    for i in found.bad_args:
-        reports[i].status = Status.FAIL
-    return _finish(result, failures, start)
+    nondeterministic = _determinism(outputs, positions, [leaves[i] for i in checked],
+                                    [bound.names[i] for i in checked], gen, tol.nondet_tol)
+    return _finish(result, found, nondeterministic, start)
 
 
 def _skeleton(bound: Bound) -> list[InputReport]:
@@ -154,7 +149,12 @@ def _determinism(outputs: tuple, positions: list[int], inputs: list[torch.Tensor
     return problems
 
 
-def _finish(result: CheckResult, failures: list[str], start: float) -> CheckResult:
+def _finish(result: CheckResult, found: contract.Findings, more: list[str], start: float) -> CheckResult:
+    """Status and message of the check from the rows and the contract findings."""
+    for i in found.bad_args:
+        result.inputs[i].status = Status.FAIL
+        result.inputs[i].reason = result.inputs[i].reason or "backward's contract is broken (see below)"
+    failures = found.failures + more
     wrong = [r for r in result.inputs if r.status is Status.FAIL]
     right = [r for r in result.inputs if r.status is Status.PASS]
     parts = list(failures)

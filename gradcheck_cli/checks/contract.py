@@ -13,7 +13,7 @@ import torch
 
 from ..loader import Bound, Target
 from ..numerics import as_tuple, is_float_tensor
-from . import guarded
+from . import call_forward, guarded
 
 
 @dataclass
@@ -62,7 +62,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     found = Findings()
     leaves = fresh_leaves(bound.values)
     before = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in leaves]
-    outputs = as_tuple(guarded("forward", "forward", target.call, leaves, bound.n_positional, bound.kw_names))
+    outputs = as_tuple(call_forward(target, bound, leaves))
     node = next((o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
     if node is None or getattr(type(node), "_forward_cls", None) is not target.obj:
         found.warnings.append("backward's raw return values could not be inspected: "
