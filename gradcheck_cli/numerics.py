@@ -284,4 +284,5 @@ def compare(
                 if lo < hi:
                     entry.update(a_block[lo - col0 : hi - col0], n_chunk[lo - c0 : hi - c0],
                                  lo - layout.col_starts[i], probe)
+        del a_block  # free it before the next block is allocated: one block at a time
     return layout, entries

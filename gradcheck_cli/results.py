@@ -52,6 +52,7 @@ class InputReport:
     atol: Optional[float] = None
     rtol: Optional[float] = None
     diagnosis: Optional[str] = None  # the pattern in words, e.g. "analytical is 2.00x numerical"
+    line: Optional[int] = None  # line of the argument's entry in the spec file, where known
 
 
 @dataclass

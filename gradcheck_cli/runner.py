@@ -96,7 +96,16 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> Non
                                                                         "in this version of gradcheck-cli"))
             continue
         check = run(target, bound, backward.Options(case.tolerance, case.seed, opts.memory_bytes))
+        _spec_lines(check, case)
         result.checks.append(check)
+
+
+def _spec_lines(check: CheckResult, case: Case) -> None:
+    """Point each argument's row at its entry in the spec file (positional first, then kwargs by name)."""
+    by_name = dict(case.kwargs)
+    for row in check.inputs:
+        arg = case.inputs[row.index] if row.index < len(case.inputs) else by_name.get(row.name)
+        row.line = getattr(arg, "line", None)
 
 
 def run_all(items: Iterable[Union[Case, SpecError]], opts: RunOptions = RunOptions(),

@@ -54,6 +54,7 @@ class TensorArg:
     avoid: tuple[tuple[float, float], ...] = ()
     requires_grad: Optional[bool] = None
     key: str = ""  # key path in the spec, for messages
+    line: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class ValueArg:
     value: Any
     name: Optional[str] = None
     key: str = ""
+    line: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,7 @@ class AliasArg:
     same_as: str
     name: Optional[str] = None
     key: str = ""
+    line: Optional[int] = None
 
 
 Arg = Union[TensorArg, ValueArg, AliasArg]
@@ -341,16 +344,17 @@ def _arg(entry: Any, key: tuple, ctx: _Ctx, name: Optional[str] = None) -> Arg:
         raise ctx.fail(key + ("name",), f"expected a string, got {_show(entry['name'])}")
     name = entry.get("name", name)
     keystr = _keystr(key)
+    line = ctx.lines.get(ctx.prefix + key)
     if kinds == ["value"]:
         _mapping(entry, key, ("name", "value"), ctx)
-        return ValueArg(entry["value"], name, keystr)
+        return ValueArg(entry["value"], name, keystr, line)
     if kinds == ["same_as"]:
         _mapping(entry, key, ("name", "same_as"), ctx)
         if not isinstance(entry["same_as"], str):
             raise ctx.fail(key + ("same_as",), f"expected the name of another argument, got {_show(entry['same_as'])}")
-        return AliasArg(entry["same_as"], name, keystr)
+        return AliasArg(entry["same_as"], name, keystr, line)
     _mapping(entry, key, TENSOR_KEYS, ctx)
-    return _tensor(entry, name, key, keystr, ctx)
+    return replace(_tensor(entry, name, key, keystr, ctx), line=line)
 
 
 def _tensor(entry: dict, name: Optional[str], key: tuple, keystr: str, ctx: _Ctx) -> TensorArg:
