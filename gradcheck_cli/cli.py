@@ -4,17 +4,19 @@ torch is imported only once there is something to check, so --help and --version
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import click
 
 from . import __version__
 
 EXIT_INTERNAL = 4
+PROGRESS_MIN = 3  # more cases than this get a progress bar
 FORMATS = ("table", "json")
 
 
@@ -42,6 +44,31 @@ def cli() -> None:
     """
 
 
+def _parse_shard(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[tuple[int, int]]:
+    if value is None:
+        return None
+    index, _, count = value.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise click.BadParameter(f"expected I/N with 1 <= I <= N, e.g. 2/4; got {value!r}")
+    return int(index), int(count)
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
+    """A progress bar on stderr for runs of more than a few cases, when stderr is a terminal."""
+    if total <= PROGRESS_MIN or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.description}"))
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        job = bar.add_task("", total=total)
+        yield lambda result: bar.update(job, advance=1, description=f"{result.status.value} {result.id}")
+
+
 @cli.command("check")
 @click.argument("targets", nargs=-1, required=True)
 @click.option("-i", "--input", "inline", multiple=True, metavar="SHAPE[:DTYPE]|=VALUE",
@@ -56,12 +83,27 @@ def cli() -> None:
                    "(or matches it as a glob when it has * ? [).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="Report format on stdout.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Worker processes (default: the number of cores). Results are the same and in the same "
+                   "order for any N.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Stop a case that runs longer (an error result for that case alone).")
+@click.option("--fail-fast", is_flag=True, help="Start no new case after the first failure or error.")
+@click.option("--shard", callback=_parse_shard, metavar="I/N",
+              help="Check only shard I of N (1-based; stable across machines), for CI matrix jobs.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Use this seed for every case.")
+@click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Check each case with N seeds (seed, seed+1, ...); the first seed that fails is reported.")
+@click.option("--no-isolate", is_flag=True, help="Check in this process, one case after another (for "
+                                                 "debuggers); a crash in user code then ends the run.")
 @click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
               help="Jacobian entries held in memory at once; larger checks recompute in blocks.")
 @click.option("--color/--no-color", default=None, help="Colour the table (default: when stdout is a terminal "
                                                         "and NO_COLOR is unset).")
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
-              select: Optional[str], fmt: str, max_memory: int, color: Optional[bool]) -> None:
+              select: Optional[str], fmt: str, jobs: Optional[int], timeout: Optional[float], fail_fast: bool,
+              shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, no_isolate: bool,
+              max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
     from .targets import TargetError, matching, resolve
 
@@ -76,9 +118,15 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         if not items:
             raise click.UsageError(f"-k {select}: no case name contains it")
 
-    from . import reporters, runner
+    from . import batch, plan, reporters
 
-    report = runner.run_all(items, runner.RunOptions(memory_bytes=max_memory * 2**20))
+    if shard is not None:
+        items = plan.shard(items, *shard)
+    opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials)
+    settings = batch.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
+                                  isolate=not no_isolate)
+    with _progress(len(plan.expand(items, opts))) as on_result:
+        report = batch.execute(items, opts, settings, on_result)
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     reporters.get(fmt)(report, sys.stdout, color)

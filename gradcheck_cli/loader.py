@@ -124,7 +124,7 @@ def _import(module_name: str, path: str) -> Any:
     except SyntaxError as exc:
         where = f"{os.path.relpath(exc.filename)}:{exc.lineno}" if exc.filename else None
         raise LoadError(f"importing '{module_name}' failed: SyntaxError: {exc}", where) from exc
-    except Exception as exc:  # noqa: BLE001 - any error in the user's module is reported, not raised
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any error in the user's module is reported
         raise LoadError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}", user_frame(exc)) from exc
 
 

@@ -101,6 +101,7 @@ class Report:
 
     results: list[CaseResult]
     duration_s: float = 0.0
+    not_run: int = 0  # tasks never started (--fail-fast stopped the run)
 
     def summary(self) -> dict[str, Any]:
         count = {s: 0 for s in Status}
@@ -112,6 +113,7 @@ class Report:
             "failed": count[Status.FAIL],
             "errors": count[Status.ERROR],
             "skipped": count[Status.SKIP],
+            "not_run": self.not_run,
             "duration_s": round(self.duration_s, 3),
         }
 

@@ -1,28 +1,20 @@
 """Spec cases -> checks -> results. User errors become error results; nothing is lost."""
 from __future__ import annotations
 
-import shlex
 import time
-from pathlib import Path
 import traceback
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Callable, Iterable, Optional, Union
 
 import torch
 
-from . import inputs, loader
+from . import inputs, loader, plan
+from .plan import RunOptions, Task
 from .checks import UserCodeError, backward
 from .results import CaseResult, CheckResult, ErrorInfo, Report, Status, overall
 from .spec import Case, SpecError
 
 IMPLEMENTED = {"backward": backward.run}
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """Run-wide settings that the command line controls."""
-
-    memory_bytes: int = backward.MEMORY_BYTES
 
 
 def device_problem(device: str) -> Optional[str]:
@@ -43,16 +35,23 @@ def device_problem(device: str) -> Optional[str]:
 
 def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseResult:
     """Check one case on one device."""
-    result = CaseResult(id=f"{case.name}[{device}]", spec=case.path, case=case.label, function=case.function,
-                        device=device, seed=case.seed, status=Status.PASS, line=case.line, replay=replay(case))
-    return guard(result, lambda: _check(case, device, opts, result), where=_at(case))
+    return run_task(Task(case, device, opts))
 
 
-def replay(case: Case) -> Optional[str]:
-    """A command that checks just this case again (same spec, same seed)."""
-    if not Path(case.path).is_file():
-        return None
-    return f"gradcheck {shlex.quote(case.path)} -k {shlex.quote(case.name)}"
+def run_task(task: Task) -> CaseResult:
+    """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass."""
+    trials = max(1, task.opts.trials)
+    for t in range(trials):
+        seed = task.seed + t
+        case = replace(task.case, seed=seed)
+        result = plan.new_result(task, seed)
+        guard(result, lambda: _check(case, task.device, task.opts, result), where=_at(case))
+        if result.status is not Status.PASS:
+            if t:
+                result.warnings.append(f"seed {seed} (trial {t + 1} of {trials}) did not pass; "
+                                       f"seeds {task.seed}..{seed - 1} passed")
+            return result
+    return result
 
 
 def guard(result: CaseResult, body: Callable[[], None], where: str = "") -> CaseResult:
@@ -110,20 +109,15 @@ def _spec_lines(check: CheckResult, case: Case) -> None:
 
 def run_all(items: Iterable[Union[Case, SpecError]], opts: RunOptions = RunOptions(),
             on_result: Optional[Callable[[CaseResult], None]] = None) -> Report:
-    """Check every case on every device it lists, in order; spec errors become error results."""
+    """Check every case on every device it lists, in order, in this process; spec errors become
+    error results."""
     start = time.perf_counter()
     results = []
-    for item in items:
-        batch = [spec_error_result(item)] if isinstance(item, SpecError) else [
-            run_case(item, device, opts) for device in item.devices]
-        for r in batch:
-            results.append(r)
-            if on_result:
-                on_result(r)
+    for item in plan.expand(list(items), opts):
+        result = plan.spec_error_result(item) if isinstance(item, SpecError) else run_task(item)
+        results.append(result)
+        if on_result:
+            on_result(result)
     return Report(results, time.perf_counter() - start)
 
 
-def spec_error_result(exc: SpecError) -> CaseResult:
-    """An unusable spec document as an error result of its own."""
-    return CaseResult(id=f"{exc.path}:{exc.line}" if exc.line else exc.path, spec=exc.path, case=None, function="", device="", seed=0,
-                      status=Status.ERROR, error=ErrorInfo("spec", str(exc)), line=exc.line)

@@ -20,7 +20,7 @@ def guarded(kind: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: 
         return fn(*args, **kwargs)
     except UserCodeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - user code may raise anything
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code may raise anything, even sys.exit()
         raise UserCodeError(kind, f"{what} raised {type(exc).__name__}: {exc}", user_frame(exc)) from exc
 
 

@@ -11,11 +11,11 @@ import torch
 from ..diagnosis import describe
 from ..loader import Bound, Target
 from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_generator, unravel, vjp
+from ..plan import MEMORY_BYTES
 from ..results import CheckResult, InputReport, Status
 from ..spec import Tolerance
 from . import call_forward, contract, guarded
 
-MEMORY_BYTES = 512 * 2**20
 LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)
 
 

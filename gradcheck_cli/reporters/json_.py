@@ -1,6 +1,7 @@
 """JSON report, schema_version 1 (see the contract)."""
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from typing import Any, TextIO
 
@@ -26,8 +27,14 @@ def as_dict(report: Report, torch_version: str) -> dict[str, Any]:
     }
 
 
-def render(report: Report, stream: TextIO, color: bool = False) -> None:
-    import torch
+def torch_version() -> str:
+    """The installed torch's version, read from its metadata (importing torch would take seconds)."""
+    try:
+        return importlib.metadata.version("torch").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
-    json.dump(as_dict(report, torch.__version__.split("+")[0]), stream, indent=2, allow_nan=False)
+
+def render(report: Report, stream: TextIO, color: bool = False) -> None:
+    json.dump(as_dict(report, torch_version()), stream, indent=2, allow_nan=False)
     stream.write("\n")

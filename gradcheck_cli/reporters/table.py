@@ -81,6 +81,8 @@ def summary_line(report: Report) -> Text:
     for i, (n, word, status) in enumerate(parts):
         text.append(f"{n} {word}", style=STYLE[status] if n else "")
         text.append(", " if i < len(parts) - 1 else "")
+    if s["not_run"]:
+        text.append(f"; {s['not_run']} not run (--fail-fast)", style="yellow")
     text.append(f" in {s['duration_s']:.2f}s")
     return text
 

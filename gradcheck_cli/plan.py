@@ -1,0 +1,90 @@
+"""What a run will check: (case, device) tasks, shards, and results made without running anything.
+
+No torch here, so the parent process of an isolated batch never imports it.
+"""
+from __future__ import annotations
+
+import hashlib
+import shlex
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional, Union
+
+from .results import CaseResult, ErrorInfo, Status
+from .spec import Case, SpecError
+
+MEMORY_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Run-wide settings that the command line controls."""
+
+    memory_bytes: int = MEMORY_BYTES
+    seed: Optional[int] = None  # overrides every case's seed
+    trials: int = 1  # seeds tried per case: seed, seed + 1, ...
+
+
+@dataclass(frozen=True)
+class Task:
+    """One (case, device) to check: the unit a worker process runs."""
+
+    case: Case
+    device: str
+    opts: RunOptions = RunOptions()
+
+    @property
+    def seed(self) -> int:
+        return self.case.seed if self.opts.seed is None else self.opts.seed
+
+
+def expand(items: list[Union[Case, SpecError]], opts: RunOptions) -> list[Union[Task, SpecError]]:
+    """One task per device of each case; spec errors stay in place."""
+    out: list[Union[Task, SpecError]] = []
+    for item in items:
+        out += [item] if isinstance(item, SpecError) else [Task(item, d, opts) for d in item.devices]
+    return out
+
+
+def in_shard(name: str, index: int, count: int) -> bool:
+    """Whether ``name`` belongs to shard ``index`` (1-based) of ``count``: stable across machines."""
+    digest = hashlib.sha256(name.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count == index - 1
+
+
+def shard(items: list[Union[Case, SpecError]], index: int, count: int) -> list[Union[Case, SpecError]]:
+    """The items of one shard; the ``count`` shards partition the items (a case with all its devices)."""
+    return [i for i in items if in_shard(i.name if isinstance(i, Case) else f"{i.path}:{i.line}", index, count)]
+
+
+def new_result(task: Task, seed: Optional[int] = None) -> CaseResult:
+    """An empty (passing) result for ``task``, to be filled by the checks."""
+    case, seed = task.case, task.seed if seed is None else seed
+    return CaseResult(id=f"{case.name}[{task.device}]", spec=case.path, case=case.label, function=case.function,
+                      device=task.device, seed=seed, status=Status.PASS, line=case.line,
+                      replay=replay(case, seed if seed != case.seed else None))
+
+
+def failed_result(task: Task, kind: str, message: str) -> CaseResult:
+    """An error result for a task that could not finish (a crash or a timeout of its worker)."""
+    result = new_result(task)
+    result.status, result.error = Status.ERROR, ErrorInfo(kind, message)
+    return result
+
+
+def replay(case: Case, seed: Optional[int] = None) -> Optional[str]:
+    """A command that checks just this case again (same spec, same seed)."""
+    if not Path(case.path).is_file():
+        return None
+    command = f"gradcheck {shlex.quote(case.path)} -k {shlex.quote(case.name)}"
+    return command + (f" --seed {seed}" if seed is not None else "")
+
+
+def spec_error_result(exc: SpecError) -> CaseResult:
+    """An unusable spec document as an error result of its own."""
+    return CaseResult(id=f"{exc.path}:{exc.line}" if exc.line else exc.path, spec=exc.path, case=None, function="",
+                      device="", seed=0, status=Status.ERROR, error=ErrorInfo("spec", str(exc)), line=exc.line)
+
+
+def with_seed(case: Case, seed: int) -> Case:
+    return replace(case, seed=seed)
