@@ -18,10 +18,14 @@ from .plan import Task, failed_result
 from .results import CaseResult, Status
 
 
-def _serve(conn: Connection) -> None:
-    """Worker main loop: receive (index, task), send back (index, result), until told to stop."""
+def _serve(conn: Connection, threads: int) -> None:
+    """Worker main loop: receive (index, task), send back the result, until told to stop."""
     os.dup2(2, 1)  # what user code prints goes to stderr, so stdout stays the report
+    import torch
+
     from .runner import run_task
+
+    torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
 
     while True:
         try:
@@ -36,9 +40,9 @@ def _serve(conn: Connection) -> None:
 
 
 class _Worker:
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, threads: int) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, threads), daemon=True)
         self.proc.start()
         child.close()
         self.index: Optional[int] = None
@@ -102,7 +106,9 @@ def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None, fail_fast
     results: list[Optional[CaseResult]] = [None] * len(tasks)
     pending = deque(enumerate(tasks))
     ctx = multiprocessing.get_context("spawn")
-    workers = [_Worker(ctx) for _ in range(max(1, min(jobs, len(tasks))))]
+    count = max(1, min(jobs, len(tasks)))
+    threads = max(1, (os.cpu_count() or 1) // count)
+    workers = [_Worker(ctx, threads) for _ in range(count)]
     stopping = False
 
     def finish(worker: _Worker, result: CaseResult) -> None:
@@ -145,7 +151,7 @@ def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None, fail_fast
                 worker.stop(force=True)
                 finish(worker, failure)
                 if pending and not stopping:
-                    workers[i] = _Worker(ctx)
+                    workers[i] = _Worker(ctx, threads)
     finally:
         for worker in workers:
             worker.stop(force=worker.task is not None)
