@@ -17,7 +17,7 @@ from . import __version__
 
 EXIT_INTERNAL = 4
 PROGRESS_MIN = 3  # more cases than this get a progress bar
-FORMATS = ("table", "json")
+FORMATS = ("table", "json", "github", "auto")  # reporters.FORMATS, plus auto (not imported: --help stays light)
 
 
 class DefaultGroup(click.Group):
@@ -79,10 +79,13 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
 @click.option("--specs", "specs_dir", default="specs", show_default=True, metavar="DIR",
               help="Where to look for the specs of a Function named on the command line.")
 @click.option("-k", "select", metavar="PATTERN",
-              help="Only the cases whose name (path::case, as in the report) contains PATTERN "
+              help="Only the case named PATTERN (path::case, as in the report) or, if none is, the cases "
+                   "whose name contains PATTERN "
                    "(or matches it as a glob when it has * ? [).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="Report format on stdout.")
+@click.option("--junit-xml", type=click.Path(dir_okay=False, writable=True), metavar="PATH",
+              help="Also write a JUnit XML report (one testcase per spec, case and device) to PATH.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes (default: the number of cores). Results are the same and in the same "
                    "order for any N.")
@@ -101,7 +104,7 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
 @click.option("--color/--no-color", default=None, help="Colour the table (default: when stdout is a terminal "
                                                         "and NO_COLOR is unset).")
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
-              select: Optional[str], fmt: str, jobs: Optional[int], timeout: Optional[float], fail_fast: bool,
+              select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int], timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, no_isolate: bool,
               max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
@@ -129,7 +132,13 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         report = batch.execute(items, opts, settings, on_result)
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    if fmt == "auto":
+        fmt = reporters.choose_auto(os.environ)
     reporters.get(fmt)(report, sys.stdout, color)
+    if junit_xml:
+        from .reporters import junit
+
+        junit.write(report, junit_xml)
     sys.exit(report.exit_code())
 
 
@@ -168,3 +177,19 @@ def init_cmd(function: str, output: Optional[str], force: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     click.echo(f"wrote {output}; set the shapes, then run: gradcheck {output}", err=True)
+
+
+@cli.command("schema")
+@click.argument("kind", type=click.Choice(["spec", "report"]), default="spec")
+def schema_cmd(kind: str) -> None:
+    """Print the JSON Schema of spec files (default) or of the JSON report.
+
+    \b
+    Editors validate and complete specs with it, e.g. with yaml-language-server:
+      gradcheck schema > gradcheck.schema.json
+    and, as the first line of a spec file:
+      # yaml-language-server: $schema=gradcheck.schema.json
+    """
+    from . import schemas
+
+    click.echo(schemas.text(kind), nl=False)

@@ -1,13 +1,213 @@
 """pytest plugin (entry point ``pytest11``): ``pytest --gradcheck specs/`` collects specs as tests.
 
-Inert unless ``--gradcheck`` is given; importing it does not import torch.
+Inert unless ``--gradcheck`` is given. Every spec file (``*.yaml``, ``*.yml``) under the paths
+given to pytest becomes a File node, and each (case, device) one test item, e.g.
+``specs/linear.yaml::with_bias[cpu]``; in a file of several YAML documents, the cases of each
+document sit under a node ``#N`` (``specs/max_pool.yaml::#2::default[cpu]``), as ``Case.name``
+numbers them. A spec document that cannot be read is one failing item (``spec_error``), never
+a collection error that hides the other specs.
+
+Importing this module, and collecting, read YAML only; torch is imported when a test runs.
 """
 from __future__ import annotations
 
+import argparse
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
+
 import pytest
+
+if TYPE_CHECKING:
+    from .results import CaseResult
+    from .spec import Case, SpecError
+
+SPEC_SUFFIXES = (".yaml", ".yml")
+DEFAULT_MAX_MEMORY_MB = 512  # as the command line's --max-memory
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gradcheck", "gradcheck-cli")
     group.addoption("--gradcheck", action="store_true", default=False,
                     help="collect gradcheck-cli spec files (*.yaml, *.yml) given as arguments as tests")
+    group.addoption("--gradcheck-max-memory", type=_megabytes, default=DEFAULT_MAX_MEMORY_MB, metavar="MB",
+                    help="Jacobian entries held in memory at once by each check (default: "
+                         f"{DEFAULT_MAX_MEMORY_MB}); larger checks recompute in blocks")
+
+
+def _megabytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of megabytes (1 or more), got {text!r}")
+    return value
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
+    """Spec files become SpecFile nodes, only with --gradcheck.
+
+    Dot-files (``.pre-commit-config.yaml``, ``.pre-commit-hooks.yaml``) found while walking a
+    directory are not specs; name one explicitly to collect it anyway.
+    """
+    config = parent.config
+    if not config.getoption("gradcheck") or file_path.suffix not in SPEC_SUFFIXES:
+        return None
+    if file_path.name.startswith(".") and not _named_explicitly(config, file_path):
+        return None
+    return SpecFile.from_parent(parent, path=file_path)
+
+
+def _named_explicitly(config: pytest.Config, file_path: Path) -> bool:
+    base = config.invocation_params.dir
+    return any((base / arg.split("::")[0]).resolve() == file_path.resolve() for arg in config.args)
+
+
+def _display(path: Path, base: Path) -> str:
+    """The path as the user would type it (relative to where pytest was started), so replay commands work."""
+    try:
+        return str(path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)
+
+
+class SpecFile(pytest.File):
+    """One spec file: its cases (grouped by document when there are several) and its spec errors."""
+
+    def collect(self) -> Iterator[Union[pytest.Item, pytest.Collector]]:
+        from .spec import Case, load_file  # YAML only, no torch
+
+        entries = load_file(_display(self.path, self.config.invocation_params.dir))
+        docs: dict[int, list[Case]] = {}
+        errors: list[SpecError] = []
+        n_docs = 1
+        for entry in entries:
+            if isinstance(entry, Case):
+                docs.setdefault(entry.doc, []).append(entry)
+                n_docs = entry.n_docs
+            else:
+                errors.append(entry)
+        for doc, cases in docs.items():  # documents in file order
+            if n_docs > 1:
+                yield SpecDocument.from_parent(self, name=f"#{doc}", cases=cases)
+            else:
+                yield from _case_items(self, cases)
+        seen: set[str] = set()
+        for error in errors:
+            name = f"spec_error[line {error.line}]" if error.line else "spec_error"
+            if name in seen:
+                name = f"{name}-{len(seen)}"
+            seen.add(name)
+            yield SpecErrorItem.from_parent(self, name=name, nodeid=_child_id(self, name), error=error)
+
+
+class SpecDocument(pytest.Collector):
+    """The cases of one YAML document in a file that holds several (node name ``#N``)."""
+
+    def __init__(self, *, cases: list[Case], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cases = cases
+
+    def collect(self) -> Iterator[pytest.Item]:
+        return _case_items(self, self.cases)
+
+
+def _case_items(parent: pytest.Collector, cases: list[Case]) -> Iterator[pytest.Item]:
+    for case in cases:
+        for device in case.devices:
+            name = f"{case.label}[{device}]"
+            yield CaseItem.from_parent(parent, name=name, nodeid=_child_id(parent, name), case=case, device=device)
+
+
+def _child_id(parent: pytest.Collector, name: str) -> str:
+    """The node id as a string: pytest 9 parses ``[...]`` in it as parameters, as it does when
+    reading ids back (``--lf``, ids on the command line); an id built from the name would not be."""
+    return f"{parent.nodeid}::{name}"
+
+
+class CheckFailed(Exception):
+    """A case that failed (a gradient is wrong) or could not be checked; carries its result."""
+
+    def __init__(self, result: CaseResult) -> None:
+        super().__init__(result.id)
+        self.result = result
+
+
+class CaseItem(pytest.Item):
+    """One (case, device): runs ``runner.run_case`` and maps its status onto pytest's outcomes."""
+
+    def __init__(self, *, case: Case, device: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case, self.device = case, device
+        self.result: Optional[CaseResult] = None
+
+    def runtest(self) -> None:
+        from . import runner
+        from .results import Status
+
+        mb = self.config.getoption("gradcheck_max_memory")
+        self.result = result = runner.run_case(self.case, self.device, runner.RunOptions(memory_bytes=mb * 2**20))
+        if result.status is Status.SKIP:
+            reasons = dict.fromkeys(c.message for c in result.checks if c.message)
+            self._skip("; ".join(reasons) or "no check applies")
+        if result.status in (Status.FAIL, Status.ERROR):
+            raise CheckFailed(result)
+
+    def _skip(self, reason: str) -> None:
+        """Skip, reported at the case's line in the spec (``-rs``), not at this line of the plugin."""
+        if self.case.line:
+            try:
+                raise pytest.skip.Exception(reason, _use_item_location=True)
+            except TypeError:  # a pytest without that (private) argument
+                pass
+        pytest.skip(reason)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, CheckFailed):
+            result = excinfo.value.result
+            head = ("gradient check failed" if result.error is None
+                    else "could not be checked (status error)")
+            return (f"{head}: {result.id}\n\n{render_text(result)}"
+                    f"\n  rerun in pytest: pytest --gradcheck '{self.nodeid}'")
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[Path, Optional[int], str]:
+        # the domain (failure headline) is the command line's id; not a suffix of the node id, which
+        # pytest -v would rewrite ('.' -> '::')
+        line = self.case.line - 1 if self.case.line else None
+        return self.path, line, f"gradcheck {self.case.name}[{self.device}]"
+
+
+class SpecErrorItem(pytest.Item):
+    """A spec document that cannot be used: always fails, with the spec error's message."""
+
+    def __init__(self, *, error: SpecError, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error = error
+
+    def runtest(self) -> None:
+        raise self.error
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        from .spec import SpecError
+
+        if isinstance(excinfo.value, SpecError):
+            return f"invalid spec (status error): {excinfo.value}"
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[Path, Optional[int], str]:
+        line = self.error.line - 1 if self.error.line else None
+        return self.path, line, f"gradcheck {self.error.path}: spec error"
+
+
+def render_text(result: CaseResult) -> str:
+    """The command line's table report of one case, without colour and never wrapped."""
+    from rich.console import Console
+
+    from .reporters.table import render_case
+
+    buffer = io.StringIO()
+    render_case(result, Console(file=buffer, no_color=True, highlight=False, soft_wrap=False, width=1000,
+                                color_system=None))
+    return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).strip("\n")

@@ -34,11 +34,15 @@ def canonical(function: str) -> str:
 
 
 def matching(items: list[Item], pattern: str) -> list[Item]:
-    """The items whose name (``path::case``; a spec error's path) contains or glob-matches ``pattern``."""
+    """The items named exactly ``pattern`` if any (``path::case``; a spec error's path), else those whose
+    name contains it, or glob-matches it when it has * ? [."""
 
     def name(item: Item) -> str:
         return item.name if isinstance(item, Case) else item.path
 
+    exact = [i for i in items if name(i) == pattern]  # a replay command names its case exactly
+    if exact:
+        return exact
     glob = any(ch in pattern for ch in "*?[")
     return [i for i in items if (fnmatch.fnmatchcase(name(i), pattern) if glob else pattern in name(i))]
 
