@@ -71,7 +71,7 @@ def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
     if arg.data is not None:
         try:
             t = torch.tensor(arg.data)
-        except (TypeError, ValueError, RuntimeError) as exc:
+        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:  # Overflow: an int beyond float range
             raise InputError(arg.key + ".data", f"not a rectangular nested list of numbers: {exc}") from exc
         if arg.dtype:
             return t.to(torch_dtype(arg.dtype))
@@ -94,7 +94,11 @@ def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
 
 def _avoiding(sample: Callable[[tuple], torch.Tensor], shape: tuple, arg: TensorArg) -> torch.Tensor:
     """``sample(shape)``, with the values that fall in an ``avoid`` interval drawn again."""
-    t = sample(shape)
+    try:
+        t = sample(shape)
+    except (RuntimeError, TypeError, OverflowError) as exc:  # a shape too large to allocate, or to index
+        raise InputError(arg.key + ".shape", f"cannot draw a tensor of shape {list(shape)}: "
+                                             f"{str(exc).splitlines()[0]}") from exc
     for _ in range(AVOID_TRIES):
         bad = _in_avoid(t, arg.avoid)
         if not bool(bad.any()):

@@ -29,7 +29,8 @@ TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
-DEVICE_RE = re.compile(r"^(cpu|cuda(:\d+)?|mps)$")
+DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
+MAX_NODES = 1_000_000  # aliases may repeat a node: refuse documents that expand past this ("billion laughs")
 
 
 class SpecError(Exception):
@@ -160,14 +161,18 @@ def load_file(path: Union[str, Path]) -> list[Union[Case, SpecError]]:
 def _documents(text: str, path: str) -> tuple[list[tuple[int, yaml.Node, Any]], Optional[SpecError]]:
     """(position, node, data) of each non-empty document, read with the safe loader, and the
     syntax error that stopped the reading, if any: the documents before it are kept."""
-    loader = yaml.SafeLoader(text)
+    loader = None
     docs: list[tuple[int, yaml.Node, Any]] = []
     try:
+        loader = yaml.SafeLoader(text)  # refuses control characters at once
         index = 0
         while loader.check_node():
             node = loader.get_node()
             index += 1
-            data = loader.construct_document(node)
+            try:
+                data = loader.construct_document(node)
+            except (ValueError, TypeError, LookupError, ArithmeticError, AttributeError) as exc:  # `!!int x`: not a YAMLError
+                return docs, SpecError(path, "", f"not valid YAML: a value does not fit its explicit tag: {exc}")
             if data is not None:
                 docs.append((index, node, data))
     except yaml.YAMLError as exc:
@@ -175,15 +180,29 @@ def _documents(text: str, path: str) -> tuple[list[tuple[int, yaml.Node, Any]], 
         problem = getattr(exc, "problem", None) or str(exc)
         return docs, SpecError(path, "", f"not valid YAML: {problem}; fix the syntax at this line",
                                mark.line + 1 if mark is not None else None)
+    except RecursionError:
+        return docs, SpecError(path, "", "not readable: lists or mappings nested too deeply")
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return docs, None
 
 
-def _node_lines(node: yaml.Node, key: tuple, ctx: _Ctx) -> None:
-    """Map every key path to its 1-based line; refuse duplicate keys (YAML would keep the last)."""
+def _node_lines(node: yaml.Node, key: tuple, ctx: _Ctx, sizes: Optional[dict] = None) -> int:
+    """Map every key path to its 1-based line; refuse duplicate keys (YAML would keep the last),
+    an alias inside the node it names (a cycle) and aliases that expand past MAX_NODES.
+    A node met again through an alias is not walked again: the paths below it take the
+    alias's line. Returns the node's size with aliases expanded."""
+    sizes = {} if sizes is None else sizes  # id(node) -> expanded size; None while inside it
     lines = ctx.lines
     lines.setdefault(key, node.start_mark.line + 1)
+    if id(node) in sizes:
+        if sizes[id(node)] is None:
+            raise SpecError(ctx.path, _keystr(key), "an alias inside the node it names: a spec cannot be infinite",
+                            lines[key])
+        return sizes[id(node)]
+    sizes[id(node)] = None
+    size = 1
     if isinstance(node, yaml.MappingNode):
         seen: set = set()
         for k, v in node.value:
@@ -192,10 +211,14 @@ def _node_lines(node: yaml.Node, key: tuple, ctx: _Ctx) -> None:
                 raise SpecError(ctx.path, _keystr(key + (name,)), "duplicate key: keep one", k.start_mark.line + 1)
             seen.add(name)
             lines[key + (name,)] = k.start_mark.line + 1
-            _node_lines(v, key + (name,), ctx)
+            size += _node_lines(v, key + (name,), ctx, sizes)
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
-            _node_lines(v, key + (i,), ctx)
+            size += _node_lines(v, key + (i,), ctx, sizes)
+    if size > MAX_NODES:
+        raise SpecError(ctx.path, _keystr(key), f"aliases expand this to more than {MAX_NODES} values", lines[key])
+    sizes[id(node)] = size
+    return size
 
 
 def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> list[Case]:
@@ -214,6 +237,8 @@ def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> 
     for i, entry in enumerate(cases):
         _mapping(entry, ("cases", i), CASE_KEYS, ctx)
         name = entry.get("name", f"case{i}")
+        if "name" not in entry and name in names:
+            raise ctx.fail(("cases", i), f"its default name {name!r} is taken by another case; give it a unique `name:`")
         if not isinstance(name, (str, int)) or str(name) in names:
             raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {_show(name)}")
         names.add(str(name))
@@ -231,8 +256,8 @@ def _apply(case: Case, doc: dict, key: tuple, ctx: _Ctx) -> Case:
         changes["description"] = str(doc["description"] or "")
     if "seed" in doc:
         seed = doc["seed"]
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ctx.fail(key + ("seed",), f"expected a non-negative integer, got {_show(seed)}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 64:
+            raise ctx.fail(key + ("seed",), f"expected a non-negative integer below 2**64, got {_show(seed)}")
         changes["seed"] = seed
     if "device" in doc:
         changes["devices"] = _devices(doc["device"], key + ("device",), ctx)
@@ -278,20 +303,20 @@ def _show(value: Any) -> str:
 
 
 def _function(value: Any, key: tuple, ctx: _Ctx) -> str:
-    if not isinstance(value, str) or not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", value) or "." not in value.replace(":", "."):
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?", value) or "." not in value.replace(":", "."):
         raise ctx.fail(key, f"expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', got {_show(value)}")
     return value
 
 
 def _devices(value: Any, key: tuple, ctx: _Ctx) -> tuple[str, ...]:
     items = value if isinstance(value, list) else [value]
-    if not items or not all(isinstance(d, str) and DEVICE_RE.match(d) for d in items):
+    if not items or not all(isinstance(d, str) and DEVICE_RE.fullmatch(d) for d in items):
         raise ctx.fail(key, f"expected cpu, cuda, cuda:N (or a list of these), got {_show(value)}")
     return tuple(dict.fromkeys(items))
 
 
 def _dtype(value: Any, key: tuple, ctx: _Ctx) -> str:
-    if value not in DTYPES:
+    if not isinstance(value, str) or value not in DTYPES:  # a list or mapping is unhashable
         raise ctx.fail(key, f"unknown dtype {_show(value)}; use one of {', '.join(sorted(set(DTYPES.values())))}")
     return DTYPES[value]
 
@@ -303,8 +328,12 @@ def number(value: Any, key: tuple, ctx: _Ctx, positive: bool = False) -> float:
             value = float(value)
         except ValueError:
             pass
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or (positive and not value > 0)):
+    try:
+        bad = (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+               or (positive and not value > 0))
+    except OverflowError:  # an int too large for a float
+        bad = True
+    if bad:
         raise ctx.fail(key, f"expected a finite {'positive ' if positive else ''}number, got {_show(value)}")
     return float(value)
 
@@ -367,7 +396,7 @@ def _tensor(entry: dict, name: Optional[str], key: tuple, keystr: str, ctx: _Ctx
         raise ctx.fail(key + ("data",), f"expected a number or a (nested) list of numbers, got {_show(entry['data'])}")
     dtype = _dtype(entry["dtype"], key + ("dtype",), ctx) if "dtype" in entry else None
     dist = entry.get("dist")
-    if dist is not None and dist not in DISTS:
+    if dist is not None and (not isinstance(dist, str) or dist not in DISTS):
         raise ctx.fail(key + ("dist",), f"unknown distribution {_show(dist)}; use one of {', '.join(DISTS)}")
     if dist is not None and "data" in entry:
         raise ctx.fail(key + ("dist",), "`dist` draws values, `data` gives them: use one or the other")
@@ -385,6 +414,9 @@ def _tensor(entry: dict, name: Optional[str], key: tuple, keystr: str, ctx: _Ctx
         params = {"low": params.get("low", 0.0), "high": params.get("high", 1.0)}
     else:
         params = {"low": params.get("low", 0.0), "high": params.get("high", 2.0 if dtype == "bool" else 10.0)}
+        for k, v in params.items():
+            if not (v.is_integer() and -2 ** 63 <= v < 2 ** 63):
+                raise ctx.fail(key + (k,), f"randint draws integers: expected a whole number within int64, got {_show(entry[k])}")
     if params.get("low", 0) >= params.get("high", 1):
         raise ctx.fail(key + ("high",), f"expected high > low, got low={params['low']}, high={params['high']}")
     avoid = entry.get("avoid", [])
