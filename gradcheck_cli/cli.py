@@ -53,6 +53,15 @@ def _parse_shard(ctx: click.Context, param: click.Parameter, value: Optional[str
     return int(index), int(count)
 
 
+def _check_devices(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    from .spec import DEVICE_RE
+
+    for device in value:
+        if not DEVICE_RE.match(device):
+            raise click.BadParameter(f"expected cpu, cuda or cuda:N, got {device!r}")
+    return value
+
+
 @contextlib.contextmanager
 def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
     """A progress bar on stderr for runs of more than a few cases, when stderr is a terminal."""
@@ -97,6 +106,10 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Use this seed for every case.")
 @click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Check each case with N seeds (seed, seed+1, ...); the first seed that fails is reported.")
+@click.option("--device", "devices", multiple=True, callback=_check_devices, metavar="DEVICE",
+              help="Check on this device instead of the specs' (cpu, cuda, cuda:N). Repeat for several.")
+@click.option("--require-device", is_flag=True,
+              help="An unavailable device is an error (exit 3) instead of a skip.")
 @click.option("--no-isolate", is_flag=True, help="Check in this process, one case after another (for "
                                                  "debuggers); a crash in user code then ends the run.")
 @click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
@@ -105,7 +118,8 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
                                                         "and NO_COLOR is unset).")
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
               select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int], timeout: Optional[float], fail_fast: bool,
-              shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, no_isolate: bool,
+              shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
+              require_device: bool, no_isolate: bool,
               max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
     from .targets import TargetError, matching, resolve
@@ -125,7 +139,8 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
 
     if shard is not None:
         items = plan.shard(items, *shard)
-    opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials)
+    opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
+                           devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device)
     settings = batch.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
                                   isolate=not no_isolate)
     with _progress(len(plan.expand(items, opts))) as on_result:

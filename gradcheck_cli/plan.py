@@ -23,6 +23,8 @@ class RunOptions:
     memory_bytes: int = MEMORY_BYTES
     seed: Optional[int] = None  # overrides every case's seed
     trials: int = 1  # seeds tried per case: seed, seed + 1, ...
+    devices: Optional[tuple[str, ...]] = None  # overrides every case's devices
+    require_device: bool = False  # an unavailable device is an error, not a skip
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,11 @@ def expand(items: list[Union[Case, SpecError]], opts: RunOptions) -> list[Union[
     """One task per device of each case; spec errors stay in place."""
     out: list[Union[Task, SpecError]] = []
     for item in items:
-        out += [item] if isinstance(item, SpecError) else [Task(item, d, opts) for d in item.devices]
+        if isinstance(item, SpecError):
+            out.append(item)
+            continue
+        case = item if opts.devices is None else replace(item, devices=opts.devices)
+        out += [Task(case, d, opts) for d in case.devices]
     return out
 
 
@@ -60,9 +66,11 @@ def shard(items: list[Union[Case, SpecError]], index: int, count: int) -> list[U
 def new_result(task: Task, seed: Optional[int] = None) -> CaseResult:
     """An empty (passing) result for ``task``, to be filled by the checks."""
     case, seed = task.case, task.seed if seed is None else seed
+    command = replay(case, seed if seed != case.seed else None)
+    if command and task.opts.devices is not None:
+        command += f" --device {task.device}"
     return CaseResult(id=f"{case.name}[{task.device}]", spec=case.path, case=case.label, function=case.function,
-                      device=task.device, seed=seed, status=Status.PASS, line=case.line,
-                      replay=replay(case, seed if seed != case.seed else None))
+                      device=task.device, seed=seed, status=Status.PASS, line=case.line, replay=command)
 
 
 def failed_result(task: Task, kind: str, message: str) -> CaseResult:

@@ -36,7 +36,11 @@ def _serve(conn: Connection, threads: int) -> None:
             return
         index, task = message
         conn.send(("started", index))  # the timeout counts from here, not from the worker's start-up
-        conn.send(("done", run_task(task)))
+        result = run_task(task)
+        retire = result.error is not None and result.error.kind == "cuda"
+        conn.send(("retiring" if retire else "done", result))
+        if retire:
+            return  # a CUDA error leaves the context unusable: a fresh worker takes the next task
 
 
 class _Worker:
@@ -48,6 +52,7 @@ class _Worker:
         self.index: Optional[int] = None
         self.task: Optional[Task] = None
         self.started: Optional[float] = None  # when the worker began the task
+        self.retiring = False  # it said it will exit after this result
 
     def give(self, index: int, task: Task) -> None:
         self.conn.send((index, task))
@@ -61,6 +66,7 @@ class _Worker:
                 if kind == "started":
                     self.started = time.monotonic()
                 else:
+                    self.retiring = kind == "retiring"
                     return True, payload
         except (EOFError, OSError):
             return False, None
@@ -122,8 +128,11 @@ def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None, fail_fast
 
     try:
         while True:
-            for worker in workers:
+            for i, worker in enumerate(workers):
                 if worker.task is None and pending and not stopping:
+                    if worker.retiring or not worker.proc.is_alive():
+                        worker.stop(force=True)
+                        workers[i] = worker = _Worker(ctx, threads)
                     worker.give(*pending.popleft())
             busy = [w for w in workers if w.task is not None]
             if not busy:

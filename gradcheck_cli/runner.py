@@ -10,27 +10,20 @@ import torch
 
 from . import inputs, loader, plan
 from .plan import RunOptions, Task
-from .checks import UserCodeError, backward
+from .checks import UserCodeError, backward, device_kind, devices, guarded
+from .checks.devices import Context, device_problem
 from .results import CaseResult, CheckResult, ErrorInfo, Report, Status, overall
 from .spec import Case, SpecError
 
-IMPLEMENTED = {"backward": backward.run}
+
+class DeviceError(Exception):
+    """A required device that is not available (--require-device)."""
 
 
-def device_problem(device: str) -> Optional[str]:
-    """Why ``device`` cannot be used here, or None when it can."""
-    kind, _, index = device.partition(":")
-    if kind == "cpu":
-        return None
-    if kind == "cuda":
-        if not torch.cuda.is_available():
-            return "CUDA is not available on this machine (torch was built without CUDA or no GPU is visible)"
-        if index and int(index) >= torch.cuda.device_count():
-            return f"{device} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)"
-        return None
-    if kind == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
-        return "MPS is not available on this machine"
-    return None
+IMPLEMENTED: dict[str, Callable[[Context, backward.Options], CheckResult]] = {
+    "backward": lambda ctx, options: backward.run(ctx.target, ctx.bound, options),
+    "device_consistency": lambda ctx, options: devices.consistency(ctx),
+}
 
 
 def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseResult:
@@ -67,9 +60,13 @@ def guard(result: CaseResult, body: Callable[[], None], where: str = "") -> Case
         result.error = ErrorInfo("spec", f"{where}: {exc.key}: {exc}" if where else f"{exc.key}: {exc}")
     except UserCodeError as exc:
         result.error = ErrorInfo(exc.kind, str(exc), exc.where)
+    except DeviceError as exc:
+        result.error = ErrorInfo("device", str(exc))
     except Exception as exc:  # noqa: BLE001 - a bug of ours is still one result, not a crash
-        result.error = ErrorInfo("internal", f"internal error in gradcheck-cli: {type(exc).__name__}: {exc}",
-                                 "".join(traceback.format_exception(exc)[-3:]).strip())
+        kind = device_kind(exc)  # an asynchronous GPU error can surface anywhere after its kernel
+        result.error = (ErrorInfo(kind, f"{type(exc).__name__}: {exc}") if kind else
+                        ErrorInfo("internal", f"internal error in gradcheck-cli: {type(exc).__name__}: {exc}",
+                                  "".join(traceback.format_exception(exc)[-3:]).strip()))
     result.status = Status.ERROR if result.error else overall([c.status for c in result.checks])
     result.duration_s = time.perf_counter() - start
     return result
@@ -81,20 +78,25 @@ def _at(case: Case) -> str:
 
 def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> None:
     problem = device_problem(device)
+    if problem and opts.require_device:
+        raise DeviceError(f"{device} is required (--require-device) but not available: {problem}")
     if problem:
         result.checks = [CheckResult(name, Status.SKIP, message=problem) for name in case.checks]
         return
     target = loader.load(case.function)
     params = target.parameters() or []
     positional, keywords = inputs.build(case, device, [p.name for p in params])
-    bound = loader.bind(target, positional, keywords)
+    ctx = Context(case, device, target, loader.bind(target, positional, keywords))
+    options = backward.Options(case.tolerance, case.seed, opts.memory_bytes)
     for name in case.checks:
         run = IMPLEMENTED.get(name)
         if run is None:
             result.checks.append(CheckResult(name, Status.SKIP, message=f"the {name} check is not available "
                                                                         "in this version of gradcheck-cli"))
             continue
-        check = run(target, bound, backward.Options(case.tolerance, case.seed, opts.memory_bytes))
+        check = run(ctx, options)
+        if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
+            guarded("cuda", "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         _spec_lines(check, case)
         result.checks.append(check)
 

@@ -77,7 +77,7 @@ def _display(path: Path) -> str:
 
 
 def _for_function(function: str, specs_dir: Path, inline: list[str], kwargs: list[str]) -> list[Item]:
-    if not re.match(r"^[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?$", function) or "." not in canonical(function):
+    if not re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?", function) or "." not in canonical(function):
         raise TargetError(f"'{function}' is neither a spec file, a directory, nor an import path like "
                           "'pkg.mod.MyFunction'")
     if inline or kwargs:

@@ -72,7 +72,7 @@ def shipped_report() -> Report:
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(REPO)
         report = run_files(SPEC_FILES)
-    assert {r.status for r in report.results} == {Status.PASS, Status.FAIL}  # the fixture covers both
+    assert {Status.PASS, Status.FAIL} <= {r.status for r in report.results}  # the fixture covers both
     return report
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import torch
+
 from ..loader import Bound, Target, user_frame
 
 
@@ -21,7 +23,17 @@ def guarded(kind: str, what: str, fn: Callable[..., Any], *args: Any, **kwargs: 
     except UserCodeError:
         raise
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code may raise anything, even sys.exit()
-        raise UserCodeError(kind, f"{what} raised {type(exc).__name__}: {exc}", user_frame(exc)) from exc
+        raise UserCodeError(device_kind(exc) or kind, f"{what} raised {type(exc).__name__}: {exc}",
+                            user_frame(exc)) from exc
+
+
+def device_kind(exc: BaseException) -> Optional[str]:
+    """'out_of_memory' or 'cuda' for errors of the GPU (the latter leave its context unusable)."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return "out_of_memory"
+    if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("CUDA error", "CUBLAS_STATUS", "CUDNN_STATUS")):
+        return "cuda"
+    return None
 
 
 def call_forward(target: Target, bound: Bound, values: list[Any]) -> Any:

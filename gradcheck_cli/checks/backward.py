@@ -14,7 +14,8 @@ from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_
 from ..plan import MEMORY_BYTES
 from ..results import CheckResult, InputReport, Status
 from ..spec import Tolerance
-from . import call_forward, contract, guarded
+from . import UserCodeError, call_forward, contract, guarded
+from .devices import memory_problem
 
 LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)
 
@@ -44,6 +45,10 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
 
     leaves = contract.fresh_leaves(bound.values)
     outputs = as_tuple(call_forward(target, bound, leaves))
+    device = next((str(v.device) for v in bound.values if isinstance(v, torch.Tensor)), "cpu")
+    refusal = memory_problem(bound, outputs, device)
+    if refusal:
+        raise UserCodeError("out_of_memory", refusal)
     positions = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
     if not positions:
         positions = [p for p, o in enumerate(outputs) if is_float_tensor(o)]
@@ -144,8 +149,10 @@ def _determinism(outputs: tuple, positions: list[int], inputs: list[torch.Tensor
             continue
         spread = float((a - b).abs().max()) if a.numel() else 0.0
         if not spread <= nondet_tol:
+            suggest = 10.0 ** math.ceil(math.log10(spread * 10))
             problems.append(f"backward is not deterministic for '{name}': two runs with the same grad_output "
-                            f"differ by up to {spread:.3g}; set tolerance.nondet_tol if that is expected")
+                            f"differ by up to {spread:.3g} (atomic adds on a GPU do this); if that is expected, "
+                            f"set tolerance: {{nondet_tol: {suggest:g}}}")
     return problems
 
 

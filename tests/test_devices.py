@@ -1,0 +1,197 @@
+"""Devices: overrides, required devices, device_consistency, GPU memory and CUDA errors.
+
+The device logic runs on every machine (the CPU plays both sides, or CUDA is the missing
+device); the tests marked `cuda` run the same specs on a GPU and skip cleanly without one.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from gradcheck_cli import inputs, loader
+from gradcheck_cli.checks import UserCodeError, device_kind, devices, guarded
+from gradcheck_cli.cli import cli
+from gradcheck_cli.results import Status
+from gradcheck_cli.spec import Case, TensorArg
+
+REPO = Path(__file__).resolve().parent.parent
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+USER = """
+import torch
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+class DriftsBetweenRuns(Square):
+    '''Each backward call is 1% larger than the one before: two devices cannot agree.'''
+    calls = 0
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        DriftsBetweenRuns.calls += 1
+        return 2 * x * g * (1 + 0.01 * DriftsBetweenRuns.calls)
+
+class DeviceAssert(Square):
+    @staticmethod
+    def forward(ctx, x):
+        raise RuntimeError("CUDA error: device-side assert triggered")
+"""
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def context(function: str, devices_listed: tuple[str, ...], device: str) -> devices.Context:
+    case = Case(path="<test>", label="t", function=function, devices=devices_listed,
+                inputs=(TensorArg(shape=(3, 2), dist="normal", params=(("mean", 0.0), ("std", 1.0))),))
+    target = loader.load(function)
+    bound = loader.bind(target, *inputs.build(case, device, [p.name for p in target.parameters()]))
+    return devices.Context(case, device, target, bound)
+
+
+def test_consistency_agrees_when_both_devices_give_the_same_gradients():
+    # "cpu:0" is a second name for the CPU: the real comparison runs, on one machine
+    check = devices.consistency(context("gradcheck_cli.examples.devices:Softsign", ("cpu", "cpu:0"), "cpu:0"))
+    assert check.status is Status.PASS
+    assert check.message.startswith("cpu:0 vs cpu: gradients agree")
+    (row,) = check.inputs
+    assert row.name == "x" and row.mismatched == 0 and row.max_abs_err == 0.0
+
+
+def test_consistency_names_the_device_pair_and_the_argument_that_differs(user_module):
+    user_module(USER)
+    check = devices.consistency(context("usermod:DriftsBetweenRuns", ("cpu", "cpu:0"), "cpu:0"))
+    assert check.status is Status.FAIL
+    assert check.message == "cpu:0 vs cpu: gradients of 'x' differ"
+    (row,) = check.inputs
+    assert row.status is Status.FAIL and row.mismatched == 6 and row.numel == 6
+    assert row.max_rel_err == pytest.approx(0.01 / 1.02, rel=1e-6)  # 1.01x here against 1.02x there
+
+
+@pytest.mark.parametrize("listed, device, reason", [
+    (("cpu",), "cpu", "lists one device"),
+    (("cpu", "cuda"), "cpu", "cpu is the reference device"),
+    (("cuda:7", "cpu"), "cpu", "the reference device cuda:7 is not available"),
+])
+def test_consistency_skips_with_the_reason(listed, device, reason):
+    if torch.cuda.is_available() and "cuda:7" in listed and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    check = devices.consistency(context("gradcheck_cli.examples.devices:Softsign", listed, device))
+    assert check.status is Status.SKIP and reason in check.message
+
+
+@pytest.fixture
+def project(user_module, write_spec):
+    user_module(USER)
+    write_spec("function: usermod:Square\ninputs: [{shape: [3]}]\n", "specs/square.yaml")
+
+
+def test_device_option_overrides_the_spec_and_an_unavailable_one_is_a_skip(project):
+    result = invoke("specs/square.yaml", "--device", "cpu", "--device", "cuda:7", "--format", "json")
+    assert result.exit_code == 0
+    res = json.loads(result.stdout)["results"]
+    assert [r["device"] for r in res] == ["cpu", "cuda:7"]
+    assert [r["status"] for r in res] == ["pass", "skip"]
+    assert "cuda:7" in res[1]["checks"][0]["message"] or "CUDA is not available" in res[1]["checks"][0]["message"]
+
+
+def test_require_device_turns_the_skip_into_an_error(project):
+    result = invoke("specs/square.yaml", "--device", "cuda:7", "--require-device", "--format", "json")
+    assert result.exit_code == 3
+    (res,) = json.loads(result.stdout)["results"]
+    assert res["status"] == "error" and res["error"]["kind"] == "device"
+    assert "cuda:7 is required (--require-device)" in res["error"]["message"]
+    assert res["replay"].endswith("--device cuda:7")
+
+
+def test_bad_device_option_is_a_usage_error(project):
+    result = invoke("specs/square.yaml", "--device", "gpu0")
+    assert result.exit_code == 2 and "expected cpu, cuda or cuda:N" in result.output
+
+
+def test_memory_estimate_refuses_a_check_that_would_not_fit(monkeypatch):
+    ctx = context("gradcheck_cli.examples.devices:Softsign", ("cpu",), "cpu")
+    assert devices.memory_problem(ctx.bound, (torch.zeros(3, 2),), "cpu") is None
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (100, 10_000))
+    message = devices.memory_problem(ctx.bound, (torch.zeros(3, 2),), "cuda:0")
+    assert message is not None and "GiB on cuda:0" in message and "free" in message
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10**12, 10**12))
+    assert devices.memory_problem(ctx.bound, (torch.zeros(3, 2),), "cuda:0") is None
+
+
+def test_gpu_errors_are_named():
+    assert device_kind(RuntimeError("CUDA error: device-side assert triggered")) == "cuda"
+    assert device_kind(torch.cuda.OutOfMemoryError("CUDA out of memory")) == "out_of_memory"
+    assert device_kind(RuntimeError("shapes do not match")) is None
+
+    def assert_on_device() -> None:
+        raise RuntimeError("CUDA error: device-side assert triggered")
+
+    with pytest.raises(UserCodeError) as caught:
+        guarded("forward", "forward", assert_on_device)
+    assert caught.value.kind == "cuda"
+
+
+def test_a_cuda_error_replaces_the_worker_and_the_batch_goes_on(project, write_spec):
+    write_spec("function: usermod:DeviceAssert\ninputs: [{shape: [3]}]\n", "specs/a_assert.yaml")
+    result = invoke("specs/", "--format", "json", "-j", "1")
+    assert result.exit_code == 3
+    first, second = json.loads(result.stdout)["results"]
+    assert first["error"]["kind"] == "cuda"
+    assert second["status"] == "pass"
+
+
+def test_shipped_device_spec_passes_on_cpu_and_skips_cuda_without_a_gpu(monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = invoke("specs/devices.yaml", "--format", "json", "--no-isolate")
+    assert result.exit_code == 0
+    res = json.loads(result.stdout)["results"]
+    assert [r["device"] for r in res] == ["cpu", "cuda", "cpu", "cuda"]
+    expected = "pass" if torch.cuda.is_available() else "skip"
+    assert [r["status"] for r in res] == ["pass", expected, "pass", expected]
+
+
+@cuda
+def test_on_a_gpu_every_shipped_spec_passes_on_cuda_and_agrees_with_the_cpu(monkeypatch):
+    monkeypatch.chdir(REPO)
+    result = invoke("specs/", "--device", "cpu", "--device", "cuda", "--require-device", "--format", "json")
+    assert result.exit_code == 0, result.stdout
+    res = json.loads(result.stdout)["results"]
+    assert {r["status"] for r in res} == {"pass"}
+    consistency = [c for r in res for c in r["checks"] if c["check"] == "device_consistency" and r["device"] == "cuda"]
+    assert consistency and all(c["status"] == "pass" for c in consistency)
+
+
+@cuda
+def test_on_a_gpu_wrong_device_gradients_are_a_contract_failure(user_module):
+    user_module("""
+import torch
+class CpuGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+    @staticmethod
+    def backward(ctx, g):
+        return (g * 2).cpu()
+""")
+    from gradcheck_cli import check
+
+    result = check(loader.load("usermod:CpuGrad").obj, [torch.randn(3, dtype=torch.float64, device="cuda",
+                                                                    requires_grad=True)])
+    assert result.status is Status.FAIL
+    assert "on cpu, but 'x' is on cuda:0" in result.checks[0].message
