@@ -44,7 +44,7 @@ def check(
     result = CaseResult(id=name, spec=None, case=None, function=name, device="", seed=seed, status=Status.PASS)
     opts = backward.Options(Tolerance(eps, atol, rtol, nondet_tol), seed)
 
-    def body() -> None:
+    def body(result: CaseResult) -> None:
         bound = loader.bind(target, [(None, a) for a in args], list((kwargs or {}).items()))
         devices = {str(v.device) for v in bound.values if isinstance(v, torch.Tensor)}
         result.device = ",".join(sorted(devices)) or "cpu"

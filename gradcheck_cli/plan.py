@@ -92,7 +92,3 @@ def spec_error_result(exc: SpecError) -> CaseResult:
     """An unusable spec document as an error result of its own."""
     return CaseResult(id=f"{exc.path}:{exc.line}" if exc.line else exc.path, spec=exc.path, case=None, function="",
                       device="", seed=0, status=Status.ERROR, error=ErrorInfo("spec", str(exc)), line=exc.line)
-
-
-def with_seed(case: Case, seed: int) -> Case:
-    return replace(case, seed=seed)

@@ -37,8 +37,8 @@ def run_task(task: Task) -> CaseResult:
     for t in range(trials):
         seed = task.seed + t
         case = replace(task.case, seed=seed)
-        result = plan.new_result(task, seed)
-        guard(result, lambda: _check(case, task.device, task.opts, result), where=_at(case))
+        result = guard(plan.new_result(task, seed), lambda r, c=case: _check(c, task.device, task.opts, r),
+                       where=_at(case))
         if result.status is not Status.PASS:
             if t:
                 result.warnings.append(f"seed {seed} (trial {t + 1} of {trials}) did not pass; "
@@ -47,11 +47,11 @@ def run_task(task: Task) -> CaseResult:
     return result
 
 
-def guard(result: CaseResult, body: Callable[[], None], where: str = "") -> CaseResult:
-    """Run ``body`` (which appends checks to ``result``); any failure to check becomes ``result.error``."""
+def guard(result: CaseResult, body: Callable[[CaseResult], None], where: str = "") -> CaseResult:
+    """Run ``body(result)`` (which appends checks to it); any failure to check becomes ``result.error``."""
     start = time.perf_counter()
     try:
-        body()
+        body(result)
     except SpecError as exc:
         result.error = ErrorInfo("spec", str(exc))
     except loader.LoadError as exc:

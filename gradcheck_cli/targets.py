@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 import yaml
 
