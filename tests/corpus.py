@@ -813,6 +813,12 @@ def _positive34(g):
     return (_uniform(g, 3, 4, lo=0.5, hi=2.0),)
 
 
+_INT_OUTPUT_NOTE = (
+    "torch.autograd.gradcheck raises IndexError: its numerical Jacobians "
+    "skip integer outputs but are then realigned with all outputs by position"
+)
+
+
 CORPUS: list[Case] = [
     # ----------------------------------------------------------------- correct
     Case("ok_exp", Exp, _x34, True),
@@ -870,8 +876,7 @@ CORPUS: list[Case] = [
         _x34,
         True,
         torch_can_judge=False,
-        torch_note="torch.autograd.gradcheck raises IndexError: its numerical Jacobians "
-        "skip integer outputs but are then realigned with all outputs by position",
+        torch_note=_INT_OUTPUT_NOTE,
     ),
     Case("ok_int64_output_last", LogSumExpThenArgmax, _x34, True),
     Case("ok_nondiff_output_first", MaskFirstHalfSquare, lambda g: (_mixed_signs(g, 3, 4),), True),
@@ -1003,8 +1008,7 @@ CORPUS: list[Case] = [
         False,
         wrong_args=("x",),
         torch_can_judge=False,
-        torch_note="torch.autograd.gradcheck raises IndexError: its numerical Jacobians "
-        "skip integer outputs but are then realigned with all outputs by position",
+        torch_note=_INT_OUTPUT_NOTE,
     ),
     Case(
         "bad_nondiff_output_first_grads_swapped",

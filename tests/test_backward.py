@@ -18,6 +18,11 @@ from gradcheck_cli import loader
 from gradcheck_cli.checks import backward
 from gradcheck_cli.spec import Tolerance
 
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from corpus import Exp, Mul, Square
+except ImportError:  # pragma: no cover
+    from tests.corpus import Exp, Mul, Square
+
 F64 = torch.float64
 THIS_FILE = os.path.basename(__file__)
 
@@ -78,32 +83,34 @@ def assert_fails_with(result, *words: str) -> str:
 # ------------------------------------------------------------------------ Functions
 
 
-class Square(torch.autograd.Function):
-    """x**2, correct."""
+# Square (x**2), Mul (x * y) and Exp (exp(x)), all correct, come from the corpus. The wrong
+# Functions below subclass a correct one and change only what they get wrong.
+
+
+class TimesTwo(torch.autograd.Function):
+    """x * 2, correct."""
 
     @staticmethod
     def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
+        return x * 2
 
     @staticmethod
     def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * x * g
+        return g * 2
 
 
-class Mul(torch.autograd.Function):
-    """x * y, correct."""
+class MatMul(torch.autograd.Function):
+    """a @ w, correct."""
 
     @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
+    def forward(ctx, a, w):
+        ctx.save_for_backward(a, w)
+        return a @ w
 
     @staticmethod
     def backward(ctx, g):
-        x, y = ctx.saved_tensors
-        return g * y, g * x
+        a, w = ctx.saved_tensors
+        return g @ w.t(), a.t() @ g
 
 
 class Scale(torch.autograd.Function):
@@ -147,33 +154,20 @@ def test_kwargs_are_bound_by_name():
 # ------------------------------------------------------------- contract: failures
 
 
-class TooFewGrads(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class TooFewGrads(Mul):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         return g * y  # the gradient of y is missing
 
 
-class TooManyGrads(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
+class TooManyGrads(TimesTwo):
     @staticmethod
     def backward(ctx, g):
         return g * 2, g  # one non-None gradient too many
 
 
-class ExtraNoneGrads(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
+class ExtraNoneGrads(TimesTwo):
     @staticmethod
     def backward(ctx, g):
         return g * 2, None, None  # trailing Nones are allowed by autograd
@@ -192,21 +186,13 @@ def test_extra_trailing_none_gradients_are_fine():
     assert status(run(ExtraNoneGrads, rand(3))) == "pass"
 
 
-class WrongShape(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
+class WrongShape(TimesTwo):
     @staticmethod
     def backward(ctx, g):
         return (g * 2).t()  # (4, 3) for a (3, 4) input: not reducible by broadcasting
 
 
-class BroadcastShape(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
+class BroadcastShape(TimesTwo):
     @staticmethod
     def backward(ctx, g):
         return g.expand(2, *g.shape)  # (2, 3, 4): autograd sums it down to 2 * g, the right value
@@ -225,12 +211,7 @@ def test_broadcast_reducible_shape_is_only_a_warning():
     assert row(r, "x").mismatched == 0
 
 
-class WrongDtype(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
+class WrongDtype(Square):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
@@ -243,12 +224,7 @@ def test_wrong_dtype_fails():
     assert status(row(r, "x")) == "fail"
 
 
-class GradForNonTensor(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, k):
-        ctx.k = k
-        return x * k
-
+class GradForNonTensor(Scale):
     @staticmethod
     def backward(ctx, g):
         return g * ctx.k, g.sum()  # k is an int: it must get None
@@ -259,11 +235,7 @@ def test_gradient_for_a_non_tensor_argument_fails():
     assert_fails_with(r, "'k'", "not a tensor")
 
 
-class NumpyGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
+class NumpyGrad(TimesTwo):
     @staticmethod
     def backward(ctx, g):
         return (g * 2).numpy()  # an ndarray, not a tensor
@@ -287,11 +259,7 @@ def test_a_number_returned_as_gradient_fails():
     assert_fails_with(run(NumberGrad, rand(3)), "float", "'x'", "tensor")
 
 
-class ScalesGradOutputInPlace(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
+class ScalesGradOutputInPlace(TimesTwo):
     @staticmethod
     def backward(ctx, g):
         return g.mul_(2)  # the right value, but grad_output is changed
@@ -316,12 +284,7 @@ def test_second_grad_output_modified_in_place_is_named():
     assert_fails_with(run(ScalesSecondGradOutputInPlace, rand(3)), "grad_output 1", "in place")
 
 
-class ChangesSavedInput(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
+class ChangesSavedInput(Square):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
@@ -354,12 +317,8 @@ def test_saved_input_modified_in_place_by_backward_fails():
     assert_fails_with(r, "modified input 'x' in place")
 
 
-class CountingBackward(torch.autograd.Function):
+class CountingBackward(TimesTwo):
     calls = 0
-
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
 
     @staticmethod
     def backward(ctx, g):
@@ -367,11 +326,7 @@ class CountingBackward(torch.autograd.Function):
         return g * 2 + CountingBackward.calls * 1e-9  # drifts with every call
 
 
-class NoisyBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
+class NoisyBackward(TimesTwo):
     @staticmethod
     def backward(ctx, g):
         return g * 2 + 1e-7 * torch.rand_like(g)
@@ -406,11 +361,7 @@ class RaisesInForward(torch.autograd.Function):
         return g
 
 
-class RaisesInBackward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
+class RaisesInBackward(TimesTwo):
     @staticmethod
     def backward(ctx, g):
         raise KeyError("backward exploded on purpose")  # RAISE-BACKWARD
@@ -420,11 +371,7 @@ def helper_that_raises(x):
     raise ZeroDivisionError("helper exploded on purpose")  # RAISE-HELPER
 
 
-class RaisesInHelper(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x * 2
-
+class RaisesInHelper(TimesTwo):
     @staticmethod
     def backward(ctx, g):
         return helper_that_raises(g)
@@ -539,11 +486,7 @@ class IgnoresY(torch.autograd.Function):
         return g * 2, None
 
 
-class IgnoresYZeros(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        return x * 2
-
+class IgnoresYZeros(IgnoresY):
     @staticmethod
     def backward(ctx, g):
         return g * 2, torch.zeros(3, 3, dtype=g.dtype)
@@ -575,12 +518,7 @@ def test_no_argument_requires_grad_is_a_skip():
     assert "nothing to compare" in bw(r).message
 
 
-class MulWrongY(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class MulWrongY(Mul):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
@@ -671,19 +609,6 @@ class ComplexToReal(torch.autograd.Function):
 
 def test_complex_input_real_output_passes():
     assert status(run(ComplexToReal, rand(4, dtype=torch.complex128))) == "pass"
-
-
-class Exp(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = x.exp()
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return g * y
 
 
 class ExpWrong(Exp):
@@ -778,13 +703,8 @@ def test_non_contiguous_input_with_wrong_gradient_fails():
 # ------------------------------------------------------------- per-argument numbers
 
 
-class MulYTwice(torch.autograd.Function):
+class MulYTwice(Mul):
     """x * y with the gradient of y exactly 2x too large."""
-
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
 
     @staticmethod
     def backward(ctx, g):
@@ -817,24 +737,14 @@ def test_twice_the_gradient_numbers():
     assert "'x'" in check.message  # named as right
 
 
-class MulSignFlipped(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class MulSignFlipped(Mul):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
         return -g * y, g * x
 
 
-class MulZeros(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
+class MulZeros(Mul):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
@@ -869,12 +779,7 @@ def test_sign_flip_numbers():
     assert x.analytical == pytest.approx(-x.numerical, rel=1e-4)
 
 
-class OneWrongElement(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
+class OneWrongElement(Square):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
@@ -893,12 +798,7 @@ def test_one_wrong_element():
     assert "1 of 12" in x.diagnosis
 
 
-class MatMulTransposedGrad(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, a, w):
-        ctx.save_for_backward(a, w)
-        return a @ w
-
+class MatMulTransposedGrad(MatMul):
     @staticmethod
     def backward(ctx, g):
         a, w = ctx.saved_tensors
@@ -914,11 +814,7 @@ def test_transposed_gradient_of_square_matrix():
     assert len(w.worst_index) == 2
 
 
-class GradientWithoutDependence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        return x * 2
-
+class GradientWithoutDependence(IgnoresY):
     @staticmethod
     def backward(ctx, g):
         return g * 2, torch.ones(3, dtype=g.dtype)
@@ -936,14 +832,9 @@ def test_gradient_where_output_does_not_depend():
 # ------------------------------------------------------------- memory budget
 
 
-class CountedMatMul(torch.autograd.Function):
+class CountedMatMul(MatMul):
     calls = 0
     wrong = False
-
-    @staticmethod
-    def forward(ctx, a, w):
-        ctx.save_for_backward(a, w)
-        return a @ w
 
     @staticmethod
     def backward(ctx, g):

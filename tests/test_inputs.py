@@ -318,23 +318,26 @@ def test_unknown_same_as_names_the_key_and_the_missing_name(build):
     assert "'y'" in msg and "x" in msg and "name" in msg
 
 
+MUL_SOURCE = """
+    import torch
+
+    class Mul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, a, b):
+            ctx.save_for_backward(a, b)
+            return a * b
+
+        @staticmethod
+        def backward(ctx, g):
+            a, b = ctx.saved_tensors
+            return g * b, g * a
+"""
+
+
 def test_same_as_defaults_to_forward_parameter_names(user_module, write_spec):
     # contract: an input's `name` defaults to forward's parameter name, so `same_as: a` names
     # the first input of forward(ctx, a, b) even without `name: a`
-    mod = user_module("""
-        import torch
-
-        class Mul(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, a, b):
-                ctx.save_for_backward(a, b)
-                return a * b
-
-            @staticmethod
-            def backward(ctx, g):
-                a, b = ctx.saved_tensors
-                return g * b, g * a
-    """)
+    mod = user_module(MUL_SOURCE)
     path = write_spec(f"function: {mod}:Mul\ninputs:\n  - shape: [3]\n  - same_as: a\n")
     (case,) = load_file(path)
     result = runner.run_case(case, "cpu")
@@ -344,20 +347,7 @@ def test_same_as_defaults_to_forward_parameter_names(user_module, write_spec):
 
 def test_aliased_arguments_of_a_correct_function_pass(user_module, write_spec):
     # y = a * b called as Mul(x, x): dy/dx = 2x; torch.autograd.gradcheck agrees that Mul is right
-    mod = user_module("""
-        import torch
-
-        class Mul(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, a, b):
-                ctx.save_for_backward(a, b)
-                return a * b
-
-            @staticmethod
-            def backward(ctx, g):
-                a, b = ctx.saved_tensors
-                return g * b, g * a
-    """, "aliasmod")
+    mod = user_module(MUL_SOURCE, "aliasmod")
     path = write_spec(f"function: {mod}:Mul\ninputs:\n  - {{name: a, shape: [3]}}\n  - same_as: a\n")
     (case,) = load_file(path)
     positional, _ = inputs.build(case, "cpu")
