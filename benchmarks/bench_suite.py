@@ -1,0 +1,166 @@
+"""gradcheck-cli's engine against torch.autograd.gradcheck on the same Functions and inputs.
+
+Every (case, engine) runs in its own process, so peak memory is its own and a process killed
+for memory costs one row; each is warmed up on a tiny input first, so first-call costs (lazy
+imports inside torch) are not counted. Also the CLI's cold start. Not a test: run it by hand,
+
+    python benchmarks/bench_suite.py            # everything (about 10 minutes here)
+    python benchmarks/bench_suite.py --quick    # the small cases only
+"""
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ENGINES = ("torch-slow", "torch-fast", "gradcheck-cli")
+
+FUNCTIONS = '''
+import torch
+
+class Softplus(torch.autograd.Function):
+    """elementwise"""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.nn.functional.softplus(x)
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.sigmoid(x)
+
+class LogSumExp(torch.autograd.Function):
+    """a reduction over the last dim"""
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.logsumexp(x, -1)
+        ctx.save_for_backward(x, y)
+        return y
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g.unsqueeze(-1) * torch.exp(x - y.unsqueeze(-1))
+
+class SinCos(torch.autograd.Function):
+    """two outputs"""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin(), x.cos()
+    @staticmethod
+    def backward(ctx, gs, gc):
+        (x,) = ctx.saved_tensors
+        return gs * x.cos() - gc * x.sin()
+
+class SumOfProducts(torch.autograd.Function):
+    """many small inputs: sum_i a_i * b_i"""
+    @staticmethod
+    def forward(ctx, *xs):
+        ctx.save_for_backward(*xs)
+        return sum(xs[i] * xs[i + 1] for i in range(0, len(xs), 2))
+    @staticmethod
+    def backward(ctx, g):
+        xs = ctx.saved_tensors
+        out = []
+        for i in range(0, len(xs), 2):
+            out += [g * xs[i + 1], g * xs[i]]
+        return tuple(out)
+'''
+
+CASES = {  # name: (function, input shapes)
+    **{f"linear n={n}": ("linear", [(n, n), (n, n), (n,)]) for n in (16, 32, 64, 96, 128)},
+    "elementwise 64x64": ("Softplus", [(64, 64)]),
+    "reduction 32x64": ("LogSumExp", [(32, 64)]),
+    "two outputs 48x48": ("SinCos", [(48, 48)]),
+    "12 small inputs 4x4": ("SumOfProducts", [(4, 4)] * 12),
+}
+QUICK = ("linear n=16", "linear n=32", "elementwise 64x64", "reduction 32x64", "two outputs 48x48",
+         "12 small inputs 4x4")
+
+
+def one(engine: str, case: str) -> dict:
+    """In the child process: check one case with one engine; wall time and peak memory."""
+    import torch
+
+    from gradcheck_cli import check
+
+    name, shapes = CASES[case]
+    if name == "linear":
+        from gradcheck_cli.examples.linear import LinearFunction as fn
+    else:
+        namespace: dict = {}
+        exec(FUNCTIONS, namespace)  # noqa: S102 - our own benchmark Functions
+        fn = namespace[name]
+    gen = torch.Generator().manual_seed(0)
+
+    def run(shapes: list) -> bool:
+        args = [torch.randn(*s, generator=gen, dtype=torch.float64).requires_grad_() for s in shapes]
+        if engine == "gradcheck-cli":
+            return check(fn, args).status.value == "pass"
+        return torch.autograd.gradcheck(fn.apply, args, fast_mode=engine == "torch-fast", raise_exception=False)
+
+    run([tuple(min(d, 2) for d in s) for s in shapes])  # warm-up: first-call costs are not the engine's
+    start = time.perf_counter()
+    verdict = run(shapes)
+    wall = time.perf_counter() - start
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"pass": verdict, "wall_s": wall, "peak_mb": peak_mb}
+
+
+def child(engine: str, case: str, timeout: float = 1200) -> dict:
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--one", engine, case], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"pass": "timeout", "wall_s": None, "peak_mb": None}
+    if proc.returncode != 0:
+        return {"pass": f"died ({proc.returncode})", "wall_s": None, "peak_mb": None}
+    return json.loads(proc.stdout)
+
+
+def cold_start() -> None:
+    """gradcheck --help (no torch), one small spec end to end, and torch's own import."""
+    runs = {
+        "python -c 'import torch'": [sys.executable, "-c", "import torch"],
+        "gradcheck --help": [sys.executable, "-m", "gradcheck_cli", "--help"],
+        "gradcheck specs/relu.yaml": [sys.executable, "-m", "gradcheck_cli", "specs/relu.yaml", "--no-color"],
+        "gradcheck specs/relu.yaml --no-isolate": [sys.executable, "-m", "gradcheck_cli", "specs/relu.yaml",
+                                                  "--no-color", "--no-isolate"],
+    }
+    print(f"\n{'cold start (best of 3)':42} {'wall s':>8}")
+    for name, command in runs.items():
+        best = min(_wall(command) for _ in range(3))
+        print(f"{name:42} {best:8.2f}", flush=True)
+
+
+def _wall(command: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, capture_output=True, cwd=REPO, check=False)
+    return time.perf_counter() - start
+
+
+def fmt(value: object, spec: str) -> str:
+    return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def main(quick: bool) -> None:
+    print(f"{'case':22} {'engine':14} {'verdict':>9} {'wall s':>8} {'peak MB':>8} {'time vs torch slow':>19}")
+    for case in (QUICK if quick else CASES):
+        rows = {engine: child(engine, case) for engine in ENGINES}
+        slow = rows["torch-slow"]["wall_s"]
+        for engine, row in rows.items():
+            ratio = f"{row['wall_s'] / slow:.3f}x" if slow and row["wall_s"] is not None else "-"
+            print(f"{case:22} {engine:14} {fmt(row['pass'], ''):>9} {fmt(row['wall_s'], '.3f'):>8} "
+                  f"{fmt(row['peak_mb'], '.0f'):>8} {ratio:>19}", flush=True)
+    cold_start()
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--one"]:
+        print(json.dumps(one(sys.argv[2], sys.argv[3])))
+    else:
+        main("--quick" in sys.argv)
