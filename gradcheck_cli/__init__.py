@@ -23,11 +23,13 @@ def check(
     rtol: float = 1e-3,
     nondet_tol: float = 0.0,
     seed: int = 0,
+    probes: int = 0,
 ) -> "CaseResult":
     """Check the backward of ``fn`` (an autograd.Function class or any callable) at ``args``.
 
     ``kwargs`` are bound to forward's signature by name. Tolerances default to
-    torch.autograd.gradcheck's. Returns a CaseResult: ``.status`` is a Status, ``.checks[0]``
+    torch.autograd.gradcheck's. ``probes > 0`` decides with that many signed random probes
+    first and compares element by element only when one fails. Returns a CaseResult: ``.status`` is a Status, ``.checks[0]``
     the backward check with one ``InputReport`` per argument. Never raises for errors in
     ``fn``: they come back as ``.error``.
     """
@@ -42,7 +44,7 @@ def check(
     name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
     target = loader.Target(name, fn, is_function)
     result = CaseResult(id=name, spec=None, case=None, function=name, device="", seed=seed, status=Status.PASS)
-    opts = backward.Options(Tolerance(eps, atol, rtol, nondet_tol), seed)
+    opts = backward.Options(Tolerance(eps, atol, rtol, nondet_tol), seed, probes=probes)
 
     def body(result: CaseResult) -> None:
         bound = loader.bind(target, [(None, a) for a in args], list((kwargs or {}).items()))

@@ -17,6 +17,7 @@ from . import __version__
 
 EXIT_INTERNAL = 4
 PROGRESS_MIN = 3  # more cases than this get a progress bar
+FAST_PROBES = 4
 FORMATS = ("table", "json", "github", "auto")  # reporters.FORMATS, plus auto (not imported: --help stays light)
 
 
@@ -112,6 +113,11 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
               help="An unavailable device is an error (exit 3) instead of a skip.")
 @click.option("--no-isolate", is_flag=True, help="Check in this process, one case after another (for "
                                                  "debuggers); a crash in user code then ends the run.")
+@click.option("--fast", "probes", flag_value=FAST_PROBES, type=int,
+              help=f"Decide with {FAST_PROBES} signed random probes v^T J u per argument; compare element by "
+                   "element only where one fails (same as --probes 4).")
+@click.option("--probes", "probes", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Decide with N signed random probes per argument first (0: element by element).")
 @click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
               help="Jacobian entries held in memory at once; larger checks recompute in blocks.")
 @click.option("--color/--no-color", default=None, help="Colour the table (default: when stdout is a terminal "
@@ -119,7 +125,7 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
               select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int], timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
-              require_device: bool, no_isolate: bool,
+              require_device: bool, no_isolate: bool, probes: int,
               max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
     from .targets import TargetError, matching, resolve
@@ -140,7 +146,8 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
     if shard is not None:
         items = plan.shard(items, *shard)
     opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
-                           devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device)
+                           devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
+                           probes=probes)
     settings = batch.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
                                   isolate=not no_isolate)
     with _progress(len(plan.expand(items, opts))) as on_result:

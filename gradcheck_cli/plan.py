@@ -25,6 +25,7 @@ class RunOptions:
     trials: int = 1  # seeds tried per case: seed, seed + 1, ...
     devices: Optional[tuple[str, ...]] = None  # overrides every case's devices
     require_device: bool = False  # an unavailable device is an error, not a skip
+    probes: int = 0  # > 0: the fast decision with this many random probes
 
 
 @dataclass(frozen=True)

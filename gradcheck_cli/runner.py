@@ -87,7 +87,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> Non
     params = target.parameters() or []
     positional, keywords = inputs.build(case, device, [p.name for p in params])
     ctx = Context(case, device, target, loader.bind(target, positional, keywords))
-    options = backward.Options(case.tolerance, case.seed, opts.memory_bytes)
+    options = backward.Options(case.tolerance, case.seed, opts.memory_bytes, opts.probes)
     for name in case.checks:
         run = IMPLEMENTED.get(name)
         if run is None:

@@ -151,3 +151,19 @@ def test_gradcheck_cli_agrees_with_torch(case):
         if case.wrong_args:
             # e.g. bad_linear_wrong_weight_only: only `weight` is wrong, `x` and `bias` are right.
             assert failing == set(case.wrong_args), f"failing arguments {failing}, expected {set(case.wrong_args)}"
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=_ids(CORPUS))
+def test_probe_mode_gives_the_same_verdicts(case):
+    """--fast decides with 4 signed random probes per argument: the same verdict as torch's slow
+    mode on every case, and the failing arguments found element by element after a probe fails."""
+    from gradcheck_cli import check
+
+    result = check(case.fn, _make_args(case), kwargs=case.kwargs, probes=4)
+    assert (result.status.value == "pass") == case.correct, result.checks[0].message
+    (backward,) = result.checks
+    if case.correct:
+        assert backward.mode == "probe"
+    else:
+        failing = {inp.name for inp in backward.inputs if inp.status.value == "fail"}
+        assert failing == set(case.wrong_args)

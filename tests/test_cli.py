@@ -270,3 +270,15 @@ def test_k_selects_cases_and_a_failure_prints_a_replay_command_that_reruns_it(pr
     assert [r["id"] for r in json.loads(again.stdout)["results"]] == ["specs/wrong.yaml::large[cpu]"]
     assert invoke("specs/", "-k", "square*").exit_code == 2  # glob: names start with the path
     assert invoke("specs/", "-k", "*square*").exit_code == 0
+
+
+def test_fast_mode_decides_with_probes_and_explains_failures_element_by_element(monkeypatch):
+    monkeypatch.chdir(REPO)
+    good = invoke("specs/linear.yaml", "--fast", "--no-color", "--no-isolate")
+    assert good.exit_code == 0
+    assert "backward (probe)" in good.stdout and "4 signed random probes" not in good.stdout  # reason of a pass row stays internal
+    bad = invoke("broken-specs/linear_double_bias.yaml", "--fast", "--format", "json", "--no-isolate")
+    assert bad.exit_code == 1
+    (check,) = json.loads(bad.stdout)["results"][0]["checks"]
+    assert check["mode"] == "elementwise" and "2.00x" in check["message"]
+    assert any("a random probe failed for 'bias'" in w for w in check["warnings"])

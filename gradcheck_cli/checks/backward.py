@@ -11,6 +11,7 @@ import torch
 from ..diagnosis import describe
 from ..loader import Bound, Target
 from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_generator, unravel, vjp
+from .. import probes
 from ..plan import MEMORY_BYTES
 from ..results import CheckResult, InputReport, Status
 from ..spec import Tolerance
@@ -25,6 +26,7 @@ class Options:
     tolerance: Tolerance
     seed: int = 0
     memory_bytes: int = MEMORY_BYTES
+    probes: int = 0  # > 0: decide with this many signed random probes, element by element only if one fails
 
 
 def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
@@ -54,17 +56,41 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
         positions = [p for p, o in enumerate(outputs) if is_float_tensor(o)]
         result.warnings.append("no output requires grad: checking that the outputs do not depend on the inputs")
     plain = contract.fresh_leaves(bound.values, grad=False)
-    layout, entries = compare(
-        lambda vals: call_forward(target, bound, vals),
-        outputs, positions, [leaves[i] for i in checked], plain, [plain[i] for i in checked],
-        eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
-        grad=lambda *args: guarded("backward", "backward", vjp, *args), seed=opts.seed,
-    )
-    for i, entry in zip(checked, entries):
-        _fill(reports[i], entry, layout, bound.values[i], outputs)
+    forward = lambda vals: call_forward(target, bound, vals)  # noqa: E731
+    backward = lambda *args: guarded("backward", "backward", vjp, *args)  # noqa: E731
+    grad_inputs, plain_inputs = [leaves[i] for i in checked], [plain[i] for i in checked]
+    decided = opts.probes and _probe(result, checked, bound, forward, backward, outputs, positions,
+                                     grad_inputs, plain, plain_inputs, opts)
+    if not decided:
+        layout, entries = compare(forward, outputs, positions, grad_inputs, plain, plain_inputs,
+                                  eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
+                                  grad=backward, seed=opts.seed)
+        for i, entry in zip(checked, entries):
+            _fill(reports[i], entry, layout, bound.values[i], outputs)
     nondeterministic = _determinism(outputs, positions, [leaves[i] for i in checked],
                                     [bound.names[i] for i in checked], gen, tol.nondet_tol)
     return _finish(result, found, nondeterministic, start)
+
+
+def _probe(result: CheckResult, checked: list[int], bound: Bound, forward: Any, backward: Any, outputs: tuple,
+           positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
+           plain_inputs: list[torch.Tensor], opts: Options) -> bool:
+    """The fast decision; True when every probe passed (the rows are filled), False to go element by element."""
+    tol = opts.tolerance
+    stats = probes.decide(forward, outputs, positions, grad_inputs, plain, plain_inputs, eps=tol.eps,
+                          atol=tol.atol, rtol=tol.rtol, probes=opts.probes, seed=opts.seed, grad=backward)
+    failed = [bound.names[i] for i, s in zip(checked, stats) if s.failed]
+    if failed:
+        result.warnings.append(f"a random probe failed for {', '.join(repr(n) for n in failed)}: "
+                               "checked element by element to explain it")
+        return False
+    result.mode = "probe"
+    for i, s in zip(checked, stats):
+        row = result.inputs[i]
+        row.max_abs_err, row.atol, row.rtol = s.max_abs, tol.atol, tol.rtol
+        row.analytical, row.numerical = s.analytical, s.numerical
+        row.reason = f"{s.probes} signed random probes v^T J u agree"
+    return True
 
 
 def _skeleton(bound: Bound) -> list[InputReport]:
