@@ -6,6 +6,7 @@ broadcast dimensions, in-place changes) is seen as the user wrote it.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -24,6 +25,7 @@ class Findings:
     warnings: list[str] = field(default_factory=list)
     fatal: bool = False
     bad_args: set[int] = field(default_factory=set)
+    repeated: bool = False  # backward was called twice with the same grad_output and compared
 
     def fail(self, message: str, fatal: bool = False, arg: Optional[int] = None) -> None:
         self.failures.append(message)
@@ -91,6 +93,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
             second = as_tuple(guarded("backward", "backward (called again)", node.apply, *[
                 k.clone() if k is not None else None for k in kept]))
         _check_repeat(first, second, bound, nondet_tol, found)
+        found.repeated = True
     return found
 
 
@@ -146,4 +149,10 @@ def _check_repeat(first: tuple, second: tuple, bound: Bound, nondet_tol: float, 
         if not spread <= nondet_tol:
             found.fail(f"backward returned different values for '{bound.names[i]}' when called again with "
                        f"the same grad_output (max difference {spread:.3g}): it keeps or changes state "
-                       "between calls, or is nondeterministic (then set tolerance.nondet_tol)", arg=i)
+                       f"between calls, or is nondeterministic; {nondet_hint(spread)}", arg=i)
+
+
+def nondet_hint(spread: float) -> str:
+    """What to write in the spec when the nondeterminism is expected (e.g. atomic adds on a GPU)."""
+    suggest = 10.0 ** math.ceil(math.log10(spread * 10)) if spread > 0 and math.isfinite(spread) else 1e-6
+    return f"if that is expected (atomic adds on a GPU do this), set tolerance: {{nondet_tol: {suggest:g}}}"
