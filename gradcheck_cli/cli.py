@@ -55,10 +55,10 @@ def _parse_shard(ctx: click.Context, param: click.Parameter, value: Optional[str
 
 
 def _check_devices(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    from .spec import DEVICE_RE
+    from .spec import is_device
 
     for device in value:
-        if not DEVICE_RE.match(device):
+        if not is_device(device):
             raise click.BadParameter(f"expected cpu, cuda or cuda:N, got {device!r}")
     return value
 

@@ -30,6 +30,7 @@ CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
+FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")  # likewise
 MAX_NODES = 1_000_000  # aliases may repeat a node: refuse documents that expand past this ("billion laughs")
 
 
@@ -302,15 +303,31 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def is_device(text: str) -> bool:
+    """cpu, cuda, cuda:N or mps, exactly."""
+    return DEVICE_RE.fullmatch(text) is not None
+
+
+def is_import_path(text: str) -> bool:
+    """'pkg.mod:Name' or 'pkg.mod.Name' (at least one dot), exactly."""
+    return FUNCTION_RE.fullmatch(text) is not None and "." in text.replace(":", ".")
+
+
+def parse_argument(entry: Any, where: str) -> Arg:
+    """One argument entry given outside a spec file (e.g. on the command line), validated like
+    an entry of ``inputs``; a SpecError names ``where``."""
+    return replace(_arg(entry, (), _Ctx(where)), key=where)
+
+
 def _function(value: Any, key: tuple, ctx: _Ctx) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?", value) or "." not in value.replace(":", "."):
+    if not isinstance(value, str) or not is_import_path(value):
         raise ctx.fail(key, f"expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', got {_show(value)}")
     return value
 
 
 def _devices(value: Any, key: tuple, ctx: _Ctx) -> tuple[str, ...]:
     items = value if isinstance(value, list) else [value]
-    if not items or not all(isinstance(d, str) and DEVICE_RE.fullmatch(d) for d in items):
+    if not items or not all(isinstance(d, str) and is_device(d) for d in items):
         raise ctx.fail(key, f"expected cpu, cuda, cuda:N (or a list of these), got {_show(value)}")
     return tuple(dict.fromkeys(items))
 

@@ -13,7 +13,7 @@ from typing import Union
 
 import yaml
 
-from .spec import Case, SpecError, TensorArg, ValueArg, load_file
+from .spec import Arg, Case, SpecError, is_import_path, load_file, parse_argument
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 Item = Union[Case, SpecError]
@@ -77,7 +77,7 @@ def _display(path: Path) -> str:
 
 
 def _for_function(function: str, specs_dir: Path, inline: list[str], kwargs: list[str]) -> list[Item]:
-    if not re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?", function) or "." not in canonical(function):
+    if not is_import_path(function):
         raise TargetError(f"'{function}' is neither a spec file, a directory, nor an import path like "
                           "'pkg.mod.MyFunction'")
     if inline or kwargs:
@@ -107,25 +107,24 @@ def inline_case(function: str, inline: list[str], kwargs: list[str]) -> Case:
     return Case(path="<command line>", label="inline", function=function, inputs=tuple(args), kwargs=tuple(kw))
 
 
-def _inline_arg(text: str, option: str) -> Union[TensorArg, ValueArg]:
+def _inline_arg(text: str, option: str) -> Arg:
+    """``-i 20x20[:DTYPE]``, ``-i scalar`` or ``-i =VALUE``, read as the spec entry it stands for."""
     if text.startswith("="):
         try:
-            return ValueArg(yaml.safe_load(text[1:]), key=option)
+            entry: dict = {"value": yaml.safe_load(text[1:])}
         except yaml.YAMLError as exc:
             raise TargetError(f"{option}: not a YAML value: {exc}") from exc
-    shape_text, _, dtype = text.partition(":")
-    if shape_text in ("", "scalar", "[]"):
-        shape: tuple[int, ...] = ()
-    elif re.fullmatch(r"\d+(x\d+)*", shape_text):
-        shape = tuple(int(d) for d in shape_text.split("x"))
     else:
-        raise TargetError(f"{option}: expected a shape like 20x20 (or 'scalar'), optionally with :DTYPE, "
-                          "or =VALUE for a non-tensor argument")
-    from .spec import DTYPES
-
-    if dtype and dtype not in DTYPES:
-        raise TargetError(f"{option}: unknown dtype '{dtype}'; use one of {', '.join(sorted(set(DTYPES.values())))}")
-    name = DTYPES.get(dtype) if dtype else None
-    dist = "randint" if name and (name.startswith(("int", "uint")) or name == "bool") else "normal"
-    params = (("low", 0.0), ("high", 2.0 if name == "bool" else 10.0)) if dist == "randint" else (("mean", 0.0), ("std", 1.0))
-    return TensorArg(shape=shape, dtype=name, dist=dist, params=params, key=option)
+        shape_text, _, dtype = text.partition(":")
+        if shape_text in ("", "scalar", "[]"):
+            entry = {"shape": []}
+        elif re.fullmatch(r"\d+(x\d+)*", shape_text):
+            entry = {"shape": [int(d) for d in shape_text.split("x")]}
+        else:
+            raise TargetError(f"{option}: expected a shape like 20x20 (or 'scalar'), optionally with :DTYPE, "
+                              "or =VALUE for a non-tensor argument")
+        entry.update({"dtype": dtype} if dtype else {})
+    try:
+        return parse_argument(entry, option)
+    except SpecError as exc:
+        raise TargetError(str(exc)) from exc

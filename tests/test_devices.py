@@ -195,3 +195,9 @@ class CpuGrad(torch.autograd.Function):
                                                                     requires_grad=True)])
     assert result.status is Status.FAIL
     assert "on cpu, but 'x' is on cuda:0" in result.checks[0].message
+
+
+@pytest.mark.parametrize("device", ["cpux", "cuda:0x", "cuda\n"])
+def test_device_option_must_match_exactly(project, device):
+    result = invoke("specs/square.yaml", "--device", device)
+    assert result.exit_code == 2 and "expected cpu, cuda or cuda:N" in result.output
