@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Optional
 import click
 
 from . import __version__
+from .results import CHECKS
 
 EXIT_INTERNAL = 4
 PROGRESS_MIN = 3  # more cases than this get a progress bar
@@ -63,6 +64,15 @@ def _check_devices(ctx: click.Context, param: click.Parameter, value: tuple[str,
     return value
 
 
+def _check_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    if "all" in value:
+        return CHECKS
+    for name in value:
+        if name not in CHECKS:
+            raise click.BadParameter(f"unknown check {name!r}; known checks: {', '.join(CHECKS)}, or all")
+    return tuple(dict.fromkeys(value))
+
+
 @contextlib.contextmanager
 def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
     """A progress bar on stderr for runs of more than a few cases, when stderr is a terminal."""
@@ -109,6 +119,8 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
               help="Check each case with N seeds (seed, seed+1, ...); the first seed that fails is reported.")
 @click.option("--device", "devices", multiple=True, callback=_check_devices, metavar="DEVICE",
               help="Check on this device instead of the specs' (cpu, cuda, cuda:N). Repeat for several.")
+@click.option("--check", "checks", multiple=True, callback=_check_names, metavar="NAME",
+              help=f"Run this check instead of the specs' ({', '.join(CHECKS)}, or all). Repeat for several.")
 @click.option("--require-device", is_flag=True,
               help="An unavailable device is an error (exit 3) instead of a skip.")
 @click.option("--no-isolate", is_flag=True, help="Check in this process, one case after another (for "
@@ -125,7 +137,7 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
               select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int], timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
-              require_device: bool, no_isolate: bool, probes: int,
+              checks: tuple[str, ...], require_device: bool, no_isolate: bool, probes: int,
               max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
     from .targets import TargetError, matching, resolve
@@ -147,7 +159,7 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         items = plan.shard(items, *shard)
     opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
                            devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
-                           probes=probes)
+                           probes=probes, checks=checks or None)
     settings = batch.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
                                   isolate=not no_isolate)
     with _progress(len(plan.expand(items, opts))) as on_result:

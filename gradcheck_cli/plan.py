@@ -26,6 +26,7 @@ class RunOptions:
     devices: Optional[tuple[str, ...]] = None  # overrides every case's devices
     require_device: bool = False  # an unavailable device is an error, not a skip
     probes: int = 0  # > 0: the fast decision with this many random probes
+    checks: Optional[tuple[str, ...]] = None  # overrides every case's checks (--check)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ def expand(items: list[Union[Case, SpecError]], opts: RunOptions) -> list[Union[
             out.append(item)
             continue
         case = item if opts.devices is None else replace(item, devices=opts.devices)
+        case = case if opts.checks is None else replace(case, checks=opts.checks)
         out += [Task(case, d, opts) for d in case.devices]
     return out
 
@@ -70,6 +72,8 @@ def new_result(task: Task, seed: Optional[int] = None) -> CaseResult:
     command = replay(case, seed if seed != case.seed else None)
     if command and task.opts.devices is not None:
         command += f" --device {task.device}"
+    if command and task.opts.checks is not None:
+        command += "".join(f" --check {name}" for name in task.opts.checks)
     return CaseResult(id=f"{case.name}[{task.device}]", spec=case.path, case=case.label, function=case.function,
                       device=task.device, seed=seed, status=Status.PASS, line=case.line, replay=command)
 

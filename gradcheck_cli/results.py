@@ -9,6 +9,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+CHECKS = ("backward", "double_backward", "forward_ad", "batched", "undefined_grad", "device_consistency")
+
 
 class Status(str, enum.Enum):
     """Outcome of a check, of one argument in a check, or of a whole case."""

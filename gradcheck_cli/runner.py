@@ -10,7 +10,8 @@ import torch
 
 from . import inputs, loader, plan
 from .plan import RunOptions, Task
-from .checks import UserCodeError, backward, device_kind, devices, guarded
+from .checks import UserCodeError, backward, batched, device_kind, devices, double_backward, forward_ad, guarded
+from .checks import undefined_grad
 from .checks.devices import Context, device_problem
 from .results import CaseResult, CheckResult, ErrorInfo, Report, Status, overall
 from .spec import Case, SpecError
@@ -22,6 +23,10 @@ class DeviceError(Exception):
 
 IMPLEMENTED: dict[str, Callable[[Context, backward.Options], CheckResult]] = {
     "backward": lambda ctx, options: backward.run(ctx.target, ctx.bound, options),
+    "double_backward": double_backward.run,
+    "forward_ad": forward_ad.run,
+    "batched": batched.run,
+    "undefined_grad": undefined_grad.run,
     "device_consistency": lambda ctx, options: devices.consistency(ctx),
 }
 
@@ -89,12 +94,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> Non
     ctx = Context(case, device, target, loader.bind(target, positional, keywords))
     options = backward.Options(case.tolerance, case.seed, opts.memory_bytes, opts.probes)
     for name in case.checks:
-        run = IMPLEMENTED.get(name)
-        if run is None:
-            result.checks.append(CheckResult(name, Status.SKIP, message=f"the {name} check is not available "
-                                                                        "in this version of gradcheck-cli"))
-            continue
-        check = run(ctx, options)
+        check = IMPLEMENTED[name](ctx, options)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded("cuda", "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         _spec_lines(check, case)

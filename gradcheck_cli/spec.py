@@ -14,7 +14,8 @@ from typing import Any, Optional, Union
 
 import yaml
 
-CHECKS = ("backward", "double_backward", "forward_ad", "batched", "undefined_grad", "device_consistency")
+from .results import CHECKS
+
 DTYPES = {
     "float64": "float64", "double": "float64", "float32": "float32", "float": "float32",
     "float16": "float16", "half": "float16", "bfloat16": "bfloat16",
