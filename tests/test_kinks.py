@@ -251,6 +251,24 @@ def test_strong_curvature_is_judged_with_smaller_steps():
     assert (v.kind, v.explained) == ("smooth", False)
 
 
+def test_a_jump_is_judged_by_the_side_that_settles():
+    # floor at 1: the left differences (f(1) - f(1 - h)) / h = 1 / h grow without bound, the right
+    # ones are 0; backward 0 is floor's derivative from the right, backward 1 is nobody's
+    Floor = fn(torch.floor, lambda x, g: g * 0)
+    v = verdict(Floor, t(1.0), 0)
+    assert v == Verdict("kink", True, "x[0] = 1 is at a jump or kink: the left differences do not settle; "
+                                      "the right derivative is 0, backward gives 0")
+    assert not verdict(Floor, t(1.0), 0, analytical=[1.0]).explained
+
+
+def test_noise_that_never_settles_leaves_the_central_difference_standing():
+    gen = torch.Generator().manual_seed(0)
+    Noisy = fn(lambda x: x + 1e-8 * torch.rand(x.shape, generator=gen, dtype=F64), lambda x, g: g)
+    v = verdict(Noisy, t(0.5), 0, analytical=[1.0])
+    assert (v.kind, v.explained) == ("smooth", False)
+    assert "do not settle" in v.text
+
+
 # ------------------------------------------------------------------------ complex and several outputs
 
 
