@@ -1,10 +1,300 @@
-"""The ``batched`` check."""
+"""The ``batched`` check: backward, and forward where a Function supports it, under vmap.
+
+As ``torch.autograd.gradcheck(check_batched_grad=True)`` does, one backward with a batch of
+``BATCH`` signed random grad_outputs (``is_grads_batched``, what torch.func.jacrev and
+vmap-of-grad rely on) must equal that many separate backward calls. A Function that declares
+vmap support (``generate_vmap_rule = True`` or a ``vmap`` staticmethod) is also run under
+``torch.func.vmap`` over a batch of inputs, against a loop of forwards, and under vmap of its
+whole vjp (batched inputs and grad_outputs), against a loop of backward calls.
+
+When vmap refuses the code, that is a failure, not a skip: the user asked whether batched
+gradients work, they do not, and torch's own check fails it too. The message says what in
+the code vmap cannot batch and what to write instead.
+"""
 from __future__ import annotations
 
-from ..results import CheckResult, Status
-from .backward import Options
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ..loader import Bound, Target, user_frame
+from ..numerics import Entry, as_tuple, is_float_tensor, probe_generator, unravel, vjp
+from ..results import CheckResult, InputReport, Status
+from . import call_forward, contract, guarded
+from .backward import Options, _checked_positions, _skeleton
 from .devices import Context
+
+BATCH = 3  # batch elements per vmapped call
+STREAM = 20  # probe stream of this check (see numerics.probe_generator)
+JITTER = 0.01  # batch members 1.. of the inputs: the input times (1 + JITTER * noise)
+METHODS = ("forward", "backward", "setup_context", "vmap", "jvp")  # a Function's methods, to say which one failed
+LOOSE = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}  # dtype -> (rtol, atol)
+
+
+def tolerance(dtype: torch.dtype, nondet_tol: float) -> tuple[float, float]:
+    """(atol, rtol) for two computations of the same values: torch.allclose's defaults, as torch's
+    batched-grad test uses, looser in half precision, and never below the spec's nondet_tol."""
+    rtol, atol = LOOSE.get(dtype, (1e-5, 1e-8))
+    return max(atol, nondet_tol), rtol
+
+
+def agreement(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> Entry:
+    """Statistics of ``got`` against ``want`` (both ``[M, *shape]``): a column per real element,
+    a row per leading index. Equal non-finite values (NaN and NaN) count as agreeing."""
+    a, n = _columns(got), _columns(want)
+    same = ~torch.isfinite(a) & ~torch.isfinite(n) & ((a == n) | (a.isnan() & n.isnan()))
+    a, n = torch.where(same, 0.0, a), torch.where(same, 0.0, n)
+    entry = Entry(a.shape[0], atol, rtol)
+    entry.update(a, n, 0, torch.ones(a.shape[1], dtype=torch.float64))
+    return entry
+
+
+def _columns(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().resolve_conj().cpu()
+    real = torch.view_as_real(t) if t.is_complex() else t
+    return real.reshape(t.shape[0], -1).t().to(torch.float64).contiguous()
+
+
+def fill_row(row: InputReport, entry: Entry, value: torch.Tensor, where: Callable[[int], str]) -> None:
+    """Put ``entry``'s statistics in ``row``; ``where(r)`` names leading index r of the compared stacks."""
+    per = 2 if value.is_complex() else 1
+    bad = entry.bad.view(-1, per).any(1) if per == 2 else entry.bad
+    row.mismatched, row.atol, row.rtol = int(bad.sum()), entry.atol, entry.rtol
+    row.max_abs_err, row.max_rel_err = entry.max_abs, entry.max_rel
+    if entry.worst_excess >= 0 and value.numel():
+        row.worst_index = unravel(entry.worst_col // per, value.shape)
+        row.worst_output = where(entry.worst_row)
+        row.analytical, row.numerical = entry.analytical, entry.numerical
+    if row.mismatched:
+        row.status = Status.FAIL
+
+
+def zeros_if_none(grads: Any, like: list[torch.Tensor], lead: tuple = ()) -> list[torch.Tensor]:
+    """Gradients with None (an unused input) replaced by zeros of shape ``lead + input's shape``."""
+    return [g if g is not None else torch.zeros(lead + tuple(t.shape), dtype=t.dtype, device=t.device)
+            for g, t in zip(grads, like)]
+
+
+# What vmap's refusals mean, in the user's terms: (fragments of torch's message, explanation).
+REFUSALS = [
+    (("aten::item", ".item()", "_local_scalar_dense"),
+     "calls .item() (or float()/int() of a tensor): under vmap a tensor holds a whole batch of values, so "
+     "there is no single Python number; keep the value a tensor"),
+    (("is_nonzero", "data-dependent control flow"),
+     "uses a tensor's value in Python control flow (`if t:`, `while`, `and`/`or`, bool(t)): under vmap every "
+     "batch element may need a different branch; compute both and pick with torch.where"),
+    (("being vmapped over but `self` not",),
+     "writes batched values in place into a tensor it created itself (e.g. `out = torch.zeros_like(x); "
+     "out += grad` or `out[idx] = grad`): that tensor has no batch dimension; compute the result out of "
+     "place, or create the buffer from the batched value (torch.zeros_like(grad), grad.new_zeros(...))"),
+    (("aten::detach",),
+     "calls .detach(), .data or .numpy() on a batched value: drop it (backward does not record a graph "
+     "unless asked to) and stay in torch operations"),
+    (("doesn't have storage", "data pointer"),
+     "reads a tensor's memory directly (.tolist(), .numpy(), a C/C++ extension): a batched tensor has no "
+     "storage of its own; use torch operations"),
+    (("doesn't correspond to a device",),
+     "builds a tensor from a batched one with torch.tensor(...) or .new_tensor(...): use clone() or torch "
+     "operations"),
+    ((".out;", "out= "),
+     "writes into a preallocated tensor with out=...: use the out-of-place form (e.g. `torch.mul(a, b)`)"),
+    (("setup_context staticmethod",),
+     "calls an autograd.Function that does not support vmap: give it `generate_vmap_rule = True` with "
+     "forward(...) without ctx and a setup_context staticmethod, or a `vmap` staticmethod"),
+    (("randomness",),
+     "draws random numbers: vmap refuses that unless told how (torch.func.vmap(..., randomness=...))"),
+]
+
+
+def refusal(who: str, stage: str, exc: BaseException) -> str:
+    """A vmap failure during ``stage``, in the user's terms; ``who`` ran the code (unless the
+    traceback says which of forward, backward, ... did)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    why = next((w for keys, w in REFUSALS if any(k in str(exc) for k in keys)), None)
+    where = user_frame(exc)
+    methods = [f.name for f in traceback.extract_tb(exc.__traceback__) if f.name in METHODS]
+    who = methods[-1] if methods else who
+    at = f" at {where}" if where else ""
+    said = f"torch: {type(exc).__name__}: {text[:200]}"
+    return f"{stage} failed{at}: {who} {why} ({said})" if why else f"{stage} failed{at}: {said}"
+
+
+def supports_vmap(target: Target) -> bool:
+    """Whether the Function declares vmap support (generate_vmap_rule or its own vmap staticmethod)."""
+    obj = target.obj
+    return target.is_function and bool(getattr(obj, "generate_vmap_rule", False) or _own_vmap(target))
+
+
+def _own_vmap(target: Target) -> bool:
+    return getattr(target.obj, "vmap", None) is not getattr(torch.autograd.Function, "vmap", None)
+
+
+@dataclass
+class Stacks:
+    """Per checked argument, the batched results and the looped ones, with a label per leading index."""
+
+    got: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    want: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    labels: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, stage: str, checked: list[int], got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
+        for i, g, w in zip(checked, got, want):
+            self.got.setdefault(i, []).append(g)
+            self.want.setdefault(i, []).append(w)
+        self.labels += [f"batch element {b} of {BATCH}, {stage}" for b in range(BATCH)]
 
 
 def run(ctx: Context, opts: Options) -> CheckResult:
-    return CheckResult("batched", Status.SKIP, message="the batched check is not available in this version of gradcheck-cli")
+    """The ``batched`` check of ``ctx.target`` on ``ctx.bound``."""
+    start = time.perf_counter()
+    target, bound = ctx.target, ctx.bound
+    rows = _skeleton(bound)
+    checked = _checked_positions(bound, rows)
+    result = CheckResult("batched", Status.PASS, mode="vmap", inputs=rows)
+    leaves = contract.fresh_leaves(bound.values)
+    outputs = as_tuple(call_forward(target, bound, leaves))
+    positions = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
+    if not checked or not positions:
+        result.status = Status.SKIP
+        result.message = "no argument requires grad: nothing to batch" if not checked else \
+            "no output requires grad: there is no backward to batch"
+        result.duration_s = time.perf_counter() - start
+        return result
+    gen = probe_generator(opts.seed, STREAM)
+    found = Stacks()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="There is a performance drop")
+        _batched_grad_outputs(leaves, outputs, positions, checked, gen, found)
+        if supports_vmap(target):
+            _vmapped_forward(target, bound, checked, positions, gen, found)
+        elif target.is_function:
+            found.notes.append(f"forward not vmapped: {target.obj.__name__} declares no vmap support (add "
+                               "`generate_vmap_rule = True` with setup_context, or a `vmap` staticmethod, to use "
+                               "it under torch.func.vmap)")
+    _finish(result, bound, checked, found, opts.tolerance.nondet_tol)
+    result.duration_s = time.perf_counter() - start
+    return result
+
+
+def _batched_grad_outputs(leaves: list[Any], outputs: tuple, positions: list[int], checked: list[int],
+                          gen: torch.Generator, found: Stacks) -> None:
+    """One backward with BATCH grad_outputs at once against BATCH separate backward calls."""
+    live, inputs = [outputs[p] for p in positions], [leaves[i] for i in checked]
+    stacks = [torch.stack([contract.probe_like(o, gen) for _ in range(BATCH)]) for o in live]
+    loop = [zeros_if_none(guarded("backward", "backward", vjp, live, inputs, [s[b].clone() for s in stacks]), inputs)
+            for b in range(BATCH)]
+    sent = [s.clone() for s in stacks]
+    try:
+        got = torch.autograd.grad(live, inputs, sent, retain_graph=True, allow_unused=True, is_grads_batched=True)
+    except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
+        found.problems.append(refusal("backward", "backward with a batch of grad_outputs (vmap over backward)", exc))
+        return
+    if any(not torch.equal(a, b) for a, b in zip(sent, stacks)):
+        found.problems.append("backward modified grad_output in place: under vmap the whole batch of grad_outputs "
+                              "is changed; clone it before changing it (`grad_output = grad_output.clone()`)")
+    want = [torch.stack(shards) for shards in zip(*loop)]
+    found.add("batched grad_outputs", checked, zeros_if_none(got, inputs, (BATCH,)), want)
+
+
+def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions: list[int],
+                     gen: torch.Generator, found: Stacks) -> None:
+    """torch.func.vmap over forward, and over forward + backward (the whole vjp), against loops."""
+    plain = contract.fresh_leaves(bound.values, grad=False)
+    groups = {i: [j for j, v in enumerate(bound.values) if v is bound.values[i]] for i in checked}
+
+    def place(tensors: Any) -> list[Any]:
+        vals = list(plain)
+        for i, t in zip(checked, tensors):
+            for j in groups[i]:
+                vals[j] = t
+        return vals
+
+    def forward(*tensors: torch.Tensor) -> tuple:
+        return as_tuple(target.call(place(tensors), bound.n_positional, bound.kw_names))
+
+    batch = [_jittered(plain[i], gen) for i in checked]
+    members = [[t[b].clone().requires_grad_() for t in batch] for b in range(BATCH)]
+    looped = [as_tuple(call_forward(target, bound, place(m))) for m in members]
+    try:
+        forward_vmapped = torch.func.vmap(forward)(*batch)
+    except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
+        found.problems.append(refusal("forward", "torch.func.vmap over forward", exc))
+        return
+    hint = _out_dims_hint(target)
+    for p, (g, *w) in enumerate(zip(as_tuple(forward_vmapped), *looped)):
+        if not isinstance(g, torch.Tensor):
+            continue
+        want = torch.stack([x.detach() for x in w])
+        if g.shape != want.shape:
+            found.problems.append(f"vmap over forward returned output {p} with shape {list(g.shape[1:])} per batch "
+                                  f"element, but forward returns {list(want.shape[1:])}{hint}")
+            return
+        atol, rtol = tolerance(g.dtype, 0.0)
+        entry = agreement(g, want, atol, rtol)
+        if int(entry.bad.sum()):
+            found.problems.append(f"vmap over forward differs from a loop of forwards for output {p} (max abs err "
+                                  f"{entry.max_abs:.3g}, batch element {entry.worst_row}){hint}")
+            return
+    if found.problems:  # backward already failed under vmap: vmapping it again says nothing new
+        return
+    cots = [torch.stack([contract.probe_like(looped[0][p], gen) for _ in range(BATCH)]) for p in positions]
+
+    def whole_vjp(*args: torch.Tensor) -> tuple:
+        tensors, cot = args[: len(checked)], args[len(checked):]
+        _, pull = torch.func.vjp(lambda *t: tuple(forward(*t)[p] for p in positions), *tensors)
+        return pull(tuple(cot))
+
+    try:
+        got = torch.func.vmap(whole_vjp)(*batch, *cots)
+    except Exception as exc:  # noqa: BLE001
+        found.problems.append(refusal("forward or backward", "torch.func.vmap over forward and backward", exc))
+        return
+    want = [zeros_if_none(guarded("backward", "backward", vjp, [out[p] for p in positions], m,
+                                  [c[b] for c in cots]), m) for b, (m, out) in enumerate(zip(members, looped))]
+    found.add("vmap over forward and backward", checked, list(got), [torch.stack(s) for s in zip(*want)])
+
+
+def _jittered(value: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """BATCH members: the input itself, then copies scaled elementwise by 1 + JITTER * noise."""
+    real = value.real.dtype if value.is_complex() else value.dtype
+    noise = [torch.randn(value.shape, generator=gen, dtype=torch.float64) for _ in range(BATCH - 1)]
+    return torch.stack([value] + [value * (1 + JITTER * z).to(device=value.device, dtype=real) for z in noise])
+
+
+def _out_dims_hint(target: Target) -> str:
+    if not _own_vmap(target):
+        return ""
+    return (": the `vmap` staticmethod must return out_dims that say where the batch dimension of each "
+            "output is (0 after moving it to the front), and compute every batch element like forward")
+
+
+def _finish(result: CheckResult, bound: Bound, checked: list[int], found: Stacks, nondet_tol: float) -> None:
+    """Rows from the stacks, status and message from the rows and the problems."""
+    for i in checked:
+        row = result.inputs[i]
+        if i not in found.got:
+            row.status, row.reason = Status.SKIP, "not compared: vmap failed (see the message)"
+            continue
+        got, want = torch.cat(found.got[i]), torch.cat(found.want[i])
+        atol, rtol = tolerance(bound.values[i].dtype, nondet_tol)
+        fill_row(row, agreement(got, want, atol, rtol), bound.values[i], lambda r: found.labels[r])
+        row.reason = f"{len(found.labels)} batched results against as many separate calls"
+    wrong = [r for r in result.inputs if r.status is Status.FAIL]
+    right = [r.name for r in result.inputs if r.status is Status.PASS]
+    parts = list(found.problems)
+    for r in wrong:
+        parts.append(f"the gradient of '{r.name}' differs when batched (max abs err {r.max_abs_err:.3g}, "
+                     f"{r.worst_output}): backward must treat each grad_output on its own (no state kept "
+                     "between calls, no in-place changes)")
+    if parts:
+        result.status = Status.FAIL
+    else:
+        parts.append(f"gradients of {', '.join(repr(n) for n in right)} agree under vmap "
+                     f"({len(found.labels) // BATCH} batched computation(s) of {BATCH})")
+    result.message = "; ".join(parts + found.notes)
