@@ -89,6 +89,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> Non
         result.checks = [CheckResult(name, Status.SKIP, message=problem) for name in case.checks]
         return
     target = loader.load(case.function)
+    loader.init_module(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device, guarded)
     params = target.parameters() or []
     positional, keywords = inputs.build(case, device, [p.name for p in params])
     ctx = Context(case, device, target, loader.bind(target, positional, keywords))

@@ -341,10 +341,21 @@ def test_function_without_backward_says_how_to_write_one(mod):
     assert "backward" in msg and "def backward(ctx" in msg
 
 
-def test_nn_module_class_is_not_supported_yet(mod):
-    msg = str(load_error(f"{mod}:Layer"))
-    assert f"'{mod}:Layer'" in msg and "nn.Module" in msg and "not supported" in msg
-    assert "wrap" in msg  # says what to do instead
+def test_nn_module_class_loads_as_a_module_with_forward_parameters_without_self(mod):
+    target = loader.load(f"{mod}:Layer")
+    assert target.is_module and not target.is_function and target.obj.__name__ == "Layer"
+    assert names_of(target) == ["x"]
+
+
+def test_nn_module_class_without_forward_says_how_to_write_one(user_module):
+    name = user_module("""
+        import torch
+
+        class NoForward(torch.nn.Module):
+            pass
+    """)
+    msg = str(load_error(f"{name}:NoForward"))
+    assert f"'{name}:NoForward'" in msg and "nn.Module" in msg and "def forward(self" in msg
 
 
 def test_load_errors_from_a_module_are_not_raised_as_other_exceptions(user_module):

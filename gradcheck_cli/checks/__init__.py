@@ -5,7 +5,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..loader import Bound, Target, user_frame
+from ..loader import Bound, RngFork, Target, user_frame
 
 
 class UserCodeError(Exception):
@@ -37,5 +37,17 @@ def device_kind(exc: BaseException) -> Optional[str]:
 
 
 def call_forward(target: Target, bound: Bound, values: list[Any]) -> Any:
-    """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled."""
-    return guarded("forward", "forward", target.call, values, bound.n_positional, bound.kw_names)
+    """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled.
+
+    The global RNG is forked around every forward: each starts from the state captured at the
+    first forward of ``bound`` and the state is put back after, so a forward that draws random
+    numbers (dropout) draws the same ones in every call of a check (the graph forward and each
+    finite-difference forward), and the user's RNG is left as it was.
+    """
+    if bound.rng is None:
+        bound.rng = RngFork.capture(bound.values)
+    bound.rng.restore()
+    try:
+        return guarded("forward", "forward", target.call, values, bound.n_positional, bound.kw_names)
+    finally:
+        bound.rng.restore()
