@@ -1,10 +1,173 @@
-"""The ``double_backward`` check."""
+"""The ``double_backward`` check: backward differentiated, against finite differences of backward.
+
+Like ``torch.autograd.gradgradcheck``: the function G(x..., v...) = (dL/dx for each checked
+argument x, with L = sum over the differentiable outputs y of <v, y>) is itself checked entry by
+entry with ``numerics.compare``, so its analytical Jacobian is backward differentiated
+(``create_graph=True``) and its numerical one is central differences of backward. The
+grad_outputs v are random (seeded from the spec's seed) and are arguments of G too, as in torch.
+
+Also holds what ``forward_ad`` shares with this check: the SKIP result and the one-line verdict.
+"""
 from __future__ import annotations
 
-from ..results import CheckResult, Status
-from .backward import Options
+import time
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..numerics import Entry, as_tuple, compare, is_float_tensor, probe_generator, vjp
+from ..results import CheckResult, InputReport, Status
+from . import UserCodeError, call_forward, contract, guarded
+from .backward import Options, _checked_positions, _fill, _skeleton
 from .devices import Context
+
+STREAM = 10  # probe_generator stream of the random grad_outputs
+ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
+ONCE_SKIP = ("backward is marked @once_differentiable: it cannot be differentiated, so there is no second "
+             "derivative to check; to support double backward, remove the decorator and write backward "
+             "with differentiable torch ops")
+DETACHED = ("(a tensor computed in forward and saved: forward runs without autograd; or .detach(), .data, "
+            "numpy, torch.no_grad()); compute what backward needs inside backward, with differentiable "
+            "torch ops on the saved inputs and outputs")
 
 
 def run(ctx: Context, opts: Options) -> CheckResult:
-    return CheckResult("double_backward", Status.SKIP, message="the double_backward check is not available in this version of gradcheck-cli")
+    """Check the second derivative of ``ctx.target``: backward against finite differences of backward."""
+    start = time.perf_counter()
+    target, bound, tol = ctx.target, ctx.bound, opts.tolerance
+    reports = _skeleton(bound)
+    checked = _checked_positions(bound, reports)
+    result = CheckResult("double_backward", Status.PASS, mode="elementwise", inputs=reports)
+    if not checked:
+        return skip(result, "no argument requires grad: there is no backward to differentiate", start)
+    leaves = contract.fresh_leaves(bound.values)
+    outputs = as_tuple(call_forward(target, bound, leaves))
+    live = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
+    if not live:
+        return skip(result, "no output is differentiable (none is a floating-point tensor that requires "
+                            "grad): there is no backward to differentiate", start)
+    gen = probe_generator(opts.seed, STREAM)
+    vs = [contract.probe_like(outputs[p], gen) for p in live]
+    n = len(bound.values)
+    grad_of = _backward_of(ctx, checked, live)
+    v_leaves = [v.clone().requires_grad_(True) for v in vs]
+    grads = grad_of(leaves + v_leaves, create_graph=True)
+    if any(_once_differentiable(g) for g in grads):
+        for i in checked:
+            reports[i].status, reports[i].reason = Status.SKIP, "backward is marked @once_differentiable"
+        return skip(result, ONCE_SKIP, start)
+    plain = contract.fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
+    rows = [reports[i] for i in checked] + _grad_output_rows(outputs, live, len(bound.values))
+    result.inputs = reports + rows[len(checked):]
+    second = lambda *args: guarded("backward", "backward, differentiated,", vjp, *args)  # noqa: E731
+    try:
+        layout, entries = compare(grad_of, grads, list(range(len(grads))), [leaves[i] for i in checked] + v_leaves,
+                                  plain, [plain[i] for i in checked] + plain[n:], eps=tol.eps, atol=tol.atol,
+                                  rtol=tol.rtol, memory_bytes=opts.memory_bytes, grad=second, seed=opts.seed)
+    except UserCodeError as exc:
+        if ONCE in str(exc):  # a once_differentiable Function called inside a plain callable
+            return skip(result, ONCE_SKIP, start)
+        raise
+    names = [bound.names[i] for i in checked]
+    for row, entry, value in zip(rows, entries, [leaves[i] for i in checked] + vs):
+        _fill(row, entry, layout, value, grads)
+        _name_worst_output(row, entry, layout, names)
+        row.diagnosis = reword(entry, row, "backward's result", "differentiating backward") or row.diagnosis
+    worst = {layout.row_location(e.worst_row)[2] for r, e in zip(rows, entries) if r.mismatched and layout.n_rows}
+    detached = [names[k] for k in sorted(worst) if not grads[k].requires_grad]
+    notes = []
+    if detached:
+        notes.append(f"backward is not differentiable: the gradient it returns for "
+                     f"{', '.join(repr(d) for d in detached)} does not require grad, so its derivatives are "
+                     f"taken as zero; backward computed it outside autograd {DETACHED}")
+    return summarize(result, start, notes, lambda r: f"the derivative of backward with respect to {_label(r)}",
+                     "backward differentiated with respect to")
+
+
+def _backward_of(ctx: Context, checked: list[int], live: list[int]) -> Callable[..., tuple]:
+    """G: (argument values..., grad_outputs...) -> the gradients of the checked arguments.
+
+    Tensors among the checked arguments that do not require grad (the detached copies that
+    ``numerics`` perturbs) are made leaves here; grad mode is switched on because the numerical
+    side calls G under ``torch.no_grad()``. Gradients backward leaves out (None) are zeros.
+    """
+    target, bound = ctx.target, ctx.bound
+    n = len(bound.values)
+
+    def call(values: list[Any], create_graph: bool = False) -> tuple:
+        args = list(values[:n])
+        for i in checked:
+            if not args[i].requires_grad:
+                leaf = args[i].detach().requires_grad_(True)
+                args = [leaf if a is values[i] else a for a in args]  # keep aliases (same_as) aliased
+        with torch.enable_grad():
+            outs = as_tuple(call_forward(target, bound, args))
+            grads = guarded("backward", "backward", torch.autograd.grad, [outs[p] for p in live],
+                            [args[i] for i in checked], list(values[n:]), create_graph=create_graph,
+                            allow_unused=True)
+        return tuple(g if g is not None else torch.zeros_like(args[i]) for g, i in zip(grads, checked))
+
+    return call
+
+
+def _once_differentiable(grad: torch.Tensor) -> bool:
+    """Whether ``grad`` came out of a backward marked @once_differentiable (its node is a DelayedError)."""
+    return grad.grad_fn is not None and type(grad.grad_fn).__name__ == "Error"
+
+
+def _grad_output_rows(outputs: tuple, live: list[int], first_index: int) -> list[InputReport]:
+    """One row per random grad_output, numbered after the arguments (it has no line in the spec)."""
+    return [InputReport(first_index + k, f"grad_output {p}", list(outputs[p].shape), str(outputs[p].dtype)[6:],
+                        Status.PASS, numel=outputs[p].numel()) for k, p in enumerate(live)]
+
+
+def _label(row: InputReport) -> str:
+    return row.name if row.name.startswith("grad_output") else f"'{row.name}'"
+
+
+def _name_worst_output(row: InputReport, entry: Entry, layout: Any, names: list[str]) -> None:
+    """'output 1 [2, 0]' of G is the gradient of the second checked argument: say so."""
+    if row.worst_output and layout.n_rows:
+        pos = layout.row_location(entry.worst_row)[2]
+        prefix = f"output {pos}"
+        if row.worst_output.startswith(prefix):
+            row.worst_output = f"gradient of '{names[pos]}'" + row.worst_output[len(prefix):]
+
+
+def reword(entry: Entry, row: InputReport, result_of: str, derivative: str) -> Optional[str]:
+    """The two patterns whose generic words blame ``backward``, said for this check; else None."""
+    if not row.mismatched or entry.nonfinite:
+        return None
+    if entry.sum_aa == 0 and entry.sum_nn > 0:
+        return (f"analytical is all zeros, numerical is not: {result_of} does not depend on {_label(row)} "
+                f"through autograd; a value it uses was taken outside autograd {DETACHED}")
+    if entry.sum_nn == 0 and entry.sum_aa > 0:
+        return (f"numerical is zero (the values do not change with {_label(row)}), but {derivative} "
+                "gives a non-zero derivative")
+    return None
+
+
+def skip(result: CheckResult, reason: str, start: float) -> CheckResult:
+    """The check does not apply: SKIP with the reason (never a silent pass)."""
+    result.status, result.message = Status.SKIP, reason
+    result.duration_s = time.perf_counter() - start
+    return result
+
+
+def summarize(result: CheckResult, start: float, notes: list[str], what: Callable[[InputReport], str],
+              checked: str) -> CheckResult:
+    """Status and one-line message from the rows: what is wrong (``what(row)`` names it), what is
+    right; ``checked`` leads the list of rows when all passed."""
+    wrong = [r for r in result.inputs if r.status is Status.FAIL]
+    right = [r for r in result.inputs if r.status is Status.PASS]
+    parts = list(notes)
+    parts += [f"{what(r)} is wrong: {r.diagnosis}" if r.diagnosis else f"{what(r)} is wrong" for r in wrong]
+    if wrong or notes:
+        result.status = Status.FAIL
+        if right and wrong:
+            parts.append(f"{', '.join(_label(r) for r in right)} {'is' if len(right) == 1 else 'are'} right")
+    else:
+        parts.append(f"{checked} {', '.join(_label(r) for r in right)}: all within tolerance")
+    result.message = "; ".join(parts)
+    result.duration_s = time.perf_counter() - start
+    return result

@@ -1,10 +1,207 @@
-"""The ``forward_ad`` check."""
+"""The ``forward_ad`` check: forward-mode AD (a Function's ``jvp``) against finite differences.
+
+Like ``torch.autograd.gradcheck(check_forward_ad=True)``, column by column: for each real
+element j of each checked argument, one forward with a dual number whose tangent is e_j gives
+the column J e_j, and two perturbed forwards give the central difference column. Columns are
+folded into ``numerics.Entry`` in chunks (C x M, as ``numerics.compare`` does), so memory stays
+O(chunk x outputs), never N x M. Plain callables are checked through forward AD of torch ops.
+"""
 from __future__ import annotations
 
+import re
+import time
+from typing import Any, Callable, Optional
+
+import torch
+import torch.autograd.forward_ad as fwAD
+
+from ..loader import Target
+from ..numerics import Entry, as_tuple, is_float_tensor, make_layout, probe_generator, real_flat, unravel
 from ..results import CheckResult, Status
-from .backward import Options
+from . import UserCodeError, call_forward, contract, guarded
+from .backward import Options, _checked_positions, _fill, _skeleton
 from .devices import Context
+from .double_backward import reword, skip, summarize
+
+STREAM = 11  # probe_generator stream of the projection used to name patterns (e.g. a transpose)
+CHECKED = "forward-mode AD (jvp) compared with finite differences along"
 
 
 def run(ctx: Context, opts: Options) -> CheckResult:
-    return CheckResult("forward_ad", Status.SKIP, message="the forward_ad check is not available in this version of gradcheck-cli")
+    """Check forward-mode AD of ``ctx.target`` column by column against central differences."""
+    start = time.perf_counter()
+    target, bound = ctx.target, ctx.bound
+    reports = _skeleton(bound)
+    checked = _checked_positions(bound, reports)
+    result = CheckResult("forward_ad", Status.PASS, mode="elementwise", inputs=reports)
+    if target.is_function and target.obj.jvp is torch.autograd.Function.jvp:
+        name = target.obj.__name__
+        return skip(result, f"{name} defines no jvp(): forward-mode AD is not supported; to support it, define "
+                            "`@staticmethod def jvp(ctx, *tangents)` and save what it needs with "
+                            "ctx.save_for_forward(...)", start)
+    if not checked:
+        return skip(result, "no argument requires grad: there is no tangent to push forward", start)
+    outputs = as_tuple(call_forward(target, bound, contract.fresh_leaves(bound.values)))
+    positions = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
+    if not positions:
+        return skip(result, "no output is differentiable (none is a floating-point tensor that requires grad): "
+                            "there is no tangent to compare", start)
+    plain = contract.fresh_leaves(bound.values, grad=False)
+    try:
+        layout, entries = _compare(ctx, plain, [plain[i] for i in checked], outputs, positions, opts)
+    except UserCodeError as exc:
+        named = _named_mistake(exc, target, bound, plain, checked)
+        if named is None:
+            raise
+        status, message = named
+        if status is Status.SKIP:
+            return skip(result, message, start)
+        return summarize(result, start, [message], _what, CHECKED)
+    for i, entry in zip(checked, entries):
+        row = reports[i]
+        _fill(row, entry, layout, bound.values[i], outputs)
+        row.diagnosis = reword(entry, row, "the tangent jvp returns", "jvp") or row.diagnosis
+    return summarize(result, start, [], _what, CHECKED)
+
+
+def _what(row: Any) -> str:
+    return f"the tangent along '{row.name}'"
+
+
+def _compare(ctx: Context, values: list[Any], inputs: list[torch.Tensor], outputs: tuple, positions: list[int],
+             opts: Options) -> tuple[Any, list[Entry]]:
+    """Fold jvp columns and central difference columns into one Entry per checked argument."""
+    tol = opts.tolerance
+    layout = make_layout(inputs, outputs, positions)
+    probe = torch.randn(layout.n_rows, generator=probe_generator(opts.seed, STREAM), dtype=torch.float64)
+    entries = [Entry(layout.col_starts[i + 1] - layout.col_starts[i], tol.atol, tol.rtol) for i in range(len(inputs))]
+    chunk = max(1, opts.memory_bytes // 8 // 8 // max(1, layout.n_rows))  # columns held at once (both sides)
+    jvp = _jvp_call(ctx)
+    forward = lambda vals: call_forward(ctx.target, ctx.bound, vals)  # noqa: E731
+    for t, entry in zip(inputs, entries):
+        for c0 in range(0, entry.real_numel, chunk):
+            cols = range(c0, min(entry.real_numel, c0 + chunk))
+            a = torch.stack([_jvp_column(jvp, values, t, c, positions) for c in cols])
+            n = torch.stack([_numerical_column(forward, values, t, c, positions, tol.eps) for c in cols])
+            entry.update(a, n, c0, probe)
+    return layout, entries
+
+
+def _jvp_call(ctx: Context) -> Callable[[list[Any]], Any]:
+    target, bound = ctx.target, ctx.bound
+    what = "jvp" if target.is_function else "forward-mode AD through the function"
+    return lambda vals: guarded("jvp", what, target.call, vals, bound.n_positional, bound.kw_names)
+
+
+def _real(t: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+def _flat(tensors: list[Optional[torch.Tensor]], like: list[torch.Tensor]) -> torch.Tensor:
+    """Realified float64 concatenation; a missing tangent (None) is zeros of its output's size."""
+    parts = [real_flat((t if t is not None else torch.zeros_like(o)).detach().contiguous()).to(torch.float64)
+             for t, o in zip(tensors, like)]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
+
+
+def _jvp_column(jvp: Callable, values: list[Any], t: torch.Tensor, col: int, positions: list[int]) -> torch.Tensor:
+    """J e_col: one forward on a dual number whose tangent is 1 at real element ``col`` of ``t``."""
+    tangent = torch.zeros_like(t)
+    _real(tangent)[tuple(unravel(col, _real(t).shape))] = 1
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(t, tangent)
+        outs = as_tuple(jvp([dual if v is t else v for v in values]))  # aliases (same_as) get the same dual
+        primals = [fwAD.unpack_dual(outs[p]) for p in positions]
+        return _flat([d.tangent for d in primals], [d.primal for d in primals])
+
+
+def _numerical_column(forward: Callable, values: list[Any], t: torch.Tensor, col: int, positions: list[int],
+                      eps: float) -> torch.Tensor:
+    """(f(x + eps e_col) - f(x - eps e_col)) / 2 eps, perturbing ``t`` in place and restoring it."""
+    real, idx = _real(t), tuple(unravel(col, _real(t).shape))
+    orig = real[idx].item()
+    with torch.no_grad():
+        real[idx] = orig - eps
+        minus = as_tuple(forward(values))
+        minus = _flat([minus[p] for p in positions], [minus[p] for p in positions])
+        real[idx] = orig + eps
+        plus = as_tuple(forward(values))
+        plus = _flat([plus[p] for p in positions], [plus[p] for p in positions])
+        real[idx] = orig
+    return (plus - minus) / (2 * eps)
+
+
+# --------------------------------------------------------------- the usual mistakes, in words
+
+_COUNT = re.compile(r"jvp returned an invalid number of forward gradients \(expected (\d+) but got (\d+)\)")
+_SIZE = re.compile(r"Tensor is of size (\[[^\]]*\]) while the given forward gradient is of size (\[[^\]]*\])")
+_NONDIFF = re.compile(r"jvp returned a gradient at position (\d+), but\s+the corresponding forward output is not")
+_NONE = "Expected both tensor and its forward grad to be floating point or complex"
+_UNSUPPORTED = re.compile(r"Trying to use forward AD with (.*?) that does not support it")
+_NO_JVP = "You must implement the jvp function"
+
+
+def _named_mistake(exc: UserCodeError, target: Target, bound: Any, values: list[Any],
+                   checked: list[int]) -> Optional[tuple[Status, str]]:
+    """A known error from forward-mode AD as (status, message in the user's terms), or None."""
+    cause = exc.__cause__
+    text = str(cause) if cause is not None else str(exc)
+    at = f" ({exc.where})" if exc.where else ""
+    if _NO_JVP in text:
+        return Status.SKIP, ("forward-mode AD is not supported: an autograd.Function it calls defines no jvp()"
+                             f"{at}; define `@staticmethod def jvp(ctx, *tangents)` there")
+    m = _UNSUPPORTED.search(text)
+    if m:
+        return Status.SKIP, f"forward-mode AD is not supported: torch has no forward-mode formula for {m.group(1)}"
+    m = _COUNT.search(text)
+    if m:
+        want, got = m.groups()
+        return Status.FAIL, (f"jvp returned {got} tangents, but forward returns {want} output{'s' * (want != '1')}: "
+                             "return one tangent per output of forward, in order (None for an output that is "
+                             "not differentiable)")
+    m = _SIZE.search(text)
+    if m:
+        return Status.FAIL, (f"jvp returned a tangent of shape {m.group(2)} for an output of shape {m.group(1)}: "
+                             "each tangent has the shape of its output")
+    m = _NONDIFF.search(text)
+    if m:
+        return Status.FAIL, (f"jvp returned a tangent for output {m.group(1)}, which is not differentiable "
+                             "(an integer output or one marked non-differentiable): return None at that position")
+    if _NONE in text:
+        return Status.FAIL, ("jvp returned None (or a non-floating-point tensor) as the tangent of a "
+                             "differentiable output: return a tangent tensor for every differentiable output")
+    if target.is_function and isinstance(cause, (ValueError, IndexError)) and _reads_empty_saved(target, bound, values,
+                                                                                                  checked):
+        return Status.FAIL, ("jvp reads ctx.saved_tensors, but forward saved its tensors with ctx.save_for_backward "
+                             "only; in jvp, ctx.saved_tensors holds only what ctx.save_for_forward(...) kept "
+                             f"(nothing here), so it failed with {type(cause).__name__}: {cause}{at}; also call "
+                             "ctx.save_for_forward(...) with the tensors jvp needs, in forward or setup_context")
+    return None
+
+
+def _reads_empty_saved(target: Target, bound: Any, values: list[Any], checked: list[int]) -> bool:
+    """Replay one jvp through a probing subclass: was ctx.saved_tensors empty in jvp, while forward
+    had called ctx.save_for_backward? (torch gives no message of its own for this mistake.)"""
+    cls: Any = target.obj
+    seen: dict[str, Any] = {}
+    hook = "setup_context" if cls.setup_context is not torch.autograd.Function.setup_context else "forward"
+    original = getattr(cls, hook)
+
+    def saving(*args: Any) -> Any:
+        out = original(*args)
+        seen["to_save"] = bool(getattr(args[0], "to_save", None))  # args[0] is ctx in both hooks
+        return out
+
+    def jvp(ctx: Any, *tangents: Any) -> Any:
+        seen["saved_for_forward"] = len(ctx.saved_tensors)
+        return cls.jvp(ctx, *tangents)
+
+    probe = type(cls.__name__, (cls,), {hook: staticmethod(saving), "jvp": staticmethod(jvp)})
+    t = values[checked[0]]
+    try:
+        with fwAD.dual_level():
+            dual = fwAD.make_dual(t, torch.zeros_like(t))
+            probe.apply(*[dual if v is t else v for v in values])
+    except Exception:  # noqa: BLE001 - the failure itself is expected; only what was seen matters
+        pass
+    return seen.get("saved_for_forward") == 0 and bool(seen.get("to_save"))
