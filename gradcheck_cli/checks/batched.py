@@ -142,6 +142,7 @@ class Stacks:
     labels: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    agreed: list[str] = field(default_factory=list)  # what was compared, for the message
 
     def add(self, stage: str, checked: list[int], got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
         for i, g, w in zip(checked, got, want):
@@ -200,6 +201,7 @@ def _batched_grad_outputs(leaves: list[Any], outputs: tuple, positions: list[int
                               "is changed; clone it before changing it (`grad_output = grad_output.clone()`)")
     want = [torch.stack(shards) for shards in zip(*loop)]
     found.add("batched grad_outputs", checked, zeros_if_none(got, inputs, (BATCH,)), want)
+    found.agreed.append(f"one backward with {BATCH} grad_outputs = {BATCH} backward calls")
 
 
 def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions: list[int],
@@ -241,6 +243,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
             found.problems.append(f"vmap over forward differs from a loop of forwards for output {p} (max abs err "
                                   f"{entry.max_abs:.3g}, batch element {entry.worst_row}){hint}")
             return
+    found.agreed.append(f"vmap over forward = {BATCH} forwards")
     if found.problems:  # backward already failed under vmap: vmapping it again says nothing new
         return
     cots = [torch.stack([contract.probe_like(looped[0][p], gen) for _ in range(BATCH)]) for p in positions]
@@ -258,6 +261,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
     want = [zeros_if_none(guarded("backward", "backward", vjp, [out[p] for p in positions], m,
                                   [c[b] for c in cots]), m) for b, (m, out) in enumerate(zip(members, looped))]
     found.add("vmap over forward and backward", checked, list(got), [torch.stack(s) for s in zip(*want)])
+    found.agreed.append(f"vmap over forward and backward = {BATCH} forward and backward calls")
 
 
 def _jittered(value: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -295,6 +299,6 @@ def _finish(result: CheckResult, bound: Bound, checked: list[int], found: Stacks
     if parts:
         result.status = Status.FAIL
     else:
-        parts.append(f"gradients of {', '.join(repr(n) for n in right)} agree under vmap "
-                     f"({len(found.labels) // BATCH} batched computation(s) of {BATCH})")
+        parts.append(f"{', '.join(repr(n) for n in right)} agree{'s' * (len(right) == 1)} under vmap: "
+                     f"{', '.join(found.agreed)}")
     result.message = "; ".join(parts + found.notes)

@@ -154,6 +154,8 @@ def _finish(result: CheckResult, problems: list[str], labels: list[str]) -> None
         result.status = Status.FAIL
         result.message = "; ".join(parts)
     else:
-        result.message = (f"undefined grad_outputs give the gradients of explicit zeros ({len(labels)} "
-                          f"situation{'s' * (len(labels) > 1)}: {'; '.join(labels)}), and zero gradients when "
-                          "every output's gradient is undefined")
+        partial = [label for label in labels if "every" not in label]
+        result.message = "with every output's gradient undefined the gradients are zero"
+        if partial:
+            result.message = (f"undefined grad_outputs give the gradients of explicit zeros ({'; '.join(partial)}); "
+                              + result.message)
