@@ -1,0 +1,205 @@
+"""The two Jacobians, a block of columns at a time: analytical rows from backward, numerical
+columns from central differences.
+
+Both are built transposed (C x M: a row per real input element), so that a block of columns
+is contiguous. Each side is computed by one call per row or column, as torch.autograd.gradcheck
+does, or, where vmap gives the same numbers, by one batched call per stage of rows or columns:
+backward over a batch of one-hot grad_outputs (``is_grads_batched``), and forward over a batch
+of perturbed inputs (``torch.func.vmap``; only for targets that declare vmap support). The first
+batched stage is compared with single calls on a few rows or columns; any difference or error
+turns batching off for the rest of the check, so batching changes the speed, never the verdict.
+Pure torch, no I/O.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from .realify import Call, Vjp, as_tuple, element_ref, outputs_vector, real_flat, real_numel
+
+ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered per transposed write
+COL_STAGE = 256  # perturbations per batched forward
+
+
+@dataclass
+class Layout:
+    """Where each checked argument's columns and each differentiable output's rows lie."""
+
+    inputs: list[torch.Tensor]  # the tensors whose gradients are checked, one per column block
+    outputs: list[int]  # positions of the differentiable outputs
+    col_starts: list[int]
+    row_sizes: list[int]
+
+    @property
+    def n_cols(self) -> int:
+        return self.col_starts[-1]
+
+    @property
+    def n_rows(self) -> int:
+        return sum(self.row_sizes)
+
+    def row_location(self, row: int) -> tuple[int, int, int]:
+        """(output number among differentiable outputs, real index within it, output position)."""
+        for i, size in enumerate(self.row_sizes):
+            if row < size:
+                return i, row, self.outputs[i]
+            row -= size
+        raise IndexError(row)
+
+
+def make_layout(inputs: list[torch.Tensor], outputs: tuple, positions: list[int]) -> Layout:
+    starts = [0]
+    for t in inputs:
+        starts.append(starts[-1] + real_numel(t))
+    return Layout(inputs, positions, starts, [real_numel(outputs[p]) for p in positions])
+
+
+def _same(batched: torch.Tensor, single: torch.Tensor) -> bool:
+    """Batched and single calls agree up to rounding (a batched matmul may sum in another order)."""
+    return bool(torch.allclose(batched, single, rtol=1e-6, atol=1e-8, equal_nan=True))
+
+
+class Jacobians:
+    """Analytical rows and numerical columns of one check, with batching decided once."""
+
+    def __init__(self, call: Call, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
+                 values: list[Any], layout: Layout, eps: float, vmap_forward: bool, memory_bytes: int) -> None:
+        self.call, self.grad, self.outputs, self.grad_inputs = call, grad, outputs, grad_inputs
+        self.values, self.layout, self.eps, self.memory_bytes = values, layout, eps, memory_bytes
+        self.live = [o for o in outputs if o.requires_grad]
+        self.batched_rows: Optional[bool] = None if self.live else False  # None: not tried yet
+        self.batched_cols: Optional[bool] = None if vmap_forward else False
+
+    # -- analytical: J^T e_r for one-hot e_r, a row of the Jacobian per backward ---------------------
+
+    def rows(self, col0: int, col1: int) -> torch.Tensor:
+        """Analytical columns col0..col1 of the Jacobian, transposed (C x M). Outputs that do not
+        require grad have zero rows (the function claims no gradient there)."""
+        rows = torch.zeros(col1 - col0, self.layout.n_rows, dtype=torch.float64)
+        k = 0
+        for out in self.outputs:
+            size = real_numel(out)
+            for j0 in range(0, size if out.requires_grad else 0, ROW_STAGE):
+                j1 = min(size, j0 + ROW_STAGE)
+                rows[:, k + j0 : k + j1] = self._row_stage(out, j0, j1)[:, col0:col1].t()
+            k += size
+        return rows
+
+    def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+        if self.batched_rows is not False:
+            batched = self._quiet(self._batched_rows, out, j0, j1)
+            if batched is not None and self.batched_rows is None:
+                picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
+                single = torch.cat([self._single_rows(out, j0 + p, j0 + p + 1) for p in picks])
+                self.batched_rows = _same(batched[picks], single)
+            if batched is None:
+                self.batched_rows = False
+            elif self.batched_rows:
+                return batched
+        return self._single_rows(out, j0, j1)
+
+    def _flat_grads(self, grads: tuple, batch: tuple[int, ...]) -> torch.Tensor:
+        parts = [torch.zeros(batch + (real_numel(x),), dtype=torch.float64) if g is None else
+                 (torch.view_as_real(g) if g.is_complex() else g).reshape(batch + (-1,)).to(torch.float64)
+                 for g, x in zip(grads, self.grad_inputs)]
+        return torch.cat(parts, -1)
+
+    def _single_rows(self, out: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+        grad_outs = [torch.zeros_like(o, memory_format=torch.contiguous_format) for o in self.live]
+        one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
+        flat = real_flat(one)
+        rows = []
+        for j in range(j0, j1):
+            flat[j] = 1  # backward does not write grad_output: the contract check failed the case before
+            rows.append(self._flat_grads(self.grad(self.live, self.grad_inputs, grad_outs), ()))
+            flat[j] = 0
+        return torch.stack(rows)
+
+    def _batched_rows(self, out: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+        n = j1 - j0
+        grad_outs = [torch.zeros((n,) + o.shape, dtype=o.dtype, device=o.device) for o in self.live]
+        one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
+        flat = (torch.view_as_real(one) if one.is_complex() else one).view(n, -1)
+        flat[torch.arange(n), torch.arange(j0, j1)] = 1
+        grads = torch.autograd.grad(self.live, self.grad_inputs, grad_outs, retain_graph=True, allow_unused=True,
+                                    is_grads_batched=True)
+        return self._flat_grads(grads, (n,))
+
+    # -- numerical: (f(x + eps e_j) - f(x - eps e_j)) / 2 eps, a column per pair of forwards ----------
+
+    def columns(self, col0: int, col1: int) -> torch.Tensor:
+        """Central differences for columns col0..col1, transposed (C x M) like ``rows``. The checked
+        tensors in ``values`` are perturbed in place, one real element at a time, and restored."""
+        cols = torch.empty(col1 - col0, self.layout.n_rows, dtype=torch.float64)
+        starts = self.layout.col_starts
+        with torch.no_grad():
+            for i, x in enumerate(self.layout.inputs):
+                lo, hi = max(col0, starts[i]), min(col1, starts[i + 1])
+                for s0 in range(lo, hi, COL_STAGE):
+                    s1 = min(hi, s0 + COL_STAGE)
+                    self._column_stage(x, s0 - starts[i], s1 - starts[i], cols[s0 - col0 : s1 - col0])
+        return cols.div_(2 * self.eps)
+
+    def _column_stage(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> None:
+        if self.batched_cols is not False:
+            batched = self._quiet(self._batched_columns, x, j0, j1)
+            if batched is not None and self.batched_cols is None:
+                picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
+                for p in picks:
+                    self._single_columns(x, j0 + p, j0 + p + 1, out[p : p + 1])
+                self.batched_cols = _same(batched[picks] / (2 * self.eps), out[picks] / (2 * self.eps))
+            if batched is None:
+                self.batched_cols = False
+            elif self.batched_cols:
+                out.copy_(batched)
+                return
+        self._single_columns(x, j0, j1, out)
+
+    def _single_columns(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> None:
+        positions, eps = self.layout.outputs, self.eps
+        real = torch.view_as_real(x) if x.is_complex() else x
+        if real.device.type == "cpu" and real.is_contiguous() and real.dtype in (torch.float64, torch.float32):
+            base, index = real.numpy().reshape(-1), (lambda j: j)  # a NumPy view: cheap element writes
+        else:
+            ref = element_ref(x)
+            base, index = ref(0)[0], (lambda j: ref(j)[1])
+        for c, j in enumerate(range(j0, j1)):
+            at = index(j)
+            orig = base[at].item()
+            base[at] = orig - eps
+            minus = outputs_vector(as_tuple(self.call(self.values)), positions)
+            base[at] = orig + eps
+            torch.sub(outputs_vector(as_tuple(self.call(self.values)), positions), minus, out=out[c])
+            base[at] = orig
+
+    def _batched_columns(self, x: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+        n, eps = j1 - j0, self.eps
+        real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
+        batch = real.reshape(1, -1).repeat(2 * n, 1)
+        rows, cols = torch.arange(n), torch.arange(j0, j1)
+        batch[rows, cols] -= eps
+        batch[rows + n, cols] += eps
+        batch = batch.view((2 * n,) + real.shape)
+        if x.is_complex():
+            batch = torch.view_as_complex(batch)
+        positions = self.layout.outputs
+
+        def forward(xb: torch.Tensor) -> torch.Tensor:
+            outs = as_tuple(self.call([xb if v is x else v for v in self.values]))
+            return torch.cat([real_flat(outs[p].contiguous()).to(torch.float64) for p in positions])
+
+        flat = torch.func.vmap(forward)(batch)
+        return flat[n:] - flat[:n]
+
+    @staticmethod
+    def _quiet(fn: Any, *args: Any) -> Optional[torch.Tensor]:
+        """``fn(*args)``, or None when it raises (batching unsupported): the caller falls back."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # vmap's "performance drop" fallbacks
+                return fn(*args)
+        except Exception:  # noqa: BLE001 - any failure to batch means: call one at a time
+            return None

@@ -1,0 +1,61 @@
+"""Tensors as flat real vectors, and small helpers that every numerical module shares.
+
+Complex tensors are handled as pairs of reals ("realified"): a complex element is (re, im).
+Pure torch, no I/O.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+Call = Callable[[Sequence[Any]], tuple]
+Vjp = Callable[..., tuple]  # signature of torch.autograd.grad
+
+
+def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[torch.Tensor]) -> tuple:
+    """Vector-Jacobian product through the graph (kept for more calls); None for unused inputs."""
+    return torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True)
+
+
+def as_tuple(out: Any) -> tuple:
+    """A forward's return value as a tuple of outputs."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def is_float_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
+
+
+def real_flat(t: torch.Tensor) -> torch.Tensor:
+    """A flat real view of contiguous ``t`` (no copy): complex elements become (re, im) pairs."""
+    return (torch.view_as_real(t) if t.is_complex() else t).view(-1)
+
+
+def unravel(flat: int, shape: Sequence[int]) -> list[int]:
+    """The multi-index of flat (row-major) position ``flat`` in ``shape``."""
+    index = []
+    for size in reversed(shape):
+        flat, r = divmod(flat, size)
+        index.append(r)
+    return index[::-1]
+
+
+def element_ref(t: torch.Tensor) -> Callable[[int], tuple[torch.Tensor, Any]]:
+    """For in-place perturbation: real element j of ``t`` (any strides) as (tensor, index)."""
+    real = torch.view_as_real(t) if t.is_complex() else t
+    if real.is_contiguous():
+        flat = real.view(-1)
+        return lambda j: (flat, j)
+    return lambda j: (real, tuple(unravel(j, real.shape)))
+
+
+def real_numel(t: torch.Tensor) -> int:
+    return t.numel() * (2 if t.is_complex() else 1)
+
+
+def outputs_vector(outputs: tuple, positions: Sequence[int]) -> torch.Tensor:
+    """The realified, flattened, float64 concatenation of the chosen outputs (a copy)."""
+    if not positions:
+        return torch.zeros(0, dtype=torch.float64)
+    return torch.cat([real_flat(outputs[p].detach().contiguous()).to(torch.float64) for p in positions])
