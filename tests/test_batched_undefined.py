@@ -358,6 +358,24 @@ def test_batched_is_reproducible_from_the_seed() -> None:
     assert [r.analytical for r in first.inputs] != [r.analytical for r in other.inputs]
 
 
+class RowsSumToOne(MulGen):
+    """Refuses inputs off its domain (rows of x must sum to 1), as real Functions do."""
+
+    @staticmethod
+    def forward(x, w):
+        if not torch.allclose(x.sum(-1), torch.ones((), dtype=x.dtype)):
+            raise ValueError("rows of x must sum to 1")
+        return x * w, (x * w).sum()
+
+
+def test_batched_forward_off_its_domain_is_a_note_not_an_error() -> None:
+    x = torch.full((2, 4), 0.25, dtype=DT, requires_grad=True)
+    result = run_check(batched, RowsSumToOne, (x, randn(2, 4)))
+    assert result.status is Status.PASS, result.message
+    assert "forward not vmapped: it raised on the inputs scaled by 1 +- 0.01" in result.message
+    assert "rows of x must sum to 1" in result.message
+
+
 def test_batched_checks_plain_callables_and_skips_without_grad() -> None:
     def fn(x, w):
         return Square.apply(x) * w

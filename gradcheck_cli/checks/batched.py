@@ -24,7 +24,7 @@ import torch
 from ..loader import Bound, Target, user_frame
 from ..numerics import Entry, as_tuple, is_float_tensor, probe_generator, unravel, vjp
 from ..results import CheckResult, InputReport, Status
-from . import call_forward, contract, guarded
+from . import UserCodeError, call_forward, contract, guarded
 from .backward import Options, _checked_positions, _skeleton
 from .devices import Context
 
@@ -222,7 +222,11 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
 
     batch = [_jittered(plain[i], gen) for i in checked]
     members = [[t[b].clone().requires_grad_() for t in batch] for b in range(BATCH)]
-    looped = [as_tuple(call_forward(target, bound, place(m))) for m in members]
+    try:
+        looped = [as_tuple(call_forward(target, bound, place(m))) for m in members]
+    except UserCodeError as exc:  # the jittered inputs left forward's domain: not vmap's fault
+        found.notes.append(f"forward not vmapped: it raised on the inputs scaled by 1 +- {JITTER:g} ({exc})")
+        return
     try:
         forward_vmapped = torch.func.vmap(forward)(*batch)
     except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
