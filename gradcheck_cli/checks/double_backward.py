@@ -26,9 +26,9 @@ ONCE = "trying to differentiate twice a function that was marked with @once_diff
 ONCE_SKIP = ("backward is marked @once_differentiable: it cannot be differentiated, so there is no second "
              "derivative to check; to support double backward, remove the decorator and write backward "
              "with differentiable torch ops")
-DETACHED = ("(a tensor computed in forward and saved: forward runs without autograd; or .detach(), .data, "
-            "numpy, torch.no_grad()); compute what backward needs inside backward, with differentiable "
-            "torch ops on the saved inputs and outputs")
+DETACHED = ("a value backward uses was taken outside autograd (a tensor computed in forward and saved, "
+            "as forward runs without autograd; or .detach(), .data, numpy, torch.no_grad()): compute what "
+            "backward needs inside backward, with differentiable torch ops on the saved inputs and outputs")
 
 
 def run(ctx: Context, opts: Options) -> CheckResult:
@@ -53,9 +53,7 @@ def run(ctx: Context, opts: Options) -> CheckResult:
     v_leaves = [v.clone().requires_grad_(True) for v in vs]
     grads = grad_of(leaves + v_leaves, create_graph=True)
     if any(_once_differentiable(g) for g in grads):
-        for i in checked:
-            reports[i].status, reports[i].reason = Status.SKIP, "backward is marked @once_differentiable"
-        return skip(result, ONCE_SKIP, start)
+        return skip(result, ONCE_SKIP, start, row_reason="backward is marked @once_differentiable")
     plain = contract.fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
     rows = [reports[i] for i in checked] + _grad_output_rows(outputs, live, len(bound.values))
     result.inputs = reports + rows[len(checked):]
@@ -69,19 +67,29 @@ def run(ctx: Context, opts: Options) -> CheckResult:
             return skip(result, ONCE_SKIP, start)
         raise
     names = [bound.names[i] for i in checked]
+    zeros = "backward's result does not depend on {} through autograd"
     for row, entry, value in zip(rows, entries, [leaves[i] for i in checked] + vs):
         _fill(row, entry, layout, value, grads)
         _name_worst_output(row, entry, layout, names)
-        row.diagnosis = reword(entry, row, "backward's result", "differentiating backward") or row.diagnosis
-    worst = {layout.row_location(e.worst_row)[2] for r, e in zip(rows, entries) if r.mismatched and layout.n_rows}
-    detached = [names[k] for k in sorted(worst) if not grads[k].requires_grad]
-    notes = []
-    if detached:
-        notes.append(f"backward is not differentiable: the gradient it returns for "
-                     f"{', '.join(repr(d) for d in detached)} does not require grad, so its derivatives are "
-                     f"taken as zero; backward computed it outside autograd {DETACHED}")
+        row.diagnosis = reword(entry, row, zeros.format(_label(row)), "differentiating backward") or row.diagnosis
+    notes, omit = _detached(rows, entries, layout, grads, names)
     return summarize(result, start, notes, lambda r: f"the derivative of backward with respect to {_label(r)}",
-                     "backward differentiated with respect to")
+                     "backward differentiated with respect to", DETACHED, omit)
+
+
+def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads: tuple,
+              names: list[str]) -> tuple[list[str], set[str]]:
+    """A note when mismatches lie in a gradient that backward computed outside autograd altogether,
+    and the rows it explains (all-zero rows whose worst entry is in such a gradient): the message
+    says it once instead of once per row (the table still shows each row's diagnosis)."""
+    where = {r.name: layout.row_location(e.worst_row)[2] for r, e in zip(rows, entries) if r.mismatched}
+    detached = sorted(k for k in set(where.values()) if not grads[k].requires_grad)
+    if not detached:
+        return [], set()
+    omit = {r.name for r, e in zip(rows, entries) if r.name in where and where[r.name] in detached and e.sum_aa == 0}
+    return [f"backward is not differentiable: the gradient it returns for "
+            f"{', '.join(repr(names[k]) for k in detached)} does not require grad, so all its derivatives come "
+            "out zero (numerically they are not)"], omit
 
 
 def _backward_of(ctx: Context, checked: list[int], live: list[int]) -> Callable[..., tuple]:
@@ -134,38 +142,48 @@ def _name_worst_output(row: InputReport, entry: Entry, layout: Any, names: list[
             row.worst_output = f"gradient of '{names[pos]}'" + row.worst_output[len(prefix):]
 
 
-def reword(entry: Entry, row: InputReport, result_of: str, derivative: str) -> Optional[str]:
-    """The two patterns whose generic words blame ``backward``, said for this check; else None."""
+def reword(entry: Entry, row: InputReport, all_zeros: str, derivative: str) -> Optional[str]:
+    """The two patterns whose generic words blame ``backward``, said for this check; else None.
+    ``all_zeros`` says why the analytical side may be all zeros."""
     if not row.mismatched or entry.nonfinite:
         return None
     if entry.sum_aa == 0 and entry.sum_nn > 0:
-        return (f"analytical is all zeros, numerical is not: {result_of} does not depend on {_label(row)} "
-                f"through autograd; a value it uses was taken outside autograd {DETACHED}")
+        return f"analytical is all zeros, numerical is not: {all_zeros}"
     if entry.sum_nn == 0 and entry.sum_aa > 0:
         return (f"numerical is zero (the values do not change with {_label(row)}), but {derivative} "
                 "gives a non-zero derivative")
     return None
 
 
-def skip(result: CheckResult, reason: str, start: float) -> CheckResult:
-    """The check does not apply: SKIP with the reason (never a silent pass)."""
-    result.status, result.message = Status.SKIP, reason
+def skip(result: CheckResult, reason: str, start: float, status: Status = Status.SKIP,
+         row_reason: str = "see the message") -> CheckResult:
+    """The check does not apply (SKIP), or failed before any comparison (FAIL): the reason is the
+    message, and rows not yet marked say they were not checked (never a silent pass)."""
+    for row in result.inputs:
+        if row.status is Status.PASS:
+            row.status, row.reason = Status.SKIP, row_reason
+    result.status, result.message = status, reason
     result.duration_s = time.perf_counter() - start
     return result
 
 
 def summarize(result: CheckResult, start: float, notes: list[str], what: Callable[[InputReport], str],
-              checked: str) -> CheckResult:
-    """Status and one-line message from the rows: what is wrong (``what(row)`` names it), what is
-    right; ``checked`` leads the list of rows when all passed."""
+              checked: str, advice: str = "", omit: Optional[set[str]] = None) -> CheckResult:
+    """Status and one-line message from the rows: the notes, what is wrong (``what(row)`` names
+    it; rows named in ``omit``, which a note explains, are not repeated), what is right, and
+    ``advice`` once when an analytical side is all zeros. ``checked`` leads the list of rows when
+    all passed."""
     wrong = [r for r in result.inputs if r.status is Status.FAIL]
     right = [r for r in result.inputs if r.status is Status.PASS]
     parts = list(notes)
-    parts += [f"{what(r)} is wrong: {r.diagnosis}" if r.diagnosis else f"{what(r)} is wrong" for r in wrong]
+    parts += [f"{what(r)} is wrong: {r.diagnosis}" if r.diagnosis else f"{what(r)} is wrong"
+              for r in wrong if r.name not in (omit or set())]
     if wrong or notes:
         result.status = Status.FAIL
         if right and wrong:
             parts.append(f"{', '.join(_label(r) for r in right)} {'is' if len(right) == 1 else 'are'} right")
+        if advice and any(r.diagnosis and r.diagnosis.startswith("analytical is all zeros") for r in wrong):
+            parts.append(advice)
     else:
         parts.append(f"{checked} {', '.join(_label(r) for r in right)}: all within tolerance")
     result.message = "; ".join(parts)

@@ -54,13 +54,12 @@ def run(ctx: Context, opts: Options) -> CheckResult:
         if named is None:
             raise
         status, message = named
-        if status is Status.SKIP:
-            return skip(result, message, start)
-        return summarize(result, start, [message], _what, CHECKED)
+        return skip(result, message, start, status, "jvp failed (see the message)")
     for i, entry in zip(checked, entries):
         row = reports[i]
         _fill(row, entry, layout, bound.values[i], outputs)
-        row.diagnosis = reword(entry, row, "the tangent jvp returns", "jvp") or row.diagnosis
+        row.diagnosis = reword(entry, row, f"a term for '{row.name}' is missing from jvp's tangent, or jvp does "
+                                           "not use its tangent argument", "jvp") or row.diagnosis
     return summarize(result, start, [], _what, CHECKED)
 
 
@@ -146,7 +145,7 @@ def _named_mistake(exc: UserCodeError, target: Target, bound: Any, values: list[
     """A known error from forward-mode AD as (status, message in the user's terms), or None."""
     cause = exc.__cause__
     text = str(cause) if cause is not None else str(exc)
-    at = f" ({exc.where})" if exc.where else ""
+    at = f" at {exc.where}" if exc.where else ""
     if _NO_JVP in text:
         return Status.SKIP, ("forward-mode AD is not supported: an autograd.Function it calls defines no jvp()"
                              f"{at}; define `@staticmethod def jvp(ctx, *tangents)` there")
