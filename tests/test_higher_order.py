@@ -146,6 +146,29 @@ class SinJvpReadsBackwardSaved(SinNoJvp):
         return t * x.cos()
 
 
+class ScaledSinSetupContextJvpIndexesSaved(Function):
+    """forward / setup_context style; jvp indexes ctx.saved_tensors, which is empty there."""
+
+    @staticmethod
+    def forward(x, scale=2.0):
+        return scale * x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, scale = inputs
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return ctx.scale * g * x.cos(), None
+
+    @staticmethod
+    def jvp(ctx, t, _scale_t=None):
+        return ctx.scale * t * ctx.saved_tensors[0].cos()
+
+
 class SinJvpSign(Sin):
     @staticmethod
     def jvp(ctx, t):
@@ -635,11 +658,13 @@ def test_a_plain_callable_through_a_function_without_jvp_is_a_skip():
 @pytest.mark.parametrize("fn,words", [
     (SinJvpReadsBackwardSaved, "jvp reads ctx.saved_tensors, but forward saved its tensors with "
                                "ctx.save_for_backward only"),
+    (ScaledSinSetupContextJvpIndexesSaved, "jvp reads ctx.saved_tensors, but forward saved its tensors with "
+                                           "ctx.save_for_backward only"),
     (SinJvpTwoTangents, "jvp returned 2 tangents, but forward returns 1 output: return one tangent per output"),
     (SinJvpSummed, "jvp returned a tangent of shape [] for an output of shape [3, 4]"),
     (SinJvpNone, "jvp returned None (or a non-floating-point tensor) as the tangent of a differentiable output"),
     (MaxWithIndexJvpIntTangent, "jvp returned a tangent for output 1, which is not differentiable"),
-], ids=["saved_tensors_for_backward", "too_many_tangents", "wrong_shape", "none", "tangent_for_int_output"])
+], ids=["saved_tensors_for_backward", "saved_tensors_setup_context", "too_many_tangents", "wrong_shape", "none", "tangent_for_int_output"])
 def test_broken_jvp_contracts_are_failures_in_words(fn, words):
     args = _x(torch.Generator().manual_seed(0))
     assert not _torch_says("forward_ad", fn, args)

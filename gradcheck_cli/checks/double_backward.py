@@ -19,7 +19,7 @@ from ..numerics import Entry, as_tuple, compare, is_float_tensor, probe_generato
 from ..results import CheckResult, InputReport, Status
 from . import UserCodeError, call_forward, contract, guarded
 from .backward import Options, _checked_positions, _fill, _skeleton
-from .devices import Context
+from .devices import Context, memory_problem
 
 STREAM = 10  # probe_generator stream of the random grad_outputs
 ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
@@ -42,6 +42,7 @@ def run(ctx: Context, opts: Options) -> CheckResult:
         return skip(result, "no argument requires grad: there is no backward to differentiate", start)
     leaves = contract.fresh_leaves(bound.values)
     outputs = as_tuple(call_forward(target, bound, leaves))
+    refuse_if_too_big(ctx, outputs)
     live = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
     if not live:
         return skip(result, "no output is differentiable (none is a floating-point tensor that requires "
@@ -90,6 +91,13 @@ def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads:
     return [f"backward is not differentiable: the gradient it returns for "
             f"{', '.join(repr(names[k]) for k in detached)} does not require grad, so all its derivatives come "
             "out zero (numerically they are not)"], omit
+
+
+def refuse_if_too_big(ctx: Context, outputs: tuple) -> None:
+    """On a GPU: an out_of_memory error result, before starting, when the check will not fit."""
+    refusal = memory_problem(ctx.bound, outputs, ctx.device)
+    if refusal:
+        raise UserCodeError("out_of_memory", refusal)
 
 
 def _backward_of(ctx: Context, checked: list[int], live: list[int]) -> Callable[..., tuple]:

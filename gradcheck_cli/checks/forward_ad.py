@@ -21,7 +21,7 @@ from ..results import CheckResult, Status
 from . import UserCodeError, call_forward, contract, guarded
 from .backward import Options, _checked_positions, _fill, _skeleton
 from .devices import Context
-from .double_backward import reword, skip, summarize
+from .double_backward import refuse_if_too_big, reword, skip, summarize
 
 STREAM = 11  # probe_generator stream of the projection used to name patterns (e.g. a transpose)
 CHECKED = "forward-mode AD (jvp) compared with finite differences along"
@@ -42,6 +42,7 @@ def run(ctx: Context, opts: Options) -> CheckResult:
     if not checked:
         return skip(result, "no argument requires grad: there is no tangent to push forward", start)
     outputs = as_tuple(call_forward(target, bound, contract.fresh_leaves(bound.values)))
+    refuse_if_too_big(ctx, outputs)
     positions = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
     if not positions:
         return skip(result, "no output is differentiable (none is a floating-point tensor that requires grad): "
