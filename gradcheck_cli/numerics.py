@@ -56,6 +56,11 @@ class Entry:
         self.proj_a = torch.zeros(self.real_numel, dtype=torch.float64)
         self.proj_n = torch.zeros(self.real_numel, dtype=torch.float64)
 
+    def _keep(self, bad: torch.Tensor, a: torch.Tensor, n: torch.Tensor, col0: int) -> None:
+        """Keep the first KEEP_BAD mismatching columns whole."""
+        for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
+            self.bad_columns.append((col0 + c, a[c].clone(), n[c].clone()))
+
     def update(self, a: torch.Tensor, n: torch.Tensor, col0: int, probe: torch.Tensor) -> None:
         """Fold in analytical ``a`` and numerical ``n`` for columns col0..col0+C of the Jacobian.
 
@@ -68,21 +73,22 @@ class Entry:
             return
         diff = torch.sub(a, n).abs_()
         top = float(diff.max())
+        bad = torch.zeros(a.shape[0], dtype=torch.bool)
         if not math.isfinite(top):
             # a non-finite entry is a mismatch; the statistics below are over the finite ones
             finite = torch.isfinite(a) & torch.isfinite(n)
             self.nonfinite += int((~finite).sum())
-            self.bad[cols] |= ~finite.all(1)
+            bad = ~finite.all(1)
+            self._keep(bad, a, n, col0)
             a, n = torch.where(finite, a, 0.0), torch.where(finite, n, 0.0)
             diff = torch.sub(a, n).abs_()
             top = float(diff.max())
         self.max_abs = max(self.max_abs, top)
         n_abs = n.abs()
         tol = n_abs.mul(self.rtol).add_(self.atol)
-        bad = ~(diff <= tol).all(1)  # |a - n| <= atol + rtol * |n|, as torch.allclose(a, n)
-        self.bad[cols] |= bad
-        for c in bad.nonzero().view(-1)[: KEEP_BAD - len(self.bad_columns)].tolist():
-            self.bad_columns.append((col0 + c, a[c].clone(), n[c].clone()))
+        wrong = ~(diff <= tol).all(1)  # |a - n| <= atol + rtol * |n|, as torch.allclose(a, n)
+        self._keep(wrong & ~bad, a, n, col0)
+        self.bad[cols] |= bad | wrong
         excess = torch.div(diff, tol, out=tol)
         col, row = divmod(int(torch.argmax(excess)), a.shape[1])
         if float(excess[col, row]) > self.worst_excess:

@@ -54,6 +54,7 @@ class InputReport:
     atol: Optional[float] = None
     rtol: Optional[float] = None
     diagnosis: Optional[str] = None  # the pattern in words, e.g. "analytical is 2.00x numerical"
+    at_kinks: int = 0  # elements whose mismatch a kink, tie or domain edge explains (not counted as wrong)
     line: Optional[int] = None  # line of the argument's entry in the spec file, where known
 
 

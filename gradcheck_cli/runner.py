@@ -13,13 +13,16 @@ from .plan import RunOptions, Task
 from .checks import UserCodeError, backward, batched, device_kind, devices, double_backward, forward_ad, guarded
 from .checks import undefined_grad
 from .checks.devices import Context, device_problem
-from .results import CaseResult, CheckResult, ErrorInfo, Report, Status, overall
-from .spec import Case, SpecError
+from .results import CaseResult, CheckResult, ErrorInfo, InputReport, Report, Status, overall
+from .spec import Arg, Case, SpecError
 
 
 class DeviceError(Exception):
     """A required device that is not available (--require-device)."""
 
+
+RESAMPLES = 3  # extra draws with `resample: true`
+RESAMPLE_STRIDE = 1_000_003  # resampled seeds stay clear of --trials' seed, seed + 1, ...
 
 IMPLEMENTED: dict[str, Callable[[Context, backward.Options], CheckResult]] = {
     "backward": lambda ctx, options: backward.run(ctx.target, ctx.bound, options),
@@ -41,14 +44,29 @@ def run_task(task: Task) -> CaseResult:
     trials = max(1, task.opts.trials)
     for t in range(trials):
         seed = task.seed + t
-        case = replace(task.case, seed=seed)
-        result = guard(plan.new_result(task, seed), lambda r, c=case: _check(c, task.device, task.opts, r),
-                       where=_at(case))
+        result = _resampled(task, seed)
         if result.status is not Status.PASS:
             if t:
                 result.warnings.append(f"seed {seed} (trial {t + 1} of {trials}) did not pass; "
                                        f"seeds {task.seed}..{seed - 1} passed")
             return result
+    return result
+
+
+def _resampled(task: Task, seed: int) -> CaseResult:
+    """Check with ``seed``; with ``resample: true``, draw again while an input sits on a kink."""
+    notes: list[str] = []
+    for k in range(RESAMPLES + 1):
+        case = replace(task.case, seed=seed + k * RESAMPLE_STRIDE)
+        result = guard(plan.new_result(task, case.seed), lambda r, c=case: _check(c, task.device, task.opts, r),
+                       where=_at(case))
+        result.warnings[:0] = notes
+        at = [f"'{row.name}'" for check in result.checks for row in check.inputs
+              if row.at_kinks and getattr(_arg_of(case, row), "shape", None) is not None]  # drawn, not data
+        if not (task.case.resample and at) or k == RESAMPLES:
+            return result
+        notes.append(f"seed {case.seed} put {', '.join(dict.fromkeys(at))} on a kink, tie or domain edge: "
+                     f"drew again with seed {case.seed + RESAMPLE_STRIDE} (resample: true)")
     return result
 
 
@@ -93,7 +111,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> Non
     params = target.parameters() or []
     positional, keywords = inputs.build(case, device, [p.name for p in params])
     ctx = Context(case, device, target, loader.bind(target, positional, keywords))
-    options = backward.Options(case.tolerance, case.seed, opts.memory_bytes, opts.probes)
+    options = backward.Options(case.tolerance, case.seed, opts.memory_bytes, opts.probes, case.repeat)
     for name in case.checks:
         check = IMPLEMENTED[name](ctx, options)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
@@ -104,10 +122,13 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> Non
 
 def _spec_lines(check: CheckResult, case: Case) -> None:
     """Point each argument's row at its entry in the spec file (positional first, then kwargs by name)."""
-    by_name = dict(case.kwargs)
     for row in check.inputs:
-        arg = case.inputs[row.index] if row.index < len(case.inputs) else by_name.get(row.name)
-        row.line = getattr(arg, "line", None)
+        row.line = getattr(_arg_of(case, row), "line", None)
+
+
+def _arg_of(case: Case, row: InputReport) -> Optional[Arg]:
+    """The spec entry of a report row's argument (positional first, then kwargs by name)."""
+    return case.inputs[row.index] if row.index < len(case.inputs) else dict(case.kwargs).get(row.name)
 
 
 def run_all(items: Iterable[Union[Case, SpecError]], opts: RunOptions = RunOptions(),

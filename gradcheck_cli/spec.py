@@ -25,7 +25,7 @@ DTYPES = {
 }
 DISTS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "randint": ("low", "high")}
 DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
-TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "checks",
+TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "checks", "repeat", "resample",
             "inputs", "kwargs", "init", "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
@@ -104,6 +104,8 @@ class Case:
     dtype: str = "float64"
     tolerance: Tolerance = Tolerance()
     checks: tuple[str, ...] = ("backward",)
+    repeat: int = 3  # backward calls with the same grad_output that must agree (determinism)
+    resample: bool = False  # draw again (next seed) when an input sits on a kink or domain edge
     inputs: tuple[Arg, ...] = ()
     kwargs: tuple[tuple[str, Arg], ...] = ()
     init_args: tuple[Any, ...] = ()
@@ -269,6 +271,16 @@ def _apply(case: Case, doc: dict, key: tuple, ctx: _Ctx) -> Case:
         changes["tolerance"] = _tolerance(doc["tolerance"], case.tolerance, key + ("tolerance",), ctx)
     if "checks" in doc:
         changes["checks"] = _checks(doc["checks"], key + ("checks",), ctx)
+    if "repeat" in doc:
+        repeat = doc["repeat"]
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or not 2 <= repeat <= 1000:
+            raise ctx.fail(key + ("repeat",), f"expected an integer from 2 to 1000 (backward calls compared for "
+                                              f"determinism), got {_show(repeat)}")
+        changes["repeat"] = repeat
+    if "resample" in doc:
+        if not isinstance(doc["resample"], bool):
+            raise ctx.fail(key + ("resample",), f"expected true or false, got {_show(doc['resample'])}")
+        changes["resample"] = doc["resample"]
     if "inputs" in doc:
         entries = doc["inputs"]
         if not isinstance(entries, list):
