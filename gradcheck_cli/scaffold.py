@@ -1,4 +1,5 @@
-"""``gradcheck init``: a commented spec skeleton from a Function's forward signature."""
+"""``gradcheck init``: a commented spec skeleton from a Function's forward signature
+(and, for an nn.Module class, from its constructor's)."""
 from __future__ import annotations
 
 import inspect
@@ -47,5 +48,33 @@ def skeleton(function: str) -> str:
     if kwargs:
         lines.append("kwargs:   # parameters with defaults; change a value to check another setting")
         for p in kwargs:
-            lines.append(f"  {p.name}: {{value: {yaml.safe_dump(p.default, default_flow_style=True).strip().removesuffix('...').strip()}}}")
+            lines.append(f"  {p.name}: {{value: {_flow(p.default)}}}")
+    if target.is_module:
+        lines += _init_lines(target.obj)
     return "\n".join(lines) + "\n"
+
+
+def _flow(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def _init_lines(cls: type) -> list[str]:
+    """The ``init`` block of an nn.Module class: its constructor's keyword arguments.
+
+    Required ones are left commented out (no value can be guessed: the check says which are
+    missing until they are set); those with literal defaults are written with their default.
+    """
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    lines = [f"init:     # constructor arguments of {cls.__name__}; its parameters are checked as arguments too",
+             "  args: []", "  kwargs:"]
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is inspect.Parameter.empty:
+            lines.append(f"    # {p.name}: ...   # required: set it")
+        elif _literal(p.default):
+            lines.append(f"    {p.name}: {_flow(p.default)}")
+    return lines

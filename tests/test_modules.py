@@ -343,3 +343,21 @@ def test_cli_inline_inputs_for_a_module_that_needs_init_args_says_so():
     (entry,) = json.loads(result.stdout)["results"]
     assert "init" in entry["error"]["message"] and "in_features" in entry["error"]["message"]
 
+
+
+def test_init_command_writes_the_constructor_arguments_of_a_module(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("init", f"{MODULES}.LinearModule", "-o", "specs/linear_module.yaml")
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "specs" / "linear_module.yaml"
+    text = path.read_text()
+    assert "# in_features: ...   # required" in text and "    bias: true" in text
+    assert "  - name: input" in text and "self" not in text
+    unset = invoke(str(path), "--no-isolate", "--format", "json")
+    assert unset.exit_code == 3 and "missing a required argument: 'in_features'" in unset.stdout
+    text = text.replace("# in_features: ...", "in_features: 5").replace("# out_features: ...", "out_features: 2")
+    path.write_text(text)
+    done = invoke(str(path), "--no-isolate", "--format", "json")
+    assert done.exit_code == 0, done.output
+    names = [r["name"] for r in json.loads(done.stdout)["results"][0]["checks"][0]["inputs"]]
+    assert names == ["input", "weight", "bias"]

@@ -36,8 +36,10 @@ def device_kind(exc: BaseException) -> Optional[str]:
     return None
 
 
-def call_forward(target: Target, bound: Bound, values: list[Any]) -> Any:
-    """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled.
+def call_forward(target: Target, bound: Bound, values: list[Any], kind: str = "forward",
+                 what: str = "forward") -> Any:
+    """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled
+    ``kind`` / ``what`` (as in ``guarded``).
 
     The global RNG is forked around every forward: each starts from the state captured at the
     first forward of ``bound`` and the state is put back after, so a forward that draws random
@@ -48,6 +50,6 @@ def call_forward(target: Target, bound: Bound, values: list[Any]) -> Any:
         bound.rng = RngFork.capture(bound.values)
     bound.rng.restore()
     try:
-        return guarded("forward", "forward", target.call, values, bound.n_positional, bound.kw_names)
+        return guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
     finally:
         bound.rng.restore()
