@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
+import jsonschema
 import numpy as np
 import pytest
 import torch
@@ -19,6 +21,7 @@ from click.testing import CliRunner
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
+import gradcheck_cli
 from gradcheck_cli import loader, runner
 from gradcheck_cli.checks.backward import Options
 from gradcheck_cli.checks.devices import Context
@@ -778,7 +781,10 @@ def test_cli_spec_with_both_checks_shows_their_json_entries(user_module, write_s
     """, "specs/cube.yaml")
     result = _invoke("specs/cube.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 1, result.output
-    (res,) = json.loads(result.stdout)["results"]
+    report = json.loads(result.stdout)
+    schema = Path(gradcheck_cli.__file__).parent / "schemas" / "report.schema.json"
+    jsonschema.validate(report, json.loads(schema.read_text(encoding="utf-8")))  # grad_output rows fit it too
+    (res,) = report["results"]
     double, forward = res["checks"]
     assert (double["check"], double["status"], double["mode"]) == ("double_backward", "pass", "elementwise")
     assert [(r["index"], r["name"], r["shape"], r["status"]) for r in double["inputs"]] == [
@@ -804,8 +810,6 @@ def test_cli_check_option_runs_forward_ad_only(user_module, write_spec):
 
 
 def test_shipped_higher_order_specs_pass_every_check(monkeypatch):
-    from pathlib import Path
-
     monkeypatch.chdir(Path(__file__).resolve().parent.parent)
     result = _invoke("specs/higher.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 0, result.output
