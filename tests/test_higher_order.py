@@ -710,6 +710,15 @@ def test_forward_ad_columns_in_small_chunks_give_the_same_rows():
         assert a.max_abs_err == pytest.approx(b.max_abs_err)
 
 
+@pytest.mark.parametrize("name", ["double_backward", "forward_ad"])
+def test_a_random_forward_draws_the_same_numbers_in_every_call(name):
+    """Dropout: the jvp forwards and the finite-difference forwards must see the same mask."""
+    def dropout_sin(x):
+        return torch.nn.functional.dropout(x.sin(), p=0.5, training=True)
+
+    assert check_of(name, dropout_sin, (_randn(torch.Generator().manual_seed(0), 8),)).status is Status.PASS
+
+
 def test_complex_input_and_output():
     z = torch.randn(4, dtype=torch.complex128, generator=torch.Generator().manual_seed(0), requires_grad=True)
     for name in ("double_backward", "forward_ad"):

@@ -18,7 +18,7 @@ import torch.autograd.forward_ad as fwAD
 from ..loader import Target
 from ..numerics import Entry, as_tuple, is_float_tensor, make_layout, probe_generator, real_flat, unravel
 from ..results import CheckResult, Status
-from . import UserCodeError, call_forward, contract, guarded
+from . import UserCodeError, call_forward, contract
 from .backward import Options, _checked_positions, _fill, _skeleton
 from .devices import Context
 from .double_backward import refuse_if_too_big, reword, skip, summarize
@@ -88,9 +88,10 @@ def _compare(ctx: Context, values: list[Any], inputs: list[torch.Tensor], output
 
 
 def _jvp_call(ctx: Context) -> Callable[[list[Any]], Any]:
-    target, bound = ctx.target, ctx.bound
-    what = "jvp" if target.is_function else "forward-mode AD through the function"
-    return lambda vals: guarded("jvp", what, target.call, vals, bound.n_positional, bound.kw_names)
+    """Forward on dual numbers (through call_forward: a random forward draws the same numbers as in
+    the finite differences); what it raises is labelled as jvp's."""
+    what = "jvp" if ctx.target.is_function else "forward-mode AD through the function"
+    return lambda vals: call_forward(ctx.target, ctx.bound, vals, "jvp", what)
 
 
 def _real(t: torch.Tensor) -> torch.Tensor:
