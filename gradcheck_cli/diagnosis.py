@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+import torch
+
 from .numerics import Entry
 
 CONSTANT_RATIO_RESIDUAL = 1e-6  # relative squared residual below which a ratio counts as constant
@@ -24,6 +26,30 @@ def constant_ratio(entry: Entry) -> Optional[float]:
     # least-squares residual |a - r n|^2 relative to |a|^2
     residual = (entry.sum_aa - 2 * r * entry.sum_an + r * r * entry.sum_nn) / entry.sum_aa
     return r if residual < CONSTANT_RATIO_RESIDUAL else None
+
+
+def systematic(entry: Entry, threshold: float) -> Optional[str]:
+    """For a gradient within tolerance: a constant factor off 1 by more than ``threshold``
+    everywhere (e.g. 1.001x) is no rounding noise but a small bug that tolerances hide."""
+    r = constant_ratio(entry)
+    if r is None or abs(r - 1) <= threshold:
+        return None
+    return (f"within tolerance, but analytical is {r:.6g}x numerical everywhere: a systematic factor "
+            "(a constant slightly off?); tighten rtol to fail on it")
+
+
+def conjugate(entry: Entry, imag_rows: torch.Tensor, complex_input: bool) -> bool:
+    """Whether the mismatching columns kept whole fit backward's conjugate-convention mistake:
+    returning grad_output * f'(z) where PyTorch expects grad_output * conj(f'(z)). Realified,
+    that flips the sign of exactly the entries where one of (output part, input part) is imaginary."""
+    if not entry.bad_columns:
+        return False
+    for col, a, n in entry.bad_columns:
+        flip = imag_rows ^ bool(complex_input and col % 2)
+        expected = torch.where(flip, -n, n)
+        if not bool(((a - expected).abs() <= entry.atol + entry.rtol * n.abs()).all()):
+            return False
+    return True
 
 
 def transposed(entry: Entry, shape: tuple[int, ...]) -> bool:

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 
-from ..diagnosis import describe
+from ..diagnosis import conjugate, describe, systematic
 from ..loader import Bound, Target
-from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_generator, unravel, vjp
+from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_generator, real_numel, unravel, vjp
 from .. import kinks, probes
 from ..plan import MEMORY_BYTES
 from ..results import CheckResult, InputReport, Status
@@ -18,7 +18,11 @@ from ..spec import Tolerance
 from . import UserCodeError, call_forward, contract, guarded
 from .devices import memory_problem
 
-LOW_PRECISION = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)
+REFERENCE = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bfloat16: torch.float64,
+             torch.complex64: torch.complex128}  # the dtype finite differences are taken in
+SYSTEMATIC = {torch.float16: 1e-2, torch.bfloat16: 5e-2}  # |ratio - 1| worth a warning; 1e-4 otherwise
+LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3), torch.complex64: (1e-4, 1e-3), torch.float16: (1e-2, 1e-2),
+                 torch.bfloat16: (5e-2, 5e-2)}  # (atol, rtol) when the spec keeps the float64 defaults
 
 
 @dataclass
@@ -38,7 +42,6 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     reports = _skeleton(bound)
     checked = _checked_positions(bound, reports)
     result = CheckResult("backward", Status.PASS, mode="elementwise", inputs=reports)
-    result.warnings += _precision_warnings(bound, checked)
     found = contract.inspect(target, bound, gen, tol.nondet_tol) if target.is_function else contract.Findings()
     result.warnings += found.warnings
     if found.fatal:
@@ -56,12 +59,13 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     if not positions:
         positions = [p for p, o in enumerate(outputs) if is_float_tensor(o)]
         result.warnings.append("no output requires grad: checking that the outputs do not depend on the inputs")
-    plain = contract.fresh_leaves(bound.values, grad=False)
     forward = lambda vals: call_forward(target, bound, vals)  # noqa: E731
+    plain, tol, notes = _reference(forward, contract.fresh_leaves(bound.values, grad=False), bound, checked, tol)
+    result.warnings += notes
     backward = lambda *args: guarded("backward", "backward", vjp, *args)  # noqa: E731
     grad_inputs, plain_inputs = [leaves[i] for i in checked], [plain[i] for i in checked]
     decided = opts.probes and _probe(result, checked, bound, forward, backward, outputs, positions,
-                                     grad_inputs, plain, plain_inputs, opts)
+                                     grad_inputs, plain, plain_inputs, replace(opts, tolerance=tol))
     if not decided:
         layout, entries = compare(forward, outputs, positions, grad_inputs, plain, plain_inputs,
                                   eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
@@ -137,13 +141,30 @@ def _checked_positions(bound: Bound, reports: list[InputReport]) -> list[int]:
     return checked
 
 
-def _precision_warnings(bound: Bound, checked: list[int]) -> list[str]:
-    low = [bound.names[i] for i in checked if bound.values[i].dtype in LOW_PRECISION]
+def _reference(forward: Any, plain: list[Any], bound: Bound, checked: list[int],
+               tol: Tolerance) -> tuple[list[Any], Tolerance, list[str]]:
+    """Finite differences of a low-precision Function are taken in float64 (its forward run on
+    float64 copies), with tolerances for the low dtype unless the spec set its own."""
+    low = [i for i in checked if bound.values[i].dtype in REFERENCE]
     if not low:
-        return []
-    return [f"{', '.join(repr(n) for n in low)} {'is' if len(low) == 1 else 'are'} not float64: finite "
-            "differences in low precision are unreliable (eps=1e-6 is near float32 resolution) and give "
-            "false failures; check in float64 (the spec's default dtype)"]
+        return plain, tol, []
+    names = ", ".join(repr(bound.names[i]) for i in low)
+    dtypes = sorted({str(bound.values[i].dtype)[6:] for i in low})
+    copies: dict[int, torch.Tensor] = {}
+    upcast = [copies.setdefault(id(v), v.to(REFERENCE[v.dtype])) if isinstance(v, torch.Tensor)
+              and v.dtype in REFERENCE else v for v in plain]
+    try:
+        forward(upcast)
+    except UserCodeError as exc:
+        return plain, tol, [f"{names} {'is' if len(low) == 1 else 'are'} {', '.join(dtypes)}, and forward fails in "
+                            f"float64 ({exc}), so finite differences are taken in {', '.join(dtypes)}: they are "
+                            "unreliable there (eps=1e-6 is near float32 resolution); check in float64 if you can"]
+    if (tol.atol, tol.rtol) == (Tolerance.atol, Tolerance.rtol):
+        atol, rtol = (max(t) for t in zip(*(LOW_TOLERANCE[bound.values[i].dtype] for i in low)))
+        tol = replace(tol, atol=atol, rtol=rtol)
+    return upcast, tol, [f"{names} {'is' if len(low) == 1 else 'are'} {', '.join(dtypes)}: the numerical gradient "
+                         f"comes from forward run in float64 (the reference), with tolerances for "
+                         f"{', '.join(dtypes)}: atol {tol.atol:g}, rtol {tol.rtol:g}"]
 
 
 def _fill(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, outputs: tuple) -> None:
@@ -169,8 +190,16 @@ def _fill(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, o
         if math.isfinite(entry.analytical) and math.isfinite(entry.numerical):
             row.analytical, row.numerical = entry.analytical, entry.numerical
     row.diagnosis = describe(entry, row.mismatched, row.numel, tuple(value.shape))
+    if row.mismatched and (value.is_complex() or any(outputs[p].is_complex() for p in layout.outputs)):
+        imag_rows = torch.cat([torch.arange(real_numel(outputs[p])) % 2 == 1 if outputs[p].is_complex() else
+                               torch.zeros(real_numel(outputs[p]), dtype=torch.bool) for p in layout.outputs])
+        if conjugate(entry, imag_rows, value.is_complex()):
+            row.diagnosis = ("backward uses the conjugate convention: it returns grad_output * f'(z) where PyTorch "
+                             "expects grad_output * conj(f'(z)) (the conjugate Wirtinger derivative); conjugate it")
     if row.mismatched:
         row.status = Status.FAIL
+    else:
+        row.diagnosis = systematic(entry, SYSTEMATIC.get(value.dtype, 1e-4))
 
 
 def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: torch.Tensor,
@@ -225,8 +254,8 @@ def _finish(result: CheckResult, found: contract.Findings, more: list[str], star
         result.inputs[i].reason = result.inputs[i].reason or "backward's contract is broken (see below)"
     failures = found.failures + more
     for r in result.inputs:
-        if r.at_kinks and r.status is Status.PASS:
-            result.warnings.append(f"'{r.name}': {r.reason}")
+        if r.status is Status.PASS and (r.at_kinks or r.diagnosis):
+            result.warnings.append(f"'{r.name}': {r.diagnosis or r.reason}")
     wrong = [r for r in result.inputs if r.status is Status.FAIL]
     right = [r for r in result.inputs if r.status is Status.PASS]
     parts = list(failures)
