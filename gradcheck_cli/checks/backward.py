@@ -217,15 +217,20 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
         if element not in verdicts or verdicts[element].explained:  # explained when all its parts are
             verdicts[element] = verdict
     explained = [v for v in verdicts.values() if v.explained]
-    notes = [v.text for v in verdicts.values() if v.kind != "smooth"]
+    wrong_at_kinks = [v.text for v in verdicts.values() if v.kind != "smooth" and not v.explained]
     row.at_kinks = len(explained)
     if explained and len(explained) == row.mismatched:  # every mismatch was examined and explained
         row.status, row.mismatched, row.diagnosis = Status.PASS, 0, None
         row.reason = (f"{len(explained)} element{'s' * (len(explained) != 1)} at a kink, tie or domain edge, "
-                      f"where backward gives a one-sided derivative: {notes[0]}; {kinks.resample_hint(row.name)}")
-    elif notes:
+                      f"where backward gives a one-sided derivative: {explained[0].text}; "
+                      f"{kinks.resample_hint(row.name)}")
+        return
+    if explained:
         row.mismatched -= len(explained)
-        row.diagnosis = f"{row.diagnosis}; {notes[0]}" if row.diagnosis else notes[0]
+        row.diagnosis = describe(entry, row.mismatched, row.numel, tuple(x.shape))
+    notes = wrong_at_kinks[:1] + [f"{len(explained)} more mismatching at a kink, tie or domain edge, where backward "
+                                  "gives a one-sided derivative (not counted)"] * bool(explained)
+    row.diagnosis = "; ".join([d for d in [row.diagnosis, *notes] if d])
 
 
 def _determinism(outputs: tuple, positions: list[int], inputs: list[torch.Tensor], names: list[str],
