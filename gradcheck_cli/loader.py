@@ -3,7 +3,8 @@
 One precise message per failure: module not importable (with the user's real error),
 no such attribute, not callable, arguments that do not fit the signature.
 An ``nn.Module`` class is built from the spec's ``init`` and its parameters become extra
-arguments at the end of the bound ones, so every check treats them like inputs.
+arguments at the end of the bound ones, so every check treats them like inputs (the
+module support is in ``modules``; ``RngFork`` and ``init_module`` are re-exported here).
 """
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ import sys
 import traceback
 from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import torch
 
-from .numerics import probe_generator
+from .modules import VARIADIC, RngFork, bind_parameters, call_with, device_key, init_module, parameter_slots
+
+__all__ = ["BindError", "Bound", "LoadError", "RngFork", "Target", "bind", "init_module", "load", "user_frame"]
 
 
 class LoadError(Exception):
@@ -94,7 +97,7 @@ class Target:
             return self.obj(*values[:n_positional], **kwargs)
         params = values[split:]
         module, slots = self._on(str(params[0].device) if params else None)
-        return _call_with(module, slots, values[split:], values[:n_positional], kwargs)
+        return call_with(module, slots, values[split:], values[:n_positional], kwargs)
 
     def _on(self, device: Optional[str]) -> tuple[torch.nn.Module, list[list[tuple[torch.nn.Module, str]]]]:
         """The module on ``device`` (None: where it was built; a copy made once per other device)
@@ -103,44 +106,11 @@ class Target:
             raise RuntimeError(f"{self.path} is an nn.Module class that was not built: call loader.init_module")
         key = device or next(iter(self._copies))
         if key not in self._copies:
-            key = _device_key(key)
+            key = device_key(key)
         if key not in self._copies:
             copy = deepcopy(self.module).to(key)
-            self._copies[key] = (copy, _slots(copy))
+            self._copies[key] = (copy, parameter_slots(copy))
         return self._copies[key]
-
-
-def _device_key(device: Any) -> str:
-    """``device`` as tensors name theirs ('cuda' -> 'cuda:0')."""
-    return str(torch.empty(0, device=device).device)
-
-
-def _slots(module: torch.nn.Module) -> list[list[tuple[torch.nn.Module, str]]]:
-    """For each parameter of named_parameters() (tied ones once), every (submodule, name) that holds it."""
-    by_id: dict[int, list[tuple[torch.nn.Module, str]]] = {}
-    for qualified, p in module.named_parameters(remove_duplicate=False):
-        owner, _, attr = qualified.rpartition(".")
-        by_id.setdefault(id(p), []).append((module.get_submodule(owner), attr))
-    return list(by_id.values())
-
-
-def _call_with(module: torch.nn.Module, slots: list[list[tuple[torch.nn.Module, str]]], params: list[Any],
-               args: list[Any], kwargs: dict[str, Any]) -> Any:
-    """``module(*args, **kwargs)`` with its parameters replaced by ``params`` for this call.
-
-    What ``torch.func.functional_call`` does (tied parameters share one value), at a fraction
-    of its cost per call: this runs for every finite-difference forward.
-    """
-    saved = [[(m, a, m._parameters[a]) for m, a in holders] for holders in slots]
-    try:
-        for holders, value in zip(slots, params):
-            for m, a in holders:
-                m._parameters[a] = value
-        return module(*args, **kwargs)
-    finally:
-        for held in saved:
-            for m, a, old in held:
-                m._parameters[a] = old
 
 
 def _has_setup_context(cls: type) -> bool:
@@ -210,31 +180,6 @@ class Bound:
     rng: Optional[RngFork] = field(default=None, repr=False, compare=False)
 
 
-@dataclass
-class RngFork:
-    """The global RNG state at one moment: the CPU generator's and those of CUDA devices in use.
-
-    Restoring it before every forward makes a Function that draws random numbers (dropout)
-    one deterministic function for the checks; restoring it after leaves the user's RNG as it was.
-    Setting a state costs about half a microsecond, so it is done unconditionally.
-    """
-
-    cpu: torch.Tensor
-    cuda: list[tuple[int, torch.Tensor]]
-
-    @classmethod
-    def capture(cls, values: list[Any]) -> RngFork:
-        cuda = sorted({v.device.index if v.device.index is not None else torch.cuda.current_device()
-                       for v in values if isinstance(v, torch.Tensor) and v.is_cuda})
-        return cls(torch.default_generator.get_state(),
-                   [(d, torch.cuda.default_generators[d].get_state()) for d in cuda])
-
-    def restore(self) -> None:
-        torch.default_generator.set_state(self.cpu)
-        for d, state in self.cuda:
-            torch.cuda.default_generators[d].set_state(state)
-
-
 def bind(target: Target, positional: list[tuple[Optional[str], Any]],
          keywords: list[tuple[str, Any]]) -> Bound:
     """Bind (spec name, value) pairs to the target's signature.
@@ -261,7 +206,7 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
             values.append(value)
         bound = Bound(values, labels, indices, len(positional), [k for k, _ in keywords])
         if target.is_module:
-            _bind_parameters(target, bound, len([p for p in params or [] if p.kind not in _VAR]))
+            bind_parameters(target, bound, len([p for p in params or [] if p.kind not in VARIADIC]))
         return bound
     slots: dict[int, tuple[str, Any]] = {}
     for name, value in keywords:
@@ -280,82 +225,6 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
             values.append(default)
         indices.append(pos)
     return Bound(values, labels, indices, len(values), [])
-
-
-_VAR = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-
-
-def _bind_parameters(target: Target, bound: Bound, n_params: int) -> None:
-    """Append the module's parameters, on the arguments' device, numbered after forward's parameters."""
-    device = next((str(v.device) for v in bound.values if isinstance(v, torch.Tensor)), None)
-    module = target._on(device)[0]
-    start = max([n_params] + [i + 1 for i in bound.indices])
-    for k, (name, p) in enumerate(module.named_parameters()):
-        bound.values.append(p.detach().clone().requires_grad_(p.requires_grad))
-        bound.names.append(name)
-        bound.indices.append(start + k)
-
-
-def init_module(target: Target, args: Sequence[Any], kwargs: dict[str, Any], seed: int, dtype: str,
-                device: str, guard: Callable[..., Any]) -> None:
-    """Build ``target``'s module from the spec's ``init``: deterministic from ``seed`` (the global RNG
-    is forked, not disturbed), in ``dtype`` (floating parameters and buffers), on ``device``.
-
-    Arguments that do not fit ``__init__`` raise BindError naming the ``init`` key; the constructor
-    is called through ``guard(kind, what, fn, *args, **kwargs)``, which labels the user's errors.
-    """
-    if not target.is_module:
-        if args or kwargs:
-            raise BindError("init", f"{target.path} is not an nn.Module class: `init` (constructor "
-                                    "arguments) applies to modules only; remove it")
-        return
-    _check_init(target, args, kwargs)
-    shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
-    with torch.random.fork_rng(devices=cuda):
-        init_seed = probe_generator(seed, 100).initial_seed()  # its own stream, not the inputs'
-        torch.default_generator.manual_seed(init_seed)
-        for d in cuda:
-            torch.cuda.default_generators[d].manual_seed(init_seed)
-        module = guard("init", f"init: {target.obj.__name__}({shown})", target.obj, *args, **kwargs)
-    if not isinstance(module, torch.nn.Module):  # a __new__ that returns something else
-        raise BindError("init", f"{target.obj.__name__}(...) returned a {type(module).__name__}, not a module")
-    wanted = getattr(torch, dtype)
-    if wanted.is_floating_point or wanted.is_complex:
-        module = module.to(wanted)
-    target.module = module.to(device)
-    target.param_names = [n for n, _ in module.named_parameters()]
-    target._copies = {_device_key(device): (target.module, _slots(target.module))}
-
-
-def _check_init(target: Target, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-    """BindError naming the ``init`` key when the arguments do not fit the constructor's signature."""
-    name = target.obj.__name__
-    try:
-        sig = inspect.signature(target.obj)
-    except (TypeError, ValueError):
-        return
-    names = [p.name for p in sig.parameters.values() if p.kind not in _VAR]
-    listed = f"{name}({', '.join(_shown(p) for p in sig.parameters.values())})"
-    if not any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
-        for k in kwargs:
-            if k not in names:
-                close = difflib.get_close_matches(k, names, n=1)
-                hint = f"; did you mean '{close[0]}'?" if close else ""
-                raise BindError(f"init.kwargs.{k}", f"{name} has no constructor parameter '{k}'{hint} "
-                                                    f"(the constructor is {listed})")
-    try:
-        sig.bind(*args, **kwargs)
-    except TypeError as exc:
-        key = "init.args" if "positional" in str(exc) else "init"
-        raise BindError(key, f"the arguments do not fit {listed}: {exc}; "
-                             "give them in `init: {args: [...], kwargs: {...}}`") from exc
-
-
-def _shown(p: inspect.Parameter) -> str:
-    """A parameter as written, without its annotation: ``bias=True``, ``*args``."""
-    star = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
-    return f"{star}{p.name}" + (f"={p.default!r}" if p.default is not p.empty else "")
 
 
 def _check_keyword(target: Target, params: Optional[list[inspect.Parameter]], name: str, n_pos: int) -> int:
