@@ -42,7 +42,8 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     reports = _skeleton(bound)
     checked = _checked_positions(bound, reports)
     result = CheckResult("backward", Status.PASS, mode="elementwise", inputs=reports)
-    found = contract.inspect(target, bound, gen, tol.nondet_tol) if target.is_function else contract.Findings()
+    found = (contract.inspect(target, bound, gen, tol.nondet_tol, opts.repeat) if target.is_function
+             else contract.Findings())
     result.warnings += found.warnings
     if found.fatal:
         for i in checked:
@@ -73,7 +74,7 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
         for i, x, entry in zip(checked, plain_inputs, entries):
             _fill(reports[i], entry, layout, bound.values[i], outputs)
             _reexamine(reports[i], entry, forward, plain, x, positions, tol)
-    nondeterministic = [] if found.repeated and opts.repeat <= 2 else _determinism(  # the contract compared 2
+    nondeterministic = [] if found.repeated else _determinism(  # the contract compared its repeated calls
         outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, opts.repeat)
     return _finish(result, found, nondeterministic, start)
 

@@ -59,8 +59,9 @@ def probe_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return probe.to(device=t.device, dtype=t.dtype)
 
 
-def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: float) -> Findings:
-    """Call backward directly on a fresh graph and check what it returns and what it touches."""
+def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: float, repeat: int = 2) -> Findings:
+    """Call backward directly on a fresh graph and check what it returns and what it touches;
+    ``repeat`` calls with the same grad_output must agree within ``nondet_tol``."""
     found = Findings()
     leaves = fresh_leaves(bound.values)
     before = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in leaves]
@@ -90,9 +91,9 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
                        fatal=True, arg=i)
     if not found.fatal:
         with torch.no_grad():
-            second = as_tuple(guarded("backward", "backward (called again)", node.apply, *[
-                k.clone() if k is not None else None for k in kept]))
-        _check_repeat(first, second, bound, nondet_tol, found)
+            again = [as_tuple(guarded("backward", "backward (called again)", node.apply, *[
+                k.clone() if k is not None else None for k in kept])) for _ in range(repeat - 1)]
+        _check_repeat(first, again, bound, nondet_tol, found)
         found.repeated = True
     return found
 
@@ -141,14 +142,15 @@ def _expandable(shape: torch.Size, to: torch.Size) -> bool:
         return False
 
 
-def _check_repeat(first: tuple, second: tuple, bound: Bound, nondet_tol: float, found: Findings) -> None:
-    for i, (a, b) in enumerate(zip(first, second)):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+def _check_repeat(first: tuple, again: list[tuple], bound: Bound, nondet_tol: float, found: Findings) -> None:
+    for i, a in enumerate(first):
+        others = [o[i] for o in again if i < len(o) and isinstance(o[i], torch.Tensor)]
+        if not isinstance(a, torch.Tensor) or any(b.shape != a.shape for b in others):
             continue
-        spread = float((a.detach() - b.detach()).abs().max()) if a.numel() else 0.0
+        spread = max((float((a.detach() - b.detach()).abs().max()) if a.numel() else 0.0 for b in others), default=0.0)
         if not spread <= nondet_tol:
-            found.fail(f"backward returned different values for '{bound.names[i]}' when called again with "
-                       f"the same grad_output (max difference {spread:.3g}): it keeps or changes state "
+            found.fail(f"backward returned different values for '{bound.names[i]}' when called {len(again) + 1} "
+                       f"times with the same grad_output (max difference {spread:.3g}): it keeps or changes state "
                        f"between calls, or is nondeterministic; {nondet_hint(spread)}", arg=i)
 
 
