@@ -86,7 +86,7 @@ def one(engine: str, case: str) -> dict:
     """In the child process: check one case with one engine; wall time and peak memory."""
     import torch
 
-    from gradcheck_cli import check
+    from gradcheck_cli import FAST_PROBES, check
 
     name, shapes = CASES[case]
     if name == "linear":
@@ -100,7 +100,7 @@ def one(engine: str, case: str) -> dict:
     def run(shapes: list) -> bool:
         args = [torch.randn(*s, generator=gen, dtype=torch.float64).requires_grad_() for s in shapes]
         if engine.startswith("gradcheck-cli"):
-            return check(fn, args, probes=4 if engine.endswith("--fast") else 0).status.value == "pass"
+            return check(fn, args, probes=FAST_PROBES if engine.endswith("--fast") else 0).status.value == "pass"
         return torch.autograd.gradcheck(fn.apply, args, fast_mode=engine == "torch-fast", raise_exception=False)
 
     run([tuple(min(d, 2) for d in s) for s in shapes])  # warm-up: first-call costs are not the engine's

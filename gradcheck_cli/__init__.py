@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 __version__ = "0.1.0"
+FAST_PROBES = 3  # signed random probes per argument for --fast
 
 if TYPE_CHECKING:
     from .results import CaseResult
@@ -44,7 +45,9 @@ def check(
     name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
     target = loader.Target(name, fn, is_function)
     result = CaseResult(id=name, spec=None, case=None, function=name, device="", seed=seed, status=Status.PASS)
-    opts = backward.Options(Tolerance(eps, atol, rtol, nondet_tol), seed, probes=probes)
+    default = Tolerance()
+    given = tuple(k for k, v in (("eps", eps), ("atol", atol), ("rtol", rtol)) if v != getattr(default, k))
+    opts = backward.Options(Tolerance(eps, atol, rtol, nondet_tol, given), seed, probes=probes)
 
     def body(result: CaseResult) -> None:
         bound = loader.bind(target, [(None, a) for a in args], list((kwargs or {}).items()))

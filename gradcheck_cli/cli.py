@@ -13,12 +13,11 @@ from typing import Any, Callable, Iterator, Optional
 
 import click
 
-from . import __version__
+from . import FAST_PROBES, __version__
 from .results import CHECKS
 
 EXIT_INTERNAL = 4
 PROGRESS_MIN = 3  # more cases than this get a progress bar
-FAST_PROBES = 4
 FORMATS = ("table", "json", "github", "auto")  # reporters.FORMATS, plus auto (not imported: --help stays light)
 
 
@@ -127,7 +126,7 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
                                                  "debuggers); a crash in user code then ends the run.")
 @click.option("--fast", "probes", flag_value=FAST_PROBES, type=int,
               help=f"Decide with {FAST_PROBES} signed random probes v^T J u per argument; compare element by "
-                   "element only where one fails (same as --probes 4).")
+                   f"element only where one fails (same as --probes {FAST_PROBES}).")
 @click.option("--probes", "probes", type=click.IntRange(min=0), default=0, metavar="N",
               help="Decide with N signed random probes per argument first (0: element by element).")
 @click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),

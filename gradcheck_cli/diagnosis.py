@@ -10,11 +10,10 @@ from .numerics import Entry
 CONSTANT_RATIO_RESIDUAL = 1e-6  # relative squared residual below which a ratio counts as constant
 
 
-def ratio_text(r: float) -> str:
+def ratio_text(r: float, rtol: float = 1e-3) -> str:
     """2.0 -> '2.00x'; keeps more digits when two would hide the point (1.001 -> '1.001x')."""
-    text = f"{r:.2f}"
-    if abs(float(text) - r) > 1e-3 * abs(r):
-        text = f"{r:.4g}"
+    close = max(1e-4, rtol / 10) * abs(r)  # as many digits as the tolerance can tell apart
+    text = next((t for t in (f"{r:.2f}", f"{r:.4g}", f"{r:.5g}") if abs(float(t) - r) <= close), f"{r:.6g}")
     return f"{text}x"
 
 
@@ -25,7 +24,7 @@ def constant_ratio(entry: Entry) -> Optional[float]:
     r = entry.sum_an / entry.sum_nn
     # least-squares residual |a - r n|^2 relative to |a|^2
     residual = (entry.sum_aa - 2 * r * entry.sum_an + r * r * entry.sum_nn) / entry.sum_aa
-    return r if residual < CONSTANT_RATIO_RESIDUAL else None
+    return r if residual < max(CONSTANT_RATIO_RESIDUAL, entry.rtol ** 2) else None  # constant within tolerance
 
 
 def systematic(entry: Entry, threshold: float) -> Optional[str]:
@@ -34,7 +33,7 @@ def systematic(entry: Entry, threshold: float) -> Optional[str]:
     r = constant_ratio(entry)
     if r is None or abs(r - 1) <= threshold:
         return None
-    return (f"within tolerance, but analytical is {r:.6g}x numerical everywhere: a systematic factor "
+    return (f"within tolerance, but analytical is {ratio_text(r, entry.rtol)} numerical everywhere: a systematic factor "
             "(a constant slightly off?); tighten rtol to fail on it")
 
 
@@ -58,8 +57,8 @@ def transposed(entry: Entry, shape: tuple[int, ...]) -> bool:
         return False
     a = entry.proj_a.view(shape).transpose(-1, -2)
     n = entry.proj_n.view(shape)
-    scale = float(n.abs().max()) or 1.0
-    return bool((a - n).abs().max() <= 1e-6 * scale) and not bool((entry.proj_a.view(shape) - n).abs().max() <= 1e-6 * scale)
+    scale = (float(n.abs().max()) or 1.0) * max(1e-6, entry.rtol / 10)  # what rounding in the dtype allows
+    return bool((a - n).abs().max() <= scale) and not bool((entry.proj_a.view(shape) - n).abs().max() <= scale)
 
 
 def _prod(shape: tuple[int, ...]) -> int:
@@ -82,10 +81,10 @@ def describe(entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] =
     if entry.sum_nn == 0 and entry.sum_aa > 0:
         return "the outputs do not depend on it (numerical gradient is zero), but backward returns a non-zero gradient"
     r = constant_ratio(entry)
-    if r is not None and abs(r + 1) < 1e-3:
+    if r is not None and abs(r + 1) < max(1e-3, entry.rtol):
         return "sign flipped: analytical = -numerical"
     if r is not None:
-        return f"analytical is {ratio_text(r)} numerical"
+        return f"analytical is {ratio_text(r, entry.rtol)} numerical"
     if transposed(entry, shape):
         return "analytical is the numerical gradient transposed (last two dims swapped): a missing or extra .t()?"
     if mismatched < numel:

@@ -30,9 +30,10 @@ class ProbeStats:
     worst_excess: float = -1.0
 
 
-def _unit(n: int, gen: torch.Generator) -> torch.Tensor:
-    u = torch.randn(n, generator=gen, dtype=torch.float64)
-    return u / u.norm() if n else u
+def _units(count: int, n: int, gen: torch.Generator) -> torch.Tensor:
+    """``count`` unit Gaussian directions in R^n, one per row."""
+    u = torch.randn(count, n, generator=gen, dtype=torch.float64)
+    return u / torch.linalg.vector_norm(u, dim=1, keepdim=True) if n else u
 
 
 def decide(
@@ -47,20 +48,22 @@ def decide(
     live = [o for o in diff_outputs if o.requires_grad]
     n_rows = sum(real_numel(o) for o in diff_outputs)
     stats = [ProbeStats() for _ in plain_inputs]
-    for _ in range(probes):
-        v = _unit(n_rows, gen)
-        grad_outs, k = {}, 0
+    vs = _units(probes, n_rows, gen)
+    us = [_units(probes, real_numel(x), gen) for x in plain_inputs]
+    scale = [(atol * u.abs().sum(1) * vs.abs().sum(1)).tolist() for u in us]  # atol |u|_1 |v|_1 per probe
+    for p, v in enumerate(vs):
+        grad_outs, k = [], 0
         for o in diff_outputs:
             g = torch.zeros_like(o, memory_format=torch.contiguous_format)
             real_flat(g).copy_(v[k : k + real_numel(o)])
-            grad_outs[id(o)], k = g, k + real_numel(o)
-        grads: Sequence[Any] = grad(live, grad_inputs, [grad_outs[id(o)] for o in live]) if live else [None] * len(
-            grad_inputs)
-        for x, g, s in zip(plain_inputs, grads, stats):
-            u = _unit(real_numel(x), gen)
-            a = float(real_flat(g.contiguous()).to(torch.float64) @ u) if g is not None else 0.0
-            n = float(v @ _directional(call, plain_values, x, u, eps, positions)) if n_rows else 0.0
-            tol = atol * float(u.abs().sum()) * float(v.abs().sum()) + rtol * abs(n)
+            grad_outs.append(g)
+            k += real_numel(o)
+        grads: Sequence[Any] = grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad]
+                                    ) if live else [None] * len(grad_inputs)
+        for x, g, s, u, tols in zip(plain_inputs, grads, stats, us, scale):
+            a = float(real_flat(g.contiguous()).to(torch.float64) @ u[p]) if g is not None else 0.0
+            n = float(v @ _directional(call, plain_values, x, u[p], eps, positions)) if n_rows else 0.0
+            tol = tols[p] + rtol * abs(n)
             err = abs(a - n)
             s.probes += 1
             s.max_abs = max(s.max_abs, err)

@@ -89,6 +89,7 @@ class Tolerance:
     atol: float = 1e-5
     rtol: float = 1e-3
     nondet_tol: float = 0.0
+    given: tuple[str, ...] = ()  # the keys the spec set (others may be adapted, e.g. to a low dtype)
 
 
 @dataclass(frozen=True)
@@ -374,7 +375,7 @@ def _tolerance(value: Any, base: Tolerance, key: tuple, ctx: _Ctx) -> Tolerance:
     for k, v in vals.items():
         if v < 0:
             raise ctx.fail(key + (k,), f"expected a non-negative number, got {v}")
-    return replace(base, **vals)
+    return replace(base, **vals, given=tuple(sorted(set(base.given) | set(vals))))
 
 
 def _checks(value: Any, key: tuple, ctx: _Ctx) -> tuple[str, ...]:

@@ -155,11 +155,11 @@ def test_gradcheck_cli_agrees_with_torch(case):
 
 @pytest.mark.parametrize("case", CORPUS, ids=_ids(CORPUS))
 def test_probe_mode_gives_the_same_verdicts(case):
-    """--fast decides with 4 signed random probes per argument: the same verdict as torch's slow
+    """--fast decides with a few signed random probes per argument: the same verdict as torch's slow
     mode on every case, and the failing arguments found element by element after a probe fails."""
-    from gradcheck_cli import check
+    from gradcheck_cli import FAST_PROBES, check
 
-    result = check(case.fn, _make_args(case), kwargs=case.kwargs, probes=4)
+    result = check(case.fn, _make_args(case), kwargs=case.kwargs, probes=FAST_PROBES)
     assert (result.status.value == "pass") == case.correct, result.checks[0].message
     (backward,) = result.checks
     if case.correct:

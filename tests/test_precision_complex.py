@@ -245,7 +245,7 @@ def test_correct_float32_functions_pass_against_the_float64_reference(fns, seed)
         bw = check(fn, *args)
         assert_passes(bw)
         for r in bw.inputs:
-            assert (r.atol, r.rtol) == LOW_TOLERANCE[F32], label
+            assert (r.atol, r.rtol) == LOW_TOLERANCE[F32][:2], label
             assert r.dtype == "float32"
 
 
@@ -270,8 +270,6 @@ def test_low_precision_warning_names_arguments_dtype_and_tolerances(fns):
     assert note.startswith("'z' is bfloat16") and "atol 0.05, rtol 0.05" in note
 
 
-@pytest.mark.xfail(strict=True, reason="the reference warning always says 'forward run in float64', also for "
-                   "complex64 arguments, whose reference (REFERENCE) is complex128")
 def test_complex64_warning_names_the_complex128_reference(fns):
     bw = check(fns.Square, rand(4, dtype=C64))
     assert_passes(bw)
@@ -308,7 +306,7 @@ def test_half_precisions_pass_when_right_and_fail_when_twice_too_big(fns, dtype,
     for label, (fn, *args) in real_cases(fns, dtype, seed).items():
         bw = check(fn, *args)
         assert_passes(bw)
-        assert all((r.atol, r.rtol) == LOW_TOLERANCE[dtype] for r in bw.inputs), label
+        assert all((r.atol, r.rtol) == LOW_TOLERANCE[dtype][:2] for r in bw.inputs), label
     double = fns.elementwise("Double", torch.nn.functional.softplus, torch.sigmoid, factor=2.0)
     bw = check(double, rand(6, dtype=dtype, seed=seed))
     assert_fails(bw, "gradient of 'z'")
@@ -320,9 +318,6 @@ def test_float16_names_the_twice_too_big_factor(fns):
     assert_fails(check(double, rand(6, dtype=torch.float16)), "analytical is 2.00x numerical")
 
 
-@pytest.mark.xfail(strict=True, reason="bfloat16 rounding of the analytical gradient (~4e-3 relative) exceeds "
-                   "diagnosis.CONSTANT_RATIO_RESIDUAL (1e-6, the same for every dtype): a 2x or sign-flipped "
-                   "backward is described as 'wrong everywhere, with no constant ratio or sign flip'")
 @pytest.mark.parametrize("factor, words", [(2.0, "analytical is 2.00x numerical"), (-1.0, "sign flipped")])
 def test_bfloat16_names_a_constant_factor(fns, factor, words):
     wrong = fns.elementwise("Wrong", torch.nn.functional.softplus, torch.sigmoid, factor=factor)
@@ -354,8 +349,6 @@ def test_spec_tolerance_tighter_than_float32_rounding_fails_a_correct_function(f
     assert (result.checks[0].inputs[0].atol, result.checks[0].inputs[0].rtol) == (0.0, 1e-9)
 
 
-@pytest.mark.xfail(strict=True, reason="_reference replaces the tolerances whenever they equal the float64 "
-                   "defaults, so a spec that explicitly writes atol 1e-5, rtol 1e-3 for float32 gets atol 1e-4")
 def test_spec_tolerance_equal_to_the_defaults_is_kept_too(fns, write_spec):
     result = spec_result(write_spec, """
         function: precmod:Softplus
@@ -377,9 +370,6 @@ def test_forward_that_fails_in_float64_falls_back_with_a_warning_and_a_verdict(f
     assert not any("comes from forward run in float64" in w for w in bw.warnings)
 
 
-@pytest.mark.xfail(strict=True, reason="the float32 fallback keeps eps=1e-6 (near float32 resolution), so the "
-                   "numerical gradient of the linear x @ W is noise: the right backward fails, diagnosed as "
-                   "'at a jump or kink'")
 def test_forward_that_fails_in_float64_still_passes_when_right(fns):
     bw = check(fns.Only32, rand(3, 4, dtype=F32))
     assert_passes(bw)
@@ -392,7 +382,7 @@ def test_mixed_float64_and_float32_arguments(fns):
     (note,) = [w for w in bw.warnings if "reference" in w]
     assert note.startswith("'b' is float32:") and "'a'" not in note
     assert (row(bw, "a").dtype, row(bw, "b").dtype) == ("float64", "float32")
-    assert (row(bw, "b").atol, row(bw, "b").rtol) == LOW_TOLERANCE[F32]
+    assert (row(bw, "b").atol, row(bw, "b").rtol) == LOW_TOLERANCE[F32][:2]
 
     bw = check(fns.MulPlusMissingTerm, a, b)
     assert_fails(bw, "gradient of 'a'", "'b' is right")
@@ -467,8 +457,6 @@ def test_a_tighter_rtol_fails_the_tiny_factor(fns, write_spec):
     assert not any(SYSTEMATIC_WORDS in w for w in bw.warnings)
 
 
-@pytest.mark.xfail(strict=True, reason="diagnosis.ratio_text keeps two decimals unless they are off by more than "
-                   "1e-3 relative, so a failing 1.0005x backward is described as 'analytical is 1.00x numerical'")
 def test_a_failing_tiny_factor_is_described_with_enough_digits(fns):
     bw = check(fns.Softplus10005, rand(8), rtol=1e-4)
     assert_fails(bw, "analytical is 1.0005x numerical")

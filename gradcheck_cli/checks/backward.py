@@ -21,8 +21,9 @@ from .devices import memory_problem
 REFERENCE = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bfloat16: torch.float64,
              torch.complex64: torch.complex128}  # the dtype finite differences are taken in
 SYSTEMATIC = {torch.float16: 1e-2, torch.bfloat16: 5e-2}  # |ratio - 1| worth a warning; 1e-4 otherwise
-LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3), torch.complex64: (1e-4, 1e-3), torch.float16: (1e-2, 1e-2),
-                 torch.bfloat16: (5e-2, 5e-2)}  # (atol, rtol) when the spec keeps the float64 defaults
+LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3, 1e-3), torch.complex64: (1e-4, 1e-3, 1e-3),
+                 torch.float16: (1e-2, 1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2, 5e-2)}
+# (atol, rtol) unless the spec sets them; eps for finite differences in the low dtype itself
 
 
 @dataclass
@@ -144,28 +145,31 @@ def _checked_positions(bound: Bound, reports: list[InputReport]) -> list[int]:
 
 def _reference(forward: Any, plain: list[Any], bound: Bound, checked: list[int],
                tol: Tolerance) -> tuple[list[Any], Tolerance, list[str]]:
-    """Finite differences of a low-precision Function are taken in float64 (its forward run on
-    float64 copies), with tolerances for the low dtype unless the spec set its own."""
+    """Finite differences of a low-precision Function are taken in double precision (its forward
+    run on float64/complex128 copies), with tolerances for the low dtype unless the spec set its
+    own. If forward fails in double precision, they are taken in the low dtype with a larger step."""
     low = [i for i in checked if bound.values[i].dtype in REFERENCE]
     if not low:
         return plain, tol, []
     names = ", ".join(repr(bound.names[i]) for i in low)
-    dtypes = sorted({str(bound.values[i].dtype)[6:] for i in low})
+    dtypes = ", ".join(sorted({str(bound.values[i].dtype)[6:] for i in low}))
+    subject = f"{names} {'is' if len(low) == 1 else 'are'} {dtypes}"
+    refs = " / ".join(sorted({str(REFERENCE[bound.values[i].dtype])[6:] for i in low}))
     copies: dict[int, torch.Tensor] = {}
     upcast = [copies.setdefault(id(v), v.to(REFERENCE[v.dtype])) if isinstance(v, torch.Tensor)
               and v.dtype in REFERENCE else v for v in plain]
+    atol, rtol, eps = (max(t) for t in zip(*(LOW_TOLERANCE[bound.values[i].dtype] for i in low)))
+    adapted = {k: v for k, v in (("atol", atol), ("rtol", rtol)) if k not in tol.given}
     try:
         forward(upcast)
     except UserCodeError as exc:
-        return plain, tol, [f"{names} {'is' if len(low) == 1 else 'are'} {', '.join(dtypes)}, and forward fails in "
-                            f"float64 ({exc}), so finite differences are taken in {', '.join(dtypes)}: they are "
-                            "unreliable there (eps=1e-6 is near float32 resolution); check in float64 if you can"]
-    if (tol.atol, tol.rtol) == (Tolerance.atol, Tolerance.rtol):
-        atol, rtol = (max(t) for t in zip(*(LOW_TOLERANCE[bound.values[i].dtype] for i in low)))
-        tol = replace(tol, atol=atol, rtol=rtol)
-    return upcast, tol, [f"{names} {'is' if len(low) == 1 else 'are'} {', '.join(dtypes)}: the numerical gradient "
-                         f"comes from forward run in float64 (the reference), with tolerances for "
-                         f"{', '.join(dtypes)}: atol {tol.atol:g}, rtol {tol.rtol:g}"]
+        tol = replace(tol, **adapted, **({"eps": eps} if "eps" not in tol.given else {}))
+        return plain, tol, [f"{subject}, and forward fails in {refs} ({exc}): finite differences are "
+                            f"taken in {dtypes} with eps {tol.eps:g} and atol {tol.atol:g}, rtol {tol.rtol:g}; "
+                            "they are unreliable there, so check in float64 if you can"]
+    tol = replace(tol, **adapted)
+    return upcast, tol, [f"{subject}: the numerical gradient comes from forward run in {refs} (the "
+                         f"reference), with tolerances for {dtypes}: atol {tol.atol:g}, rtol {tol.rtol:g}"]
 
 
 def _fill(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, outputs: tuple) -> None:
