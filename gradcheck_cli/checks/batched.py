@@ -17,66 +17,22 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from ..loader import Bound, Target, user_frame
-from ..numerics import Entry, as_tuple, is_float_tensor, probe_generator, unravel, vjp
-from ..results import CheckResult, InputReport, Status
+from ..numerics import as_tuple, probe_generator, vjp
+from ..results import CheckResult, Status
 from . import UserCodeError, call_forward, contract, guarded
-from .backward import Options, _checked_positions, _skeleton
+from .backward import Options
+from .common import agreement, begin, fill_row, graph_forward, tolerance, zeros_if_none
 from .devices import Context
 
 BATCH = 3  # batch elements per vmapped call
 STREAM = 20  # probe stream of this check (see numerics.probe_generator)
 JITTER = 0.01  # batch members 1.. of the inputs: the input times (1 + JITTER * noise)
 METHODS = ("forward", "backward", "setup_context", "vmap", "jvp")  # a Function's methods, to say which one failed
-LOOSE = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}  # dtype -> (rtol, atol)
-
-
-def tolerance(dtype: torch.dtype, nondet_tol: float) -> tuple[float, float]:
-    """(atol, rtol) for two computations of the same values: torch.allclose's defaults, as torch's
-    batched-grad test uses, looser in half precision, and never below the spec's nondet_tol."""
-    rtol, atol = LOOSE.get(dtype, (1e-5, 1e-8))
-    return max(atol, nondet_tol), rtol
-
-
-def agreement(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> Entry:
-    """Statistics of ``got`` against ``want`` (both ``[M, *shape]``): a column per real element,
-    a row per leading index. Equal non-finite values (NaN and NaN) count as agreeing."""
-    a, n = _columns(got), _columns(want)
-    same = ~torch.isfinite(a) & ~torch.isfinite(n) & ((a == n) | (a.isnan() & n.isnan()))
-    a, n = torch.where(same, 0.0, a), torch.where(same, 0.0, n)
-    entry = Entry(a.shape[0], atol, rtol)
-    entry.update(a, n, 0, torch.ones(a.shape[1], dtype=torch.float64))
-    return entry
-
-
-def _columns(t: torch.Tensor) -> torch.Tensor:
-    t = t.detach().resolve_conj().cpu()
-    real = torch.view_as_real(t) if t.is_complex() else t
-    return real.reshape(t.shape[0], -1).t().to(torch.float64).contiguous()
-
-
-def fill_row(row: InputReport, entry: Entry, value: torch.Tensor, where: Callable[[int], str]) -> None:
-    """Put ``entry``'s statistics in ``row``; ``where(r)`` names leading index r of the compared stacks."""
-    per = 2 if value.is_complex() else 1
-    bad = entry.bad.view(-1, per).any(1) if per == 2 else entry.bad
-    row.mismatched, row.atol, row.rtol = int(bad.sum()), entry.atol, entry.rtol
-    row.max_abs_err, row.max_rel_err = entry.max_abs, entry.max_rel
-    if entry.worst_excess >= 0 and value.numel():
-        row.worst_index = unravel(entry.worst_col // per, value.shape)
-        row.worst_output = where(entry.worst_row)
-        row.analytical, row.numerical = entry.analytical, entry.numerical
-    if row.mismatched:
-        row.status = Status.FAIL
-
-
-def zeros_if_none(grads: Any, like: list[torch.Tensor], lead: tuple = ()) -> list[torch.Tensor]:
-    """Gradients with None (an unused input) replaced by zeros of shape ``lead + input's shape``."""
-    return [g if g is not None else torch.zeros(lead + tuple(t.shape), dtype=t.dtype, device=t.device)
-            for g, t in zip(grads, like)]
 
 
 # What vmap's refusals mean, in the user's terms: (fragments of torch's message, explanation).
@@ -112,11 +68,16 @@ REFUSALS = [
 
 def refusal(who: str, stage: str, exc: BaseException) -> str:
     """A vmap failure during ``stage``, in the user's terms; ``who`` ran the code (unless the
-    traceback says which of forward, backward, ... did)."""
+    traceback says which of forward, backward, ... did). What call_forward labelled is judged
+    by the error it wraps, with the traceback of both."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, UserCodeError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+        frames += traceback.extract_tb(exc.__traceback__)
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     why = next((w for keys, w in REFUSALS if any(k in str(exc) for k in keys)), None)
     where = user_frame(exc)
-    methods = [f.name for f in traceback.extract_tb(exc.__traceback__) if f.name in METHODS]
+    methods = [f.name for f in frames if f.name in METHODS]
     who = methods[-1] if methods else who
     at = f" at {where}" if where else ""
     said = f"torch: {type(exc).__name__}: {text[:200]}"
@@ -153,14 +114,9 @@ class Stacks:
 
 def run(ctx: Context, opts: Options) -> CheckResult:
     """The ``batched`` check of ``ctx.target`` on ``ctx.bound``."""
-    start = time.perf_counter()
     target, bound = ctx.target, ctx.bound
-    rows = _skeleton(bound)
-    checked = _checked_positions(bound, rows)
-    result = CheckResult("batched", Status.PASS, mode="vmap", inputs=rows)
-    leaves = contract.fresh_leaves(bound.values)
-    outputs = as_tuple(call_forward(target, bound, leaves))
-    positions = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
+    start, _, checked, result = begin(bound, "batched", "vmap")
+    leaves, outputs, positions = graph_forward(target, bound)
     if not checked or not positions:
         result.status = Status.SKIP
         result.message = "no argument requires grad: nothing to batch" if not checked else \
@@ -218,7 +174,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
         return vals
 
     def forward(*tensors: torch.Tensor) -> tuple:
-        return as_tuple(target.call(place(tensors), bound.n_positional, bound.kw_names))
+        return as_tuple(call_forward(target, bound, place(tensors)))
 
     batch = [_jittered(plain[i], gen) for i in checked]
     members = [[t[b].clone().requires_grad_() for t in batch] for b in range(BATCH)]

@@ -9,10 +9,11 @@ import torch
 
 from .. import inputs, loader
 from ..loader import Bound, Target
-from ..numerics import Entry, as_tuple, is_float_tensor, probe_generator, unravel, vjp
+from ..numerics import as_tuple, is_float_tensor, probe_generator, unravel, vjp
 from ..results import CheckResult, InputReport, Status
 from ..spec import Case
-from . import call_forward, contract, guarded
+from . import UserCodeError, call_forward, contract, guarded
+from .common import columns, differentiable, fill_row, statistics
 
 MEMORY_FACTOR = 6  # leaves, outputs, saved tensors, grad_outputs, gradients, slack: x (inputs + outputs)
 
@@ -49,6 +50,13 @@ def memory_problem(bound: Bound, outputs: tuple, device: str) -> Optional[str]:
             "are free: use smaller shapes, or free GPU memory (another process may hold it)")
 
 
+def refuse_if_too_big(ctx: Context, outputs: tuple) -> None:
+    """On a GPU: an out_of_memory error result, before starting, when the check will not fit."""
+    refusal = memory_problem(ctx.bound, outputs, ctx.device)
+    if refusal:
+        raise UserCodeError("out_of_memory", refusal)
+
+
 @dataclass
 class Context:
     """What a check that looks beyond one device needs."""
@@ -66,7 +74,7 @@ def gradients(target: Target, bound: Bound, seed: int) -> tuple[tuple, list[Opti
     """
     leaves = contract.fresh_leaves(bound.values)
     outputs = as_tuple(call_forward(target, bound, leaves))
-    live = [o for o in outputs if is_float_tensor(o) and o.requires_grad]
+    live = [outputs[p] for p in differentiable(outputs)]
     wanted = [v for v in leaves if isinstance(v, torch.Tensor) and v.requires_grad]
     gen = probe_generator(seed, 2)
     probes = [contract.probe_like(o, gen) for o in live]
@@ -108,29 +116,24 @@ def consistency(ctx: Context) -> CheckResult:
 
 def _row(i: int, bound: Bound, a: Optional[torch.Tensor], b: Optional[torch.Tensor], atol: float,
          rtol: float) -> InputReport:
+    """Argument i's gradient here (``a``) against the reference device's (``b``, in the numerical role)."""
     v = bound.values[i]
     if not isinstance(v, torch.Tensor) or not v.requires_grad:
         return InputReport(bound.indices[i], bound.names[i], list(getattr(v, "shape", [])),
                            str(getattr(v, "dtype", type(v).__name__)).replace("torch.", ""), Status.SKIP,
                            reason="no gradient to compare")
-    per = 2 if v.is_complex() else 1
 
     def column(g: Optional[torch.Tensor]) -> torch.Tensor:
-        g = torch.zeros(v.shape, dtype=v.dtype) if g is None else g.contiguous()
-        return (torch.view_as_real(g) if g.is_complex() else g).reshape(-1, 1).to(torch.float64)
+        return columns((torch.zeros(v.shape, dtype=v.dtype) if g is None else g).unsqueeze(0))
 
-    a_col, b_col = column(a), column(b)
-    entry = Entry(a_col.shape[0], atol, rtol)
-    # one "column" per real element, the reference device's gradient in the numerical role
-    entry.update(a_col, b_col, 0, torch.ones(1, dtype=torch.float64))
-    mismatched = int(entry.bad.view(-1, per).any(1).sum())
-    return InputReport(
-        bound.indices[i], bound.names[i], list(v.shape), str(v.dtype).replace("torch.", ""),
-        Status.FAIL if mismatched else Status.PASS, numel=v.numel(), mismatched=mismatched,
-        max_abs_err=entry.max_abs, max_rel_err=entry.max_rel,
-        worst_index=unravel(entry.worst_col // per, v.shape) if v.numel() else None,
-        analytical=entry.analytical, numerical=entry.numerical, atol=atol, rtol=rtol,
-    )
+    entry = statistics(column(a), column(b), atol, rtol)
+    row = InputReport(bound.indices[i], bound.names[i], list(v.shape), str(v.dtype).replace("torch.", ""),
+                      Status.PASS, numel=v.numel())
+    fill_row(row, entry, v, lambda _: None)
+    # the element closest to failing is named even when every element agrees
+    row.worst_index = unravel(entry.worst_col // (2 if v.is_complex() else 1), v.shape) if v.numel() else None
+    row.analytical, row.numerical = entry.analytical, entry.numerical
+    return row
 
 
 def _forward_note(here: tuple, ref: tuple, atol: float, rtol: float) -> str:

@@ -5,21 +5,19 @@ argument x, with L = sum over the differentiable outputs y of <v, y>) is itself 
 entry with ``numerics.compare``, so its analytical Jacobian is backward differentiated
 (``create_graph=True``) and its numerical one is central differences of backward. The
 grad_outputs v are random (seeded from the spec's seed) and are arguments of G too, as in torch.
-
-Also holds what ``forward_ad`` shares with this check: the SKIP result and the one-line verdict.
 """
 from __future__ import annotations
 
-import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
-from ..numerics import Entry, as_tuple, compare, is_float_tensor, probe_generator, vjp
+from ..numerics import Entry, as_tuple, compare, probe_generator, vjp
 from ..results import CheckResult, InputReport, Status
 from . import UserCodeError, call_forward, contract, guarded
-from .backward import Options, _checked_positions, _fill, _skeleton
-from .devices import Context, memory_problem
+from .backward import Options, _fill
+from .common import begin, graph_forward, label, reword, skip, summarize
+from .devices import Context, refuse_if_too_big
 
 STREAM = 10  # probe_generator stream of the random grad_outputs
 ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
@@ -33,17 +31,12 @@ DETACHED = ("a value backward uses was taken outside autograd (a tensor computed
 
 def run(ctx: Context, opts: Options) -> CheckResult:
     """Check the second derivative of ``ctx.target``: backward against finite differences of backward."""
-    start = time.perf_counter()
     target, bound, tol = ctx.target, ctx.bound, opts.tolerance
-    reports = _skeleton(bound)
-    checked = _checked_positions(bound, reports)
-    result = CheckResult("double_backward", Status.PASS, mode="elementwise", inputs=reports)
+    start, reports, checked, result = begin(bound, "double_backward", "elementwise")
     if not checked:
         return skip(result, "no argument requires grad: there is no backward to differentiate", start)
-    leaves = contract.fresh_leaves(bound.values)
-    outputs = as_tuple(call_forward(target, bound, leaves))
+    leaves, outputs, live = graph_forward(target, bound)
     refuse_if_too_big(ctx, outputs)
-    live = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
     if not live:
         return skip(result, "no output is differentiable (none is a floating-point tensor that requires "
                             "grad): there is no backward to differentiate", start)
@@ -72,9 +65,9 @@ def run(ctx: Context, opts: Options) -> CheckResult:
     for row, entry, value in zip(rows, entries, [leaves[i] for i in checked] + vs):
         _fill(row, entry, layout, value, grads)
         _name_worst_output(row, entry, layout, names)
-        row.diagnosis = reword(entry, row, zeros.format(_label(row)), "differentiating backward") or row.diagnosis
+        row.diagnosis = reword(entry, row, zeros.format(label(row)), "differentiating backward") or row.diagnosis
     notes, omit = _detached(rows, entries, layout, grads, names)
-    return summarize(result, start, notes, lambda r: f"the derivative of backward with respect to {_label(r)}",
+    return summarize(result, start, notes, lambda r: f"the derivative of backward with respect to {label(r)}",
                      "backward differentiated with respect to", DETACHED, omit)
 
 
@@ -91,13 +84,6 @@ def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads:
     return [f"backward is not differentiable: the gradient it returns for "
             f"{', '.join(repr(names[k]) for k in detached)} does not require grad, so all its derivatives come "
             "out zero (numerically they are not)"], omit
-
-
-def refuse_if_too_big(ctx: Context, outputs: tuple) -> None:
-    """On a GPU: an out_of_memory error result, before starting, when the check will not fit."""
-    refusal = memory_problem(ctx.bound, outputs, ctx.device)
-    if refusal:
-        raise UserCodeError("out_of_memory", refusal)
 
 
 def _backward_of(ctx: Context, checked: list[int], live: list[int]) -> Callable[..., tuple]:
@@ -137,10 +123,6 @@ def _grad_output_rows(outputs: tuple, live: list[int], first_index: int) -> list
                         Status.PASS, numel=outputs[p].numel()) for k, p in enumerate(live)]
 
 
-def _label(row: InputReport) -> str:
-    return row.name if row.name.startswith("grad_output") else f"'{row.name}'"
-
-
 def _name_worst_output(row: InputReport, entry: Entry, layout: Any, names: list[str]) -> None:
     """'output 1 [2, 0]' of G is the gradient of the second checked argument: say so."""
     if row.worst_output and layout.n_rows:
@@ -148,52 +130,3 @@ def _name_worst_output(row: InputReport, entry: Entry, layout: Any, names: list[
         prefix = f"output {pos}"
         if row.worst_output.startswith(prefix):
             row.worst_output = f"gradient of '{names[pos]}'" + row.worst_output[len(prefix):]
-
-
-def reword(entry: Entry, row: InputReport, all_zeros: str, derivative: str) -> Optional[str]:
-    """The two patterns whose generic words blame ``backward``, said for this check; else None.
-    ``all_zeros`` says why the analytical side may be all zeros."""
-    if not row.mismatched or entry.nonfinite:
-        return None
-    if entry.sum_aa == 0 and entry.sum_nn > 0:
-        return f"analytical is all zeros, numerical is not: {all_zeros}"
-    if entry.sum_nn == 0 and entry.sum_aa > 0:
-        return (f"numerical is zero (the values do not change with {_label(row)}), but {derivative} "
-                "gives a non-zero derivative")
-    return None
-
-
-def skip(result: CheckResult, reason: str, start: float, status: Status = Status.SKIP,
-         row_reason: str = "see the message") -> CheckResult:
-    """The check does not apply (SKIP), or failed before any comparison (FAIL): the reason is the
-    message, and rows not yet marked say they were not checked (never a silent pass)."""
-    for row in result.inputs:
-        if row.status is Status.PASS:
-            row.status, row.reason = Status.SKIP, row_reason
-    result.status, result.message = status, reason
-    result.duration_s = time.perf_counter() - start
-    return result
-
-
-def summarize(result: CheckResult, start: float, notes: list[str], what: Callable[[InputReport], str],
-              checked: str, advice: str = "", omit: Optional[set[str]] = None) -> CheckResult:
-    """Status and one-line message from the rows: the notes, what is wrong (``what(row)`` names
-    it; rows named in ``omit``, which a note explains, are not repeated), what is right, and
-    ``advice`` once when an analytical side is all zeros. ``checked`` leads the list of rows when
-    all passed."""
-    wrong = [r for r in result.inputs if r.status is Status.FAIL]
-    right = [r for r in result.inputs if r.status is Status.PASS]
-    parts = list(notes)
-    parts += [f"{what(r)} is wrong: {r.diagnosis}" if r.diagnosis else f"{what(r)} is wrong"
-              for r in wrong if r.name not in (omit or set())]
-    if wrong or notes:
-        result.status = Status.FAIL
-        if right and wrong:
-            parts.append(f"{', '.join(_label(r) for r in right)} {'is' if len(right) == 1 else 'are'} right")
-        if advice and any(r.diagnosis and r.diagnosis.startswith("analytical is all zeros") for r in wrong):
-            parts.append(advice)
-    else:
-        parts.append(f"{checked} {', '.join(_label(r) for r in right)}: all within tolerance")
-    result.message = "; ".join(parts)
-    result.duration_s = time.perf_counter() - start
-    return result

@@ -9,19 +9,18 @@ O(chunk x outputs), never N x M. Plain callables are checked through forward AD 
 from __future__ import annotations
 
 import re
-import time
 from typing import Any, Callable, Optional
 
 import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..loader import Target
-from ..numerics import Entry, as_tuple, is_float_tensor, make_layout, probe_generator, real_flat, unravel
+from ..numerics import Entry, as_tuple, make_layout, probe_generator, real_flat, unravel
 from ..results import CheckResult, Status
 from . import UserCodeError, call_forward, contract
-from .backward import Options, _checked_positions, _fill, _skeleton
-from .devices import Context
-from .double_backward import refuse_if_too_big, reword, skip, summarize
+from .backward import Options, _fill
+from .common import begin, differentiable, reword, skip, summarize
+from .devices import Context, refuse_if_too_big
 
 STREAM = 11  # probe_generator stream of the projection used to name patterns (e.g. a transpose)
 CHECKED = "forward-mode AD (jvp) compared with finite differences along"
@@ -29,11 +28,8 @@ CHECKED = "forward-mode AD (jvp) compared with finite differences along"
 
 def run(ctx: Context, opts: Options) -> CheckResult:
     """Check forward-mode AD of ``ctx.target`` column by column against central differences."""
-    start = time.perf_counter()
     target, bound = ctx.target, ctx.bound
-    reports = _skeleton(bound)
-    checked = _checked_positions(bound, reports)
-    result = CheckResult("forward_ad", Status.PASS, mode="elementwise", inputs=reports)
+    start, reports, checked, result = begin(bound, "forward_ad", "elementwise")
     if target.is_function and target.obj.jvp is torch.autograd.Function.jvp:
         name = target.obj.__name__
         return skip(result, f"{name} defines no jvp(): forward-mode AD is not supported; to support it, define "
@@ -43,7 +39,7 @@ def run(ctx: Context, opts: Options) -> CheckResult:
         return skip(result, "no argument requires grad: there is no tangent to push forward", start)
     outputs = as_tuple(call_forward(target, bound, contract.fresh_leaves(bound.values)))
     refuse_if_too_big(ctx, outputs)
-    positions = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
+    positions = differentiable(outputs)
     if not positions:
         return skip(result, "no output is differentiable (none is a floating-point tensor that requires grad): "
                             "there is no tangent to compare", start)

@@ -22,11 +22,11 @@ from typing import Optional
 import torch
 
 from ..loader import Target, user_frame
-from ..numerics import as_tuple, is_float_tensor, probe_generator, vjp
+from ..numerics import probe_generator, vjp
 from ..results import CheckResult, Status
-from . import call_forward, contract, guarded
-from .backward import Options, _checked_positions, _skeleton
-from .batched import agreement, fill_row, tolerance, zeros_if_none
+from . import contract, guarded
+from .backward import Options
+from .common import agreement, begin, fill_row, graph_forward, tolerance, zeros_if_none
 from .devices import Context
 
 STREAM = 21  # probe stream of this check (see numerics.probe_generator)
@@ -43,14 +43,9 @@ def scenarios(n: int) -> list[frozenset[int]]:
 
 def run(ctx: Context, opts: Options) -> CheckResult:
     """The ``undefined_grad`` check of ``ctx.target`` on ``ctx.bound``."""
-    start = time.perf_counter()
     target, bound = ctx.target, ctx.bound
-    rows = _skeleton(bound)
-    checked = _checked_positions(bound, rows)
-    result = CheckResult("undefined_grad", Status.PASS, mode="undefined", inputs=rows)
-    leaves = contract.fresh_leaves(bound.values)
-    outputs = as_tuple(call_forward(target, bound, leaves))
-    positions = [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
+    start, rows, checked, result = begin(bound, "undefined_grad", "undefined")
+    leaves, outputs, positions = graph_forward(target, bound)
     make_undefined = getattr(getattr(torch._C, "_functions", None), "UndefinedGrad", None)
     reason = ("no argument requires grad: nothing to check" if not checked else
               "no output requires grad: backward is never called" if not positions else
