@@ -39,6 +39,8 @@ class SquareMaxPool1d(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_output: Tensor) -> Tensor:
         x, indices = ctx.saved_tensors
-        # indices are positions along the last dim of the (squared) input.
-        grad_square = torch.zeros_like(x).scatter_add_(-1, indices, grad_output)
+        # indices are positions along the last dim of the (squared) input. The buffer is made
+        # from grad_output, not x: under vmap (batched gradients) grad_output carries the batch
+        # dimension, and an in-place scatter into a tensor without it would fail.
+        grad_square = grad_output.new_zeros(x.shape).scatter_add_(-1, indices, grad_output)
         return grad_square * 2 * x
