@@ -157,3 +157,64 @@ def test_cli_end_to_end(write_spec, name, code, status):
     rows = entry["checks"][0]["inputs"]
     assert (rows[0]["name"], rows[0]["status"]) == ("input", status)
     assert (rows[1]["name"], rows[1]["status"]) == ("p", "skip")
+
+
+def test_dropout_has_no_jvp_so_forward_ad_is_a_skip_not_a_pass(write_spec):
+    """forward_ad of a stochastic Function needs a jvp; examples.stochastic.Dropout defines none."""
+    path = write_spec(f"""
+        function: {STOCHASTIC}:Dropout
+        inputs: [{{name: input, shape: [6, 5]}}]
+        kwargs: {{p: {{value: 0.3}}}}
+        checks: [forward_ad]
+    """)
+    result = CliRunner().invoke(cli, [str(path), "--no-isolate", "--format", "json"], catch_exceptions=False)
+    (check,) = json.loads(result.stdout)["results"][0]["checks"]
+    assert (check["check"], check["status"]) == ("forward_ad", "skip") and "defines no jvp()" in check["message"]
+
+
+BATCHED_DROPOUTS = """
+    import torch
+    from gradcheck_cli.examples.stochastic import Dropout
+
+    class DropoutCopiesIntoItsOwnBuffer(Dropout):
+        \"\"\"Deliberately not batchable: backward copies grad_output into a buffer made from the
+        (unbatched) mask, which vmap refuses.\"\"\"
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            (mask,) = ctx.saved_tensors
+            return torch.zeros_like(mask).copy_(grad_output) * mask, None
+"""
+
+
+@pytest.mark.parametrize("name, status", [("Dropout", "pass"), ("DropoutCopiesIntoItsOwnBuffer", "fail")])
+def test_batched_check_of_a_dropout_function(write_spec, user_module, name, status):
+    mod = user_module(BATCHED_DROPOUTS, "batched_dropouts")
+    path = write_spec(f"""
+        function: {mod}:{name}
+        inputs: [{{name: input, shape: [6, 5]}}]
+        kwargs: {{p: {{value: 0.3}}}}
+        checks: [batched]
+    """)
+    result = CliRunner().invoke(cli, [str(path), "--no-isolate", "--format", "json"], catch_exceptions=False)
+    (entry,) = json.loads(result.stdout)["results"]
+    (check,) = entry["checks"]
+    assert (check["check"], check["status"]) == ("batched", status), check["message"]
+    assert check["inputs"][1]["status"] == "skip"  # p is not a tensor
+    if status == "fail":
+        assert "vmap" in check["message"] and "in place into a tensor it created itself" in check["message"]
+    else:
+        assert check["inputs"][0]["status"] == "pass" and check["inputs"][0]["mismatched"] == 0
+    # torch's own batched-grad test agrees, once the RNG is fixed per forward as the fork does
+    import importlib
+
+    fn = getattr(importlib.import_module(mod), name)
+    state = torch.get_rng_state()
+
+    def forked(t):
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(state)
+            return fn.apply(t, 0.3)
+
+    ok = torch.autograd.gradcheck(forked, (x_of(6, 5),), check_batched_grad=True, raise_exception=False)
+    assert ok is (status == "pass")
