@@ -51,6 +51,7 @@ def check(
 
     def body(result: CaseResult) -> None:
         bound = loader.bind(target, [(None, a) for a in args], list((kwargs or {}).items()))
+        bound.seed = seed
         devices = {str(v.device) for v in bound.values if isinstance(v, torch.Tensor)}
         result.device = ",".join(sorted(devices)) or "cpu"
         result.checks.append(backward.run(target, bound, opts))

@@ -169,7 +169,7 @@ class Bound:
     """Arguments in call order, with the names and positions the user sees.
 
     For a module, its parameters follow the arguments (named as in named_parameters()).
-    ``rng`` is the global RNG state every forward starts from (captured at the first one).
+    ``rng`` forks the global RNG for every forward (made at the first one, from ``seed``).
     """
 
     values: list[Any]
@@ -178,6 +178,7 @@ class Bound:
     n_positional: int
     kw_names: list[str]
     rng: Optional[RngFork] = field(default=None, repr=False, compare=False)
+    seed: int = 0  # seeds the RNG state every forward starts from
 
 
 def bind(target: Target, positional: list[tuple[Optional[str], Any]],

@@ -58,26 +58,40 @@ def call_with(module: torch.nn.Module, slots: Slots, params: list[Any], args: li
 
 @dataclass
 class RngFork:
-    """The global RNG state at one moment: the CPU generator's and those of CUDA devices in use.
+    """The global RNG (the CPU generator and those of CUDA devices in use) forked for the checks.
 
-    Restoring it before every forward makes a Function that draws random numbers (dropout)
-    one deterministic function for the checks; restoring it after leaves the user's RNG as it was.
-    Setting a state costs about half a microsecond, so it is done unconditionally.
+    Every forward starts from the same state, seeded from the spec's seed, so a Function that
+    draws random numbers (dropout) is one deterministic function for the checks, the same in any
+    process; after each forward the user's state is put back. Setting a state costs about half a
+    microsecond, so it is done unconditionally.
     """
 
-    cpu: torch.Tensor
+    cpu: torch.Tensor  # where every forward starts
     cuda: list[tuple[int, torch.Tensor]]
+    user_cpu: torch.Tensor  # what the user had
+    user_cuda: list[tuple[int, torch.Tensor]]
 
     @classmethod
-    def capture(cls, values: list[Any]) -> RngFork:
-        cuda = sorted({v.device.index if v.device.index is not None else torch.cuda.current_device()
-                       for v in values if isinstance(v, torch.Tensor) and v.is_cuda})
-        return cls(torch.default_generator.get_state(),
-                   [(d, torch.cuda.default_generators[d].get_state()) for d in cuda])
+    def capture(cls, values: list[Any], seed: int = 0) -> RngFork:
+        devices = sorted({v.device.index if v.device.index is not None else torch.cuda.current_device()
+                          for v in values if isinstance(v, torch.Tensor) and v.is_cuda})
+        return cls(torch.Generator().manual_seed(seed).get_state(),
+                   [(d, torch.Generator(f"cuda:{d}").manual_seed(seed).get_state()) for d in devices],
+                   torch.default_generator.get_state(),
+                   [(d, torch.cuda.default_generators[d].get_state()) for d in devices])
 
     def restore(self) -> None:
-        torch.default_generator.set_state(self.cpu)
-        for d, state in self.cuda:
+        """Set the state every forward starts from."""
+        self._set(self.cpu, self.cuda)
+
+    def release(self) -> None:
+        """Put the user's state back."""
+        self._set(self.user_cpu, self.user_cuda)
+
+    @staticmethod
+    def _set(cpu: torch.Tensor, cuda: list[tuple[int, torch.Tensor]]) -> None:
+        torch.default_generator.set_state(cpu)
+        for d, state in cuda:
             torch.cuda.default_generators[d].set_state(state)
 
 

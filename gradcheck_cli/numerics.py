@@ -56,53 +56,71 @@ class Entry:
         self.proj_a = torch.zeros(self.real_numel, dtype=torch.float64)
         self.proj_n = torch.zeros(self.real_numel, dtype=torch.float64)
 
-    def _keep(self, bad: torch.Tensor, a: torch.Tensor, n: torch.Tensor, col0: int) -> None:
-        """Keep the first KEEP_BAD mismatching columns whole."""
-        for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
-            self.bad_columns.append((col0 + c, a[c].clone(), n[c].clone()))
-
     def update(self, a: torch.Tensor, n: torch.Tensor, col0: int, probe: torch.Tensor) -> None:
         """Fold in analytical ``a`` and numerical ``n`` for columns col0..col0+C of the Jacobian.
 
         Both are stored transposed, C x M (a row per input element), so each is contiguous.
+        Entries that are exactly zero on both sides agree and change no statistic, so when most
+        are (a sparse Jacobian, e.g. of a Linear layer), only the others are compared.
         """
         cols = slice(col0, col0 + a.shape[0])
         self.proj_a[cols] = a @ probe
         self.proj_n[cols] = n @ probe
         if a.numel() == 0:
             return
-        diff = torch.sub(a, n).abs_()
-        top = float(diff.max())
-        bad = torch.zeros(a.shape[0], dtype=torch.bool)
+        nonzero = a.ne(0).logical_or_(n.ne(0))  # NaN counts as non-zero
+        if int(nonzero.sum()) * 4 < a.numel():
+            at = nonzero.nonzero(as_tuple=True)
+            self._fold(a[at], n[at], at, a, n, col0)
+        else:
+            self._fold(a.reshape(-1), n.reshape(-1), None, a, n, col0)
+
+    def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: Optional[tuple[torch.Tensor, torch.Tensor]],
+              a: torch.Tensor, n: torch.Tensor, col0: int) -> None:
+        """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
+        those at (column, row) indices ``at``."""
+        n_cols, n_rows = a.shape
+
+        def where(k: int) -> tuple[int, int]:
+            return divmod(k, n_rows) if at is None else (int(at[0][k]), int(at[1][k]))
+
+        diff = torch.sub(av, nv).abs_()
+        top = float(diff.max()) if diff.numel() else 0.0
+        broken = torch.zeros_like(diff, dtype=torch.bool)
         if not math.isfinite(top):
             # a non-finite entry is a mismatch; the statistics below are over the finite ones
-            finite = torch.isfinite(a) & torch.isfinite(n)
+            finite = torch.isfinite(av) & torch.isfinite(nv)
             self.nonfinite += int((~finite).sum())
-            bad = ~finite.all(1)
-            self._keep(bad, a, n, col0)
-            a, n = torch.where(finite, a, 0.0), torch.where(finite, n, 0.0)
-            diff = torch.sub(a, n).abs_()
+            broken = ~finite
+            av, nv = torch.where(finite, av, 0.0), torch.where(finite, nv, 0.0)
+            diff = torch.sub(av, nv).abs_()
             top = float(diff.max())
         self.max_abs = max(self.max_abs, top)
-        n_abs = n.abs()
+        n_abs = nv.abs()
         tol = n_abs.mul(self.rtol).add_(self.atol)
-        wrong = ~(diff <= tol).all(1)  # |a - n| <= atol + rtol * |n|, as torch.allclose(a, n)
-        self._keep(wrong & ~bad, a, n, col0)
-        self.bad[cols] |= bad | wrong
+        wrong = (diff <= tol).logical_not_().logical_or_(broken)  # |a - n| <= atol + rtol |n|, as torch.allclose
+        bad = (wrong.view(n_cols, n_rows).any(1) if at is None else
+               torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True))
+        self.bad[col0 : col0 + n_cols] |= bad
+        for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
+            self.bad_columns.append((col0 + c, a[c].clone(), n[c].clone()))  # kept whole, to re-examine
         excess = torch.div(diff, tol, out=tol)
-        col, row = divmod(int(torch.argmax(excess)), a.shape[1])
-        if float(excess[col, row]) > self.worst_excess:
-            self.worst_excess = float(excess[col, row])
-            self.worst_row, self.worst_col = row, col0 + col
-            self.analytical, self.numerical = float(a[col, row]), float(n[col, row])
+        if diff.numel():
+            k = int(torch.argmax(excess))
+            if float(excess[k]) > self.worst_excess:
+                col, row = where(k)
+                self.worst_excess, self.worst_row, self.worst_col = float(excess[k]), row, col0 + col
+                self.analytical, self.numerical = float(av[k]), float(nv[k])
+        elif self.worst_excess < 0:  # every entry is 0 on both sides: the first one stands for them
+            self.worst_excess, self.worst_row, self.worst_col = 0.0, 0, col0
+            self.analytical = self.numerical = 0.0
         small = n_abs <= self.atol  # relative error only where the numerical value is not ~0
         rel = torch.div(diff, n_abs, out=n_abs).masked_fill_(small, 0.0)
         if not bool(small.all()):
             self.max_rel = max(self.max_rel or 0.0, float(rel.max()))
-        a_flat, n_flat = a.reshape(-1), n.reshape(-1)
-        self.sum_an += float(a_flat @ n_flat)
-        self.sum_nn += float(n_flat @ n_flat)
-        self.sum_aa += float(a_flat @ a_flat)
+        self.sum_an += float(av @ nv)
+        self.sum_nn += float(nv @ nv)
+        self.sum_aa += float(av @ av)
 
 
 def compare(

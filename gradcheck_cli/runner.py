@@ -111,6 +111,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> Non
     params = target.parameters() or []
     positional, keywords = inputs.build(case, device, [p.name for p in params])
     ctx = Context(case, device, target, loader.bind(target, positional, keywords))
+    ctx.bound.seed = case.seed
     options = backward.Options(case.tolerance, case.seed, opts.memory_bytes, opts.probes, case.repeat)
     for name in case.checks:
         check = IMPLEMENTED[name](ctx, options)

@@ -42,6 +42,7 @@ def test_wrong_backward_of_a_stochastic_function_fails_on_its_argument():
 
 def test_without_the_fork_the_correct_function_would_fail(monkeypatch):
     monkeypatch.setattr(loader.RngFork, "restore", lambda self: None)
+    monkeypatch.setattr(loader.RngFork, "release", lambda self: None)
     result = gradcheck_cli.check(Dropout, [x_of(6, 5)], kwargs={"p": 0.3})
     assert result.status is Status.FAIL
 

@@ -41,15 +41,15 @@ def call_forward(target: Target, bound: Bound, values: list[Any], kind: str = "f
     """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled
     ``kind`` / ``what`` (as in ``guarded``).
 
-    The global RNG is forked around every forward: each starts from the state captured at the
-    first forward of ``bound`` and the state is put back after, so a forward that draws random
-    numbers (dropout) draws the same ones in every call of a check (the graph forward and each
-    finite-difference forward), and the user's RNG is left as it was.
+    The global RNG is forked around every forward: each starts from a state seeded from
+    ``bound.seed`` and the user's state is put back after, so a forward that draws random numbers
+    (dropout) draws the same ones in every call of a check (the graph forward and each
+    finite-difference forward), in any process, and the user's RNG is left as it was.
     """
     if bound.rng is None:
-        bound.rng = RngFork.capture(bound.values)
+        bound.rng = RngFork.capture(bound.values, bound.seed)
     bound.rng.restore()
     try:
         return guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
     finally:
-        bound.rng.restore()
+        bound.rng.release()

@@ -100,6 +100,7 @@ def consistency(ctx: Context) -> CheckResult:
     else:
         names = [p.name for p in ctx.target.parameters() or []]
         ref_bound = loader.bind(ctx.target, *inputs.build(ctx.case, reference, names))
+        ref_bound.seed = ctx.bound.seed
         outs_here, here = gradients(ctx.target, ctx.bound, ctx.case.seed)
         outs_ref, ref = gradients(ctx.target, ref_bound, ctx.case.seed)
         result.inputs = [_row(i, ctx.bound, a, b, tol.atol, tol.rtol) for i, (a, b) in enumerate(zip(here, ref))]
