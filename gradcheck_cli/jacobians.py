@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from .realify import Call, Vjp, as_tuple, element_ref, outputs_vector, real_flat, real_numel
+from .realify import Call, Vjp, as_tuple, element_ref, real_flat, real_numel
 
 ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered per transposed write
 COL_STAGE = 256  # perturbations per batched forward
@@ -159,7 +159,7 @@ class Jacobians:
         self._single_columns(x, j0, j1, out)
 
     def _single_columns(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> None:
-        positions, eps = self.layout.outputs, self.eps
+        eps = self.eps
         real = torch.view_as_real(x) if x.is_complex() else x
         if real.device.type == "cpu" and real.is_contiguous() and real.dtype in (torch.float64, torch.float32):
             base, index = real.numpy().reshape(-1), (lambda j: j)  # a NumPy view: cheap element writes
@@ -167,13 +167,34 @@ class Jacobians:
             ref = element_ref(x)
             base, index = ref(0)[0], (lambda j: ref(j)[1])
         for c, j in enumerate(range(j0, j1)):
-            at = index(j)
+            at, row = index(j), out[c]
             orig = base[at].item()
             base[at] = orig - eps
-            minus = outputs_vector(as_tuple(self.call(self.values)), positions)
+            self._outputs_into(row, None)
             base[at] = orig + eps
-            torch.sub(outputs_vector(as_tuple(self.call(self.values)), positions), minus, out=out[c])
+            self._outputs_into(row, row)
             base[at] = orig
+
+    def _outputs_into(self, row: torch.Tensor, minus: Optional[torch.Tensor]) -> None:
+        """``row`` = the realified outputs of one forward, or, given ``minus``, those minus ``minus``
+        (copied at once: an output may be a view of the input about to be perturbed again)."""
+        outputs = as_tuple(self.call(self.values))
+        for p, seg in self._segments(row):
+            o = outputs[p]
+            flat = (torch.view_as_real(o) if o.is_complex() else o).reshape(-1)  # no grad here: no detach
+            if minus is None:
+                seg.copy_(flat)
+            else:
+                torch.sub(flat, seg, out=seg)
+
+    def _segments(self, row: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+        """(output position, its slice of ``row``) for each compared output."""
+        if len(self.layout.outputs) == 1:
+            return [(self.layout.outputs[0], row)]
+        bounds = [0]
+        for size in self.layout.row_sizes:
+            bounds.append(bounds[-1] + size)
+        return [(p, row[bounds[k] : bounds[k + 1]]) for k, p in enumerate(self.layout.outputs)]
 
     def _batched_columns(self, x: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
         n, eps = j1 - j0, self.eps
