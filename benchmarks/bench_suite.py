@@ -22,6 +22,20 @@ ENGINES = ("torch-slow", "torch-fast", "gradcheck-cli", "gradcheck-cli --fast")
 FUNCTIONS = '''
 import torch
 
+class LinearVmap(torch.autograd.Function):
+    """y = x W^T + b, declared vmap-able (setup_context + generate_vmap_rule)"""
+    generate_vmap_rule = True
+    @staticmethod
+    def forward(x, w, b):
+        return x @ w.t() + b
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+    @staticmethod
+    def backward(ctx, g):
+        x, w, b = ctx.saved_tensors
+        return g @ w, g.t() @ x, g.sum(0)
+
 class Softplus(torch.autograd.Function):
     """elementwise"""
     @staticmethod
@@ -73,12 +87,13 @@ class SumOfProducts(torch.autograd.Function):
 
 CASES = {  # name: (function, input shapes)
     **{f"linear n={n}": ("linear", [(n, n), (n, n), (n,)]) for n in (16, 32, 64, 96, 128)},
+    **{f"linear-vmap n={n}": ("LinearVmap", [(n, n), (n, n), (n,)]) for n in (64, 128)},
     "elementwise 64x64": ("Softplus", [(64, 64)]),
     "reduction 32x64": ("LogSumExp", [(32, 64)]),
     "two outputs 48x48": ("SinCos", [(48, 48)]),
     "12 small inputs 4x4": ("SumOfProducts", [(4, 4)] * 12),
 }
-QUICK = ("linear n=16", "linear n=32", "linear n=64", "elementwise 64x64", "reduction 32x64", "two outputs 48x48",
+QUICK = ("linear n=16", "linear n=32", "linear n=64", "linear-vmap n=64", "elementwise 64x64", "reduction 32x64", "two outputs 48x48",
          "12 small inputs 4x4")
 
 
@@ -108,7 +123,21 @@ def one(engine: str, case: str) -> dict:
     verdict = run(shapes)
     wall = time.perf_counter() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"pass": verdict, "wall_s": wall, "peak_mb": peak_mb}
+    return {"pass": verdict, "wall_s": wall, "peak_mb": peak_mb,
+            "floor_s": floor(fn, shapes) if engine == "gradcheck-cli" else None}
+
+
+def floor(fn: object, shapes: list) -> float:
+    """The cost floor of an element-wise check: 2N forwards (N input elements), one at a time."""
+    import torch
+
+    args = [torch.randn(*s, dtype=torch.float64) for s in shapes]
+    calls = 2 * sum(a.numel() for a in args)
+    start = time.perf_counter()
+    with torch.no_grad():
+        for _ in range(calls):
+            fn.apply(*args)
+    return time.perf_counter() - start
 
 
 def child(engine: str, case: str, timeout: float = 1200) -> dict:
@@ -118,7 +147,8 @@ def child(engine: str, case: str, timeout: float = 1200) -> dict:
     except subprocess.TimeoutExpired:
         return {"pass": "timeout", "wall_s": None, "peak_mb": None}
     if proc.returncode != 0:
-        return {"pass": f"died ({proc.returncode})", "wall_s": None, "peak_mb": None}
+        reason = "killed" if proc.returncode in (-9, 137) else f"died ({proc.returncode})"  # -9: out of memory
+        return {"pass": reason, "wall_s": None, "peak_mb": None}
     return json.loads(proc.stdout)
 
 
@@ -153,13 +183,16 @@ def fmt(value: object, spec: str) -> str:
 
 def main(quick: bool) -> None:
     print(f"{'case':22} {'engine':21} {'verdict':>9} {'wall s':>8} {'peak MB':>8} {'vs torch slow':>14} "
-          f"{'vs torch fast':>14}")
+          f"{'vs torch fast':>14} {'vs 2N fwd':>10}")
     for case in (QUICK if quick else CASES):
         rows = {engine: child(engine, case) for engine in ENGINES}
         for engine, row in rows.items():
             ratios = [_ratio(row["wall_s"], rows[ref]["wall_s"]) for ref in ("torch-slow", "torch-fast")]
+            to_floor = _ratio(row["wall_s"], row.get("floor_s")) if engine == "gradcheck-cli" else ""
             print(f"{case:22} {engine:21} {fmt(row['pass'], ''):>9} {fmt(row['wall_s'], '.3f'):>8} "
-                  f"{fmt(row['peak_mb'], '.0f'):>8} {ratios[0]:>14} {ratios[1]:>14}", flush=True)
+                  f"{fmt(row['peak_mb'], '.0f'):>8} {ratios[0]:>14} {ratios[1]:>14} {to_floor:>10}", flush=True)
+    print("vs 2N fwd: the default check against the floor of any element-wise check, 2N forwards one at a time "
+          "(N input elements), timed in the same process")
     cold_start()
 
 
