@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -62,6 +62,33 @@ def _same(batched: torch.Tensor, single: torch.Tensor) -> bool:
     return bool(torch.allclose(batched, single, rtol=1e-6, atol=1e-8, equal_nan=True))
 
 
+@dataclass
+class SparseRows:
+    """The non-zero entries of the analytical Jacobian, sorted by column, to rebuild any block."""
+
+    cols: torch.Tensor
+    rows: torch.Tensor
+    vals: torch.Tensor
+    n_cols: int
+    n_rows: int
+
+    def __post_init__(self) -> None:
+        order = torch.argsort(self.cols, stable=True)
+        self.cols, self.rows, self.vals = self.cols[order], self.rows[order], self.vals[order]
+        self.starts = torch.searchsorted(self.cols, torch.arange(self.n_cols + 1)).tolist()
+
+    @property
+    def nbytes(self) -> int:
+        return 24 * len(self.vals)
+
+    def block(self, col0: int, col1: int) -> torch.Tensor:
+        """Columns col0..col1, dense and transposed (C x M), like ``Jacobians.rows``."""
+        lo, hi = self.starts[col0], self.starts[col1]
+        out = torch.zeros(col1 - col0, self.n_rows, dtype=torch.float64)
+        out[self.cols[lo:hi] - col0, self.rows[lo:hi]] = self.vals[lo:hi]
+        return out
+
+
 class Jacobians:
     """Analytical rows and numerical columns of one check, with batching decided once."""
 
@@ -70,6 +97,7 @@ class Jacobians:
         self.call, self.grad, self.outputs, self.grad_inputs = call, grad, outputs, grad_inputs
         self.values, self.layout, self.eps, self.memory_bytes = values, layout, eps, memory_bytes
         self.live = [o for o in outputs if o.requires_grad]
+        self.wanted = list(range(len(grad_inputs)))  # the arguments whose gradients the rows need
         self.batched_rows: Optional[bool] = None if self.live else False  # None: not tried yet
         self.batched_cols: Optional[bool] = None if vmap_forward else False
 
@@ -77,16 +105,43 @@ class Jacobians:
 
     def rows(self, col0: int, col1: int) -> torch.Tensor:
         """Analytical columns col0..col1 of the Jacobian, transposed (C x M). Outputs that do not
-        require grad have zero rows (the function claims no gradient there)."""
+        require grad have zero rows (the function claims no gradient there). Only the arguments
+        whose columns these are get gradients computed (backward may skip the others)."""
         rows = torch.zeros(col1 - col0, self.layout.n_rows, dtype=torch.float64)
+        starts = self.layout.col_starts
+        self.wanted = [i for i in range(len(self.grad_inputs)) if starts[i] < col1 and starts[i + 1] > col0]
+        off = starts[self.wanted[0]] if self.wanted else col0
+        for k, out, j0, j1 in self._stages():
+            rows[:, k + j0 : k + j1] = self._row_stage(out, j0, j1)[:, col0 - off : col1 - off].t()
+        return rows
+
+    def sparse_rows(self, limit: int) -> Optional[SparseRows]:
+        """The whole analytical Jacobian from one pass of backward calls, its non-zero entries only;
+        None when there are more than ``limit`` of them (then blocks of rows are recomputed)."""
+        self.wanted = list(range(len(self.grad_inputs)))
+        cols, rows, vals, count = [], [], [], 0
+        for k, out, j0, j1 in self._stages():
+            stage = self._row_stage(out, j0, j1)
+            r, c = stage.nonzero(as_tuple=True)  # NaN counts as non-zero
+            count += len(r)
+            if count > limit:
+                return None
+            cols.append(c)
+            rows.append(r + k + j0)
+            vals.append(stage[r, c])
+        return SparseRows(torch.cat(cols) if cols else torch.zeros(0, dtype=torch.long),
+                          torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long),
+                          torch.cat(vals) if vals else torch.zeros(0, dtype=torch.float64),
+                          self.layout.n_cols, self.layout.n_rows)
+
+    def _stages(self) -> Iterator[tuple[int, torch.Tensor, int, int]]:
+        """(first row of the output, output, first and last row of the stage within it)."""
         k = 0
         for out in self.outputs:
             size = real_numel(out)
             for j0 in range(0, size if out.requires_grad else 0, ROW_STAGE):
-                j1 = min(size, j0 + ROW_STAGE)
-                rows[:, k + j0 : k + j1] = self._row_stage(out, j0, j1)[:, col0:col1].t()
+                yield k, out, j0, min(size, j0 + ROW_STAGE)
             k += size
-        return rows
 
     def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
         if self.batched_rows is not False:
@@ -104,8 +159,11 @@ class Jacobians:
     def _flat_grads(self, grads: tuple, batch: tuple[int, ...]) -> torch.Tensor:
         parts = [torch.zeros(batch + (real_numel(x),), dtype=torch.float64) if g is None else
                  (torch.view_as_real(g) if g.is_complex() else g).reshape(batch + (-1,)).to(torch.float64)
-                 for g, x in zip(grads, self.grad_inputs)]
+                 for g, x in zip(grads, self._wanted_inputs())]
         return torch.cat(parts, -1)
+
+    def _wanted_inputs(self) -> list[torch.Tensor]:
+        return [self.grad_inputs[i] for i in self.wanted]
 
     def _single_rows(self, out: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
         grad_outs = [torch.zeros_like(o, memory_format=torch.contiguous_format) for o in self.live]
@@ -114,7 +172,7 @@ class Jacobians:
         rows = []
         for j in range(j0, j1):
             flat[j] = 1  # backward does not write grad_output: the contract check failed the case before
-            rows.append(self._flat_grads(self.grad(self.live, self.grad_inputs, grad_outs), ()))
+            rows.append(self._flat_grads(self.grad(self.live, self._wanted_inputs(), grad_outs), ()))
             flat[j] = 0
         return torch.stack(rows)
 
@@ -124,8 +182,8 @@ class Jacobians:
         one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
         flat = (torch.view_as_real(one) if one.is_complex() else one).view(n, -1)
         flat[torch.arange(n), torch.arange(j0, j1)] = 1
-        grads = torch.autograd.grad(self.live, self.grad_inputs, grad_outs, retain_graph=True, allow_unused=True,
-                                    is_grads_batched=True)
+        grads = torch.autograd.grad(self.live, self._wanted_inputs(), grad_outs, retain_graph=True,
+                                    allow_unused=True, is_grads_batched=True)
         return self._flat_grads(grads, (n,))
 
     # -- numerical: (f(x + eps e_j) - f(x - eps e_j)) / 2 eps, a column per pair of forwards ----------

@@ -146,7 +146,8 @@ def compare(
     ``plain_values``, the arguments ``call`` takes) that get perturbed. At most about
     ``memory_bytes`` of Jacobian entries are held at once, so memory stays
     O(memory_bytes + inputs + outputs) instead of O(inputs x outputs): when the analytical rows
-    do not fit, they are recomputed for each block of columns. ``call`` and ``grad`` are the
+    do not fit, their non-zero entries are kept if those fit in a quarter of it (one pass of
+    backward calls), else the rows are recomputed for each block of columns. ``call`` and ``grad`` are the
     forward and the vector-Jacobian product (the caller may wrap them to label user errors).
     Each entry also keeps u^T J (analytical and numerical) for one Gaussian probe u drawn from
     ``seed``, so that patterns across a whole gradient (e.g. a transpose) can be named.
@@ -160,10 +161,14 @@ def compare(
     entries = [Entry(real_numel(t), atol, rtol) for t in plain_inputs]
     per_col = 8 * max(1, layout.n_rows)
     block = max(1, memory_bytes * 7 // 8 // per_col)  # analytical rows held at once
+    # when the dense Jacobian does not fit, its non-zero entries may: then rows are computed once
+    store = jac.sparse_rows(memory_bytes // 4 // 24) if block < layout.n_cols else None
+    if store is not None:
+        block = max(1, (memory_bytes - store.nbytes) * 7 // 8 // per_col)
     chunk = max(1, min(block, memory_bytes // 8 // 8 // per_col))  # numerical columns and temporaries
     for col0 in range(0, layout.n_cols, block):
         col1 = min(layout.n_cols, col0 + block)
-        a_block = jac.rows(col0, col1)
+        a_block = store.block(col0, col1) if store is not None else jac.rows(col0, col1)
         for c0 in range(col0, col1, chunk):
             c1 = min(col1, c0 + chunk)
             n_chunk = jac.columns(c0, c1)

@@ -26,7 +26,7 @@ from ..numerics import as_tuple, probe_generator, vjp
 from ..results import CheckResult, Status
 from . import UserCodeError, call_forward, contract, guarded
 from .backward import Options
-from .common import agreement, begin, fill_row, graph_forward, tolerance, zeros_if_none
+from .common import agreement, begin, fill_row, graph_forward, skip, tolerance, zeros_if_none
 from .devices import Context
 
 BATCH = 3  # batch elements per vmapped call
@@ -118,11 +118,8 @@ def run(ctx: Context, opts: Options) -> CheckResult:
     start, _, checked, result = begin(bound, "batched", "vmap")
     leaves, outputs, positions = graph_forward(target, bound)
     if not checked or not positions:
-        result.status = Status.SKIP
-        result.message = "no argument requires grad: nothing to batch" if not checked else \
-            "no output requires grad: there is no backward to batch"
-        result.duration_s = time.perf_counter() - start
-        return result
+        return skip(result, "no argument requires grad: nothing to batch" if not checked else
+                    "no output requires grad: there is no backward to batch", start)
     gen = probe_generator(opts.seed, STREAM)
     found = Stacks()
     with warnings.catch_warnings():

@@ -26,7 +26,7 @@ from ..numerics import probe_generator, vjp
 from ..results import CheckResult, Status
 from . import contract, guarded
 from .backward import Options
-from .common import agreement, begin, fill_row, graph_forward, tolerance, zeros_if_none
+from .common import agreement, begin, fill_row, graph_forward, skip, tolerance, zeros_if_none
 from .devices import Context
 
 STREAM = 21  # probe stream of this check (see numerics.probe_generator)
@@ -51,9 +51,7 @@ def run(ctx: Context, opts: Options) -> CheckResult:
               "no output requires grad: backward is never called" if not positions else
               None if make_undefined else "this version of torch cannot make an undefined gradient")
     if reason:
-        result.status, result.message = Status.SKIP, reason
-        result.duration_s = time.perf_counter() - start
-        return result
+        return skip(result, reason, start)
     live, inputs = [outputs[p] for p in positions], [leaves[i] for i in checked]
     gen = probe_generator(opts.seed, STREAM)
     probes = [contract.probe_like(o, gen) for o in live]
