@@ -1,12 +1,17 @@
-"""The fast decision: v^T J u for a few signed random probes, analytical against numerical.
+"""The fast decision: v^T J u for a few random probes, analytical against numerical.
 
-Per checked argument and probe: u is a unit Gaussian direction in that argument, v a unit
-Gaussian weighting of the outputs. Analytically v^T J u = <J^T v, u> (one backward per probe
-serves every argument); numerically v^T (f(x + eps u) - f(x - eps u)) / 2 eps (two forwards).
-Signed probes, unlike torch's non-negative fast-mode probe, do not let errors of opposite sign
-cancel, and one probe per argument keeps a small argument's error from drowning in a large
-one's tolerance. A probe that fails sends the check to the element-by-element comparison.
-Pure torch, no I/O.
+Per checked argument and probe: u is a unit random direction in that argument, v a unit random
+weighting of the outputs. Analytically v^T J u = <J^T v, u> (one backward per probe serves
+every argument); numerically v^T (f(x + eps u) - f(x - eps u)) / 2 eps (two forwards). The
+first probe is non-negative, as torch's fast mode's, so that errors of one sign (a constant
+offset, a missing term) add up; the others are signed Gaussian, so that errors of both signs
+(a transpose, a roll, one wrong element) cannot cancel. One probe per argument keeps a small
+argument's error from drowning in a large one's tolerance.
+
+A probe only decides "pass": one that fails sends the check to the element-by-element
+comparison, which gives the verdict. So the tolerance can be tight: atol |u|_2 |v|_2 + rtol |n|
+(atol + rtol |n| for unit probes), where torch's fast mode inflates atol by (sum u)(sum v),
+about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 """
 from __future__ import annotations
 
@@ -15,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .numerics import Call, Vjp, as_tuple, outputs_vector, probe_generator, real_flat, real_numel, vjp
+from .numerics import Call, Vjp, as_tuple, gaussian, outputs_vector, probe_generator, real_flat, real_numel, vjp
 
 
 @dataclass
@@ -32,7 +37,7 @@ class ProbeStats:
 
 def _units(count: int, n: int, gen: torch.Generator) -> torch.Tensor:
     """``count`` unit Gaussian directions in R^n, one per row."""
-    u = torch.randn(count, n, generator=gen, dtype=torch.float64)
+    u = gaussian((count, n), gen)
     return u / torch.linalg.vector_norm(u, dim=1, keepdim=True) if n else u
 
 
@@ -41,8 +46,7 @@ def decide(
     plain_values: list[Any], plain_inputs: list[torch.Tensor], *, eps: float, atol: float, rtol: float,
     probes: int, seed: int, grad: Vjp = vjp,
 ) -> list[ProbeStats]:
-    """Probe every argument ``probes`` times; the tolerance is torch's, summed along the probes:
-    |a - n| <= atol * |u|_1 |v|_1 + rtol * |n|."""
+    """Probe every argument ``probes`` times: |a - n| <= atol + rtol |n| for each (unit u and v)."""
     gen = probe_generator(seed, 3)
     diff_outputs = [outputs[p] for p in positions]
     live = [o for o in diff_outputs if o.requires_grad]
@@ -50,7 +54,8 @@ def decide(
     stats = [ProbeStats() for _ in plain_inputs]
     vs = _units(probes, n_rows, gen)
     us = [_units(probes, real_numel(x), gen) for x in plain_inputs]
-    scale = [(atol * u.abs().sum(1) * vs.abs().sum(1)).tolist() for u in us]  # atol |u|_1 |v|_1 per probe
+    for w in (vs, *us):  # the first probe is non-negative, as torch's: errors of one sign add up in it
+        w[0].abs_()
     for p, v in enumerate(vs):
         grad_outs, k = [], 0
         for o in diff_outputs:
@@ -60,10 +65,10 @@ def decide(
             k += real_numel(o)
         grads: Sequence[Any] = grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad]
                                     ) if live else [None] * len(grad_inputs)
-        for x, g, s, u, tols in zip(plain_inputs, grads, stats, us, scale):
+        for x, g, s, u in zip(plain_inputs, grads, stats, us):
             a = float(real_flat(g.contiguous()).to(torch.float64) @ u[p]) if g is not None else 0.0
-            n = float(v @ _directional(call, plain_values, x, u[p], eps, positions)) if n_rows else 0.0
-            tol = tols[p] + rtol * abs(n)
+            n = _directional(call, plain_values, x, u[p], eps, positions, v) if n_rows else 0.0
+            tol = atol + rtol * abs(n)  # atol |u|_2 |v|_2 for unit probes: a failure only costs an escalation
             err = abs(a - n)
             s.probes += 1
             s.max_abs = max(s.max_abs, err)
@@ -76,15 +81,24 @@ def decide(
 
 
 def _directional(call: Call, values: list[Any], x: torch.Tensor, u: torch.Tensor, eps: float,
-                 positions: list[int]) -> torch.Tensor:
-    """(f(x + eps u) - f(x - eps u)) / 2 eps, realified outputs; ``x`` is perturbed in place and restored."""
+                 positions: list[int], v: torch.Tensor) -> float:
+    """v^T (f(x + eps u) - f(x - eps u)) / 2 eps over the realified outputs; ``x`` is perturbed in
+    place and restored."""
     real = torch.view_as_real(x) if x.is_complex() else x
     step = (eps * u).view(real.shape).to(real.dtype)
     orig = real.clone()
     with torch.no_grad():
-        real.copy_(orig - step)
-        minus = outputs_vector(as_tuple(call(values)), positions)
-        real.copy_(orig + step)
-        plus = outputs_vector(as_tuple(call(values)), positions)
+        torch.sub(orig, step, out=real)
+        minus = _weighted(as_tuple(call(values)), positions, v)
+        torch.add(orig, step, out=real)
+        plus = _weighted(as_tuple(call(values)), positions, v)
         real.copy_(orig)
     return (plus - minus) / (2 * eps)
+
+
+def _weighted(outputs: tuple, positions: list[int], v: torch.Tensor) -> float:
+    """v^T (the realified outputs at ``positions``)."""
+    if len(positions) == 1:
+        o = outputs[positions[0]]
+        return float(v @ (torch.view_as_real(o) if o.is_complex() else o).reshape(-1).to(torch.float64))
+    return float(v @ outputs_vector(outputs, positions))

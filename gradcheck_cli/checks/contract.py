@@ -13,7 +13,7 @@ from typing import Any, Optional
 import torch
 
 from ..loader import Bound, Target
-from ..numerics import as_tuple, is_float_tensor
+from ..numerics import as_tuple, gaussian, is_float_tensor
 from . import call_forward, guarded
 
 
@@ -54,7 +54,7 @@ def fresh_leaves(values: list[Any], grad: bool = True) -> list[Any]:
 
 def probe_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """A signed Gaussian probe with ``t``'s shape, dtype and device, drawn on the CPU."""
-    real = torch.randn(t.shape + ((2,) if t.is_complex() else ()), generator=gen, dtype=torch.float64)
+    real = gaussian(t.shape + ((2,) if t.is_complex() else ()), gen)
     probe = torch.view_as_complex(real) if t.is_complex() else real
     return probe.to(device=t.device, dtype=t.dtype)
 
