@@ -51,8 +51,11 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
             reports[i].status, reports[i].reason = Status.SKIP, "backward's contract is broken (see below)"
         return _finish(result, found, [], start)
 
-    leaves = contract.fresh_leaves(bound.values)
-    outputs = as_tuple(call_forward(target, bound, leaves))
+    if found.graph:  # the contract's forward, reused: backward's raw calls left its graph as it was
+        leaves, outputs = found.graph
+    else:
+        leaves = contract.fresh_leaves(bound.values)
+        outputs = as_tuple(call_forward(target, bound, leaves))
     device = next((str(v.device) for v in bound.values if isinstance(v, torch.Tensor)), "cpu")
     refusal = memory_problem(bound, outputs, device)
     if refusal:

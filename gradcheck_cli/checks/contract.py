@@ -26,6 +26,7 @@ class Findings:
     fatal: bool = False
     bad_args: set[int] = field(default_factory=set)
     repeated: bool = False  # backward was called twice with the same grad_output and compared
+    graph: Optional[tuple[list[Any], tuple]] = None  # (leaves, outputs) of the inspected forward, reusable
 
     def fail(self, message: str, fatal: bool = False, arg: Optional[int] = None) -> None:
         self.failures.append(message)
@@ -66,6 +67,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     leaves = fresh_leaves(bound.values)
     before = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in leaves]
     outputs = as_tuple(call_forward(target, bound, leaves))
+    found.graph = leaves, outputs  # node.apply below leaves the graph as it was (unless fatal)
     node = next((o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
     if node is None or getattr(type(node), "_forward_cls", None) is not target.obj:
         found.warnings.append("backward's raw return values could not be inspected: "
