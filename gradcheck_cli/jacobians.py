@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from .realify import Call, Vjp, as_tuple, element_ref, real_flat, real_numel
+from .realify import Call, Vjp, as_tuple, element_ref, outputs_vector, real_flat, real_numel
 
 ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered per transposed write
 COL_STAGE = 256  # perturbations per batched forward
@@ -98,6 +98,8 @@ class Jacobians:
         self.values, self.layout, self.eps, self.memory_bytes = values, layout, eps, memory_bytes
         self.live = [o for o in outputs if o.requires_grad]
         self.wanted = list(range(len(grad_inputs)))  # the arguments whose gradients the rows need
+        ends = [sum(layout.row_sizes[: k + 1]) for k in range(len(layout.outputs))]
+        self.segments = [(p, end - size, end) for p, size, end in zip(layout.outputs, layout.row_sizes, ends)]
         self.batched_rows: Optional[bool] = None if self.live else False  # None: not tried yet
         self.batched_cols: Optional[bool] = None if vmap_forward else False
 
@@ -247,12 +249,7 @@ class Jacobians:
 
     def _segments(self, row: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
         """(output position, its slice of ``row``) for each compared output."""
-        if len(self.layout.outputs) == 1:
-            return [(self.layout.outputs[0], row)]
-        bounds = [0]
-        for size in self.layout.row_sizes:
-            bounds.append(bounds[-1] + size)
-        return [(p, row[bounds[k] : bounds[k + 1]]) for k, p in enumerate(self.layout.outputs)]
+        return [(p, row[lo:hi]) for p, lo, hi in self.segments]
 
     def _batched_columns(self, x: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
         n, eps = j1 - j0, self.eps
@@ -267,8 +264,7 @@ class Jacobians:
         positions = self.layout.outputs
 
         def forward(xb: torch.Tensor) -> torch.Tensor:
-            outs = as_tuple(self.call([xb if v is x else v for v in self.values]))
-            return torch.cat([real_flat(outs[p].contiguous()).to(torch.float64) for p in positions])
+            return outputs_vector(as_tuple(self.call([xb if v is x else v for v in self.values])), positions)
 
         flat = torch.func.vmap(forward)(batch)
         return flat[n:] - flat[:n]

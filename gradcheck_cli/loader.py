@@ -73,6 +73,16 @@ class Target:
         return isinstance(self.obj, type) and issubclass(self.obj, torch.nn.Module)
 
     @property
+    def own_vmap(self) -> bool:
+        """A Function with its own ``vmap`` staticmethod."""
+        return self.is_function and getattr(self.obj, "vmap", None) is not getattr(torch.autograd.Function, "vmap", None)
+
+    @property
+    def declares_vmap(self) -> bool:
+        """A Function that supports torch.func.vmap: ``generate_vmap_rule = True`` or its own ``vmap``."""
+        return self.is_function and (bool(getattr(self.obj, "generate_vmap_rule", False)) or self.own_vmap)
+
+    @property
     def forward(self) -> Callable:
         return self.obj.forward if self.is_function or self.is_module else self.obj
 

@@ -313,7 +313,7 @@ def test_batched_passes_correct_functions(entry: Entry) -> None:
     for row in result.inputs:
         assert row.status is Status.PASS and row.max_abs_err is not None and row.atol == 1e-8
         assert row.mismatched == 0 and row.worst_output.startswith("batch element")
-    vmapped = batched.supports_vmap(loader.Target("", entry.fn, True))
+    vmapped = loader.Target("", entry.fn, True).declares_vmap
     assert ("vmap over forward and backward" in result.message) is vmapped
     assert ("forward not vmapped" in result.message) is (not vmapped)
 

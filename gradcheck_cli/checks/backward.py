@@ -74,7 +74,7 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     if not decided:
         layout, entries = compare(forward, outputs, positions, grad_inputs, plain, plain_inputs,
                                   eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
-                                  grad=backward, seed=opts.seed, vmap_forward=_declares_vmap(target))
+                                  grad=backward, seed=opts.seed, vmap_forward=not target.is_function or target.declares_vmap)
         for i, x, entry in zip(checked, plain_inputs, entries):
             _fill(reports[i], entry, layout, bound.values[i], outputs)
             _reexamine(reports[i], entry, forward, plain, x, positions, tol)
@@ -100,18 +100,8 @@ def _probe(result: CheckResult, checked: list[int], bound: Bound, forward: Any, 
         row = result.inputs[i]
         row.max_abs_err, row.atol, row.rtol = s.max_abs, tol.atol, tol.rtol
         row.analytical, row.numerical = s.analytical, s.numerical
-        row.reason = f"{s.probes} signed random probes v^T J u agree"
+        row.reason = f"{s.probes} random probes v^T J u agree"
     return True
-
-
-def _declares_vmap(target: Target) -> bool:
-    """Whether forward may be batched with vmap: a plain callable (tried, then verified), or a
-    Function with ``generate_vmap_rule = True`` or its own ``vmap`` staticmethod."""
-    if not target.is_function:
-        return True
-    base = torch.autograd.Function
-    return bool(getattr(target.obj, "generate_vmap_rule", False)) or getattr(target.obj, "vmap", None) is not getattr(
-        base, "vmap", None)
 
 
 def _skeleton(bound: Bound) -> list[InputReport]:

@@ -84,16 +84,6 @@ def refusal(who: str, stage: str, exc: BaseException) -> str:
     return f"{stage} failed{at}: {who} {why} ({said})" if why else f"{stage} failed{at}: {said}"
 
 
-def supports_vmap(target: Target) -> bool:
-    """Whether the Function declares vmap support (generate_vmap_rule or its own vmap staticmethod)."""
-    obj = target.obj
-    return target.is_function and bool(getattr(obj, "generate_vmap_rule", False) or _own_vmap(target))
-
-
-def _own_vmap(target: Target) -> bool:
-    return getattr(target.obj, "vmap", None) is not getattr(torch.autograd.Function, "vmap", None)
-
-
 @dataclass
 class Stacks:
     """Per checked argument, the batched results and the looped ones, with a label per leading index."""
@@ -125,7 +115,7 @@ def run(ctx: Context, opts: Options) -> CheckResult:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="There is a performance drop")
         _batched_grad_outputs(leaves, outputs, positions, checked, gen, found)
-        if supports_vmap(target):
+        if target.declares_vmap:
             _vmapped_forward(target, bound, checked, positions, gen, found)
         elif target.is_function:
             found.notes.append(f"forward not vmapped: {target.obj.__name__} declares no vmap support (add "
@@ -229,7 +219,7 @@ def _jittered(value: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 
 
 def _out_dims_hint(target: Target) -> str:
-    if not _own_vmap(target):
+    if not target.own_vmap:
         return ""
     return (": the `vmap` staticmethod must return out_dims that say where the batch dimension of each "
             "output is (0 after moving it to the front), and compute every batch element like forward")
