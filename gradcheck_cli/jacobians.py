@@ -5,7 +5,8 @@ Both are built transposed (C x M: a row per real input element), so that a block
 is contiguous. Each side is computed by one call per row or column, as torch.autograd.gradcheck
 does, or, where vmap gives the same numbers, by one batched call per stage of rows or columns:
 backward over a batch of one-hot grad_outputs (``is_grads_batched``), and forward over a batch
-of perturbed inputs (``torch.func.vmap``; only for targets that declare vmap support). The first
+of perturbed inputs (``torch.func.vmap`` over the target, or over a Function's forward body when
+it declares no vmap support). The first
 batched stage is compared with single calls on a few rows or columns; any difference or error
 turns batching off for the rest of the check, so batching changes the speed, never the verdict.
 Pure torch, no I/O.
@@ -93,15 +94,16 @@ class Jacobians:
     """Analytical rows and numerical columns of one check, with batching decided once."""
 
     def __init__(self, call: Call, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
-                 values: list[Any], layout: Layout, eps: float, vmap_forward: bool, memory_bytes: int) -> None:
+                 values: list[Any], layout: Layout, eps: float, batched: Optional[Call], memory_bytes: int) -> None:
         self.call, self.grad, self.outputs, self.grad_inputs = call, grad, outputs, grad_inputs
+        self.batched = batched  # the forward that vmap batches (None: none may be)
         self.values, self.layout, self.eps, self.memory_bytes = values, layout, eps, memory_bytes
         self.live = [o for o in outputs if o.requires_grad]
         self.wanted = list(range(len(grad_inputs)))  # the arguments whose gradients the rows need
         ends = [sum(layout.row_sizes[: k + 1]) for k in range(len(layout.outputs))]
         self.segments = [(p, end - size, end) for p, size, end in zip(layout.outputs, layout.row_sizes, ends)]
         self.batched_rows: Optional[bool] = None if self.live else False  # None: not tried yet
-        self.batched_cols: Optional[bool] = None if vmap_forward else False
+        self.batched_cols: Optional[bool] = None if batched else False
 
     # -- analytical: J^T e_r for one-hot e_r, a row of the Jacobian per backward ---------------------
 
@@ -264,7 +266,7 @@ class Jacobians:
         positions = self.layout.outputs
 
         def forward(xb: torch.Tensor) -> torch.Tensor:
-            return outputs_vector(as_tuple(self.call([xb if v is x else v for v in self.values])), positions)
+            return outputs_vector(as_tuple(self.batched([xb if v is x else v for v in self.values])), positions)
 
         flat = torch.func.vmap(forward)(batch)
         return flat[n:] - flat[:n]

@@ -86,6 +86,14 @@ class Target:
     def forward(self) -> Callable:
         return self.obj.forward if self.is_function or self.is_module else self.obj
 
+    def body(self, values: list[Any]) -> Any:
+        """A Function's forward called without ``apply`` (an old-style ``forward(ctx, ...)`` gets a
+        ``StandInCtx``): what torch.func.vmap can batch when the Function declares no vmap support.
+        For finite differences only, whose batched values the caller compares with ``apply``'s."""
+        if _has_setup_context(self.obj):
+            return self.obj.forward(*values)
+        return self.obj.forward(StandInCtx(values), *values)
+
     def parameters(self) -> Optional[list[inspect.Parameter]]:
         """The user-visible parameters (forward's, without ctx or self), or None when unknown."""
         try:
@@ -121,6 +129,30 @@ class Target:
             copy = deepcopy(self.module).to(key)
             self._copies[key] = (copy, parameter_slots(copy))
         return self._copies[key]
+
+
+class StandInCtx:
+    """The ctx of a forward called without ``apply``: it keeps what forward stores on it and
+    refuses what only ``apply`` can do (outputs marked dirty: an in-place forward)."""
+
+    def __init__(self, values: list[Any]) -> None:
+        self.needs_input_grad = tuple(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+        self.saved_tensors: tuple = ()
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        self.saved_tensors = tensors
+
+    def save_for_forward(self, *tensors: Any) -> None:
+        pass
+
+    def mark_non_differentiable(self, *tensors: Any) -> None:
+        pass
+
+    def set_materialize_grads(self, value: bool) -> None:
+        pass
+
+    def mark_dirty(self, *tensors: Any) -> None:
+        raise RuntimeError("an in-place forward (mark_dirty) runs through apply only")
 
 
 def _has_setup_context(cls: type) -> bool:

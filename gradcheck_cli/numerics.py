@@ -143,7 +143,7 @@ def compare(
     memory_bytes: int,
     grad: Vjp = vjp,
     seed: int = 0,
-    vmap_forward: bool = False,
+    batched: Optional[Call] = None,
 ) -> tuple[Layout, list[Entry]]:
     """Compare analytical and numerical Jacobians entry by entry, block of columns by block.
 
@@ -157,12 +157,12 @@ def compare(
     forward and the vector-Jacobian product (the caller may wrap them to label user errors).
     Each entry also keeps u^T J (analytical and numerical) for one Gaussian probe u drawn from
     ``seed``, so that patterns across a whole gradient (e.g. a transpose) can be named.
-    With ``vmap_forward`` (the target declares vmap support) the finite differences may be
-    batched through vmap; see ``jacobians``.
+    ``batched``, the same forward as ``call`` in a form torch.func.vmap may batch, lets the finite
+    differences be batched; see ``jacobians``.
     """
     layout = make_layout(plain_inputs, outputs, positions)
     jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
-                    vmap_forward, memory_bytes)
+                    batched, memory_bytes)
     probe = gaussian((layout.n_rows,), probe_generator(seed, 0))
     entries = [Entry(real_numel(t), atol, rtol) for t in plain_inputs]
     per_col = 8 * max(1, layout.n_rows)

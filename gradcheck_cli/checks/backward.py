@@ -74,7 +74,8 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     if not decided:
         layout, entries = compare(forward, outputs, positions, grad_inputs, plain, plain_inputs,
                                   eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
-                                  grad=backward, seed=opts.seed, vmap_forward=not target.is_function or target.declares_vmap)
+                                  grad=backward, seed=opts.seed,
+                                  batched=forward if not target.is_function or target.declares_vmap else target.body)
         for i, x, entry in zip(checked, plain_inputs, entries):
             _fill(reports[i], entry, layout, bound.values[i], outputs)
             _reexamine(reports[i], entry, forward, plain, x, positions, tol)

@@ -1,0 +1,172 @@
+"""Batched rows and columns of the Jacobians (``gradcheck_cli.jacobians``): the numbers single
+calls give, and single calls whenever batching cannot be done (forward's body does not vmap) or
+does not give those numbers."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import pytest
+import torch
+from torch.autograd import Function
+
+from gradcheck_cli import check, loader
+from gradcheck_cli.examples.linear import LinearFunction
+from gradcheck_cli.jacobians import COL_STAGE, Jacobians, make_layout  # noqa: F401
+from gradcheck_cli.realify import as_tuple, vjp
+
+DT = torch.float64
+
+
+class SetupContextScale(Function):
+    """``3 x + y``, new style (``setup_context``) but without ``generate_vmap_rule``."""
+
+    @staticmethod
+    def forward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return 3 * x + y
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        return 3 * g, g
+
+
+class ItemScale(Function):
+    """``x * max(x)`` through ``.item()``: forward's body cannot be vmapped."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * x.max().item()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class NumpySin(Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(x.numpy().copy()).sin()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class InPlaceDouble(Function):
+    """Marks its input dirty: only ``apply`` knows what that means."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.mark_dirty(x)
+        return x.mul_(2)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return 2 * g
+
+
+class BranchOnValue(Function):
+    """A Python branch on a tensor's value: vmap refuses it."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.sin() if x.sum() > 0 else x.cos()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+def jacobians(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -> Jacobians:
+    leaves = [a.clone().requires_grad_() for a in args]
+    outputs = as_tuple(fn.apply(*[t.clone() for t in leaves]))  # not leaves: a Function may work in place
+    plain = [a.clone() for a in args]
+    layout = make_layout(plain, outputs, [0])
+    return Jacobians(lambda values: fn.apply(*values), vjp, [outputs[0]], leaves, plain, layout, 1e-6,
+                     batched, 1 << 28)
+
+
+def columns(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -> tuple[torch.Tensor, Jacobians]:
+    jac = jacobians(fn, args, batched)
+    return jac.columns(0, jac.layout.n_cols), jac
+
+
+def body(fn: type) -> Callable:
+    return loader.Target(fn.__qualname__, fn, True).body
+
+
+def randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, dtype=DT, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("fn, args", [
+    (LinearFunction, [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]),
+    (SetupContextScale, [randn(3, 4), randn(3, 4, seed=1)]),
+    (LinearFunction, [randn(40, 9), randn(9, 9, seed=1), randn(9, seed=2)]),  # x: 360 > COL_STAGE columns
+], ids=["old-style", "setup_context", "stages"])
+def test_forward_bodies_are_batched_and_give_the_single_calls_numbers(fn: type, args: list) -> None:
+    single, _ = columns(fn, args, None)
+    batched, jac = columns(fn, args, body(fn))
+    assert jac.batched_cols is True
+    torch.testing.assert_close(batched, single, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("fn", [ItemScale, NumpySin, InPlaceDouble, BranchOnValue])
+def test_bodies_that_do_not_vmap_fall_back_to_single_calls(fn: type) -> None:
+    x = randn(3, 4)
+    single, _ = columns(fn, [x], None)
+    batched, jac = columns(fn, [x], body(fn))
+    assert jac.batched_cols is False
+    torch.testing.assert_close(batched, single, rtol=0, atol=0)
+
+
+def test_a_batched_forward_with_other_numbers_is_not_used() -> None:
+    """The first stage is compared with single calls: a batched forward that differs is dropped."""
+    args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
+    single, _ = columns(LinearFunction, args, None)
+    off = lambda values: 1.001 * body(LinearFunction)(values)  # noqa: E731
+    batched, jac = columns(LinearFunction, args, off)
+    assert jac.batched_cols is False
+    torch.testing.assert_close(batched, single, rtol=0, atol=0)
+
+
+def test_batched_columns_leave_the_inputs_as_they_were() -> None:
+    args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
+    jac = jacobians(LinearFunction, args, body(LinearFunction))
+    before = [v.clone() for v in jac.values]
+    jac.columns(0, jac.layout.n_cols)
+    for v, b in zip(jac.values, before):
+        assert torch.equal(v, b)
+
+
+def test_batched_rows_give_the_single_calls_numbers() -> None:
+    args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
+    batched_jac = jacobians(LinearFunction, args, None)
+    batched = batched_jac.rows(0, batched_jac.layout.n_cols)
+    single_jac = jacobians(LinearFunction, args, None)
+    single_jac.batched_rows = False
+    assert batched_jac.batched_rows is True
+    torch.testing.assert_close(batched, single_jac.rows(0, single_jac.layout.n_cols), rtol=1e-12, atol=0)
+
+
+class WrongWeightGrad(LinearFunction):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        gx, gw, gb = LinearFunction.backward(ctx, g)
+        return gx, gw.t(), gb  # BUG: transposed
+
+
+def test_a_batched_check_gives_the_single_checks_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole backward check, forward's body batched or not: same rows, same numbers."""
+    args = [randn(6, 6), randn(6, 6, seed=1), randn(6, seed=2)]
+    batched = check(WrongWeightGrad, [a.clone().requires_grad_() for a in args])
+    monkeypatch.setattr(loader.Target, "body", None)  # no body to batch: one forward per column
+    single = check(WrongWeightGrad, [a.clone().requires_grad_() for a in args])
+    assert batched.status.value == single.status.value == "fail"
+    pick = lambda r: [(i.name, i.status, i.mismatched, i.worst_index) for i in r.checks[0].inputs]  # noqa: E731
+    assert pick(batched) == pick(single)
+    for b, s in zip(batched.checks[0].inputs, single.checks[0].inputs):
+        assert b.max_abs_err == pytest.approx(s.max_abs_err, rel=1e-6, abs=1e-9)
