@@ -6,6 +6,7 @@ imports inside torch) are not counted. Also the CLI's cold start. Not a test: ru
 
     python benchmarks/bench_suite.py            # everything (about 10 minutes here)
     python benchmarks/bench_suite.py --quick    # the small cases only
+    python benchmarks/bench_suite.py --only "linear n=64"   # the cases whose name contains this
 """
 from __future__ import annotations
 
@@ -103,6 +104,9 @@ def one(engine: str, case: str) -> dict:
     import torch
 
     from gradcheck_cli import FAST_PROBES, check
+    from gradcheck_cli.pool import keep_freed_memory
+
+    keep_freed_memory()  # as in the CLI's worker processes; for every engine, so all run alike
 
     name, shapes = CASES[case]
     if name == "linear":
@@ -185,10 +189,10 @@ def fmt(value: object, spec: str) -> str:
     return format(value, spec) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
-def main(quick: bool) -> None:
+def main(quick: bool, only: str = "") -> None:
     print(f"{'case':22} {'engine':21} {'verdict':>9} {'wall s':>8} {'peak MB':>8} {'vs torch slow':>14} "
           f"{'vs torch fast':>14} {'vs 2N fwd':>10}")
-    for case in (QUICK if quick else CASES):
+    for case in [c for c in (QUICK if quick else CASES) if only in c]:
         rows = {engine: child(engine, case) for engine in ENGINES}
         for engine, row in rows.items():
             ratios = [_ratio(row["wall_s"], rows[ref]["wall_s"]) for ref in ("torch-slow", "torch-fast")]
@@ -204,4 +208,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
         print(json.dumps(one(sys.argv[2], sys.argv[3])))
     else:
-        main("--quick" in sys.argv)
+        main("--quick" in sys.argv, sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else "")

@@ -50,8 +50,10 @@ def _run(tasks: list[tuple[int, Task]], batch: BatchOptions,
         from . import pool
 
         return pool.run([t for _, t in tasks], batch.jobs, batch.timeout, batch.fail_fast, on_result)
+    from .pool import keep_freed_memory
     from .runner import run_task
 
+    keep_freed_memory()  # this process is ours: it checks the cases itself
     out: list[Optional[CaseResult]] = []
     for _, task in tasks:
         with contextlib.redirect_stdout(sys.stderr):  # user prints must not corrupt the report on stdout

@@ -111,12 +111,14 @@ class Jacobians:
         """Analytical columns col0..col1 of the Jacobian, transposed (C x M). Outputs that do not
         require grad have zero rows (the function claims no gradient there). Only the arguments
         whose columns these are get gradients computed (backward may skip the others)."""
-        rows = torch.zeros(col1 - col0, self.layout.n_rows, dtype=torch.float64)
+        every = all(o.requires_grad for o in self.outputs)  # then every row is written below
+        rows = (torch.empty if every else torch.zeros)(col1 - col0, self.layout.n_rows, dtype=torch.float64)
         starts = self.layout.col_starts
         self.wanted = [i for i in range(len(self.grad_inputs)) if starts[i] < col1 and starts[i + 1] > col0]
-        off = starts[self.wanted[0]] if self.wanted else col0
         for k, out, j0, j1 in self._stages():
-            rows[:, k + j0 : k + j1] = self._row_stage(out, j0, j1)[:, col0 - off : col1 - off].t()
+            for i, grad in zip(self.wanted, self._row_stage(out, j0, j1)):  # written where they belong: no cat
+                lo, hi = max(col0, starts[i]), min(col1, starts[i + 1])
+                rows[lo - col0 : hi - col0, k + j0 : k + j1] = grad[:, lo - starts[i] : hi - starts[i]].t()
         return rows
 
     def sparse_rows(self, limit: int) -> Optional[SparseRows]:
@@ -125,7 +127,7 @@ class Jacobians:
         self.wanted = list(range(len(self.grad_inputs)))
         cols, rows, vals, count = [], [], [], 0
         for k, out, j0, j1 in self._stages():
-            stage = self._row_stage(out, j0, j1)
+            stage = torch.cat(self._row_stage(out, j0, j1), -1)
             r, c = stage.nonzero(as_tuple=True)  # NaN counts as non-zero
             count += len(r)
             if count > limit:
@@ -147,40 +149,41 @@ class Jacobians:
                 yield k, out, j0, min(size, j0 + ROW_STAGE)
             k += size
 
-    def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+    def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
+        """Rows j0..j1 of output ``out``: for each wanted argument, its real gradients (rows x numel)."""
         if self.batched_rows is not False:
             batched = self._quiet(self._batched_rows, out, j0, j1)
             if batched is not None and self.batched_rows is None:
                 picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
-                single = torch.cat([self._single_rows(out, j0 + p, j0 + p + 1) for p in picks])
-                self.batched_rows = _same(batched[picks], single)
+                single = [self._single_rows(out, j0 + p, j0 + p + 1) for p in picks]
+                self.batched_rows = all(_same(g[picks], torch.cat(s)) for g, s in zip(batched, zip(*single)))
             if batched is None:
                 self.batched_rows = False
             elif self.batched_rows:
                 return batched
         return self._single_rows(out, j0, j1)
 
-    def _flat_grads(self, grads: tuple, batch: tuple[int, ...]) -> torch.Tensor:
-        parts = [torch.zeros(batch + (real_numel(x),), dtype=torch.float64) if g is None else
-                 (torch.view_as_real(g) if g.is_complex() else g).reshape(batch + (-1,)).to(torch.float64)
-                 for g, x in zip(grads, self._wanted_inputs())]
-        return torch.cat(parts, -1)
+    def _flat_grads(self, grads: tuple, batch: int) -> list[torch.Tensor]:
+        return [torch.zeros(batch, real_numel(x), dtype=torch.float64) if g is None else
+                (torch.view_as_real(g) if g.is_complex() else g).reshape(batch, -1).to(torch.float64)
+                for g, x in zip(grads, self._wanted_inputs())]
 
     def _wanted_inputs(self) -> list[torch.Tensor]:
         return [self.grad_inputs[i] for i in self.wanted]
 
-    def _single_rows(self, out: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+    def _single_rows(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
         grad_outs = [torch.zeros_like(o, memory_format=torch.contiguous_format) for o in self.live]
         one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
         flat = real_flat(one)
         rows = []
         for j in range(j0, j1):
             flat[j] = 1  # backward does not write grad_output: the contract check failed the case before
-            rows.append(self._flat_grads(self.grad(self.live, self._wanted_inputs(), grad_outs), ()))
+            grads = self._flat_grads(self.grad(self.live, self._wanted_inputs(), grad_outs), 1)
+            rows.append([g.clone() for g in grads])  # a gradient may be grad_output itself, reset next
             flat[j] = 0
-        return torch.stack(rows)
+        return [torch.cat(parts) for parts in zip(*rows)]
 
-    def _batched_rows(self, out: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+    def _batched_rows(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
         n = j1 - j0
         grad_outs = [torch.zeros((n,) + o.shape, dtype=o.dtype, device=o.device) for o in self.live]
         one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
@@ -188,7 +191,7 @@ class Jacobians:
         flat[torch.arange(n), torch.arange(j0, j1)] = 1
         grads = torch.autograd.grad(self.live, self._wanted_inputs(), grad_outs, retain_graph=True,
                                     allow_unused=True, is_grads_batched=True)
-        return self._flat_grads(grads, (n,))
+        return self._flat_grads(grads, n)
 
     # -- numerical: (f(x + eps e_j) - f(x - eps e_j)) / 2 eps, a column per pair of forwards ----------
 
@@ -207,16 +210,16 @@ class Jacobians:
 
     def _column_stage(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> None:
         if self.batched_cols is not False:
-            batched = self._quiet(self._batched_columns, x, j0, j1)
-            if batched is not None and self.batched_cols is None:
+            done = self._quiet(self._batched_columns, x, j0, j1, out) is not None
+            if done and self.batched_cols is None:
                 picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
-                for p in picks:
-                    self._single_columns(x, j0 + p, j0 + p + 1, out[p : p + 1])
-                self.batched_cols = _same(batched[picks] / (2 * self.eps), out[picks] / (2 * self.eps))
-            if batched is None:
+                single = torch.empty(len(picks), out.shape[1], dtype=out.dtype)
+                for r, p in enumerate(picks):
+                    self._single_columns(x, j0 + p, j0 + p + 1, single[r : r + 1])
+                self.batched_cols = _same(out[picks] / (2 * self.eps), single / (2 * self.eps))
+            if not done:
                 self.batched_cols = False
             elif self.batched_cols:
-                out.copy_(batched)
                 return
         self._single_columns(x, j0, j1, out)
 
@@ -253,7 +256,8 @@ class Jacobians:
         """(output position, its slice of ``row``) for each compared output."""
         return [(p, row[lo:hi]) for p, lo, hi in self.segments]
 
-    def _batched_columns(self, x: torch.Tensor, j0: int, j1: int) -> torch.Tensor:
+    def _batched_columns(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> torch.Tensor:
+        """Columns j0..j1 of ``x`` (not yet divided by 2 eps) into ``out``, from one vmapped forward."""
         n, eps = j1 - j0, self.eps
         real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
         batch = real.reshape(1, -1).repeat(2 * n, 1)
@@ -266,10 +270,10 @@ class Jacobians:
         positions = self.layout.outputs
 
         def forward(xb: torch.Tensor) -> torch.Tensor:
-            return outputs_vector(as_tuple(self.batched([xb if v is x else v for v in self.values])), positions)
+            return outputs_vector(as_tuple(self.batched([xb if v is x else v for v in self.values])), positions, copy=False)
 
         flat = torch.func.vmap(forward)(batch)
-        return flat[n:] - flat[:n]
+        return torch.sub(flat[n:], flat[:n], out=out)
 
     @staticmethod
     def _quiet(fn: Any, *args: Any) -> Optional[torch.Tensor]:

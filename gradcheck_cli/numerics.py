@@ -74,8 +74,8 @@ class Entry:
         self.proj_n[cols] = n @ probe
         if a.numel() == 0:
             return
-        nonzero = a.ne(0).logical_or_(n.ne(0))  # NaN counts as non-zero
-        if int(nonzero.sum()) * 4 < a.numel():
+        nonzero = torch.logical_or(a, n)  # NaN counts as non-zero
+        if int(torch.count_nonzero(nonzero)) * 4 < a.numel():  # (a bool .sum() is 20x slower)
             at = nonzero.nonzero(as_tuple=True)
             self._fold(a[at], n[at], at, a, n, col0)
         else:

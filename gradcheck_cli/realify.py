@@ -54,8 +54,11 @@ def real_numel(t: torch.Tensor) -> int:
     return t.numel() * (2 if t.is_complex() else 1)
 
 
-def outputs_vector(outputs: tuple, positions: Sequence[int]) -> torch.Tensor:
-    """The realified, flattened, float64 concatenation of the chosen outputs (a copy)."""
+def outputs_vector(outputs: tuple, positions: Sequence[int], copy: bool = True) -> torch.Tensor:
+    """The realified, flattened, float64 concatenation of the chosen outputs: a copy, or, with
+    ``copy=False``, a view of the output where there is only one and it is float64."""
     if not positions:
         return torch.zeros(0, dtype=torch.float64)
-    return torch.cat([real_flat(outputs[p].detach().contiguous()).to(torch.float64) for p in positions])
+    parts = [(torch.view_as_real(o) if o.is_complex() else o).detach().reshape(-1).to(torch.float64)
+             for o in (outputs[p] for p in positions)]
+    return parts[0] if len(parts) == 1 and not copy else torch.cat(parts)

@@ -170,3 +170,16 @@ def test_a_batched_check_gives_the_single_checks_verdict(monkeypatch: pytest.Mon
     assert pick(batched) == pick(single)
     for b, s in zip(batched.checks[0].inputs, single.checks[0].inputs):
         assert b.max_abs_err == pytest.approx(s.max_abs_err, rel=1e-6, abs=1e-9)
+
+
+def test_keeping_freed_memory_is_harmless_where_there_is_no_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradcheck_cli import pool
+
+    def no_glibc(name: str) -> None:
+        raise OSError(f"{name}: cannot open shared object file")
+
+    pool.keep_freed_memory()  # glibc here: the allocator keeps freed memory
+    monkeypatch.setattr(pool.ctypes, "CDLL", no_glibc)
+    pool.keep_freed_memory()  # elsewhere: nothing changes, nothing raises
+    args = [randn(4, 3), randn(2, 3, seed=1), randn(2, seed=2)]
+    assert check(LinearFunction, [a.requires_grad_() for a in args]).status.value == "pass"
