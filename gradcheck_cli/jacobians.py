@@ -82,10 +82,11 @@ class SparseRows:
     def nbytes(self) -> int:
         return 24 * len(self.vals)
 
-    def block(self, col0: int, col1: int) -> torch.Tensor:
-        """Columns col0..col1, dense and transposed (C x M), like ``Jacobians.rows``."""
+    def block(self, col0: int, col1: int, out: torch.Tensor) -> torch.Tensor:
+        """Columns col0..col1, dense and transposed (C x M) like ``Jacobians.rows``, written into
+        ``out`` (reused from block to block: a fresh one would be faulted in page by page)."""
         lo, hi = self.starts[col0], self.starts[col1]
-        out = torch.zeros(col1 - col0, self.n_rows, dtype=torch.float64)
+        out = out[: col1 - col0].zero_()
         out[self.cols[lo:hi] - col0, self.rows[lo:hi]] = self.vals[lo:hi]
         return out
 
@@ -127,14 +128,14 @@ class Jacobians:
         self.wanted = list(range(len(self.grad_inputs)))
         cols, rows, vals, count = [], [], [], 0
         for k, out, j0, j1 in self._stages():
-            stage = torch.cat(self._row_stage(out, j0, j1), -1)
-            r, c = stage.nonzero(as_tuple=True)  # NaN counts as non-zero
-            count += len(r)
-            if count > limit:
-                return None
-            cols.append(c)
-            rows.append(r + k + j0)
-            vals.append(stage[r, c])
+            for start, grad in zip(self.layout.col_starts, self._row_stage(out, j0, j1)):
+                r, c = grad.nonzero(as_tuple=True)  # NaN counts as non-zero
+                count += len(r)
+                if count > limit:
+                    return None
+                cols.append(c + start)
+                rows.append(r + k + j0)
+                vals.append(grad[r, c])
         return SparseRows(torch.cat(cols) if cols else torch.zeros(0, dtype=torch.long),
                           torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long),
                           torch.cat(vals) if vals else torch.zeros(0, dtype=torch.float64),

@@ -172,9 +172,10 @@ def compare(
     if store is not None:
         block = max(1, (memory_bytes - store.nbytes) * 7 // 8 // per_col)
     chunk = max(1, min(block, memory_bytes // 8 // 8 // per_col))  # numerical columns and temporaries
+    buffer = torch.empty(min(block, layout.n_cols), layout.n_rows, dtype=torch.float64) if store is not None else None
     for col0 in range(0, layout.n_cols, block):
         col1 = min(layout.n_cols, col0 + block)
-        a_block = store.block(col0, col1) if store is not None else jac.rows(col0, col1)
+        a_block = store.block(col0, col1, buffer) if store is not None else jac.rows(col0, col1)
         for c0 in range(col0, col1, chunk):
             c1 = min(col1, c0 + chunk)
             n_chunk = jac.columns(c0, c1)
