@@ -58,9 +58,19 @@ def make_layout(inputs: list[torch.Tensor], outputs: tuple, positions: list[int]
     return Layout(inputs, positions, starts, [real_numel(outputs[p]) for p in positions])
 
 
-def _same(batched: torch.Tensor, single: torch.Tensor) -> bool:
+def same(batched: torch.Tensor, single: torch.Tensor) -> bool:
     """Batched and single calls agree up to rounding (a batched matmul may sum in another order)."""
     return bool(torch.allclose(batched, single, rtol=1e-6, atol=1e-8, equal_nan=True))
+
+
+def quietly(fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, or None when it raises (batching unsupported): the caller falls back."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # vmap's "performance drop" fallbacks
+            return fn(*args)
+    except Exception:  # noqa: BLE001 - any failure to batch means: call one at a time
+        return None
 
 
 @dataclass
@@ -153,11 +163,11 @@ class Jacobians:
     def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
         """Rows j0..j1 of output ``out``: for each wanted argument, its real gradients (rows x numel)."""
         if self.batched_rows is not False:
-            batched = self._quiet(self._batched_rows, out, j0, j1)
+            batched = quietly(self._batched_rows, out, j0, j1)
             if batched is not None and self.batched_rows is None:
                 picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
                 single = [self._single_rows(out, j0 + p, j0 + p + 1) for p in picks]
-                self.batched_rows = all(_same(g[picks], torch.cat(s)) for g, s in zip(batched, zip(*single)))
+                self.batched_rows = all(same(g[picks], torch.cat(s)) for g, s in zip(batched, zip(*single)))
             if batched is None:
                 self.batched_rows = False
             elif self.batched_rows:
@@ -211,13 +221,13 @@ class Jacobians:
 
     def _column_stage(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> None:
         if self.batched_cols is not False:
-            done = self._quiet(self._batched_columns, x, j0, j1, out) is not None
+            done = quietly(self._batched_columns, x, j0, j1, out) is not None
             if done and self.batched_cols is None:
                 picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
                 single = torch.empty(len(picks), out.shape[1], dtype=out.dtype)
                 for r, p in enumerate(picks):
                     self._single_columns(x, j0 + p, j0 + p + 1, single[r : r + 1])
-                self.batched_cols = _same(out[picks] / (2 * self.eps), single / (2 * self.eps))
+                self.batched_cols = same(out[picks] / (2 * self.eps), single / (2 * self.eps))
             if not done:
                 self.batched_cols = False
             elif self.batched_cols:
@@ -275,13 +285,3 @@ class Jacobians:
 
         flat = torch.func.vmap(forward)(batch)
         return torch.sub(flat[n:], flat[:n], out=out)
-
-    @staticmethod
-    def _quiet(fn: Any, *args: Any) -> Optional[torch.Tensor]:
-        """``fn(*args)``, or None when it raises (batching unsupported): the caller falls back."""
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # vmap's "performance drop" fallbacks
-                return fn(*args)
-        except Exception:  # noqa: BLE001 - any failure to batch means: call one at a time
-            return None

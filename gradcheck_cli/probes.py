@@ -8,6 +8,9 @@ offset, a missing term) add up; the others are signed Gaussian, so that errors o
 (a transpose, a roll, one wrong element) cannot cancel. One probe per argument keeps a small
 argument's error from drowning in a large one's tolerance.
 
+Where a batched forward is given (see ``jacobians``), the 2 x arguments x probes perturbed
+forwards are one vmapped call, used when it gives the single calls' value for the first.
+
 A probe only decides "pass": one that fails sends the check to the element-by-element
 comparison, which gives the verdict. So the tolerance can be tight: atol |u|_2 |v|_2 + rtol |n|
 (atol + rtol |n| for unit probes), where torch's fast mode inflates atol by (sum u)(sum v),
@@ -16,11 +19,14 @@ about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
+from .jacobians import quietly, same
 from .numerics import Call, Vjp, as_tuple, gaussian, outputs_vector, probe_generator, real_flat, real_numel, vjp
+
+BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward
 
 
 @dataclass
@@ -44,9 +50,10 @@ def _units(count: int, n: int, gen: torch.Generator) -> torch.Tensor:
 def decide(
     call: Call, outputs: tuple, positions: list[int], grad_inputs: list[torch.Tensor],
     plain_values: list[Any], plain_inputs: list[torch.Tensor], *, eps: float, atol: float, rtol: float,
-    probes: int, seed: int, grad: Vjp = vjp,
+    probes: int, seed: int, grad: Vjp = vjp, batched: Optional[Call] = None,
 ) -> list[ProbeStats]:
-    """Probe every argument ``probes`` times: |a - n| <= atol + rtol |n| for each (unit u and v)."""
+    """Probe every argument ``probes`` times: |a - n| <= atol + rtol |n| for each (unit u and v).
+    ``batched``: the same forward as ``call``, in a form torch.func.vmap may batch."""
     gen = probe_generator(seed, 3)
     diff_outputs = [outputs[p] for p in positions]
     live = [o for o in diff_outputs if o.requires_grad]
@@ -56,6 +63,8 @@ def decide(
     us = [_units(probes, real_numel(x), gen) for x in plain_inputs]
     for w in (vs, *us):  # the first probe is non-negative, as torch's: errors of one sign add up in it
         w[0].abs_()
+    numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs) if n_rows
+                 else torch.zeros(len(plain_inputs), probes, dtype=torch.float64))
     for p, v in enumerate(vs):
         grad_outs, k = [], 0
         for o in diff_outputs:
@@ -65,9 +74,9 @@ def decide(
             k += real_numel(o)
         grads: Sequence[Any] = grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad]
                                     ) if live else [None] * len(grad_inputs)
-        for x, g, s, u in zip(plain_inputs, grads, stats, us):
+        for g, s, u, n_row in zip(grads, stats, us, numerical):
             a = float(real_flat(g.contiguous()).to(torch.float64) @ u[p]) if g is not None else 0.0
-            n = _directional(call, plain_values, x, u[p], eps, positions, v) if n_rows else 0.0
+            n = float(n_row[p])
             tol = atol + rtol * abs(n)  # atol |u|_2 |v|_2 for unit probes: a failure only costs an escalation
             err = abs(a - n)
             s.probes += 1
@@ -80,6 +89,49 @@ def decide(
     return stats
 
 
+def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: list[torch.Tensor],
+               us: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor) -> torch.Tensor:
+    """v_p^T (f(x_i + eps u_ip) - f(x_i - eps u_ip)) / 2 eps for every argument i and probe p
+    (arguments x probes): from one vmapped forward when ``batched`` gives the value of single
+    calls for the first, else two forwards each."""
+    out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
+    size = 2 * len(inputs) * len(vs) * (sum(real_numel(x) for x in inputs) + len(vs[0])) * 8
+    if batched is not None and inputs and size <= BATCH_BYTES:
+        every = quietly(_all_at_once, batched, values, inputs, us, eps, positions, vs)
+        if every is not None and same(every[:1, :1], _directional(call, values, inputs[0], us[0][0], eps,
+                                                                   positions, vs[0]).view(1, 1)):
+            return every
+    for i, x in enumerate(inputs):
+        for p, v in enumerate(vs):
+            out[i, p] = _directional(call, values, x, us[i][p], eps, positions, v)
+    return out
+
+
+def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
+                 eps: float, positions: list[int], vs: torch.Tensor) -> torch.Tensor:
+    """``_numerical`` from one vmapped forward: batch row (2 P i + p) perturbs argument i by
+    -eps u_ip, row (2 P i + P + p) by +eps u_ip; every other argument is as it is."""
+    n_probes = len(vs)
+    rows = 2 * len(inputs) * n_probes
+    stacks = []
+    for i, x in enumerate(inputs):
+        real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
+        stack = real.reshape(1, -1).repeat(rows, 1)
+        at = 2 * n_probes * i
+        stack[at : at + n_probes] -= eps * us[i].to(real.dtype)
+        stack[at + n_probes : at + 2 * n_probes] += eps * us[i].to(real.dtype)
+        stack = stack.view((rows,) + real.shape)
+        stacks.append(torch.view_as_complex(stack) if x.is_complex() else stack)
+    slots = [next((k for k, x in enumerate(inputs) if v is x), None) for v in values]
+
+    def forward(*xs: torch.Tensor) -> torch.Tensor:
+        return outputs_vector(as_tuple(batched([v if k is None else xs[k] for v, k in zip(values, slots)])),
+                              positions, copy=False)
+
+    flat = torch.func.vmap(forward)(*stacks).view(len(inputs), 2, n_probes, -1)
+    return ((flat[:, 1] - flat[:, 0]) * vs).sum(-1) / (2 * eps)
+
+
 def _directional(call: Call, values: list[Any], x: torch.Tensor, u: torch.Tensor, eps: float,
                  positions: list[int], v: torch.Tensor) -> float:
     """v^T (f(x + eps u) - f(x - eps u)) / 2 eps over the realified outputs; ``x`` is perturbed in
@@ -89,16 +141,8 @@ def _directional(call: Call, values: list[Any], x: torch.Tensor, u: torch.Tensor
     orig = real.clone()
     with torch.no_grad():
         torch.sub(orig, step, out=real)
-        minus = _weighted(as_tuple(call(values)), positions, v)
+        minus = outputs_vector(as_tuple(call(values)), positions)  # a copy: an output may be a view of x
         torch.add(orig, step, out=real)
-        plus = _weighted(as_tuple(call(values)), positions, v)
+        value = v @ (outputs_vector(as_tuple(call(values)), positions, copy=False) - minus)
         real.copy_(orig)
-    return (plus - minus) / (2 * eps)
-
-
-def _weighted(outputs: tuple, positions: list[int], v: torch.Tensor) -> float:
-    """v^T (the realified outputs at ``positions``)."""
-    if len(positions) == 1:
-        o = outputs[positions[0]]
-        return float(v @ (torch.view_as_real(o) if o.is_complex() else o).reshape(-1).to(torch.float64))
-    return float(v @ outputs_vector(outputs, positions))
+    return value / (2 * eps)

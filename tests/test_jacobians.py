@@ -212,3 +212,69 @@ def test_the_sparse_store_gives_the_dense_numbers(fn: type, monkeypatch: pytest.
         assert (s.name, s.status, s.mismatched, s.worst_index, s.diagnosis) == \
                (d.name, d.status, d.mismatched, d.worst_index, d.diagnosis)
         assert s.max_abs_err == pytest.approx(d.max_abs_err, rel=1e-9, abs=1e-15)
+
+
+# -- probes (--fast): the 2 x arguments x probes perturbed forwards as one vmapped call ------------
+
+
+class ComplexScale(Function):
+    """``(1 + 2j) z + x``: a complex argument and a real one."""
+
+    @staticmethod
+    def forward(ctx: Any, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return (1 + 2j) * z + x
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        return g * (1 - 2j), g.real
+
+
+def numerical(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -> torch.Tensor:
+    from gradcheck_cli import probes
+    from gradcheck_cli.numerics import gaussian, probe_generator
+
+    values = [a.clone() for a in args]
+    out = as_tuple(fn.apply(*values))
+    n_rows = sum(o.numel() * (2 if o.is_complex() else 1) for o in out)
+    gen = probe_generator(0, 3)
+    vs = gaussian((3, n_rows), gen)
+    us = [gaussian((3, a.numel() * (2 if a.is_complex() else 1)), gen) for a in args]
+    result = probes._numerical(lambda vals: fn.apply(*vals), batched, values, values, us, 1e-6, [0], vs)
+    for v, a in zip(values, args):
+        assert torch.equal(v, a)  # every perturbation undone
+    return result
+
+
+@pytest.mark.parametrize("fn, args", [
+    (LinearFunction, [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]),
+    (ComplexScale, [torch.complex(randn(3, 2), randn(3, 2, seed=1)), randn(3, 2, seed=2)]),
+], ids=["linear", "complex"])
+def test_probes_batched_give_the_single_calls_numbers(fn: type, args: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradcheck_cli import probes
+
+    single = numerical(fn, args, None)
+    calls = []
+    all_at_once = probes._all_at_once
+    monkeypatch.setattr(probes, "_all_at_once", lambda *a: calls.append(1) or all_at_once(*a))
+    batched = numerical(fn, args, body(fn))
+    assert calls == [1] and batched.shape == (len(args), 3)
+    torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("fn, batched", [
+    (ItemScale, body(ItemScale)),
+    (LinearFunction, lambda values: 1.001 * body(LinearFunction)(values)),
+], ids=["does not vmap", "other numbers"])
+def test_probes_fall_back_to_single_calls(fn: type, batched: Callable) -> None:
+    args = [randn(3, 4), randn(2, 4, seed=1), randn(2, seed=2)][: 1 if fn is ItemScale else 3]
+    torch.testing.assert_close(numerical(fn, args, batched), numerical(fn, args, None), rtol=0, atol=0)
+
+
+def test_probes_batch_only_within_their_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradcheck_cli import probes
+
+    args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
+    single = numerical(LinearFunction, args, None)
+    monkeypatch.setattr(probes, "BATCH_BYTES", 1000)
+    monkeypatch.setattr(probes, "_all_at_once", lambda *a: pytest.fail("batched beyond BATCH_BYTES"))
+    torch.testing.assert_close(numerical(LinearFunction, args, body(LinearFunction)), single, rtol=0, atol=0)

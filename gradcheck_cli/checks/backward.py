@@ -65,17 +65,17 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
         positions = [p for p, o in enumerate(outputs) if is_float_tensor(o)]
         result.warnings.append("no output requires grad: checking that the outputs do not depend on the inputs")
     forward = lambda vals: call_forward(target, bound, vals)  # noqa: E731
+    batched = forward if not target.is_function or target.declares_vmap else target.body  # what vmap may batch
     plain, tol, notes = _reference(forward, contract.fresh_leaves(bound.values, grad=False), bound, checked, tol)
     result.warnings += notes
     backward = lambda *args: guarded("backward", "backward", vjp, *args)  # noqa: E731
     grad_inputs, plain_inputs = [leaves[i] for i in checked], [plain[i] for i in checked]
-    decided = opts.probes and _probe(result, checked, bound, forward, backward, outputs, positions,
+    decided = opts.probes and _probe(result, checked, bound, (forward, batched, backward), outputs, positions,
                                      grad_inputs, plain, plain_inputs, replace(opts, tolerance=tol))
     if not decided:
         layout, entries = compare(forward, outputs, positions, grad_inputs, plain, plain_inputs,
                                   eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
-                                  grad=backward, seed=opts.seed,
-                                  batched=forward if not target.is_function or target.declares_vmap else target.body)
+                                  grad=backward, seed=opts.seed, batched=batched)
         for i, x, entry in zip(checked, plain_inputs, entries):
             _fill(reports[i], entry, layout, bound.values[i], outputs)
             _reexamine(reports[i], entry, forward, plain, x, positions, tol)
@@ -84,13 +84,16 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     return _finish(result, found, nondeterministic, start)
 
 
-def _probe(result: CheckResult, checked: list[int], bound: Bound, forward: Any, backward: Any, outputs: tuple,
+def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any], outputs: tuple,
            positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
            plain_inputs: list[torch.Tensor], opts: Options) -> bool:
-    """The fast decision; True when every probe passed (the rows are filled), False to go element by element."""
+    """The fast decision; True when every probe passed (the rows are filled), False to go element by element.
+    ``calls``: forward, the forward that vmap may batch (or None), backward."""
     tol = opts.tolerance
+    forward, batched, backward = calls
     stats = probes.decide(forward, outputs, positions, grad_inputs, plain, plain_inputs, eps=tol.eps,
-                          atol=tol.atol, rtol=tol.rtol, probes=opts.probes, seed=opts.seed, grad=backward)
+                          atol=tol.atol, rtol=tol.rtol, probes=opts.probes, seed=opts.seed, grad=backward,
+                          batched=batched)
     failed = [bound.names[i] for i, s in zip(checked, stats) if s.failed]
     if failed:
         result.warnings.append(f"a random probe failed for {', '.join(repr(n) for n in failed)}: "
