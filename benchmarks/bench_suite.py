@@ -1,8 +1,12 @@
 """gradcheck-cli's engine against torch.autograd.gradcheck on the same Functions and inputs.
 
-Every (case, engine) runs in its own process, so peak memory is its own and a process killed
-for memory costs one row; each is warmed up on a tiny input first, so first-call costs (lazy
-imports inside torch) are not counted. Also the CLI's cold start. Not a test: run it by hand,
+torch's slow mode and gradcheck-cli's default check each run in their own process, so peak
+memory is its own and a process killed for memory costs one row; gradcheck-cli's runs just
+before and just after torch's (the mean is reported: this machine's speed drifts). The fast
+engines take milliseconds: they run in one process, alternating, FAST_REPEATS times each, and
+the medians are reported. Everything is warmed up on a tiny input first, so first-call costs
+(lazy imports inside torch) are not counted. Every process keeps freed memory as the CLI's
+workers do. Also the CLI's cold start. Not a test: run it by hand,
 
     python benchmarks/bench_suite.py            # everything (about 10 minutes here)
     python benchmarks/bench_suite.py --quick    # the small cases only
@@ -18,8 +22,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-ENGINES = ("torch-slow", "torch-fast", "gradcheck-cli", "gradcheck-cli --fast")
-FAST_REPEATS = 9  # runs of the fast engines (milliseconds each); the median is reported
+PAIRED = ("torch-fast", "gradcheck-cli --fast")  # timed together in one process, alternating
+FAST_REPEATS = 21  # runs of each fast engine (milliseconds each); the median is reported
 
 FUNCTIONS = '''
 import torch
@@ -99,15 +103,13 @@ QUICK = ("linear n=16", "linear n=32", "linear n=64", "linear-vmap n=64", "eleme
          "12 small inputs 4x4")
 
 
-def one(engine: str, case: str) -> dict:
-    """In the child process: check one case with one engine; wall time and peak memory."""
+def _setup(case: str) -> tuple:
+    """In the child process: the case's Function and input shapes, and a fresh-input maker."""
     import torch
 
-    from gradcheck_cli import FAST_PROBES, check
     from gradcheck_cli.pool import keep_freed_memory
 
     keep_freed_memory()  # as in the CLI's worker processes; for every engine, so all run alike
-
     name, shapes = CASES[case]
     if name == "linear":
         from gradcheck_cli.examples.linear import LinearFunction as fn
@@ -117,22 +119,56 @@ def one(engine: str, case: str) -> dict:
         fn = namespace[name]
     gen = torch.Generator().manual_seed(0)
 
-    def run(shapes: list) -> bool:
-        args = [torch.randn(*s, generator=gen, dtype=torch.float64).requires_grad_() for s in shapes]
-        if engine.startswith("gradcheck-cli"):
-            return check(fn, args, probes=FAST_PROBES if engine.endswith("--fast") else 0).status.value == "pass"
-        return torch.autograd.gradcheck(fn.apply, args, fast_mode=engine == "torch-fast", raise_exception=False)
+    def inputs(shapes: list) -> list:
+        return [torch.randn(*s, generator=gen, dtype=torch.float64).requires_grad_() for s in shapes]
 
-    run([tuple(min(d, 2) for d in s) for s in shapes])  # warm-up: first-call costs are not the engine's
-    walls = []
-    for _ in range(FAST_REPEATS if "fast" in engine else 1):  # milliseconds: the median of several runs
-        start = time.perf_counter()
-        verdict = run(shapes)
-        walls.append(time.perf_counter() - start)
-    wall = sorted(walls)[len(walls) // 2]
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"pass": verdict, "wall_s": wall, "peak_mb": peak_mb,
+    return fn, shapes, inputs
+
+
+def _verdict(engine: str, fn: object, args: list) -> bool:
+    import torch
+
+    from gradcheck_cli import FAST_PROBES, check
+
+    if engine.startswith("gradcheck-cli"):
+        return check(fn, args, probes=FAST_PROBES if engine.endswith("--fast") else 0).status.value == "pass"
+    return torch.autograd.gradcheck(fn.apply, args, fast_mode=engine == "torch-fast", raise_exception=False)
+
+
+def one(engine: str, case: str) -> dict:
+    """In the child process: check one case with one engine, once; wall time and peak memory."""
+    fn, shapes, inputs = _setup(case)
+    _verdict(engine, fn, inputs([tuple(min(d, 2) for d in s) for s in shapes]))  # warm-up: first-call costs
+    args = inputs(shapes)
+    start = time.perf_counter()
+    verdict = _verdict(engine, fn, args)
+    wall = time.perf_counter() - start
+    return {"pass": verdict, "wall_s": wall, "peak_mb": _peak_mb(),
             "floor_s": floor(fn, shapes) if engine == "gradcheck-cli" else None}
+
+
+def paired(case: str) -> dict:
+    """In the child process: the fast engines (milliseconds each) on the same inputs, alternating
+    run by run, so that the machine's drift (large here) hits both alike; medians of FAST_REPEATS."""
+    fn, shapes, inputs = _setup(case)
+    small = inputs([tuple(min(d, 2) for d in s) for s in shapes])
+    args = inputs(shapes)
+    walls: dict = {e: [] for e in PAIRED}
+    verdicts = {}
+    for engine in PAIRED:
+        _verdict(engine, fn, small)
+        _verdict(engine, fn, args)  # warm-up at full size too: allocator, lazy kernels
+    for _ in range(FAST_REPEATS):
+        for engine in PAIRED:
+            start = time.perf_counter()
+            verdicts[engine] = _verdict(engine, fn, args)
+            walls[engine].append(time.perf_counter() - start)
+    return {e: {"pass": verdicts[e], "wall_s": sorted(walls[e])[len(walls[e]) // 2], "peak_mb": _peak_mb(),
+                "floor_s": None} for e in PAIRED}
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def floor(fn: object, shapes: list) -> float:
@@ -148,16 +184,34 @@ def floor(fn: object, shapes: list) -> float:
     return time.perf_counter() - start
 
 
-def child(engine: str, case: str, timeout: float = 1200) -> dict:
+def child(*args: str, timeout: float = 1200) -> dict:
+    """``one`` (args: "--one", engine, case) or ``paired`` (args: "--paired", case) in a fresh process."""
     try:
-        proc = subprocess.run([sys.executable, __file__, "--one", engine, case], capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"pass": "timeout", "wall_s": None, "peak_mb": None}
     if proc.returncode != 0:
         reason = "killed" if proc.returncode in (-9, 137) else f"died ({proc.returncode})"  # -9: out of memory
         return {"pass": reason, "wall_s": None, "peak_mb": None}
     return json.loads(proc.stdout)
+
+
+def measure(case: str) -> dict:
+    """Every engine on one case. gradcheck-cli's default check runs just before and just after
+    torch's slow mode and reports the mean of the two, so that drift during the long torch run
+    does not favour either; the fast engines run in one process, alternating."""
+    before = child("--one", "gradcheck-cli", case)
+    slow = child("--one", "torch-slow", case)
+    after = child("--one", "gradcheck-cli", case)
+    ours = dict(after)
+    if isinstance(before["wall_s"], float) and isinstance(after["wall_s"], float):
+        ours["wall_s"] = (before["wall_s"] + after["wall_s"]) / 2
+        ours["floor_s"] = (before["floor_s"] + after["floor_s"]) / 2
+        ours["peak_mb"] = max(before["peak_mb"], after["peak_mb"])
+    fast = child("--paired", case)
+    pair = fast if "pass" not in fast else {e: fast for e in PAIRED}  # a failed child: both rows say so
+    return {"torch-slow": slow, "torch-fast": pair["torch-fast"], "gradcheck-cli": ours,
+            "gradcheck-cli --fast": pair["gradcheck-cli --fast"]}
 
 
 def cold_start() -> None:
@@ -193,7 +247,7 @@ def main(quick: bool, only: str = "") -> None:
     print(f"{'case':22} {'engine':21} {'verdict':>9} {'wall s':>8} {'peak MB':>8} {'vs torch slow':>14} "
           f"{'vs torch fast':>14} {'vs 2N fwd':>10}")
     for case in [c for c in (QUICK if quick else CASES) if only in c]:
-        rows = {engine: child(engine, case) for engine in ENGINES}
+        rows = measure(case)
         for engine, row in rows.items():
             ratios = [_ratio(row["wall_s"], rows[ref]["wall_s"]) for ref in ("torch-slow", "torch-fast")]
             to_floor = _ratio(row["wall_s"], row.get("floor_s")) if engine == "gradcheck-cli" else ""
@@ -207,5 +261,7 @@ def main(quick: bool, only: str = "") -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
         print(json.dumps(one(sys.argv[2], sys.argv[3])))
+    elif sys.argv[1:2] == ["--paired"]:
+        print(json.dumps(paired(sys.argv[2])))
     else:
         main("--quick" in sys.argv, sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else "")
