@@ -11,6 +11,7 @@ workers do. Also the CLI's cold start. Not a test: run it by hand,
     python benchmarks/bench_suite.py            # everything (about 10 minutes here)
     python benchmarks/bench_suite.py --quick    # the small cases only
     python benchmarks/bench_suite.py --only "linear n=64"   # the cases whose name contains this
+    python benchmarks/bench_suite.py --profile "linear n=64" [--fast]   # where the time goes
 """
 from __future__ import annotations
 
@@ -167,6 +168,23 @@ def paired(case: str) -> dict:
                 "floor_s": None} for e in PAIRED}
 
 
+def profile(case: str, fast: bool) -> None:
+    """Where gradcheck-cli's time goes on one case: pyinstrument's call tree of one check after
+    the warm-up (needs ``pip install pyinstrument``)."""
+    from pyinstrument import Profiler
+
+    engine = "gradcheck-cli --fast" if fast else "gradcheck-cli"
+    fn, shapes, inputs = _setup(case)
+    _verdict(engine, fn, inputs(shapes))  # warm-up at full size: the profile shows the steady state
+    args = inputs(shapes)
+    profiler = Profiler(interval=0.0002 if fast else 0.002)
+    profiler.start()
+    for _ in range(100 if fast else 1):
+        _verdict(engine, fn, args)
+    profiler.stop()
+    print(profiler.output_text(unicode=False, color=False))
+
+
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -263,5 +281,7 @@ if __name__ == "__main__":
         print(json.dumps(one(sys.argv[2], sys.argv[3])))
     elif sys.argv[1:2] == ["--paired"]:
         print(json.dumps(paired(sys.argv[2])))
+    elif sys.argv[1:2] == ["--profile"]:
+        profile(sys.argv[2], "--fast" in sys.argv)
     else:
         main("--quick" in sys.argv, sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else "")
