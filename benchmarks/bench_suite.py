@@ -8,7 +8,7 @@ the medians are reported. Everything is warmed up on a tiny input first, so firs
 (lazy imports inside torch) are not counted. Every process keeps freed memory as the CLI's
 workers do. Also the CLI's cold start. Not a test: run it by hand,
 
-    python benchmarks/bench_suite.py            # everything (about 10 minutes here)
+    python benchmarks/bench_suite.py            # everything (about 15 minutes here)
     python benchmarks/bench_suite.py --quick    # the small cases only
     python benchmarks/bench_suite.py --only "linear n=64"   # the cases whose name contains this
     python benchmarks/bench_suite.py --profile "linear n=64" [--fast]   # where the time goes

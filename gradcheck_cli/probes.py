@@ -128,7 +128,8 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
         return outputs_vector(as_tuple(batched([v if k is None else xs[k] for v, k in zip(values, slots)])),
                               positions, copy=False)
 
-    flat = torch.func.vmap(forward)(*stacks).view(len(inputs), 2, n_probes, -1)
+    with torch.no_grad():  # as apply runs forward, and as the single calls run
+        flat = torch.func.vmap(forward)(*stacks).view(len(inputs), 2, n_probes, -1)
     return ((flat[:, 1] - flat[:, 0]) * vs).sum(-1) / (2 * eps)
 
 

@@ -245,19 +245,32 @@ def numerical(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -
     return result
 
 
+class GradModeScale(Function):
+    """``x`` under apply (forward runs without grad mode), ``2 x`` if grad mode were on."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * (2.0 if torch.is_grad_enabled() else 1.0)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g
+
+
 @pytest.mark.parametrize("fn, args", [
     (LinearFunction, [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]),
     (ComplexScale, [torch.complex(randn(3, 2), randn(3, 2, seed=1)), randn(3, 2, seed=2)]),
-], ids=["linear", "complex"])
+    (GradModeScale, [randn(3, 4)]),  # the vmapped body runs as apply runs forward: without grad mode
+], ids=["linear", "complex", "grad mode"])
 def test_probes_batched_give_the_single_calls_numbers(fn: type, args: list, monkeypatch: pytest.MonkeyPatch) -> None:
     from gradcheck_cli import probes
 
     single = numerical(fn, args, None)
-    calls = []
-    all_at_once = probes._all_at_once
-    monkeypatch.setattr(probes, "_all_at_once", lambda *a: calls.append(1) or all_at_once(*a))
+    singles = []
+    directional = probes._directional
+    monkeypatch.setattr(probes, "_directional", lambda *a: singles.append(1) or directional(*a))
     batched = numerical(fn, args, body(fn))
-    assert calls == [1] and batched.shape == (len(args), 3)
+    assert len(singles) == 1 and batched.shape == (len(args), 3)  # one single pair: the check of the batch
     torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)
 
 
