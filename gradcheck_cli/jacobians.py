@@ -23,6 +23,7 @@ from .realify import Call, Vjp, as_tuple, element_ref, outputs_vector, real_flat
 
 ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered per transposed write
 COL_STAGE = 256  # perturbations per batched forward
+STAGE_BYTES = 64 * 2**20  # at most this much of perturbed arguments and outputs per batched forward
 
 
 @dataclass
@@ -210,29 +211,56 @@ class Jacobians:
         """Central differences for columns col0..col1, transposed (C x M) like ``rows``. The checked
         tensors in ``values`` are perturbed in place, one real element at a time, and restored."""
         cols = torch.empty(col1 - col0, self.layout.n_rows, dtype=torch.float64)
-        starts = self.layout.col_starts
+        c = 0
         with torch.no_grad():
-            for i, x in enumerate(self.layout.inputs):
-                lo, hi = max(col0, starts[i]), min(col1, starts[i + 1])
-                for s0 in range(lo, hi, COL_STAGE):
-                    s1 = min(hi, s0 + COL_STAGE)
-                    self._column_stage(x, s0 - starts[i], s1 - starts[i], cols[s0 - col0 : s1 - col0])
+            for stage in self._column_stages(col0, col1):
+                n = sum(j1 - j0 for _, j0, j1 in stage)
+                self._column_stage(stage, cols[c : c + n])
+                c += n
         return cols.div_(2 * self.eps)
 
-    def _column_stage(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> None:
+    def _column_stages(self, col0: int, col1: int) -> Iterator[list[tuple[int, int, int]]]:
+        """Columns col0..col1 in stages of at most COL_STAGE, as spans (argument, first and last
+        column within it); a stage may span several small arguments. A stage's batch (2 rows per
+        column, each a copy of the arguments it moves and of the outputs) stays within STAGE_BYTES."""
+        starts, stage, size, moved = self.layout.col_starts, [], 0, 0  # moved: elements of the stage's arguments
+        for i, x in enumerate(self.layout.inputs):
+            lo, hi = max(col0, starts[i]), min(col1, starts[i + 1])
+            while lo < hi:
+                row_bytes = 16 * (moved + real_numel(x) + self.layout.n_rows)  # both signs, float64
+                limit = max(1, min(COL_STAGE, STAGE_BYTES // row_bytes))
+                if stage and size >= limit:
+                    yield stage
+                    stage, size, moved = [], 0, 0
+                    continue
+                take = min(hi - lo, limit - size)
+                stage.append((i, lo - starts[i], lo - starts[i] + take))
+                size, lo = size + take, lo + take
+            if stage and stage[-1][0] == i:
+                moved += real_numel(x)
+        if stage:
+            yield stage
+
+    def _column_stage(self, stage: list[tuple[int, int, int]], out: torch.Tensor) -> None:
+        inputs = self.layout.inputs
         if self.batched_cols is not False:
-            done = quietly(self._batched_columns, x, j0, j1, out) is not None
+            done = quietly(self._batched_columns, stage, out) is not None
             if done and self.batched_cols is None:
-                picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
+                spans = [(i, j) for i, j0, j1 in stage for j in range(j0, j1)]  # one per row of ``out``
+                picks = sorted({0, len(spans) // 2, len(spans) - 1})
                 single = torch.empty(len(picks), out.shape[1], dtype=out.dtype)
                 for r, p in enumerate(picks):
-                    self._single_columns(x, j0 + p, j0 + p + 1, single[r : r + 1])
+                    i, j = spans[p]
+                    self._single_columns(inputs[i], j, j + 1, single[r : r + 1])
                 self.batched_cols = same(out[picks] / (2 * self.eps), single / (2 * self.eps))
             if not done:
                 self.batched_cols = False
             elif self.batched_cols:
                 return
-        self._single_columns(x, j0, j1, out)
+        c = 0
+        for i, j0, j1 in stage:
+            self._single_columns(inputs[i], j0, j1, out[c : c + j1 - j0])
+            c += j1 - j0
 
     def _single_columns(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> None:
         eps = self.eps
@@ -267,21 +295,27 @@ class Jacobians:
         """(output position, its slice of ``row``) for each compared output."""
         return [(p, row[lo:hi]) for p, lo, hi in self.segments]
 
-    def _batched_columns(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> torch.Tensor:
-        """Columns j0..j1 of ``x`` (not yet divided by 2 eps) into ``out``, from one vmapped forward."""
-        n, eps = j1 - j0, self.eps
-        real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
-        batch = real.reshape(1, -1).repeat(2 * n, 1)
-        rows, cols = torch.arange(n), torch.arange(j0, j1)
-        batch[rows, cols] -= eps
-        batch[rows + n, cols] += eps
-        batch = batch.view((2 * n,) + real.shape)
-        if x.is_complex():
-            batch = torch.view_as_complex(batch)
-        positions = self.layout.outputs
+    def _batched_columns(self, stage: list[tuple[int, int, int]], out: torch.Tensor) -> torch.Tensor:
+        """A stage of columns (not yet divided by 2 eps) into ``out``, from one vmapped forward:
+        batch row c moves its argument's element by -eps, row n + c by +eps (n columns)."""
+        n, eps = len(out), self.eps
+        batches, c = {}, 0
+        for i, j0, j1 in stage:
+            x = self.layout.inputs[i]
+            real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
+            batch = real.reshape(1, -1).repeat(2 * n, 1)
+            rows, cols = torch.arange(c, c + j1 - j0), torch.arange(j0, j1)
+            batch[rows, cols] -= eps
+            batch[rows + n, cols] += eps
+            batch = batch.view((2 * n,) + real.shape)
+            batches[id(x)] = torch.view_as_complex(batch) if x.is_complex() else batch
+            c += j1 - j0
+        moved, positions = list(batches), self.layout.outputs
 
-        def forward(xb: torch.Tensor) -> torch.Tensor:
-            return outputs_vector(as_tuple(self.batched([xb if v is x else v for v in self.values])), positions, copy=False)
+        def forward(*xbs: torch.Tensor) -> torch.Tensor:
+            swap = dict(zip(moved, xbs))
+            return outputs_vector(as_tuple(self.batched([swap.get(id(v), v) for v in self.values])), positions,
+                                  copy=False)
 
-        flat = torch.func.vmap(forward)(batch)
+        flat = torch.func.vmap(forward)(*batches.values())
         return torch.sub(flat[n:], flat[:n], out=out)

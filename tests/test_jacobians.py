@@ -11,7 +11,7 @@ from torch.autograd import Function
 
 from gradcheck_cli import check, loader
 from gradcheck_cli.examples.linear import LinearFunction
-from gradcheck_cli.jacobians import COL_STAGE, Jacobians, make_layout  # noqa: F401
+from gradcheck_cli.jacobians import COL_STAGE, Jacobians, make_layout
 from gradcheck_cli.realify import as_tuple, vjp
 
 DT = torch.float64
@@ -291,3 +291,29 @@ def test_probes_batch_only_within_their_memory_budget(monkeypatch: pytest.Monkey
     monkeypatch.setattr(probes, "BATCH_BYTES", 1000)
     monkeypatch.setattr(probes, "_all_at_once", lambda *a: pytest.fail("batched beyond BATCH_BYTES"))
     torch.testing.assert_close(numerical(LinearFunction, args, body(LinearFunction)), single, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shapes, n_rows", [
+    ([(4, 4)] * 12, 16),  # many small arguments: one stage
+    ([(64, 64), (64, 64), (64,)], 4096),
+    ([(128, 128), (128, 128), (128,)], 16384),  # STAGE_BYTES, not COL_STAGE, sets the size
+    ([(1000, 1000), (3,)], 1),  # a large argument: a few columns per stage
+])
+def test_column_stages_cover_each_column_once_within_their_budget(shapes: list, n_rows: int) -> None:
+    from gradcheck_cli.jacobians import STAGE_BYTES, Layout
+
+    inputs = [torch.zeros(s, dtype=DT) for s in shapes]
+    starts = [0]
+    for t in inputs:
+        starts.append(starts[-1] + t.numel())
+    jac = Jacobians(None, vjp, [], [], [], Layout(inputs, [0], starts, [n_rows]), 1e-6, None, 1 << 28)
+    for col0, col1 in [(0, starts[-1]), (1, starts[-1] - 1)]:
+        stages = list(jac._column_stages(col0, col1))
+        columns = [starts[i] + j for stage in stages for i, j0, j1 in stage for j in range(j0, j1)]
+        assert columns == list(range(col0, col1))
+        for stage in stages:
+            n = sum(j1 - j0 for _, j0, j1 in stage)
+            moved = sum(inputs[i].numel() for i, _, _ in stage)
+            assert n <= COL_STAGE and (n == 1 or 16 * n * (moved + n_rows) <= STAGE_BYTES)
+    if len(shapes) == 12:
+        assert len(list(jac._column_stages(0, starts[-1]))) == 1  # all 192 columns in one vmapped forward
