@@ -299,17 +299,19 @@ class Jacobians:
         """A stage of columns (not yet divided by 2 eps) into ``out``, from one vmapped forward:
         batch row c moves its argument's element by -eps, row n + c by +eps (n columns)."""
         n, eps = len(out), self.eps
-        batches, c = {}, 0
+        flat_batches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # one per tensor, even if passed twice
+        c = 0
         for i, j0, j1 in stage:
             x = self.layout.inputs[i]
-            real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
-            batch = real.reshape(1, -1).repeat(2 * n, 1)
+            if id(x) not in flat_batches:
+                real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
+                flat_batches[id(x)] = x, real.reshape(1, -1).repeat(2 * n, 1)
+            batch = flat_batches[id(x)][1]
             rows, cols = torch.arange(c, c + j1 - j0), torch.arange(j0, j1)
             batch[rows, cols] -= eps
             batch[rows + n, cols] += eps
-            batch = batch.view((2 * n,) + real.shape)
-            batches[id(x)] = torch.view_as_complex(batch) if x.is_complex() else batch
             c += j1 - j0
+        batches = {key: _shaped(x, batch) for key, (x, batch) in flat_batches.items()}
         moved, positions = list(batches), self.layout.outputs
 
         def forward(*xbs: torch.Tensor) -> torch.Tensor:
@@ -319,3 +321,9 @@ class Jacobians:
 
         flat = torch.func.vmap(forward)(*batches.values())
         return torch.sub(flat[n:], flat[:n], out=out)
+
+
+def _shaped(x: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+    """A batch of flat real rows as a batch of tensors like ``x`` (complex again if ``x`` is)."""
+    shape = (len(batch),) + x.shape + ((2,) if x.is_complex() else ())
+    return torch.view_as_complex(batch.view(shape)) if x.is_complex() else batch.view(shape)

@@ -317,3 +317,29 @@ def test_column_stages_cover_each_column_once_within_their_budget(shapes: list, 
             assert n <= COL_STAGE and (n == 1 or 16 * n * (moved + n_rows) <= STAGE_BYTES)
     if len(shapes) == 12:
         assert len(list(jac._column_stages(0, starts[-1]))) == 1  # all 192 columns in one vmapped forward
+
+
+class Mul(Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, y)
+        return x * y
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        x, y = ctx.saved_tensors
+        return g * y, g * x
+
+
+def test_one_tensor_passed_twice_is_moved_in_both_places_in_one_stage() -> None:
+    """Both arguments are the same tensor: perturbing one element moves both, as a single call does."""
+    x = randn(3, 4)
+    values = [x.clone()] * 2
+    layout = make_layout(values, (values[0],), [0])
+    for batched in (None, body(Mul)):
+        jac = Jacobians(lambda v: Mul.apply(*v), vjp, [], [], values, layout, 1e-6, batched, 1 << 28)
+        columns = jac.columns(0, layout.n_cols)
+        if batched is not None:
+            assert jac.batched_cols is True  # the batch moved both places: it gave the single calls' numbers
+        torch.testing.assert_close(columns[:12], torch.diag(2 * x.reshape(-1)), rtol=1e-6, atol=1e-8)
+        torch.testing.assert_close(columns[12:], columns[:12], rtol=0, atol=0)
