@@ -299,28 +299,42 @@ class Jacobians:
         """A stage of columns (not yet divided by 2 eps) into ``out``, from one vmapped forward:
         batch row c moves its argument's element by -eps, row n + c by +eps (n columns)."""
         n, eps = len(out), self.eps
-        flat_batches: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # one per tensor, even if passed twice
+        batches: Batches = {}
         c = 0
         for i, j0, j1 in stage:
-            x = self.layout.inputs[i]
-            if id(x) not in flat_batches:
-                real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
-                flat_batches[id(x)] = x, real.reshape(1, -1).repeat(2 * n, 1)
-            batch = flat_batches[id(x)][1]
+            batch = copies(batches, self.layout.inputs[i], 2 * n)
             rows, cols = torch.arange(c, c + j1 - j0), torch.arange(j0, j1)
             batch[rows, cols] -= eps
             batch[rows + n, cols] += eps
             c += j1 - j0
-        batches = {key: _shaped(x, batch) for key, (x, batch) in flat_batches.items()}
-        moved, positions = list(batches), self.layout.outputs
-
-        def forward(*xbs: torch.Tensor) -> torch.Tensor:
-            swap = dict(zip(moved, xbs))
-            return outputs_vector(as_tuple(self.batched([swap.get(id(v), v) for v in self.values])), positions,
-                                  copy=False)
-
-        flat = torch.func.vmap(forward)(*batches.values())
+        flat = vmapped(self.batched, self.values, batches, self.layout.outputs)
         return torch.sub(flat[n:], flat[:n], out=out)
+
+
+Batches = dict[int, tuple[torch.Tensor, torch.Tensor]]  # id(argument) -> (argument, its batch as flat real rows)
+
+
+def copies(batches: Batches, x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``x``'s batch in ``batches`` (``rows`` flat real copies of it, to perturb), made on first use:
+    one per tensor, so a tensor passed as two arguments is moved in both places, as in a single call."""
+    if id(x) not in batches:
+        real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
+        batches[id(x)] = x, real.reshape(1, -1).repeat(rows, 1)
+    return batches[id(x)][1]
+
+
+def vmapped(batched: Call, values: list[Any], batches: Batches, positions: list[int]) -> torch.Tensor:
+    """One vmapped forward: the realified outputs at ``positions`` for each batch row, the arguments
+    in ``batches`` taken row by row, every other value as it is. Without grad mode, as ``apply``
+    runs forward."""
+    moved = list(batches)
+
+    def forward(*xbs: torch.Tensor) -> torch.Tensor:
+        swap = dict(zip(moved, xbs))
+        return outputs_vector(as_tuple(batched([swap.get(id(v), v) for v in values])), positions, copy=False)
+
+    with torch.no_grad():
+        return torch.func.vmap(forward)(*(_shaped(x, batch) for x, batch in batches.values()))
 
 
 def _shaped(x: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .jacobians import quietly, same
+from .jacobians import Batches, copies, quietly, same, vmapped
 from .numerics import Call, Vjp, as_tuple, gaussian, outputs_vector, probe_generator, real_flat, real_numel, vjp
 
 BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward
@@ -94,13 +94,13 @@ def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: l
     """v_p^T (f(x_i + eps u_ip) - f(x_i - eps u_ip)) / 2 eps for every argument i and probe p
     (arguments x probes): from one vmapped forward when ``batched`` gives the value of single
     calls for the first, else two forwards each."""
-    out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
     size = 2 * len(inputs) * len(vs) * (sum(real_numel(x) for x in inputs) + len(vs[0])) * 8
     if batched is not None and inputs and size <= BATCH_BYTES:
         every = quietly(_all_at_once, batched, values, inputs, us, eps, positions, vs)
         if every is not None and same(every[:1, :1], _directional(call, values, inputs[0], us[0][0], eps,
                                                                    positions, vs[0]).view(1, 1)):
             return every
+    out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
     for i, x in enumerate(inputs):
         for p, v in enumerate(vs):
             out[i, p] = _directional(call, values, x, us[i][p], eps, positions, v)
@@ -112,29 +112,18 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
     """``_numerical`` from one vmapped forward: batch row (2 P i + p) perturbs argument i by
     -eps u_ip, row (2 P i + P + p) by +eps u_ip; every other argument is as it is."""
     n_probes = len(vs)
-    rows = 2 * len(inputs) * n_probes
-    stacks = []
+    batches: Batches = {}
     for i, x in enumerate(inputs):
-        real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
-        stack = real.reshape(1, -1).repeat(rows, 1)
-        at = 2 * n_probes * i
-        stack[at : at + n_probes] -= eps * us[i].to(real.dtype)
-        stack[at + n_probes : at + 2 * n_probes] += eps * us[i].to(real.dtype)
-        stack = stack.view((rows,) + real.shape)
-        stacks.append(torch.view_as_complex(stack) if x.is_complex() else stack)
-    slots = [next((k for k, x in enumerate(inputs) if v is x), None) for v in values]
-
-    def forward(*xs: torch.Tensor) -> torch.Tensor:
-        return outputs_vector(as_tuple(batched([v if k is None else xs[k] for v, k in zip(values, slots)])),
-                              positions, copy=False)
-
-    with torch.no_grad():  # as apply runs forward, and as the single calls run
-        flat = torch.func.vmap(forward)(*stacks).view(len(inputs), 2, n_probes, -1)
+        batch = copies(batches, x, 2 * len(inputs) * n_probes)
+        at, step = 2 * n_probes * i, eps * us[i].to(batch.dtype)
+        batch[at : at + n_probes] -= step
+        batch[at + n_probes : at + 2 * n_probes] += step
+    flat = vmapped(batched, values, batches, positions).view(len(inputs), 2, n_probes, -1)
     return ((flat[:, 1] - flat[:, 0]) * vs).sum(-1) / (2 * eps)
 
 
 def _directional(call: Call, values: list[Any], x: torch.Tensor, u: torch.Tensor, eps: float,
-                 positions: list[int], v: torch.Tensor) -> float:
+                 positions: list[int], v: torch.Tensor) -> torch.Tensor:
     """v^T (f(x + eps u) - f(x - eps u)) / 2 eps over the realified outputs; ``x`` is perturbed in
     place and restored."""
     real = torch.view_as_real(x) if x.is_complex() else x

@@ -343,3 +343,21 @@ def test_one_tensor_passed_twice_is_moved_in_both_places_in_one_stage() -> None:
             assert jac.batched_cols is True  # the batch moved both places: it gave the single calls' numbers
         torch.testing.assert_close(columns[:12], torch.diag(2 * x.reshape(-1)), rtol=1e-6, atol=1e-8)
         torch.testing.assert_close(columns[12:], columns[:12], rtol=0, atol=0)
+
+
+def test_probes_move_one_tensor_passed_twice_in_both_places(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradcheck_cli import probes
+    from gradcheck_cli.numerics import gaussian, probe_generator
+
+    x = randn(3, 4)
+    values = [x.clone()] * 2
+    gen = probe_generator(0, 3)
+    vs, us = gaussian((3, 12), gen), [gaussian((3, 12), gen) for _ in values]
+    call = lambda v: Mul.apply(*v)  # noqa: E731
+    single = probes._numerical(call, None, values, values, us, 1e-6, [0], vs)
+    singles = []
+    directional = probes._directional
+    monkeypatch.setattr(probes, "_directional", lambda *a: singles.append(1) or directional(*a))
+    batched = probes._numerical(call, body(Mul), values, values, us, 1e-6, [0], vs)
+    assert len(singles) == 1  # the batch was used
+    torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)
