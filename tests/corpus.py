@@ -26,6 +26,24 @@ from torch.autograd import Function
 DT = torch.float64
 
 
+def one_input_function(forward: Callable, backward: Callable, name: str = "F") -> type:
+    """A one-input autograd.Function from two plain functions: forward(x), backward(x, *grads)."""
+
+    class F(Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return forward(x)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            (x,) = ctx.saved_tensors
+            return backward(x, *grads)
+
+    F.__name__ = name
+    return F
+
+
 @dataclass(frozen=True)
 class Case:
     name: str

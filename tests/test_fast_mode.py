@@ -17,20 +17,14 @@ import torch
 from gradcheck_cli import FAST_PROBES, check
 
 
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from corpus import one_input_function
+except ImportError:  # pragma: no cover
+    from tests.corpus import one_input_function
+
+
 def _function(name, fwd, bwd):
-    class F(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return fwd(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return bwd(x, g)
-
-    F.__name__ = name
-    return F
+    return one_input_function(fwd, bwd, name)
 
 
 def _tanh_grad(x, g):
