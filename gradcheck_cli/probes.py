@@ -9,7 +9,10 @@ offset, a missing term) add up; the others are signed Gaussian, so that errors o
 argument's error from drowning in a large one's tolerance.
 
 Where a batched forward is given (see ``jacobians``), the 2 x arguments x probes perturbed
-forwards are one vmapped call, used when it gives the single calls' value for the first.
+forwards are one vmapped call (several if they do not fit in BATCH_BYTES), used when its
+unperturbed row gives the single call's outputs. Backward's contract has already called backward
+with one signed Gaussian grad_output; where autograd would pass its return on unchanged, that
+call is one of the probes.
 
 A probe only decides "pass": one that fails sends the check to the element-by-element
 comparison, which gives the verdict. So the tolerance can be tight: atol |u|_2 |v|_2 + rtol |n|
@@ -51,31 +54,37 @@ def decide(
     call: Call, outputs: tuple, positions: list[int], grad_inputs: list[torch.Tensor],
     plain_values: list[Any], plain_inputs: list[torch.Tensor], *, eps: float, atol: float, rtol: float,
     probes: int, seed: int, grad: Vjp = vjp, batched: Optional[Call] = None,
+    given: Optional[tuple[list[Any], list[Any]]] = None, at_x: bool = False,
 ) -> list[ProbeStats]:
     """Probe every argument ``probes`` times: |a - n| <= atol + rtol |n| for each (unit u and v).
-    ``batched``: the same forward as ``call``, in a form torch.func.vmap may batch."""
+    ``batched``: the same forward as ``call``, in a form torch.func.vmap may batch. ``given``: one
+    signed probe's backward already called, (g for every output, J^T g for every argument in
+    ``grad_inputs``, as autograd gives it): it is the last probe (v = g / |g|), and saves a backward.
+    ``at_x``: ``outputs`` are what ``call`` gives for ``plain_values`` (not taken in another dtype)."""
     gen = probe_generator(seed, 3)
     diff_outputs = [outputs[p] for p in positions]
     live = [o for o in diff_outputs if o.requires_grad]
     n_rows = sum(real_numel(o) for o in diff_outputs)
     stats = [ProbeStats() for _ in plain_inputs]
-    vs = _units(probes, n_rows, gen)
+    reused = given is not None and probes > 1 and n_rows > 0 and len(live) == len(diff_outputs)
+    vs = _units(probes - reused, n_rows, gen)
     us = [_units(probes, real_numel(x), gen) for x in plain_inputs]
     for w in (vs, *us):  # the first probe is non-negative, as torch's: errors of one sign add up in it
         w[0].abs_()
-    numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs) if n_rows
+    if reused:
+        g = torch.cat([real_flat(given[0][p].contiguous()).to(torch.float64) for p in positions])
+        norm = torch.linalg.vector_norm(g)
+        vs = torch.cat([vs, (g / norm).view(1, -1)])
+    centre = outputs_vector(outputs, positions).view(1, -1) if at_x else None
+    numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre) if n_rows
                  else torch.zeros(len(plain_inputs), probes, dtype=torch.float64))
     for p, v in enumerate(vs):
-        grad_outs, k = [], 0
-        for o in diff_outputs:
-            g = torch.zeros_like(o, memory_format=torch.contiguous_format)
-            real_flat(g).copy_(v[k : k + real_numel(o)])
-            grad_outs.append(g)
-            k += real_numel(o)
-        grads: Sequence[Any] = grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad]
-                                    ) if live else [None] * len(grad_inputs)
+        if reused and p == probes - 1:
+            grads, scale = given[1], 1 / float(norm)
+        else:
+            grads, scale = _backward(grad, diff_outputs, live, grad_inputs, v), 1.0
         for g, s, u, n_row in zip(grads, stats, us, numerical):
-            a = float(real_flat(g.contiguous()).to(torch.float64) @ u[p]) if g is not None else 0.0
+            a = scale * float(real_flat(g.contiguous()).to(torch.float64) @ u[p]) if g is not None else 0.0
             n = float(n_row[p])
             tol = atol + rtol * abs(n)  # atol |u|_2 |v|_2 for unit probes: a failure only costs an escalation
             err = abs(a - n)
@@ -89,37 +98,86 @@ def decide(
     return stats
 
 
+def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tensor],
+              grad_inputs: list[torch.Tensor], v: torch.Tensor) -> Sequence[Any]:
+    """J^T v for the realified outputs weighted by ``v``: one backward (None where an argument is unused)."""
+    if not live:
+        return [None] * len(grad_inputs)
+    grad_outs, k = [], 0
+    for o in diff_outputs:
+        g = torch.zeros_like(o, memory_format=torch.contiguous_format)
+        real_flat(g).copy_(v[k : k + real_numel(o)])
+        grad_outs.append(g)
+        k += real_numel(o)
+    return grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad])
+
+
 def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: list[torch.Tensor],
-               us: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor) -> torch.Tensor:
+               us: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor,
+               centre: Optional[torch.Tensor] = None) -> torch.Tensor:
     """v_p^T (f(x_i + eps u_ip) - f(x_i - eps u_ip)) / 2 eps for every argument i and probe p
-    (arguments x probes): from one vmapped forward when ``batched`` gives the value of single
-    calls for the first, else two forwards each."""
-    size = 2 * len(inputs) * len(vs) * (sum(real_numel(x) for x in inputs) + len(vs[0])) * 8
-    if batched is not None and inputs and size <= BATCH_BYTES:
-        every = quietly(_all_at_once, batched, values, inputs, us, eps, positions, vs)
-        if every is not None and same(every[:1, :1], _directional(call, values, inputs[0], us[0][0], eps,
-                                                                   positions, vs[0]).view(1, 1)):
-            return every
+    (arguments x probes): one vmapped forward per group of arguments when ``batched`` gives the
+    single call's outputs at x (``centre``, as one row, or a call made here; checked once, on the
+    first group), else two forwards each."""
     out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
-    for i, x in enumerate(inputs):
+    todo = set(range(len(inputs)))
+    for at, group in enumerate(_groups(inputs, len(vs), len(vs[0])) if batched is not None else []):
+        got = quietly(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
+                      positions, vs, at == 0)
+        if got is None or (at == 0 and not same(got[1], _centre(call, values, positions) if centre is None
+                                                else centre)):
+            break
+        out[group] = got[0]
+        todo -= set(group)
+    for i in sorted(todo):
         for p, v in enumerate(vs):
-            out[i, p] = _directional(call, values, x, us[i][p], eps, positions, v)
+            out[i, p] = _directional(call, values, inputs[i], us[i][p], eps, positions, v)
     return out
 
 
+def _groups(inputs: list[torch.Tensor], n_probes: int, n_rows: int) -> list[list[int]]:
+    """Arguments batched together, in order, each group within BATCH_BYTES (one vmapped forward
+    costs more than the work it saves by leaving the other arguments unbatched); an argument too
+    large for BATCH_BYTES on its own is left out (single calls)."""
+    groups: list[list[int]] = [[]]
+    size = 0
+    for i, x in enumerate(inputs):
+        n = real_numel(x)
+        if groups[-1] and _bytes(len(groups[-1]) + 1, size + n, n_probes, n_rows) > BATCH_BYTES:
+            groups.append([])
+            size = 0
+        if _bytes(1, n, n_probes, n_rows) <= BATCH_BYTES:
+            groups[-1].append(i)
+            size += n
+    return [g for g in groups if g]
+
+
+def _bytes(n_args: int, elements: int, n_probes: int, n_rows: int) -> int:
+    """Perturbed inputs and outputs of one vmapped forward over ``n_args`` arguments."""
+    return (2 * n_args * n_probes + 1) * (elements + n_rows) * 8
+
+
 def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
-                 eps: float, positions: list[int], vs: torch.Tensor) -> torch.Tensor:
-    """``_numerical`` from one vmapped forward: batch row (2 P i + p) perturbs argument i by
-    -eps u_ip, row (2 P i + P + p) by +eps u_ip; every other argument is as it is."""
-    n_probes = len(vs)
+                 eps: float, positions: list[int], vs: torch.Tensor, centre: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_numerical`` of ``inputs`` from one vmapped forward, and (if ``centre``) the outputs at x:
+    batch row (2 P i + p) perturbs argument i by -eps u_ip, row (2 P i + P + p) by +eps u_ip, every
+    other argument as it is; a last row, unperturbed, gives the outputs at x."""
+    n_probes, rows = len(vs), 2 * len(inputs) * len(vs)
     batches: Batches = {}
     for i, x in enumerate(inputs):
-        batch = copies(batches, x, 2 * len(inputs) * n_probes)
+        batch = copies(batches, x, rows + centre)
         at, step = 2 * n_probes * i, eps * us[i].to(batch.dtype)
         batch[at : at + n_probes] -= step
         batch[at + n_probes : at + 2 * n_probes] += step
-    flat = vmapped(batched, values, batches, positions).view(len(inputs), 2, n_probes, -1)
-    return ((flat[:, 1] - flat[:, 0]) * vs).sum(-1) / (2 * eps)
+    flat = vmapped(batched, values, batches, positions)
+    pairs = flat[:rows].view(len(inputs), 2, n_probes, -1)
+    return ((pairs[:, 1] - pairs[:, 0]) * vs).sum(-1) / (2 * eps), flat[rows:]
+
+
+def _centre(call: Call, values: list[Any], positions: list[int]) -> torch.Tensor:
+    """The realified outputs of one single call at x, as a batch of one row."""
+    with torch.no_grad():
+        return outputs_vector(as_tuple(call(values)), positions).view(1, -1)
 
 
 def _directional(call: Call, values: list[Any], x: torch.Tensor, u: torch.Tensor, eps: float,

@@ -270,7 +270,7 @@ def test_probes_batched_give_the_single_calls_numbers(fn: type, args: list, monk
     directional = probes._directional
     monkeypatch.setattr(probes, "_directional", lambda *a: singles.append(1) or directional(*a))
     batched = numerical(fn, args, body(fn))
-    assert len(singles) == 1 and batched.shape == (len(args), 3)  # one single pair: the check of the batch
+    assert not singles and batched.shape == (len(args), 3)  # the batch was used (checked against one single call)
     torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)
 
 
@@ -291,6 +291,20 @@ def test_probes_batch_only_within_their_memory_budget(monkeypatch: pytest.Monkey
     monkeypatch.setattr(probes, "BATCH_BYTES", 1000)
     monkeypatch.setattr(probes, "_all_at_once", lambda *a: pytest.fail("batched beyond BATCH_BYTES"))
     torch.testing.assert_close(numerical(LinearFunction, args, body(LinearFunction)), single, rtol=0, atol=0)
+
+
+def test_probes_batch_arguments_in_groups_within_their_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each argument fits in BATCH_BYTES on its own, no two together: three vmapped forwards."""
+    from gradcheck_cli import probes
+
+    args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
+    single = numerical(LinearFunction, args, None)
+    monkeypatch.setattr(probes, "BATCH_BYTES", 2000)
+    groups, all_at_once = [], probes._all_at_once
+    monkeypatch.setattr(probes, "_all_at_once", lambda *a: groups.append(len(a[2])) or all_at_once(*a))
+    monkeypatch.setattr(probes, "_directional", lambda *a: pytest.fail("a single call"))
+    torch.testing.assert_close(numerical(LinearFunction, args, body(LinearFunction)), single, rtol=1e-6, atol=1e-8)
+    assert groups == [1, 1, 1]
 
 
 @pytest.mark.parametrize("shapes, n_rows", [
@@ -359,5 +373,5 @@ def test_probes_move_one_tensor_passed_twice_in_both_places(monkeypatch: pytest.
     directional = probes._directional
     monkeypatch.setattr(probes, "_directional", lambda *a: singles.append(1) or directional(*a))
     batched = probes._numerical(call, body(Mul), values, values, us, 1e-6, [0], vs)
-    assert len(singles) == 1  # the batch was used
+    assert not singles  # the batch was used
     torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)

@@ -70,7 +70,12 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     result.warnings += notes
     backward = lambda *args: guarded("backward", "backward", vjp, *args)  # noqa: E731
     grad_inputs, plain_inputs = [leaves[i] for i in checked], [plain[i] for i in checked]
-    decided = opts.probes and _probe(result, checked, bound, (forward, batched, backward), outputs, positions,
+    # backward's contract call is one probe, as autograd passes its values on; a tensor passed twice
+    # gets the sum of its two gradients from autograd, so not there
+    tensors = [v for v in bound.values if isinstance(v, torch.Tensor)]
+    given = ((found.probe[0], [found.probe[1][i] for i in checked])
+             if found.probe and len({id(t) for t in tensors}) == len(tensors) else None)
+    decided = opts.probes and _probe(result, checked, bound, (forward, batched, backward, given), outputs, positions,
                                      grad_inputs, plain, plain_inputs, replace(opts, tolerance=tol))
     if not decided:
         layout, entries = compare(forward, outputs, positions, grad_inputs, plain, plain_inputs,
@@ -84,16 +89,18 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     return _finish(result, found, nondeterministic, start)
 
 
-def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any], outputs: tuple,
+def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any, Any], outputs: tuple,
            positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
            plain_inputs: list[torch.Tensor], opts: Options) -> bool:
     """The fast decision; True when every probe passed (the rows are filled), False to go element by element.
-    ``calls``: forward, the forward that vmap may batch (or None), backward."""
+    ``calls``: forward, the forward that vmap may batch (or None), backward, and (grad_outputs,
+    gradients of the checked arguments) of one backward call already made (or None)."""
     tol = opts.tolerance
-    forward, batched, backward = calls
+    forward, batched, backward, given = calls
+    at_x = all(p.dtype == g.dtype for p, g in zip(plain_inputs, grad_inputs))  # not taken in another dtype
     stats = probes.decide(forward, outputs, positions, grad_inputs, plain, plain_inputs, eps=tol.eps,
                           atol=tol.atol, rtol=tol.rtol, probes=opts.probes, seed=opts.seed, grad=backward,
-                          batched=batched)
+                          batched=batched, given=given, at_x=at_x)
     failed = [bound.names[i] for i, s in zip(checked, stats) if s.failed]
     if failed:
         result.warnings.append(f"a random probe failed for {', '.join(repr(n) for n in failed)}: "

@@ -27,6 +27,7 @@ class Findings:
     bad_args: set[int] = field(default_factory=set)
     repeated: bool = False  # backward was called twice with the same grad_output and compared
     graph: Optional[tuple[list[Any], tuple]] = None  # (leaves, outputs) of the inspected forward, reusable
+    probe: Optional[tuple[list[Any], tuple]] = None  # (grad_outputs, backward's return): J^T g, when as autograd's
 
     def fail(self, message: str, fatal: bool = False, arg: Optional[int] = None) -> None:
         self.failures.append(message)
@@ -81,6 +82,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     kept = [g.clone() if g is not None else None for g in grads_in]
     with torch.no_grad():
         first = as_tuple(guarded("backward", "backward", node.apply, *grads_in))
+    returned = tuple(g.detach().clone() if isinstance(g, torch.Tensor) else g for g in first)  # as they were
     _check_returned(first, leaves, bound, found)
     for i, (g, k) in enumerate(zip(grads_in, kept)):
         if g is not None and not torch.equal(g, k):
@@ -97,6 +99,8 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
                 k.clone() if k is not None else None for k in kept])) for _ in range(repeat - 1)]
         _check_repeat(first, again, bound, nondet_tol, found)
         found.repeated = True
+    if not found.failures and not found.warnings:  # autograd would pass the returned values on as they are
+        found.probe = kept, returned
     return found
 
 
