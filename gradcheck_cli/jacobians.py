@@ -4,9 +4,9 @@ columns from central differences.
 Both are built transposed (C x M: a row per real input element), so that a block of columns
 is contiguous. Each side is computed by one call per row or column, as torch.autograd.gradcheck
 does, or, where vmap gives the same numbers, by one batched call per stage of rows or columns:
-backward over a batch of one-hot grad_outputs (``is_grads_batched``), and forward over a batch
-of perturbed inputs (``torch.func.vmap`` over the target, or over a Function's forward body when
-it declares no vmap support). The first
+backward over a batch of one-hot grad_outputs (``torch.func.vmap`` over ``torch.autograd.grad``,
+else ``is_grads_batched``), and forward over a batch of perturbed inputs (``torch.func.vmap``
+over the target, or over a Function's forward body when it declares no vmap support). The first
 batched stage is compared with single calls on a few rows or columns; any difference or error
 turns batching off for the rest of the check, so batching changes the speed, never the verdict.
 Pure torch, no I/O.
@@ -201,8 +201,15 @@ class Jacobians:
         one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
         flat = (torch.view_as_real(one) if one.is_complex() else one).view(n, -1)
         flat[torch.arange(n), torch.arange(j0, j1)] = 1
-        grads = torch.autograd.grad(self.live, self._wanted_inputs(), grad_outs, retain_graph=True,
-                                    allow_unused=True, is_grads_batched=True)
+        inputs = self._wanted_inputs()
+
+        def vjp(*one_hot: torch.Tensor) -> tuple:  # through autograd's engine, as a single row is
+            return torch.autograd.grad(self.live, inputs, one_hot, retain_graph=True, materialize_grads=True)
+
+        grads = quietly(torch.func.vmap(vjp), *grad_outs)  # twice as fast as is_grads_batched (older vmap)
+        if grads is None:  # autograd's own batching, which falls back to a loop where it must
+            grads = torch.autograd.grad(self.live, inputs, grad_outs, retain_graph=True, allow_unused=True,
+                                        is_grads_batched=True)
         return self._flat_grads(grads, n)
 
     # -- numerical: (f(x + eps e_j) - f(x - eps e_j)) / 2 eps, a column per pair of forwards ----------
