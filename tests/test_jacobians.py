@@ -227,6 +227,19 @@ def _backward(fn: type, args: list[torch.Tensor], memory_bytes: int) -> Any:
     return backward.run(target, bound, backward.Options(Tolerance(), 0, memory_bytes))
 
 
+def test_the_sparse_store_holds_every_non_zero_entry_or_gives_up() -> None:
+    args = [randn(16, 16), randn(16, 16, seed=1), randn(16, seed=2)]
+    jac = jacobians(LinearFunction, args, None)
+    dense = jac.rows(0, jac.layout.n_cols)
+    nnz = int(torch.count_nonzero(dense))
+    assert nnz == 16 * 16 * 16 * 2 + 16 * 16
+    assert jac.sparse_rows(nnz - 1) is None  # over its limit: the caller recomputes rows per block
+    store = jac.sparse_rows(nnz)
+    assert store is not None and len(store.vals) == nnz
+    torch.testing.assert_close(store.block(0, jac.layout.n_cols, torch.empty_like(dense)), dense, rtol=0, atol=0)
+    torch.testing.assert_close(store.block(100, 300, torch.full_like(dense, 7.0)), dense[100:300], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("fn", [LinearFunction, WrongWeightGrad])
 def test_the_sparse_store_gives_the_dense_numbers(fn: type, monkeypatch: pytest.MonkeyPatch) -> None:
     """Linear n=16: the dense Jacobian (1.1 MB) does not fit in 900 kB, its 8448 non-zero entries
