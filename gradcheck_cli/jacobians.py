@@ -133,9 +133,10 @@ class Jacobians:
                 rows[lo - col0 : hi - col0, k + j0 : k + j1] = grad[:, lo - starts[i] : hi - starts[i]].t()
         return rows
 
-    def sparse_rows(self, limit: int) -> Optional[SparseRows]:
+    def sparse_rows(self, limit: int, early: bool = False) -> Optional[SparseRows]:
         """The whole analytical Jacobian from one pass of backward calls, its non-zero entries only;
-        None when there are more than ``limit`` of them (then blocks of rows are recomputed)."""
+        None when there are more than ``limit`` of them, or, if ``early``, as soon as the rows so far
+        hold more than twice their share of ``limit`` (less backward work thrown away)."""
         self.wanted = list(range(len(self.grad_inputs)))
         # filled in place: small pieces kept between the stages' large temporaries would fragment
         # the heap (up to 0.5 GB more at Linear n=96); pages not written are never touched
@@ -144,7 +145,7 @@ class Jacobians:
         for k, out, j0, j1 in self._stages():
             for start, grad in zip(self.layout.col_starts, self._row_stage(out, j0, j1)):
                 r, c = grad.nonzero(as_tuple=True)  # NaN counts as non-zero
-                if count + len(r) > limit:
+                if count + len(r) > (min(limit, 2 * limit * (k + j1) // self.layout.n_rows) if early else limit):
                     return None
                 torch.add(c, start, out=cols[count : count + len(r)])
                 torch.add(r, k + j0, out=rows[count : count + len(r)])

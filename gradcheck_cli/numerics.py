@@ -151,9 +151,9 @@ def compare(
     ``positions`` name the outputs compared. ``plain_inputs`` are detached copies (inside
     ``plain_values``, the arguments ``call`` takes) that get perturbed. At most about
     ``memory_bytes`` of Jacobian entries are held at once, so memory stays
-    O(memory_bytes + inputs + outputs) instead of O(inputs x outputs): when the analytical rows
-    do not fit, their non-zero entries are kept if those fit in a quarter of it (one pass of
-    backward calls), else the rows are recomputed for each block of columns. ``call`` and ``grad`` are the
+    O(memory_bytes + inputs + outputs) instead of O(inputs x outputs): the non-zero entries of the
+    analytical rows are kept if they are few (see below), else dense rows are held, recomputed for
+    each block of columns when they do not all fit. ``call`` and ``grad`` are the
     forward and the vector-Jacobian product (the caller may wrap them to label user errors).
     Each entry also keeps u^T J (analytical and numerical) for one Gaussian probe u drawn from
     ``seed``, so that patterns across a whole gradient (e.g. a transpose) can be named.
@@ -167,11 +167,16 @@ def compare(
     entries = [Entry(real_numel(t), atol, rtol) for t in plain_inputs]
     per_col = 8 * max(1, layout.n_rows)
     block = max(1, memory_bytes * 7 // 8 // per_col)  # analytical rows held at once
-    # when the dense Jacobian does not fit, its non-zero entries may: then rows are computed once
-    store = jac.sparse_rows(memory_bytes // 4 // 24) if block < layout.n_cols else None
-    if store is not None:
-        block = max(1, (memory_bytes - store.nbytes) * 7 // 8 // per_col)
     chunk = max(1, min(block, memory_bytes // 8 // 8 // per_col))  # numerical columns and temporaries
+    # The non-zero entries, from one pass of backward calls, are kept instead of the dense rows
+    # when they fit in a quarter of the memory and, if the dense rows fit too, are at most an
+    # eighth of the entries: a block of rows is then rebuilt chunk by chunk into one small buffer,
+    # cheaper than writing (and faulting in) the dense rows. Else rows are computed per block.
+    fits = block >= layout.n_cols
+    limit = memory_bytes // 4 // 24
+    store = jac.sparse_rows(min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit, early=fits)
+    if store is not None:
+        block = chunk
     buffer = torch.empty(min(block, layout.n_cols), layout.n_rows, dtype=torch.float64) if store is not None else None
     for col0 in range(0, layout.n_cols, block):
         col1 = min(layout.n_cols, col0 + block)

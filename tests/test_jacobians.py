@@ -227,6 +227,34 @@ def _backward(fn: type, args: list[torch.Tensor], memory_bytes: int) -> Any:
     return backward.run(target, bound, backward.Options(Tolerance(), 0, memory_bytes))
 
 
+class TimesRowSum(Function):
+    """``x * x.sum(1)``: every output depends on every input of its row."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * x.sum(1, keepdim=True)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return g * x.sum(1, keepdim=True) + (g * x).sum(1, keepdim=True)
+
+
+def test_a_dense_jacobian_gives_up_the_sparse_store_after_its_first_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """x: 2 x 800, half the 1600 x 1600 entries non-zero, more than an eighth: the store's pass
+    stops after its first stage of rows (of 7; the second would pass the limit itself), and the
+    dense rows give the verdict."""
+    from gradcheck_cli.jacobians import ROW_STAGE
+
+    stages = []
+    row_stage = Jacobians._row_stage
+    monkeypatch.setattr(Jacobians, "_row_stage", lambda self, *a: stages.append(a[1]) or row_stage(self, *a))
+    result = _backward(TimesRowSum, [randn(2, 800)], 1 << 28)
+    assert result.status.value == "pass"
+    assert len(stages) == 1 + -(-1600 // ROW_STAGE) and stages[0] == 0
+
+
 def test_the_sparse_store_holds_every_non_zero_entry_or_gives_up() -> None:
     args = [randn(16, 16), randn(16, 16, seed=1), randn(16, seed=2)]
     jac = jacobians(LinearFunction, args, None)
@@ -240,19 +268,23 @@ def test_the_sparse_store_holds_every_non_zero_entry_or_gives_up() -> None:
     torch.testing.assert_close(store.block(100, 300, torch.full_like(dense, 7.0)), dense[100:300], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("memory", [900_000, 1 << 28], ids=["dense rows do not fit", "dense rows fit"])
 @pytest.mark.parametrize("fn", [LinearFunction, WrongWeightGrad])
-def test_the_sparse_store_gives_the_dense_numbers(fn: type, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Linear n=16: the dense Jacobian (1.1 MB) does not fit in 900 kB, its 8448 non-zero entries
-    (200 kB) do: the rows are computed once and rebuilt block by block from the store."""
+def test_the_sparse_store_gives_the_dense_numbers(fn: type, memory: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linear n=16: the dense Jacobian (1.1 MB) does or does not fit, its 8448 non-zero entries
+    (200 kB, 3% of the entries) do: the rows are computed once and rebuilt block by block from the
+    store, with the numbers of dense rows."""
     from gradcheck_cli.jacobians import SparseRows
 
     args = [randn(16, 16), randn(16, 16, seed=1), randn(16, seed=2)]
-    dense = _backward(fn, args, 1 << 28)
+    with monkeypatch.context() as m:
+        m.setattr(Jacobians, "sparse_rows", lambda *a, **k: None)
+        dense = _backward(fn, args, 1 << 28)
     blocks = []
     rebuild = SparseRows.block
     monkeypatch.setattr(SparseRows, "block", lambda self, *a: blocks.append(a[:2]) or rebuild(self, *a))
-    stored = _backward(fn, args, 900_000)
-    assert len(blocks) >= 2  # more than one block, each rebuilt from the store
+    stored = _backward(fn, args, memory)
+    assert len(blocks) >= (2 if memory < 1 << 20 else 1)  # blocks (a chunk each), rebuilt from the store
     assert stored.status == dense.status == ("pass" if fn is LinearFunction else "fail")
     for s, d in zip(stored.inputs, dense.inputs):
         assert (s.name, s.status, s.mismatched, s.worst_index, s.diagnosis) == \
