@@ -153,7 +153,8 @@ def _check_repeat(first: tuple, again: list[tuple], bound: Bound, nondet_tol: fl
         others = [o[i] for o in again if i < len(o) and isinstance(o[i], torch.Tensor)]
         if not isinstance(a, torch.Tensor) or any(b.shape != a.shape for b in others):
             continue
-        spread = max((float((a.detach() - b.detach()).abs().max()) if a.numel() else 0.0 for b in others), default=0.0)
+        spread = max((0.0 if a.numel() == 0 or (a.dtype == b.dtype and torch.equal(a, b))  # (the usual case)
+                      else float((a.detach() - b.detach()).abs().max()) for b in others), default=0.0)
         if not spread <= nondet_tol:
             found.fail(f"backward returned different values for '{bound.names[i]}' when called {len(again) + 1} "
                        f"times with the same grad_output (max difference {spread:.3g}): it keeps or changes state "
