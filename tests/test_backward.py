@@ -943,3 +943,15 @@ def test_plain_callable_raising_is_a_forward_error():
     assert status(r) == "error" and r.error.kind == "forward"
     assert "plain callable exploded" in r.error.message
     assert f"{THIS_FILE}:{line_of('# RAISE-PLAIN')}" in r.error.where
+
+
+def test_a_backward_that_returns_nan_every_time_is_not_called_nondeterministic():
+    try:
+        from corpus import one_input_function
+    except ImportError:  # pragma: no cover
+        from tests.corpus import one_input_function
+    fn = one_input_function(torch.sin, lambda x, g: g * float("nan"), "NanGrad")
+    x = torch.randn(3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    result = gradcheck_cli.check(fn, [x]).checks[0]
+    assert result.status.value == "fail" and result.inputs[0].status.value == "fail"
+    assert "different values" not in result.message and "nondeterministic" not in result.message, result.message

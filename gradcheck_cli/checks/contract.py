@@ -153,12 +153,18 @@ def _check_repeat(first: tuple, again: list[tuple], bound: Bound, nondet_tol: fl
         others = [o[i] for o in again if i < len(o) and isinstance(o[i], torch.Tensor)]
         if not isinstance(a, torch.Tensor) or any(b.shape != a.shape for b in others):
             continue
-        spread = max((0.0 if a.numel() == 0 or (a.dtype == b.dtype and torch.equal(a, b))  # (the usual case)
-                      else float((a.detach() - b.detach()).abs().max()) for b in others), default=0.0)
+        spread = max((0.0 if a.numel() == 0 or _same(a, b) else float((a.detach() - b.detach()).abs().max())
+                      for b in others), default=0.0)
         if not spread <= nondet_tol:
             found.fail(f"backward returned different values for '{bound.names[i]}' when called {len(again) + 1} "
                        f"times with the same grad_output (max difference {spread:.3g}): it keeps or changes state "
                        f"between calls, or is nondeterministic; {nondet_hint(spread)}", arg=i)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal, NaN where NaN: a backward that returns NaN every time is deterministic (the check of
+    its values says what is wrong)."""
+    return a.dtype == b.dtype and (torch.equal(a, b) or bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)))
 
 
 def nondet_hint(spread: float) -> str:
