@@ -116,23 +116,39 @@ def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: l
                us: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor,
                centre: Optional[torch.Tensor] = None) -> torch.Tensor:
     """v_p^T (f(x_i + eps u_ip) - f(x_i - eps u_ip)) / 2 eps for every argument i and probe p
-    (arguments x probes): one vmapped forward per group of arguments when ``batched`` gives the
-    single call's outputs at x (``centre``, as one row, or a call made here; checked once, on the
-    first group), else two forwards each."""
+    (arguments x probes): one vmapped forward per group of arguments where ``batched`` gives the
+    single calls' outputs (checked on every group, see ``_agrees``; ``centre``: the outputs at x,
+    as one row, if known), else two forwards each."""
     out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
     todo = set(range(len(inputs)))
-    for at, group in enumerate(_groups(inputs, len(vs), len(vs[0])) if batched is not None else []):
+    for group in _groups(inputs, len(vs), len(vs[0])) if batched is not None else []:
         got = quietly(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
-                      positions, vs, at == 0)
-        if got is None or (at == 0 and not same(got[1], _centre(call, values, positions) if centre is None
-                                                else centre)):
+                      positions, vs)
+        if got is None:
+            break
+        if centre is None:
+            with torch.no_grad():
+                centre = outputs_vector(as_tuple(call(values)), positions).view(1, -1)
+        if not _agrees(got[1], len(vs), centre, _perturbed(call, values, inputs[group[0]], eps * us[group[0]][0],
+                                                           positions), eps):
             break
         out[group] = got[0]
         todo -= set(group)
     for i in sorted(todo):
         for p, v in enumerate(vs):
-            out[i, p] = _directional(call, values, inputs[i], us[i][p], eps, positions, v)
+            minus = _perturbed(call, values, inputs[i], -eps * us[i][p], positions)
+            out[i, p] = v @ (_perturbed(call, values, inputs[i], eps * us[i][p], positions) - minus) / (2 * eps)
     return out
+
+
+def _agrees(rows: torch.Tensor, n_probes: int, centre: torch.Tensor, plus: torch.Tensor, eps: float) -> bool:
+    """The batch's ``rows`` (see ``_all_at_once``) give the single calls' outputs at x (``centre``)
+    and at x + eps u for its first argument's first probe (``plus``): as outputs, and as the
+    difference quotient, where a perturbation that the batch dropped shows (the outputs alone move
+    by only eps)."""
+    batch_centre, batch_plus = rows[-1], rows[n_probes]
+    return (same(batch_centre.view(1, -1), centre)
+            and same((batch_plus - batch_centre) / eps, (plus - centre[0]) / eps))
 
 
 def _groups(inputs: list[torch.Tensor], n_probes: int, n_rows: int) -> list[list[int]]:
@@ -158,39 +174,29 @@ def _bytes(n_args: int, elements: int, n_probes: int, n_rows: int) -> int:
 
 
 def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
-                 eps: float, positions: list[int], vs: torch.Tensor, centre: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """``_numerical`` of ``inputs`` from one vmapped forward, and (if ``centre``) the outputs at x:
-    batch row (2 P i + p) perturbs argument i by -eps u_ip, row (2 P i + P + p) by +eps u_ip, every
-    other argument as it is; a last row, unperturbed, gives the outputs at x."""
+                 eps: float, positions: list[int], vs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_numerical`` of ``inputs`` from one vmapped forward, and the forward's rows: row
+    (2 P i + p) perturbs argument i by -eps u_ip, row (2 P i + P + p) by +eps u_ip, every other
+    argument as it is; the last row, unperturbed, gives the outputs at x."""
     n_probes, rows = len(vs), 2 * len(inputs) * len(vs)
     batches: Batches = {}
     for i, x in enumerate(inputs):
-        batch = copies(batches, x, rows + centre)
+        batch = copies(batches, x, rows + 1)
         at, step = 2 * n_probes * i, eps * us[i].to(batch.dtype)
         batch[at : at + n_probes] -= step
         batch[at + n_probes : at + 2 * n_probes] += step
     flat = vmapped(batched, values, batches, positions)
     pairs = flat[:rows].view(len(inputs), 2, n_probes, -1)
-    return ((pairs[:, 1] - pairs[:, 0]) * vs).sum(-1) / (2 * eps), flat[rows:]
+    return ((pairs[:, 1] - pairs[:, 0]) * vs).sum(-1) / (2 * eps), flat
 
 
-def _centre(call: Call, values: list[Any], positions: list[int]) -> torch.Tensor:
-    """The realified outputs of one single call at x, as a batch of one row."""
-    with torch.no_grad():
-        return outputs_vector(as_tuple(call(values)), positions).view(1, -1)
-
-
-def _directional(call: Call, values: list[Any], x: torch.Tensor, u: torch.Tensor, eps: float,
-                 positions: list[int], v: torch.Tensor) -> torch.Tensor:
-    """v^T (f(x + eps u) - f(x - eps u)) / 2 eps over the realified outputs; ``x`` is perturbed in
-    place and restored."""
+def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor,
+               positions: list[int]) -> torch.Tensor:
+    """The realified outputs (a copy) of one single call with ``x`` moved by ``step`` in place, then restored."""
     real = torch.view_as_real(x) if x.is_complex() else x
-    step = (eps * u).view(real.shape).to(real.dtype)
     orig = real.clone()
     with torch.no_grad():
-        torch.sub(orig, step, out=real)
-        minus = outputs_vector(as_tuple(call(values)), positions)  # a copy: an output may be a view of x
-        torch.add(orig, step, out=real)
-        value = v @ (outputs_vector(as_tuple(call(values)), positions, copy=False) - minus)
+        torch.add(orig, step.view(real.shape).to(real), out=real)
+        outputs = outputs_vector(as_tuple(call(values)), positions)  # a copy: an output may be a view of x
         real.copy_(orig)
-    return value / (2 * eps)
+    return outputs

@@ -168,7 +168,7 @@ def test_batched_rows_give_the_single_calls_numbers(monkeypatch: pytest.MonkeyPa
     torch.testing.assert_close(batched, _single_rows(args), rtol=1e-12, atol=0)
 
 
-def test_batched_rows_fall_back_to_autograds_own_batching(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batched_rows_fall_back_to_single_calls_where_vmap_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
     single = _single_rows(args)
 
@@ -178,11 +178,10 @@ def test_batched_rows_fall_back_to_autograds_own_batching(monkeypatch: pytest.Mo
         return refused
 
     monkeypatch.setattr(torch.func, "vmap", refuse)
-    calls = _spy_on_grad(monkeypatch)
     jac = jacobians(LinearFunction, args, None)
     rows = jac.rows(0, jac.layout.n_cols)
-    assert jac.batched_rows is True and any(calls)
-    torch.testing.assert_close(rows, single, rtol=1e-12, atol=0)
+    assert jac.batched_rows is False
+    torch.testing.assert_close(rows, single, rtol=0, atol=0)
 
 
 class WrongWeightGrad(LinearFunction):
@@ -345,10 +344,10 @@ def test_probes_batched_give_the_single_calls_numbers(fn: type, args: list, monk
 
     single = numerical(fn, args, None)
     singles = []
-    directional = probes._directional
-    monkeypatch.setattr(probes, "_directional", lambda *a: singles.append(1) or directional(*a))
+    perturbed = probes._perturbed
+    monkeypatch.setattr(probes, "_perturbed", lambda *a: singles.append(1) or perturbed(*a))
     batched = numerical(fn, args, body(fn))
-    assert not singles and batched.shape == (len(args), 3)  # the batch was used (checked against one single call)
+    assert len(singles) == 1 and batched.shape == (len(args), 3)  # the batch was used, checked by one single call
     torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)
 
 
@@ -378,11 +377,11 @@ def test_probes_batch_arguments_in_groups_within_their_memory_budget(monkeypatch
     args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
     single = numerical(LinearFunction, args, None)
     monkeypatch.setattr(probes, "BATCH_BYTES", 2000)
-    groups, all_at_once = [], probes._all_at_once
+    groups, all_at_once, singles, perturbed = [], probes._all_at_once, [], probes._perturbed
     monkeypatch.setattr(probes, "_all_at_once", lambda *a: groups.append(len(a[2])) or all_at_once(*a))
-    monkeypatch.setattr(probes, "_directional", lambda *a: pytest.fail("a single call"))
+    monkeypatch.setattr(probes, "_perturbed", lambda *a: singles.append(1) or perturbed(*a))
     torch.testing.assert_close(numerical(LinearFunction, args, body(LinearFunction)), single, rtol=1e-6, atol=1e-8)
-    assert groups == [1, 1, 1]
+    assert groups == [1, 1, 1] and len(singles) == 3  # each group checked by one single call
 
 
 @pytest.mark.parametrize("shapes, n_rows", [
@@ -448,8 +447,42 @@ def test_probes_move_one_tensor_passed_twice_in_both_places(monkeypatch: pytest.
     call = lambda v: Mul.apply(*v)  # noqa: E731
     single = probes._numerical(call, None, values, values, us, 1e-6, [0], vs)
     singles = []
-    directional = probes._directional
-    monkeypatch.setattr(probes, "_directional", lambda *a: singles.append(1) or directional(*a))
+    perturbed = probes._perturbed
+    monkeypatch.setattr(probes, "_perturbed", lambda *a: singles.append(1) or perturbed(*a))
     batched = probes._numerical(call, body(Mul), values, values, us, 1e-6, [0], vs)
-    assert not singles  # the batch was used
+    assert len(singles) == 1  # the batch was used, checked by one single call
     torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)
+
+
+class DropsThePerturbations(Function):
+    """exp, declared vmap-able, whose vmap rule computes the first batch row for every row (a batch
+    that drops the perturbations: each row moves the outputs by only eps), with a backward that
+    returns no gradient."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x.exp()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> None:
+        return None  # BUG: exp's gradient is exp(x) g
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor) -> tuple:
+        first = x.select(in_dims[0], 0) if in_dims[0] is not None else x
+        return first.exp().unsqueeze(0).expand(info.batch_size, *first.shape), 0
+
+
+def test_probes_see_a_batch_that_drops_the_perturbations() -> None:
+    """Its outputs at x are right, its probes would all read 0 and agree with the missing
+    gradient: the check of the batch compares a difference quotient with single calls, so the
+    probes use single calls, fail, and the element-wise comparison gives the verdict."""
+    from gradcheck_cli import FAST_PROBES
+
+    for seed in range(3):
+        result = check(DropsThePerturbations, [randn(64).requires_grad_()], probes=FAST_PROBES, seed=seed).checks[0]
+        assert result.status.value == "fail" and result.mode == "elementwise", (seed, result.message)
