@@ -142,13 +142,11 @@ def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: l
 
 
 def _agrees(rows: torch.Tensor, n_probes: int, centre: torch.Tensor, plus: torch.Tensor, eps: float) -> bool:
-    """The batch's ``rows`` (see ``_all_at_once``) give the single calls' outputs at x (``centre``)
-    and at x + eps u for its first argument's first probe (``plus``): as outputs, and as the
-    difference quotient, where a perturbation that the batch dropped shows (the outputs alone move
-    by only eps)."""
-    batch_centre, batch_plus = rows[-1], rows[n_probes]
-    return (same(batch_centre.view(1, -1), centre)
-            and same((batch_plus - batch_centre) / eps, (plus - centre[0]) / eps))
+    """The batch's ``rows`` (see ``_all_at_once``) give the single call's outputs at x + eps u for
+    their first argument's first probe (``plus``), compared as difference quotients from the
+    outputs at x (``centre``): a perturbation that the batch dropped shows there (the outputs
+    themselves move by only eps), as does any other difference."""
+    return same((rows[n_probes] - centre[0]) / eps, (plus - centre[0]) / eps)
 
 
 def _groups(inputs: list[torch.Tensor], n_probes: int, n_rows: int) -> list[list[int]]:
@@ -170,18 +168,18 @@ def _groups(inputs: list[torch.Tensor], n_probes: int, n_rows: int) -> list[list
 
 def _bytes(n_args: int, elements: int, n_probes: int, n_rows: int) -> int:
     """Perturbed inputs and outputs of one vmapped forward over ``n_args`` arguments."""
-    return (2 * n_args * n_probes + 1) * (elements + n_rows) * 8
+    return 2 * n_args * n_probes * (elements + n_rows) * 8
 
 
 def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
                  eps: float, positions: list[int], vs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``_numerical`` of ``inputs`` from one vmapped forward, and the forward's rows: row
     (2 P i + p) perturbs argument i by -eps u_ip, row (2 P i + P + p) by +eps u_ip, every other
-    argument as it is; the last row, unperturbed, gives the outputs at x."""
+    argument as it is."""
     n_probes, rows = len(vs), 2 * len(inputs) * len(vs)
     batches: Batches = {}
     for i, x in enumerate(inputs):
-        batch = copies(batches, x, rows + 1)
+        batch = copies(batches, x, rows)
         at, step = 2 * n_probes * i, eps * us[i].to(batch.dtype)
         batch[at : at + n_probes] -= step
         batch[at + n_probes : at + 2 * n_probes] += step
