@@ -9,8 +9,8 @@ offset, a missing term) add up; the others are signed Gaussian, so that errors o
 argument's error from drowning in a large one's tolerance.
 
 Where a batched forward is given (see ``jacobians``), the 2 x arguments x probes perturbed
-forwards are one vmapped call (several if they do not fit in BATCH_BYTES), used when its
-unperturbed row gives the single call's outputs. Backward's contract has already called backward
+forwards are one vmapped call (several if they do not fit in BATCH_BYTES), each used when one
+of its rows gives a single call's difference quotient. Backward's contract has already called backward
 with one signed Gaussian grad_output; where autograd would pass its return on unchanged, that
 call is one of the probes.
 
