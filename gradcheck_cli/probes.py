@@ -72,10 +72,10 @@ def decide(
     for w in (vs, *us):  # the first probe is non-negative, as torch's: errors of one sign add up in it
         w[0].abs_()
     if reused:
-        g = torch.cat([real_flat(given[0][p].contiguous()).to(torch.float64) for p in positions])
+        g = torch.cat([real_flat(given[0][p].contiguous()).to("cpu", torch.float64) for p in positions])
         norm = torch.linalg.vector_norm(g)
         vs = torch.cat([vs, (g / norm).view(1, -1)])
-    centre = outputs_vector(outputs, positions).view(1, -1) if at_x else None
+    centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
     numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre) if n_rows
                  else torch.zeros(len(plain_inputs), probes, dtype=torch.float64))
     for p, v in enumerate(vs):
@@ -84,7 +84,7 @@ def decide(
         else:
             grads, scale = _backward(grad, diff_outputs, live, grad_inputs, v), 1.0
         for g, s, u, n_row in zip(grads, stats, us, numerical):
-            a = scale * float(real_flat(g.contiguous()).to(torch.float64) @ u[p]) if g is not None else 0.0
+            a = scale * float(real_flat(g.contiguous()).to("cpu", torch.float64) @ u[p]) if g is not None else 0.0
             n = float(n_row[p])
             tol = atol + rtol * abs(n)  # atol |u|_2 |v|_2 for unit probes: a failure only costs an escalation
             err = abs(a - n)
@@ -128,7 +128,7 @@ def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: l
             break
         if centre is None:
             with torch.no_grad():
-                centre = outputs_vector(as_tuple(call(values)), positions).view(1, -1)
+                centre = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
         if not _agrees(got[1], len(vs), centre, _perturbed(call, values, inputs[group[0]], eps * us[group[0]][0],
                                                            positions), eps):
             break
@@ -180,10 +180,10 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
     batches: Batches = {}
     for i, x in enumerate(inputs):
         batch = copies(batches, x, rows)
-        at, step = 2 * n_probes * i, eps * us[i].to(batch.dtype)
+        at, step = 2 * n_probes * i, eps * us[i].to(batch)
         batch[at : at + n_probes] -= step
         batch[at + n_probes : at + 2 * n_probes] += step
-    flat = vmapped(batched, values, batches, positions)
+    flat = vmapped(batched, values, batches, positions).cpu()  # probes are reduced on the CPU
     pairs = flat[:rows].view(len(inputs), 2, n_probes, -1)
     return ((pairs[:, 1] - pairs[:, 0]) * vs).sum(-1) / (2 * eps), flat
 
@@ -195,6 +195,6 @@ def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tenso
     orig = real.clone()
     with torch.no_grad():
         torch.add(orig, step.view(real.shape).to(real), out=real)
-        outputs = outputs_vector(as_tuple(call(values)), positions)  # a copy: an output may be a view of x
+        outputs = outputs_vector(as_tuple(call(values)), positions).cpu()  # a copy: an output may be a view of x
         real.copy_(orig)
     return outputs

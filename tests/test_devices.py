@@ -201,3 +201,24 @@ class CpuGrad(torch.autograd.Function):
 def test_device_option_must_match_exactly(project, device):
     result = invoke("specs/square.yaml", "--device", device)
     assert result.exit_code == 2 and "expected cpu, cuda or cuda:N" in result.output
+
+
+@cuda
+def test_fast_mode_checks_cuda_arguments():
+    """--fast on CUDA: the probes are drawn and reduced on the CPU, the forwards and backward run
+    on the GPU; a wrong weight gradient is caught, a right one passes on probes alone."""
+    from gradcheck_cli import FAST_PROBES, check
+    from gradcheck_cli.examples.linear import LinearFunction
+
+    class WrongWeight(LinearFunction):
+        @staticmethod
+        def backward(ctx, g):
+            gx, gw, gb = LinearFunction.backward(ctx, g)
+            return gx, 2 * gw, gb
+
+    gen = torch.Generator().manual_seed(0)
+    args = [torch.randn(*s, generator=gen, dtype=torch.float64).cuda().requires_grad_() for s in [(8, 6), (5, 6), (5,)]]
+    right = check(LinearFunction, args, probes=FAST_PROBES).checks[0]
+    wrong = check(WrongWeight, args, probes=FAST_PROBES).checks[0]
+    assert (right.status.value, right.mode) == ("pass", "probe"), right.message
+    assert wrong.status.value == "fail" and [r.status.value for r in wrong.inputs] == ["pass", "fail", "pass"]
