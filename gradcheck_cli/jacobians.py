@@ -5,10 +5,10 @@ Both are built transposed (C x M: a row per real input element), so that a block
 is contiguous. Each side is computed by one call per row or column, as torch.autograd.gradcheck
 does, or, where vmap gives the same numbers, by one batched call per stage of rows or columns:
 backward over a batch of one-hot grad_outputs (``torch.func.vmap`` over ``torch.autograd.grad``),
-and forward over a batch of perturbed inputs (``torch.func.vmap``
-over the target, or over a Function's forward body when it declares no vmap support). The first
-batched stage is compared with single calls on a few rows or columns; any difference or error
-turns batching off for the rest of the check, so batching changes the speed, never the verdict.
+and forward over a batch of perturbed inputs (``torch.func.vmap`` over the target, or over a
+Function's forward body when it declares no vmap support). The first batched stage is compared
+with single calls on a few rows or columns; any difference or error turns batching off for the
+rest of the check, so batching changes the speed, never the verdict.
 Pure torch, no I/O.
 """
 from __future__ import annotations

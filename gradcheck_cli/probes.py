@@ -157,12 +157,13 @@ def _groups(inputs: list[torch.Tensor], n_probes: int, n_rows: int) -> list[list
     size = 0
     for i, x in enumerate(inputs):
         n = real_numel(x)
+        if _bytes(1, n, n_probes, n_rows) > BATCH_BYTES:
+            continue
         if groups[-1] and _bytes(len(groups[-1]) + 1, size + n, n_probes, n_rows) > BATCH_BYTES:
             groups.append([])
             size = 0
-        if _bytes(1, n, n_probes, n_rows) <= BATCH_BYTES:
-            groups[-1].append(i)
-            size += n
+        groups[-1].append(i)
+        size += n
     return [g for g in groups if g]
 
 
