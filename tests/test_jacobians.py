@@ -123,6 +123,36 @@ def test_bodies_that_do_not_vmap_fall_back_to_single_calls(fn: type) -> None:
     torch.testing.assert_close(batched, single, rtol=0, atol=0)
 
 
+class ScaleWithRule(Function):
+    """``3 x + y`` with a generated vmap rule, and a ``setup_context`` that reads a value (vmap refuses it)."""
+
+    generate_vmap_rule = True
+    forwards = 0
+
+    @staticmethod
+    def forward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        ScaleWithRule.forwards += 1
+        return 3 * x + y
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        ctx.total = float(inputs[0].sum())
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple:
+        return 3 * g, g
+
+
+@pytest.mark.parametrize("probes", [0, 3])
+def test_a_generated_vmap_rule_batches_forward_itself(probes: int) -> None:
+    """A generated vmap rule is forward run under vmap: forward is batched directly, without
+    ``apply`` (whose vmap runs setup_context too, and costs more than a small forward)."""
+    args = [randn(4, 5).requires_grad_(), randn(4, 5, seed=1).requires_grad_()]
+    ScaleWithRule.forwards = 0
+    assert check(ScaleWithRule, args, probes=probes).status.value == "pass"
+    assert ScaleWithRule.forwards < 10  # single calls: 2 per column (80), 2 per probe (12)
+
+
 def test_a_batched_forward_with_other_numbers_is_not_used() -> None:
     """The first stage is compared with single calls: a batched forward that differs is dropped."""
     args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
