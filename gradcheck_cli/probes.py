@@ -4,14 +4,14 @@ Per checked argument and probe: u is a unit random direction in that argument, v
 weighting of the outputs. Analytically v^T J u = <J^T v, u> (one backward per probe serves
 every argument); numerically v^T (f(x + eps u) - f(x - eps u)) / 2 eps (two forwards). The
 first probe is non-negative, as torch's fast mode's, so that errors of one sign (a constant
-offset, a missing term) add up; the others are signed Gaussian, so that errors of both signs
+offset, a missing term) add up; the others are signed (see ``signed_uniform``), so that errors of both signs
 (a transpose, a roll, one wrong element) cannot cancel. One probe per argument keeps a small
 argument's error from drowning in a large one's tolerance.
 
 Where a batched forward is given (see ``jacobians``), the 2 x arguments x probes perturbed
 forwards are one vmapped call (several if they do not fit in BATCH_BYTES), each used when one
 of its rows gives a single call's difference quotient. Backward's contract has already called backward
-with one signed Gaussian grad_output; where autograd would pass its return on unchanged, that
+with one signed random grad_output; where autograd would pass its return on unchanged, that
 call is one of the probes.
 
 A probe only decides "pass": one that fails sends the check to the element-by-element
@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from .jacobians import Batches, copies, quietly, same, vmapped
-from .numerics import Call, Vjp, as_tuple, gaussian, outputs_vector, probe_generator, real_flat, real_numel, vjp
+from .numerics import Call, Vjp, as_tuple, signed_uniform, outputs_vector, probe_generator, real_flat, real_numel, vjp
 
 BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward
 
@@ -45,8 +45,8 @@ class ProbeStats:
 
 
 def _units(count: int, n: int, gen: torch.Generator) -> torch.Tensor:
-    """``count`` unit Gaussian directions in R^n, one per row."""
-    u = gaussian((count, n), gen)
+    """``count`` unit random directions in R^n, one per row."""
+    u = signed_uniform((count, n), gen)
     return u / torch.linalg.vector_norm(u, dim=1, keepdim=True) if n else u
 
 

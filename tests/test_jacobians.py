@@ -338,14 +338,14 @@ class ComplexScale(Function):
 
 def numerical(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -> torch.Tensor:
     from gradcheck_cli import probes
-    from gradcheck_cli.numerics import gaussian, probe_generator
+    from gradcheck_cli.numerics import signed_uniform, probe_generator
 
     values = [a.clone() for a in args]
     out = as_tuple(fn.apply(*values))
     n_rows = sum(o.numel() * (2 if o.is_complex() else 1) for o in out)
     gen = probe_generator(0, 3)
-    vs = gaussian((3, n_rows), gen)
-    us = [gaussian((3, a.numel() * (2 if a.is_complex() else 1)), gen) for a in args]
+    vs = signed_uniform((3, n_rows), gen)
+    us = [signed_uniform((3, a.numel() * (2 if a.is_complex() else 1)), gen) for a in args]
     result = probes._numerical(lambda vals: fn.apply(*vals), batched, values, values, us, 1e-6, [0], vs)
     for v, a in zip(values, args):
         assert torch.equal(v, a)  # every perturbation undone
@@ -468,12 +468,12 @@ def test_one_tensor_passed_twice_is_moved_in_both_places_in_one_stage() -> None:
 
 def test_probes_move_one_tensor_passed_twice_in_both_places(monkeypatch: pytest.MonkeyPatch) -> None:
     from gradcheck_cli import probes
-    from gradcheck_cli.numerics import gaussian, probe_generator
+    from gradcheck_cli.numerics import signed_uniform, probe_generator
 
     x = randn(3, 4)
     values = [x.clone()] * 2
     gen = probe_generator(0, 3)
-    vs, us = gaussian((3, 12), gen), [gaussian((3, 12), gen) for _ in values]
+    vs, us = signed_uniform((3, 12), gen), [signed_uniform((3, 12), gen) for _ in values]
     call = lambda v: Mul.apply(*v)  # noqa: E731
     single = probes._numerical(call, None, values, values, us, 1e-6, [0], vs)
     singles = []

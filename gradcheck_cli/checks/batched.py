@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..loader import Bound, Target, user_frame
-from ..numerics import as_tuple, gaussian, probe_generator, vjp
+from ..numerics import as_tuple, signed_uniform, probe_generator, vjp
 from ..results import CheckResult, Status
 from . import UserCodeError, call_forward, contract, guarded
 from .backward import Options
@@ -214,7 +214,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
 def _jittered(value: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """BATCH members: the input itself, then copies scaled elementwise by 1 + JITTER * noise."""
     real = value.real.dtype if value.is_complex() else value.dtype
-    noise = [gaussian(value.shape, gen) for _ in range(BATCH - 1)]
+    noise = [signed_uniform(value.shape, gen) for _ in range(BATCH - 1)]
     return torch.stack([value] + [value * (1 + JITTER * z).to(device=value.device, dtype=real) for z in noise])
 
 

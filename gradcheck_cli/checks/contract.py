@@ -13,7 +13,7 @@ from typing import Any, Optional
 import torch
 
 from ..loader import Bound, Target
-from ..numerics import as_tuple, gaussian, is_float_tensor
+from ..numerics import as_tuple, signed_uniform, is_float_tensor
 from . import call_forward, guarded
 
 
@@ -55,8 +55,8 @@ def fresh_leaves(values: list[Any], grad: bool = True) -> list[Any]:
 
 
 def probe_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """A signed Gaussian probe with ``t``'s shape, dtype and device, drawn on the CPU."""
-    real = gaussian(t.shape + ((2,) if t.is_complex() else ()), gen)
+    """A signed random probe (see ``signed_uniform``) with ``t``'s shape, dtype and device, drawn on the CPU."""
+    real = signed_uniform(t.shape + ((2,) if t.is_complex() else ()), gen)
     probe = torch.view_as_complex(real) if t.is_complex() else real
     return probe.to(device=t.device, dtype=t.dtype)
 

@@ -15,7 +15,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..loader import Target
-from ..numerics import Entry, as_tuple, gaussian, make_layout, probe_generator, real_flat, unravel
+from ..numerics import Entry, as_tuple, signed_uniform, make_layout, probe_generator, real_flat, unravel
 from ..results import CheckResult, Status
 from . import UserCodeError, call_forward, contract
 from .backward import Options, _fill
@@ -69,7 +69,7 @@ def _compare(ctx: Context, values: list[Any], inputs: list[torch.Tensor], output
     """Fold jvp columns and central difference columns into one Entry per checked argument."""
     tol = opts.tolerance
     layout = make_layout(inputs, outputs, positions)
-    probe = gaussian((layout.n_rows,), probe_generator(opts.seed, STREAM))
+    probe = signed_uniform((layout.n_rows,), probe_generator(opts.seed, STREAM))
     entries = [Entry(layout.col_starts[i + 1] - layout.col_starts[i], tol.atol, tol.rtol) for i in range(len(inputs))]
     chunk = max(1, opts.memory_bytes // 8 // 8 // max(1, layout.n_rows))  # columns held at once (both sides)
     jvp = _jvp_call(ctx)
