@@ -325,7 +325,7 @@ def copies(batches: Batches, x: torch.Tensor, rows: int) -> torch.Tensor:
     one per tensor, so a tensor passed as two arguments is moved in both places, as in a single call."""
     if id(x) not in batches:
         real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
-        batches[id(x)] = x, real.reshape(1, -1).repeat(rows, 1)
+        batches[id(x)] = x, real.reshape(1, -1).expand(rows, -1).clone(memory_format=torch.contiguous_format)
     return batches[id(x)][1]
 
 

@@ -186,7 +186,7 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
         batch[at + n_probes : at + 2 * n_probes] += step
     flat = vmapped(batched, values, batches, positions).cpu()  # probes are reduced on the CPU
     pairs = flat[:rows].view(len(inputs), 2, n_probes, -1)
-    return ((pairs[:, 1] - pairs[:, 0]) * vs).sum(-1) / (2 * eps), flat
+    return torch.linalg.vecdot(pairs[:, 1] - pairs[:, 0], vs) / (2 * eps), flat
 
 
 def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor,
