@@ -278,9 +278,14 @@ def test_fast_mode_decides_with_probes_and_explains_failures_element_by_element(
     monkeypatch.chdir(REPO)
     good = invoke("specs/linear.yaml", "--fast", "--no-color", "--no-isolate")
     assert good.exit_code == 0
-    assert "backward (probe)" in good.stdout and "4 signed random probes" not in good.stdout  # reason of a pass row stays internal
+    assert "backward (probe)" in good.stdout and "random probes v^T J u" not in good.stdout  # a pass row's reason stays internal
     bad = invoke("broken-specs/linear_double_bias.yaml", "--fast", "--format", "json", "--no-isolate")
     assert bad.exit_code == 1
     (check,) = json.loads(bad.stdout)["results"][0]["checks"]
-    assert check["mode"] == "elementwise" and "2.00x" in check["message"]
-    assert any("a random probe failed for 'bias'" in w for w in check["warnings"])
+    assert check["mode"] == "probe+elementwise" and "2.00x" in check["message"]
+    assert [w for w in check["warnings"] if "random probe failed" in w] == [
+        "a random probe failed for 'bias': checked element by element to explain it"]
+    rows = {r["name"]: r for r in check["inputs"]}
+    assert rows["bias"]["status"] == "fail" and rows["bias"]["mismatched"] == rows["bias"]["numel"]
+    for name in ("input", "weight"):  # only the argument whose probe failed is compared element by element
+        assert rows[name]["status"] == "pass" and rows[name]["reason"] == "3 random probes v^T J u agree", rows[name]

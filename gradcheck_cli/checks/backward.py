@@ -77,15 +77,16 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
     tensors = [v for v in bound.values if isinstance(v, torch.Tensor)]
     given = ((found.probe[0], [found.probe[1][i] for i in checked])
              if found.probe and len({id(t) for t in tensors}) == len(tensors) else None)
-    decided = opts.probes and _probe(result, checked, bound, (forward, batched, backward, given), outputs, positions,
-                                     grad_inputs, plain, plain_inputs, replace(opts, tolerance=tol))
-    if not decided:
-        layout, entries = compare(forward, outputs, positions, grad_inputs, plain, plain_inputs,
-                                  eps=tol.eps, atol=tol.atol, rtol=tol.rtol, memory_bytes=opts.memory_bytes,
-                                  grad=backward, seed=opts.seed, batched=batched)
-        for i, x, entry in zip(checked, plain_inputs, entries):
+    todo = (_probe(result, checked, bound, (forward, batched, backward, given), outputs, positions, grad_inputs,
+                   plain, plain_inputs, replace(opts, tolerance=tol)) if opts.probes else list(range(len(checked))))
+    if todo:  # element by element: every argument, or under --fast those whose probes failed
+        layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in todo], plain,
+                                  [plain_inputs[k] for k in todo], eps=tol.eps, atol=tol.atol, rtol=tol.rtol,
+                                  memory_bytes=opts.memory_bytes, grad=backward, seed=opts.seed, batched=batched)
+        for k, entry in zip(todo, entries):
+            i = checked[k]
             _fill(reports[i], entry, layout, bound.values[i], outputs)
-            _reexamine(reports[i], entry, forward, plain, x, positions, tol)
+            _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, tol)
     nondeterministic = [] if found.repeated else _determinism(  # the contract compared its repeated calls
         outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, opts.repeat)
     return _finish(result, found, nondeterministic, start)
@@ -93,28 +94,29 @@ def run(target: Target, bound: Bound, opts: Options) -> CheckResult:
 
 def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any, Any], outputs: tuple,
            positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
-           plain_inputs: list[torch.Tensor], opts: Options) -> bool:
-    """The fast decision; True when every probe passed (the rows are filled), False to go element by element.
-    ``calls``: forward, the forward that vmap may batch (or None), backward, and (grad_outputs,
-    gradients of the checked arguments) of one backward call already made (or None)."""
+           plain_inputs: list[torch.Tensor], opts: Options) -> list[int]:
+    """The fast decision: the rows of the arguments whose probes all passed are filled; returned are
+    the others (indices into ``checked``), to compare element by element. ``calls``: forward, the
+    forward that vmap may batch (or None), backward, and (grad_outputs, gradients of the checked
+    arguments) of one backward call already made (or None)."""
     tol = opts.tolerance
     forward, batched, backward, given = calls
     at_x = all(p.dtype == g.dtype for p, g in zip(plain_inputs, grad_inputs))  # not taken in another dtype
     stats = probes.decide(forward, outputs, positions, grad_inputs, plain, plain_inputs, eps=tol.eps,
                           atol=tol.atol, rtol=tol.rtol, probes=opts.probes, seed=opts.seed, grad=backward,
                           batched=batched, given=given, at_x=at_x)
-    failed = [bound.names[i] for i, s in zip(checked, stats) if s.failed]
+    failed = [k for k, s in enumerate(stats) if s.failed]
     if failed:
-        result.warnings.append(f"a random probe failed for {', '.join(repr(n) for n in failed)}: "
-                               "checked element by element to explain it")
-        return False
-    result.mode = "probe"
+        names = ", ".join(repr(bound.names[checked[k]]) for k in failed)
+        result.warnings.append(f"a random probe failed for {names}: checked element by element to explain it")
+    result.mode = "probe" if not failed else "elementwise" if len(failed) == len(stats) else "probe+elementwise"
     for i, s in zip(checked, stats):
-        row = result.inputs[i]
-        row.max_abs_err, row.atol, row.rtol = s.max_abs, tol.atol, tol.rtol
-        row.analytical, row.numerical = s.analytical, s.numerical
-        row.reason = f"{s.probes} random probes v^T J u agree"
-    return True
+        if not s.failed:
+            row = result.inputs[i]
+            row.max_abs_err, row.atol, row.rtol = s.max_abs, tol.atol, tol.rtol
+            row.analytical, row.numerical = s.analytical, s.numerical
+            row.reason = f"{s.probes} random probes v^T J u agree"
+    return failed
 
 
 def _skeleton(bound: Bound) -> list[InputReport]:
