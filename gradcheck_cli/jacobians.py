@@ -76,7 +76,7 @@ def quietly(fn: Any, *args: Any) -> Any:
 
 @dataclass
 class SparseRows:
-    """The non-zero entries of the analytical Jacobian, sorted by column, to rebuild any block."""
+    """The non-zero entries of the analytical Jacobian, sorted by column (then row), read a span of columns at a time."""
 
     cols: torch.Tensor
     rows: torch.Tensor
@@ -93,13 +93,10 @@ class SparseRows:
     def nbytes(self) -> int:
         return 24 * len(self.vals)
 
-    def block(self, col0: int, col1: int, out: torch.Tensor) -> torch.Tensor:
-        """Columns col0..col1, dense and transposed (C x M) like ``Jacobians.rows``, written into
-        ``out`` (reused from block to block: a fresh one would be faulted in page by page)."""
+    def entries(self, col0: int, col1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The non-zero entries of columns col0..col1: column - col0, row and value, by column then row."""
         lo, hi = self.starts[col0], self.starts[col1]
-        out = out[: col1 - col0].zero_()
-        out[self.cols[lo:hi] - col0, self.rows[lo:hi]] = self.vals[lo:hi]
-        return out
+        return self.cols[lo:hi] - col0, self.rows[lo:hi], self.vals[lo:hi]
 
 
 class Jacobians:

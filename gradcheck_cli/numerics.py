@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -79,17 +79,41 @@ class Entry:
         if a.numel() == 0:
             return
         nonzero = torch.logical_or(a, n)  # NaN counts as non-zero
+        column = lambda c: a[c].clone()  # noqa: E731
         if int(torch.count_nonzero(nonzero)) * 4 < a.numel():  # (a bool .sum() is 20x slower)
             at = nonzero.nonzero(as_tuple=True)
-            self._fold(a[at], n[at], at, a, n, col0)
+            self._fold(a[at], n[at], at, n, col0, column)
         else:
-            self._fold(a.reshape(-1), n.reshape(-1), None, a, n, col0)
+            self._fold(a.reshape(-1), n.reshape(-1), None, n, col0, column)
+
+    def update_sparse(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, n: torch.Tensor, col0: int,
+                      probe: torch.Tensor) -> None:
+        """``update`` with the analytical columns given as their non-zero entries: column (within
+        ``n``), row and value, by column then row. The numerical columns ``n`` are read there and
+        only counted elsewhere (where they are non-zero too, those entries are looked up), so no
+        dense analytical block is made and the entries zero on both sides are never scanned."""
+        nv = n[c, r]
+        if int(torch.count_nonzero(n)) > int(torch.count_nonzero(nv)):  # NaN counts as non-zero
+            off = n != 0
+            off[c, r] = False
+            oc, orow = off.nonzero(as_tuple=True)
+            c, r = torch.cat([c, oc]), torch.cat([r, orow])
+            av, nv = torch.cat([av, av.new_zeros(len(oc))]), torch.cat([nv, n[oc, orow]])
+        cols = slice(col0, col0 + len(n))
+        self.proj_a[cols] = torch.zeros(len(n), dtype=torch.float64).index_add_(0, c, av * probe[r])
+        self.proj_n[cols] = torch.zeros(len(n), dtype=torch.float64).index_add_(0, c, nv * probe[r])
+
+        def column(k: int) -> torch.Tensor:
+            mine = c == k
+            return torch.zeros(n.shape[1], dtype=torch.float64).index_put_((r[mine],), av[mine])
+
+        self._fold(av, nv, (c, r), n, col0, column)
 
     def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: Optional[tuple[torch.Tensor, torch.Tensor]],
-              a: torch.Tensor, n: torch.Tensor, col0: int) -> None:
+              n: torch.Tensor, col0: int, a_column: Callable[[int], torch.Tensor]) -> None:
         """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
-        those at (column, row) indices ``at``."""
-        n_cols, n_rows = a.shape
+        those at (column, row) indices ``at``; ``a_column``: an analytical column of the block, whole."""
+        n_cols, n_rows = n.shape
 
         def where(k: int) -> tuple[int, int]:
             return divmod(k, n_rows) if at is None else (int(at[0][k]), int(at[1][k]))
@@ -113,7 +137,7 @@ class Entry:
                torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True))
         self.bad[col0 : col0 + n_cols] |= bad
         for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
-            self.bad_columns.append((col0 + c, a[c].clone(), n[c].clone()))  # kept whole, to re-examine
+            self.bad_columns.append((col0 + c, a_column(c), n[c].clone()))  # kept whole, to re-examine
         excess = torch.div(diff, tol, out=tol)
         if diff.numel():
             k = int(torch.argmax(excess))
@@ -174,24 +198,27 @@ def compare(
     chunk = max(1, min(block, memory_bytes // 8 // 8 // per_col))  # numerical columns and temporaries
     # The non-zero entries, from one pass of backward calls, are kept instead of the dense rows
     # when they fit in a quarter of the memory and, if the dense rows fit too, are at most an
-    # eighth of the entries: a block of rows is then rebuilt chunk by chunk into one small buffer,
-    # cheaper than writing (and faulting in) the dense rows. Else rows are computed per block.
+    # eighth of the entries: each chunk of numerical columns is then compared at those entries
+    # (and wherever it is non-zero itself), never scanning the entries zero on both sides. Else
+    # the dense rows are computed per block.
     fits = block >= layout.n_cols
     limit = memory_bytes // 4 // 24
     store = jac.sparse_rows(min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit, early=fits)
     if store is not None:
-        block = chunk
-    buffer = torch.empty(min(block, layout.n_cols), layout.n_rows, dtype=torch.float64) if store is not None else None
+        block = layout.n_cols  # no rows held: one pass over the chunks
     for col0 in range(0, layout.n_cols, block):
         col1 = min(layout.n_cols, col0 + block)
-        a_block = store.block(col0, col1, buffer) if store is not None else jac.rows(col0, col1)
+        a_block = jac.rows(col0, col1) if store is None else None
         for c0 in range(col0, col1, chunk):
             c1 = min(col1, c0 + chunk)
             n_chunk = jac.columns(c0, c1)
             for i, entry in enumerate(entries):
                 lo, hi = max(c0, layout.col_starts[i]), min(c1, layout.col_starts[i + 1])
                 if lo < hi:
-                    entry.update(a_block[lo - col0 : hi - col0], n_chunk[lo - c0 : hi - c0],
-                                 lo - layout.col_starts[i], probe)
+                    n, start = n_chunk[lo - c0 : hi - c0], lo - layout.col_starts[i]
+                    if a_block is not None:
+                        entry.update(a_block[lo - col0 : hi - col0], n, start, probe)
+                    else:
+                        entry.update_sparse(*store.entries(lo, hi), n, start, probe)
         del a_block  # free it before the next block is allocated: one block at a time
     return layout, entries

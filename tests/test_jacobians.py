@@ -293,32 +293,37 @@ def test_the_sparse_store_holds_every_non_zero_entry_or_gives_up() -> None:
     assert jac.sparse_rows(nnz - 1) is None  # over its limit: the caller recomputes rows per block
     store = jac.sparse_rows(nnz)
     assert store is not None and len(store.vals) == nnz
-    torch.testing.assert_close(store.block(0, jac.layout.n_cols, torch.empty_like(dense)), dense, rtol=0, atol=0)
-    torch.testing.assert_close(store.block(100, 300, torch.full_like(dense, 7.0)), dense[100:300], rtol=0, atol=0)
+    for col0, col1 in [(0, jac.layout.n_cols), (100, 300)]:
+        c, r, v = store.entries(col0, col1)
+        assert torch.equal(c * jac.layout.n_rows + r, (c * jac.layout.n_rows + r).sort().values)  # by column, then row
+        rebuilt = torch.zeros(col1 - col0, jac.layout.n_rows, dtype=DT).index_put_((c, r), v)
+        torch.testing.assert_close(rebuilt, dense[col0:col1], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("memory", [900_000, 1 << 28], ids=["dense rows do not fit", "dense rows fit"])
 @pytest.mark.parametrize("fn", [LinearFunction, WrongWeightGrad])
 def test_the_sparse_store_gives_the_dense_numbers(fn: type, memory: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Linear n=16: the dense Jacobian (1.1 MB) does or does not fit, its 8448 non-zero entries
-    (200 kB, 3% of the entries) do: the rows are computed once and rebuilt block by block from the
-    store, with the numbers of dense rows."""
+    (200 kB, 3% of the entries) do: the rows are computed once, and the numerical columns are
+    compared chunk by chunk at the stored entries (and where they are non-zero themselves: a
+    transposed weight gradient has its entries elsewhere), with the numbers of dense rows."""
     from gradcheck_cli.jacobians import SparseRows
 
     args = [randn(16, 16), randn(16, 16, seed=1), randn(16, seed=2)]
     with monkeypatch.context() as m:
         m.setattr(Jacobians, "sparse_rows", lambda *a, **k: None)
         dense = _backward(fn, args, 1 << 28)
-    blocks = []
-    rebuild = SparseRows.block
-    monkeypatch.setattr(SparseRows, "block", lambda self, *a: blocks.append(a[:2]) or rebuild(self, *a))
+    spans = []
+    read = SparseRows.entries
+    monkeypatch.setattr(SparseRows, "entries", lambda self, *a: spans.append(a) or read(self, *a))
     stored = _backward(fn, args, memory)
-    assert len(blocks) >= (2 if memory < 1 << 20 else 1)  # blocks (a chunk each), rebuilt from the store
+    assert len(spans) >= (6 if memory < 1 << 20 else 3)  # a span per argument and chunk, read from the store
     assert stored.status == dense.status == ("pass" if fn is LinearFunction else "fail")
     for s, d in zip(stored.inputs, dense.inputs):
         assert (s.name, s.status, s.mismatched, s.worst_index, s.diagnosis) == \
                (d.name, d.status, d.mismatched, d.worst_index, d.diagnosis)
         assert s.max_abs_err == pytest.approx(d.max_abs_err, rel=1e-9, abs=1e-15)
+        assert (s.analytical, s.numerical) == pytest.approx((d.analytical, d.numerical), rel=1e-9, abs=1e-15)
 
 
 # -- probes (--fast): the 2 x arguments x probes perturbed forwards as one vmapped call ------------
