@@ -198,6 +198,35 @@ def test_batched_rows_give_the_single_calls_numbers(monkeypatch: pytest.MonkeyPa
     torch.testing.assert_close(batched, _single_rows(args), rtol=1e-12, atol=0)
 
 
+class PassThrough(Function):
+    """``x`` as it is; backward returns grad_output itself, so the batched rows are views of it."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g
+
+
+@pytest.mark.parametrize("store", [False, True], ids=["dense rows", "sparse store"])
+def test_batched_rows_that_are_views_of_the_grad_outputs_survive_the_next_stage(store: bool) -> None:
+    """The one-hot grad_outputs are reused from stage to stage: a stage's rows are read before the
+    next stage resets them."""
+    from gradcheck_cli.jacobians import ROW_STAGE
+
+    n = 2 * ROW_STAGE + 10  # three stages
+    jac = jacobians(PassThrough, [randn(n)], None)
+    if store:
+        c, r, v = jac.sparse_rows(n).entries(0, n)
+        rows = torch.zeros(n, n, dtype=DT).index_put_((c, r), v)
+    else:
+        rows = jac.rows(0, n)
+    assert jac.batched_rows is True
+    torch.testing.assert_close(rows, torch.eye(n, dtype=DT), rtol=0, atol=0)
+
+
 def test_batched_rows_fall_back_to_single_calls_where_vmap_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
     single = _single_rows(args)
