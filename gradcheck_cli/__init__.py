@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 __version__ = "0.1.0"
-FAST_PROBES = 3  # signed random probes per argument for --fast
+FAST_PROBES = 3  # random probes per argument for --fast (the first non-negative, the others signed)
 
 if TYPE_CHECKING:
     from .results import CaseResult
@@ -29,9 +29,10 @@ def check(
     """Check the backward of ``fn`` (an autograd.Function class or any callable) at ``args``.
 
     ``kwargs`` are bound to forward's signature by name. Tolerances default to
-    torch.autograd.gradcheck's. ``probes > 0`` decides with that many signed random probes
-    first and compares element by element only when one fails. Returns a CaseResult: ``.status`` is a Status, ``.checks[0]``
-    the backward check with one ``InputReport`` per argument. Never raises for errors in
+    torch.autograd.gradcheck's. ``probes > 0`` decides with that many random probes
+    first and compares element by element only the arguments where one fails. Returns a
+    CaseResult: ``.status`` is a Status, ``.checks[0]`` the backward check with one
+    ``InputReport`` per argument. Never raises for errors in
     ``fn``: they come back as ``.error``.
     """
     import torch

@@ -125,10 +125,10 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
 @click.option("--no-isolate", is_flag=True, help="Check in this process, one case after another (for "
                                                  "debuggers); a crash in user code then ends the run.")
 @click.option("--fast", "probes", flag_value=FAST_PROBES, type=int,
-              help=f"Decide with {FAST_PROBES} signed random probes v^T J u per argument; compare element by "
-                   f"element only where one fails (same as --probes {FAST_PROBES}).")
+              help=f"Decide with {FAST_PROBES} random probes v^T J u per argument; compare element by element "
+                   f"the arguments where one fails (same as --probes {FAST_PROBES}).")
 @click.option("--probes", "probes", type=click.IntRange(min=0), default=0, metavar="N",
-              help="Decide with N signed random probes per argument first (0: element by element).")
+              help="Decide with N random probes per argument first (0: element by element).")
 @click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
               help="Jacobian entries held in memory at once; larger checks recompute in blocks.")
 @click.option("--color/--no-color", default=None, help="Colour the table (default: when stdout is a terminal "

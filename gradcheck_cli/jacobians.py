@@ -113,7 +113,6 @@ class Jacobians:
         self.segments = [(p, end - size, end) for p, size, end in zip(layout.outputs, layout.row_sizes, ends)]
         self.batched_rows: Optional[bool] = None if self.live else False  # None: not tried yet
         self.one_hot: Optional[list[torch.Tensor]] = None  # batched grad_outputs, reused from stage to stage
-        self.ones: Optional[tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]] = None  # where they are 1
         self.batched_cols: Optional[bool] = None if batched else False
 
     # -- analytical: J^T e_r for one-hot e_r, a row of the Jacobian per backward ---------------------
@@ -151,6 +150,7 @@ class Jacobians:
                 torch.add(r, k + j0, out=rows[count : count + len(r)])
                 vals[count : count + len(r)] = grad[r, c]
                 count += len(r)
+        self.one_hot = None  # its memory is not needed past the rows
         return SparseRows(cols[:count], rows[:count], vals[:count], self.layout.n_cols, self.layout.n_rows)
 
     def _stages(self) -> Iterator[tuple[int, torch.Tensor, int, int]]:
@@ -190,24 +190,23 @@ class Jacobians:
         flat = real_flat(one)
         rows = []
         for j in range(j0, j1):
-            flat[j] = 1  # backward does not write grad_output: the contract check failed the case before
+            for g in grad_outs:  # in full: a backward that writes grad_output (a contract failure) may have
+                g.zero_()
+            flat[j] = 1
             grads = self._flat_grads(self.grad(self.live, self._wanted_inputs(), grad_outs), 1)
-            rows.append([g.clone() for g in grads])  # a gradient may be grad_output itself, reset next
-            flat[j] = 0
+            rows.append([g.clone() for g in grads])  # a gradient may be grad_output itself, zeroed next
         return [torch.cat(parts) for parts in zip(*rows)]
 
     def _batched_rows(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
         n = j1 - j0
-        if self.one_hot is None:
-            self.one_hot = [torch.zeros((ROW_STAGE,) + o.shape, dtype=o.dtype, device=o.device) for o in self.live]
-        if self.ones is not None:  # the last stage's gradients are read by now (they may be views of it)
-            flat, at = self.ones
-            flat[at] = 0
-        grad_outs = [z[:n] for z in self.one_hot]  # zeroing them afresh per stage costs 4% at Linear n=128
+        if self.one_hot is None:  # one buffer: fresh zeros per stage cost 4% at Linear n=128 (page faults)
+            self.one_hot = [torch.empty((ROW_STAGE,) + o.shape, dtype=o.dtype, device=o.device) for o in self.live]
+        # zeroed in full, as a backward that writes grad_output (a contract failure) may have written
+        # anywhere; the last stage's gradients, which may be views of it, are read by now
+        grad_outs = [z[:n].zero_() for z in self.one_hot]
         one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
         flat = (torch.view_as_real(one) if one.is_complex() else one).view(n, -1)
-        self.ones = flat, (torch.arange(n), torch.arange(j0, j1))
-        flat[self.ones[1]] = 1
+        flat[torch.arange(n), torch.arange(j0, j1)] = 1
         inputs = self._wanted_inputs()
 
         def vjp(*one_hot: torch.Tensor) -> tuple:  # through autograd's engine, as a single row is

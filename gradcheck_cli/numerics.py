@@ -91,14 +91,16 @@ class Entry:
         """``update`` with the analytical columns given as their non-zero entries: column (within
         ``n``), row and value, by column then row. The numerical columns ``n`` are read there and
         only counted elsewhere (where they are non-zero too, those entries are looked up), so no
-        dense analytical block is made and the entries zero on both sides are never scanned."""
+        dense analytical block is made and the entries zero on both sides are never compared."""
         nv = n[c, r]
         if int(torch.count_nonzero(n)) > int(torch.count_nonzero(nv)):  # NaN counts as non-zero
             off = n != 0
             off[c, r] = False
             oc, orow = off.nonzero(as_tuple=True)
             c, r = torch.cat([c, oc]), torch.cat([r, orow])
-            av, nv = torch.cat([av, av.new_zeros(len(oc))]), torch.cat([nv, n[oc, orow]])
+            order = torch.argsort(c * n.shape[1] + r)  # by column then row, as ``update``: ties go to the first
+            c, r = c[order], r[order]
+            av, nv = torch.cat([av, av.new_zeros(len(oc))])[order], torch.cat([nv, n[oc, orow]])[order]
         cols = slice(col0, col0 + len(n))
         self.proj_a[cols] = torch.zeros(len(n), dtype=torch.float64).index_add_(0, c, av * probe[r])
         self.proj_n[cols] = torch.zeros(len(n), dtype=torch.float64).index_add_(0, c, nv * probe[r])
@@ -205,7 +207,7 @@ def compare(
     limit = memory_bytes // 4 // 24
     store = jac.sparse_rows(min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit, early=fits)
     if store is not None:
-        block = layout.n_cols  # no rows held: one pass over the chunks
+        block = max(1, layout.n_cols)  # no rows held: one pass over the chunks
     for col0 in range(0, layout.n_cols, block):
         col1 = min(layout.n_cols, col0 + block)
         a_block = jac.rows(col0, col1) if store is None else None

@@ -227,6 +227,35 @@ def test_batched_rows_that_are_views_of_the_grad_outputs_survive_the_next_stage(
     torch.testing.assert_close(rows, torch.eye(n, dtype=DT), rtol=0, atol=0)
 
 
+class SoftmaxInPlace(Function):
+    """softmax, right, but backward works on grad_output in place (a contract failure, not fatal)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        y = torch.softmax(x, 0)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        (y,) = ctx.saved_tensors
+        return g.sub_((g * y).sum()).mul_(y)
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched rows", "single rows"])
+def test_a_backward_that_writes_grad_output_gets_one_hot_rows_every_stage(batched: bool,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reused grad_outputs are zeroed in full per stage (per row): its writes do not reach the
+    next one, and its gradient, right, is not reported wrong besides the contract failure."""
+    from gradcheck_cli.jacobians import ROW_STAGE
+
+    if not batched:
+        monkeypatch.setattr(Jacobians, "_batched_rows", None)  # vmap "refuses": single rows
+    result = check(SoftmaxInPlace, [randn(ROW_STAGE + 44).requires_grad_()]).checks[0]
+    assert result.status.value == "fail" and "modified grad_output in place" in result.message
+    assert (result.inputs[0].status.value, result.inputs[0].mismatched) == ("pass", 0), result.message
+
+
 def test_batched_rows_fall_back_to_single_calls_where_vmap_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
     single = _single_rows(args)
@@ -329,6 +358,33 @@ def test_the_sparse_store_holds_every_non_zero_entry_or_gives_up() -> None:
         torch.testing.assert_close(rebuilt, dense[col0:col1], rtol=0, atol=0)
 
 
+def test_arguments_with_no_elements_are_compared_without_error() -> None:
+    class Scale(Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor, w: torch.Tensor) -> tuple:
+            return x * w.sum(), 2 * w
+
+        @staticmethod
+        def backward(ctx: Any, gx: torch.Tensor, gw: torch.Tensor) -> tuple:
+            return gx * 0, 2 * gw
+
+    result = check(Scale, [randn(0).requires_grad_(), randn(0, seed=1).requires_grad_()])
+    assert result.status.value == "pass", result.checks[0].message
+
+
+class TwoTapsWrong(Function):
+    """``2 x + 2 roll(x, 1)``, with backward ``4 roll(g, -1)``: exact finite differences at x = 0,
+    so many entries are equally far off; the worst reported is the first, on either path."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return 2 * x + 2 * x.roll(1)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return 4 * g.roll(-1)
+
+
 @pytest.mark.parametrize("memory", [900_000, 1 << 28], ids=["dense rows do not fit", "dense rows fit"])
 @pytest.mark.parametrize("fn", [LinearFunction, WrongWeightGrad])
 def test_the_sparse_store_gives_the_dense_numbers(fn: type, memory: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -353,6 +409,17 @@ def test_the_sparse_store_gives_the_dense_numbers(fn: type, memory: int, monkeyp
                (d.name, d.status, d.mismatched, d.worst_index, d.diagnosis)
         assert s.max_abs_err == pytest.approx(d.max_abs_err, rel=1e-9, abs=1e-15)
         assert (s.analytical, s.numerical) == pytest.approx((d.analytical, d.numerical), rel=1e-9, abs=1e-15)
+
+
+def test_the_sparse_store_reports_the_dense_rows_worst_element_among_ties(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.zeros(32, dtype=DT)
+    with monkeypatch.context() as m:
+        m.setattr(Jacobians, "sparse_rows", lambda *a, **k: None)
+        (dense,) = _backward(TwoTapsWrong, [x], 1 << 28).inputs
+    (stored,) = _backward(TwoTapsWrong, [x], 1 << 28).inputs
+    assert (stored.worst_index, stored.worst_output, stored.analytical, stored.numerical) == \
+           (dense.worst_index, dense.worst_output, dense.analytical, dense.numerical) == ([0], "output 0 [0]", 0.0, 2.0)
+    assert stored.mismatched == dense.mismatched == 32
 
 
 # -- probes (--fast): the 2 x arguments x probes perturbed forwards as one vmapped call ------------
