@@ -82,16 +82,11 @@ class SparseRows:
     rows: torch.Tensor
     vals: torch.Tensor
     n_cols: int
-    n_rows: int
 
     def __post_init__(self) -> None:
         order = torch.argsort(self.cols, stable=True)
         self.cols, self.rows, self.vals = self.cols[order], self.rows[order], self.vals[order]
         self.starts = torch.searchsorted(self.cols, torch.arange(self.n_cols + 1)).tolist()
-
-    @property
-    def nbytes(self) -> int:
-        return 24 * len(self.vals)
 
     def entries(self, col0: int, col1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The non-zero entries of columns col0..col1: column - col0, row and value, by column then row."""
@@ -151,7 +146,7 @@ class Jacobians:
                 vals[count : count + len(r)] = grad[r, c]
                 count += len(r)
         self.one_hot = None  # its memory is not needed past the rows
-        return SparseRows(cols[:count], rows[:count], vals[:count], self.layout.n_cols, self.layout.n_rows)
+        return SparseRows(cols[:count], rows[:count], vals[:count], self.layout.n_cols)
 
     def _stages(self) -> Iterator[tuple[int, torch.Tensor, int, int]]:
         """(first row of the output, output, first and last row of the stage within it)."""

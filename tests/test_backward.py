@@ -955,3 +955,12 @@ def test_a_backward_that_returns_nan_every_time_is_not_called_nondeterministic()
     result = gradcheck_cli.check(fn, [x]).checks[0]
     assert result.status.value == "fail" and result.inputs[0].status.value == "fail"
     assert "different values" not in result.message and "nondeterministic" not in result.message, result.message
+
+
+def test_a_plain_callable_whose_gradient_is_nan_every_time_is_not_called_nondeterministic():
+    """The determinism check of a plain callable (autograd's own backward) compares NaN as equal
+    too, as backward's contract does for a Function."""
+    x = torch.tensor([-1.0, 4.0], dtype=torch.float64, requires_grad=True)  # sqrt(-1): NaN
+    result = gradcheck_cli.check(torch.sqrt, [x]).checks[0]
+    assert result.status.value == "fail" and "not finite" in result.message
+    assert "not deterministic" not in result.message, result.message

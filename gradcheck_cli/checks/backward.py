@@ -258,7 +258,7 @@ def _determinism(outputs: tuple, positions: list[int], inputs: list[torch.Tensor
     for name, first, *rest in zip(names, *runs):
         if first is None or any(g is None for g in rest):
             continue
-        spread = max((float((g - first).abs().max()) if first.numel() else 0.0) for g in rest)
+        spread = max(contract.max_difference(first, g) for g in rest)
         if not spread <= nondet_tol:
             problems.append(f"backward is not deterministic for '{name}': {repeat} calls with the same grad_output "
                             f"differ by up to {spread:.3g}; {contract.nondet_hint(spread)}")

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from ..loader import Bound, Target, user_frame
-from ..numerics import as_tuple, signed_uniform, probe_generator, vjp
+from ..numerics import as_tuple, probe_generator, signed_uniform, vjp
 from ..results import CheckResult, Status
 from . import UserCodeError, call_forward, contract, guarded
 from .backward import Options

@@ -13,7 +13,7 @@ from typing import Any, Optional
 import torch
 
 from ..loader import Bound, Target
-from ..numerics import as_tuple, signed_uniform, is_float_tensor
+from ..numerics import as_tuple, is_float_tensor, signed_uniform
 from . import call_forward, guarded
 
 
@@ -153,18 +153,21 @@ def _check_repeat(first: tuple, again: list[tuple], bound: Bound, nondet_tol: fl
         others = [o[i] for o in again if i < len(o) and isinstance(o[i], torch.Tensor)]
         if not isinstance(a, torch.Tensor) or any(b.shape != a.shape for b in others):
             continue
-        spread = max((0.0 if a.numel() == 0 or _same(a, b) else float((a.detach() - b.detach()).abs().max())
-                      for b in others), default=0.0)
+        spread = max((max_difference(a, b) for b in others), default=0.0)
         if not spread <= nondet_tol:
             found.fail(f"backward returned different values for '{bound.names[i]}' when called {len(again) + 1} "
                        f"times with the same grad_output (max difference {spread:.3g}): it keeps or changes state "
                        f"between calls, or is nondeterministic; {nondet_hint(spread)}", arg=i)
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal, NaN where NaN: a backward that returns NaN every time is deterministic (the check of
-    its values says what is wrong)."""
-    return a.dtype == b.dtype and (torch.equal(a, b) or bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)))
+def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest difference between two gradients that backward returned for one argument with
+    the same grad_output; 0 where they are equal, NaN where NaN (a backward that returns NaN every
+    time is deterministic: the check of its values says what is wrong)."""
+    if a.numel() == 0 or a.dtype == b.dtype and (
+            torch.equal(a, b) or bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))):
+        return 0.0
+    return float((a.detach() - b.detach()).abs().max())
 
 
 def nondet_hint(spread: float) -> str:

@@ -15,7 +15,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..loader import Target
-from ..numerics import Entry, as_tuple, signed_uniform, make_layout, probe_generator, real_flat, unravel
+from ..numerics import Entry, as_tuple, make_layout, probe_generator, real_flat, signed_uniform, unravel
 from ..results import CheckResult, Status
 from . import UserCodeError, call_forward, contract
 from .backward import Options, _fill
