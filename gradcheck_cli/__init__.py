@@ -13,48 +13,78 @@ FAST_PROBES = 3  # random probes per argument for --fast (the first non-negative
 if TYPE_CHECKING:
     from .results import CaseResult
 
+__all__ = ["FAST_PROBES", "__version__", "check"]
+
 
 def check(
     fn: Any,
     args: Sequence[Any],
     kwargs: Optional[dict[str, Any]] = None,
     *,
+    checks: Sequence[str] = ("backward",),
+    device: Optional[str] = None,
+    devices: Sequence[str] = (),
     eps: float = 1e-6,
     atol: float = 1e-5,
     rtol: float = 1e-3,
     nondet_tol: float = 0.0,
     seed: int = 0,
     probes: int = 0,
-) -> "CaseResult":
-    """Check the backward of ``fn`` (an autograd.Function class or any callable) at ``args``.
+    repeat: int = 3,
+    memory_bytes: Optional[int] = None,
+) -> CaseResult:
+    """Check ``fn`` (an autograd.Function class or any callable) at ``args`` with the named
+    ``checks`` (default: backward; any of ``gradcheck_cli.checks.NAMES``, or ``"all"``).
 
-    ``kwargs`` are bound to forward's signature by name. Tolerances default to
-    torch.autograd.gradcheck's. ``probes > 0`` decides with that many random probes
-    first and compares element by element only the arguments where one fails. Returns a
-    CaseResult: ``.status`` is a Status, ``.checks[0]`` the backward check with one
-    ``InputReport`` per argument. Never raises for errors in
-    ``fn``: they come back as ``.error``.
+    ``kwargs`` are bound to forward's signature by name. ``device`` moves the tensor arguments
+    there first (default: where they are); ``devices`` lists the devices ``device_consistency``
+    compares (the first is the reference). Tolerances default to torch.autograd.gradcheck's.
+    ``probes > 0`` decides with that many random probes first and compares element by element
+    only the arguments where one fails. Returns a CaseResult: ``.status`` is a Status,
+    ``.checks`` one CheckResult per check with one ``InputReport`` per argument. Never raises
+    for errors in ``fn``: they come back as ``.error``.
     """
     import torch
 
-    from . import loader, runner
-    from .checks import backward
+    from . import runner
+    from .binding import bind
+    from .checks import NAMES, get
+    from .checks.base import MEMORY_BYTES, CheckContext, Options
     from .results import CaseResult, Status
     from .spec import Tolerance
+    from .target import Target
 
+    names = list(NAMES) if list(checks) == ["all"] else list(checks)
+    unknown = [n for n in names if n not in NAMES]
+    if unknown:
+        raise ValueError(f"unknown check {unknown[0]!r}; known checks: {', '.join(NAMES)}, or 'all'")
     is_function = isinstance(fn, type) and issubclass(fn, torch.autograd.Function)
     name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
-    target = loader.Target(name, fn, is_function)
+    target = Target(name, fn, is_function)
     result = CaseResult(id=name, spec=None, case=None, function=name, device="", seed=seed, status=Status.PASS)
     default = Tolerance()
     given = tuple(k for k, v in (("eps", eps), ("atol", atol), ("rtol", rtol)) if v != getattr(default, k))
-    opts = backward.Options(Tolerance(eps, atol, rtol, nondet_tol, given), seed, probes=probes)
+    opts = Options(Tolerance(eps, atol, rtol, nondet_tol, given), seed, memory_bytes or MEMORY_BYTES, probes, repeat)
+
+    def on(where: Optional[str]) -> Any:
+        values = _moved(list(args), where)
+        bound = bind(target, [(None, a) for a in values[: len(args)]], list(zip(kwargs or {}, values[len(args):])))
+        bound.seed = seed
+        return bound
 
     def body(result: CaseResult) -> None:
-        bound = loader.bind(target, [(None, a) for a in args], list((kwargs or {}).items()))
-        bound.seed = seed
-        devices = {str(v.device) for v in bound.values if isinstance(v, torch.Tensor)}
-        result.device = ",".join(sorted(devices)) or "cpu"
-        result.checks.append(backward.run(target, bound, opts))
+        bound = on(device)
+        here = {str(v.device) for v in bound.values if isinstance(v, torch.Tensor)}
+        result.device = ",".join(sorted(here)) or "cpu"
+        ctx = CheckContext(target, bound, device or result.device, opts, tuple(devices), on)
+        result.checks.extend(get(n)(ctx) for n in names)
+
+    def _moved(values: list[Any], where: Optional[str]) -> list[Any]:
+        values = values + list((kwargs or {}).values())
+        if where is None:
+            return values
+        copies: dict[int, Any] = {}  # a tensor passed twice stays one tensor
+        return [copies.setdefault(id(v), v.detach().to(where).requires_grad_(v.requires_grad))
+                if isinstance(v, torch.Tensor) else v for v in values]
 
     return runner.guard(result, body)

@@ -14,9 +14,9 @@ from typing import Any, Callable, Iterator, Optional
 import click
 
 from . import FAST_PROBES, __version__
-from .results import CHECKS
+from .checks import NAMES as CHECKS
+from .results import ExitCode
 
-EXIT_INTERNAL = 4
 PROGRESS_MIN = 3  # more cases than this get a progress bar
 FORMATS = ("table", "json", "github", "auto")  # reporters.FORMATS, plus auto (not imported: --help stays light)
 
@@ -152,7 +152,7 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         if not items:
             raise click.UsageError(f"-k {select}: no case name contains it")
 
-    from . import batch, plan, reporters
+    from . import batch, plan, replay, reporters
 
     if shard is not None:
         items = plan.shard(items, *shard)
@@ -161,8 +161,10 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
                            probes=probes, checks=checks or None)
     settings = batch.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
                                   isolate=not no_isolate)
-    with _progress(len(plan.expand(items, opts))) as on_result:
+    planned = plan.expand(items, opts)
+    with _progress(len(planned)) as on_result:
         report = batch.execute(items, opts, settings, on_result)
+    replay.attach(report.results, planned)
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     if fmt == "auto":
@@ -184,7 +186,7 @@ def main(argv: Optional[list[str]] = None) -> Any:
     except Exception:  # noqa: BLE001 - report, then exit with the contract's internal-error code
         traceback.print_exc()
         click.echo("gradcheck-cli internal error: please report it with the traceback above", err=True)
-        sys.exit(EXIT_INTERNAL)
+        sys.exit(ExitCode.INTERNAL)
 
 
 @cli.command("init")
@@ -193,14 +195,14 @@ def main(argv: Optional[list[str]] = None) -> Any:
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 def init_cmd(function: str, output: Optional[str], force: bool) -> None:
     """Write a spec skeleton for FUNCTION (pkg.mod.MyFunction) from its forward signature."""
-    from .loader import LoadError
+    from .errors import LoadError
     from .scaffold import skeleton
 
     try:
         text = skeleton(function)
     except LoadError as exc:
         click.echo(f"gradcheck init: {exc}" + (f" (at {exc.where})" if exc.where else ""), err=True)
-        sys.exit(3)
+        sys.exit(ExitCode.NOT_CHECKED)
     if output is None:
         click.echo(text, nl=False)
         return

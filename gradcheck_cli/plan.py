@@ -5,22 +5,19 @@ No torch here, so the parent process of an isolated batch never imports it.
 from __future__ import annotations
 
 import hashlib
-import shlex
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Optional, Union
 
-from .results import CaseResult, ErrorInfo, Status
+from .results import CaseResult, ErrorInfo, ErrorKind, Status
 from .spec import Case, SpecError
 
-MEMORY_BYTES = 512 * 2**20
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """Run-wide settings that the command line controls."""
 
-    memory_bytes: int = MEMORY_BYTES
+    memory_bytes: Optional[int] = None  # Jacobian bytes held at once; None: the checks' default
     seed: Optional[int] = None  # overrides every case's seed
     trials: int = 1  # seeds tried per case: seed, seed + 1, ...
     devices: Optional[tuple[str, ...]] = None  # overrides every case's devices
@@ -66,34 +63,26 @@ def shard(items: list[Union[Case, SpecError]], index: int, count: int) -> list[U
     return [i for i in items if in_shard(i.name if isinstance(i, Case) else f"{i.path}:{i.line}", index, count)]
 
 
+def task_id(task: Task) -> str:
+    """The id of a task's result: ``path::case[device]``."""
+    return f"{task.case.name}[{task.device}]"
+
+
 def new_result(task: Task, seed: Optional[int] = None) -> CaseResult:
     """An empty (passing) result for ``task``, to be filled by the checks."""
     case, seed = task.case, task.seed if seed is None else seed
-    command = replay(case, seed if seed != case.seed else None)
-    if command and task.opts.devices is not None:
-        command += f" --device {task.device}"
-    if command and task.opts.checks is not None:
-        command += "".join(f" --check {name}" for name in task.opts.checks)
-    return CaseResult(id=f"{case.name}[{task.device}]", spec=case.path, case=case.label, function=case.function,
-                      device=task.device, seed=seed, status=Status.PASS, line=case.line, replay=command)
+    return CaseResult(id=task_id(task), spec=case.path, case=case.label, function=case.function,
+                      device=task.device, seed=seed, status=Status.PASS, line=case.line)
 
 
-def failed_result(task: Task, kind: str, message: str) -> CaseResult:
+def failed_result(task: Task, kind: ErrorKind, message: str) -> CaseResult:
     """An error result for a task that could not finish (a crash or a timeout of its worker)."""
     result = new_result(task)
     result.status, result.error = Status.ERROR, ErrorInfo(kind, message)
     return result
 
 
-def replay(case: Case, seed: Optional[int] = None) -> Optional[str]:
-    """A command that checks just this case again (same spec, same seed)."""
-    if not Path(case.path).is_file():
-        return None
-    command = f"gradcheck {shlex.quote(case.path)} -k {shlex.quote(case.name)}"
-    return command + (f" --seed {seed}" if seed is not None else "")
-
-
 def spec_error_result(exc: SpecError) -> CaseResult:
     """An unusable spec document as an error result of its own."""
     return CaseResult(id=f"{exc.path}:{exc.line}" if exc.line else exc.path, spec=exc.path, case=None, function="",
-                      device="", seed=0, status=Status.ERROR, error=ErrorInfo("spec", str(exc)), line=exc.line)
+                      device="", seed=0, status=Status.ERROR, error=ErrorInfo(ErrorKind.SPEC, str(exc)), line=exc.line)

@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Optional
 
 from .plan import Task, failed_result
-from .results import CaseResult, Status
+from .results import CaseResult, ErrorKind, Status
 
 
 def keep_freed_memory() -> None:
@@ -53,7 +53,7 @@ def _serve(conn: Connection, threads: int) -> None:
         index, task = message
         conn.send(("started", index))  # the timeout counts from here, not from the worker's start-up
         result = run_task(task)
-        retire = result.error is not None and result.error.kind == "cuda"
+        retire = result.error is not None and result.error.kind is ErrorKind.CUDA
         conn.send(("retiring" if retire else "done", result))
         if retire:
             return  # a CUDA error leaves the context unusable: a fresh worker takes the next task
@@ -166,9 +166,9 @@ def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None, fail_fast
                     continue
                 if not alive or worker.proc.sentinel in ready:
                     worker.proc.join(timeout=5)
-                    failure = failed_result(worker.task, "crash", _death(worker.proc.exitcode))
+                    failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker.proc.exitcode))
                 elif worker.overdue(timeout):
-                    failure = failed_result(worker.task, "timeout", f"timed out after {timeout:g} s (--timeout): "
+                    failure = failed_result(worker.task, ErrorKind.TIMEOUT, f"timed out after {timeout:g} s (--timeout): "
                                             "stopped; an endless loop in forward or backward, or a limit too small "
                                             "for this check?")
                 else:

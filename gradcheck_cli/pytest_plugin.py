@@ -143,11 +143,14 @@ class CaseItem(pytest.Item):
         self.result: Optional[CaseResult] = None
 
     def runtest(self) -> None:
-        from . import runner
+        from . import replay, runner
+        from .plan import RunOptions, Task
         from .results import Status
 
         mb = self.config.getoption("gradcheck_max_memory")
-        self.result = result = runner.run_case(self.case, self.device, runner.RunOptions(memory_bytes=mb * 2**20))
+        task = Task(self.case, self.device, RunOptions(memory_bytes=mb * 2**20))
+        self.result = result = runner.run_task(task)
+        result.replay = replay.command(task, result.seed)
         if result.status is Status.SKIP:
             reasons = dict.fromkeys(c.message for c in result.checks if c.message)
             self._skip("; ".join(reasons) or "no check applies")

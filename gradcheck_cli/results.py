@@ -9,7 +9,55 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-CHECKS = ("backward", "double_backward", "forward_ad", "batched", "undefined_grad", "device_consistency")
+class ExitCode(enum.IntEnum):
+    """The process exit codes of the contract, used by the CLI, the pytest plugin's entry and ``Report``."""
+
+    OK = 0  # every check that ran passed (skips allowed)
+    FAILED = 1  # a check failed: a gradient is wrong, or backward broke its contract
+    USAGE = 2  # bad options, a missing file, nothing to check
+    NOT_CHECKED = 3  # a spec could not be checked (invalid spec, import failed, forward raised); wins over 1
+    INTERNAL = 4  # a bug of gradcheck-cli itself
+    INTERRUPTED = 130  # SIGINT
+    TERMINATED = 143  # SIGTERM
+
+
+class ErrorKind(str, enum.Enum):
+    """Why a case could not be checked: ``ErrorInfo.kind``, as the JSON report writes it."""
+
+    SPEC = "spec"  # an invalid spec, or arguments that do not fit the signature
+    IMPORT = "import"  # the target cannot be imported, or is not checkable
+    INIT = "init"  # an nn.Module's constructor raised
+    FORWARD = "forward"  # the user's forward raised
+    BACKWARD = "backward"  # the user's backward raised
+    JVP = "jvp"  # the user's jvp raised
+    DEVICE = "device"  # a required device is not available (--require-device)
+    CUDA = "cuda"  # a CUDA error (the worker's context is replaced)
+    OUT_OF_MEMORY = "out_of_memory"
+    CRASH = "crash"  # the worker process died (a segfault, os._exit)
+    TIMEOUT = "timeout"  # --timeout stopped the case
+    INTERNAL = "internal"  # a bug of gradcheck-cli (exit 4)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Pattern(str, enum.Enum):
+    """What the numbers of a mismatching (or suspicious) argument show: ``InputReport.pattern``."""
+
+    NONFINITE = "nonfinite"  # NaN or infinite Jacobian entries
+    ZERO_ANALYTICAL = "zero_analytical"  # analytical all zeros, numerical not (a missing return?)
+    ZERO_NUMERICAL = "zero_numerical"  # the outputs do not depend on it, backward says they do
+    SIGN_FLIP = "sign_flip"  # analytical = -numerical
+    CONSTANT_RATIO = "constant_ratio"  # analytical = ratio x numerical
+    TRANSPOSED = "transposed"  # the last two dims swapped
+    CONJUGATE = "conjugate"  # complex: the conjugate convention
+    SOME_ELEMENTS = "some_elements"  # a few elements wrong, the others right
+    NO_PATTERN = "no_pattern"  # wrong everywhere, no constant ratio or sign flip
+    SYSTEMATIC = "systematic"  # within tolerance, but a constant factor off 1 (``ratio``)
+    KINK = "kink"  # mismatches at kinks, ties or domain edges (explained, or wrong there too)
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class Status(str, enum.Enum):
@@ -26,9 +74,9 @@ class Status(str, enum.Enum):
 
 @dataclass(frozen=True)
 class ErrorInfo:
-    """Why a case could not be checked. ``kind`` is a short machine-readable tag."""
+    """Why a case could not be checked."""
 
-    kind: str
+    kind: ErrorKind
     message: str
     where: Optional[str] = None  # "path/to/user_file.py:42" when the user's code raised
 
@@ -54,6 +102,8 @@ class InputReport:
     atol: Optional[float] = None
     rtol: Optional[float] = None
     diagnosis: Optional[str] = None  # the pattern in words, e.g. "analytical is 2.00x numerical"
+    pattern: Optional[Pattern] = None  # the pattern as data
+    ratio: Optional[float] = None  # analytical / numerical, where the pattern is a constant ratio (or a sign flip)
     at_kinks: int = 0  # elements whose mismatch a kink, tie or domain edge explains (not counted as wrong)
     line: Optional[int] = None  # line of the argument's entry in the spec file, where known
 
@@ -120,15 +170,15 @@ class Report:
             "duration_s": round(self.duration_s, 3),
         }
 
-    def exit_code(self) -> int:
-        """Exit code of the contract: 4 internal, 3 could not check, 1 failed, 0 passed."""
-        if any(r.error is not None and r.error.kind == "internal" for r in self.results):
-            return 4
+    def exit_code(self) -> ExitCode:
+        """Exit code of the contract: internal beats could not check beats failed beats passed."""
+        if any(r.error is not None and r.error.kind == ErrorKind.INTERNAL for r in self.results):
+            return ExitCode.INTERNAL
         if any(r.status is Status.ERROR for r in self.results):
-            return 3
+            return ExitCode.NOT_CHECKED
         if any(r.status is Status.FAIL for r in self.results):
-            return 1
-        return 0
+            return ExitCode.FAILED
+        return ExitCode.OK
 
 
 def to_dict(obj: Any) -> Any:
@@ -137,7 +187,7 @@ def to_dict(obj: Any) -> Any:
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, Status):
+    if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}

@@ -8,13 +8,16 @@ from typing import Callable, Iterable, Optional, Union
 
 import torch
 
-from . import inputs, loader, plan
+from . import checks, inputs, loader, plan
+from .binding import Bound, bind
+from .checks.base import MEMORY_BYTES, CheckContext, Options
+from .devices import device_problem
+from .errors import BindError, LoadError, UserCodeError, device_kind, guarded
+from .nn_module import init_target
 from .plan import RunOptions, Task
-from .checks import UserCodeError, backward, batched, device_kind, devices, double_backward, forward_ad, guarded
-from .checks import undefined_grad
-from .checks.devices import Context, device_problem
-from .results import CaseResult, CheckResult, ErrorInfo, InputReport, Report, Status, overall
-from .spec import Arg, Case, SpecError
+from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Status, overall
+from .spec import Case, SpecError
+from .target import Target
 
 
 class DeviceError(Exception):
@@ -23,15 +26,6 @@ class DeviceError(Exception):
 
 RESAMPLES = 3  # extra draws with `resample: true`
 RESAMPLE_STRIDE = 1_000_003  # resampled seeds stay clear of --trials' seed, seed + 1, ...
-
-IMPLEMENTED: dict[str, Callable[[Context, backward.Options], CheckResult]] = {
-    "backward": lambda ctx, options: backward.run(ctx.target, ctx.bound, options),
-    "double_backward": double_backward.run,
-    "forward_ad": forward_ad.run,
-    "batched": batched.run,
-    "undefined_grad": undefined_grad.run,
-    "device_consistency": lambda ctx, options: devices.consistency(ctx),
-}
 
 
 def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseResult:
@@ -58,11 +52,11 @@ def _resampled(task: Task, seed: int) -> CaseResult:
     notes: list[str] = []
     for k in range(RESAMPLES + 1):
         case = replace(task.case, seed=seed + k * RESAMPLE_STRIDE)
-        result = guard(plan.new_result(task, case.seed), lambda r, c=case: _check(c, task.device, task.opts, r),
+        drawn: set[str] = set()  # the arguments drawn at random (not literal data), which a new seed moves
+        result = guard(plan.new_result(task, case.seed), lambda r, c=case: _check(c, task.device, task.opts, r, drawn),
                        where=_at(case))
         result.warnings[:0] = notes
-        at = [f"'{row.name}'" for check in result.checks for row in check.inputs
-              if row.at_kinks and getattr(_arg_of(case, row), "shape", None) is not None]  # drawn, not data
+        at = [f"'{row.name}'" for check in result.checks for row in check.inputs if row.at_kinks and row.name in drawn]
         if not (task.case.resample and at) or k == RESAMPLES:
             return result
         notes.append(f"seed {case.seed} put {', '.join(dict.fromkeys(at))} on a kink, tie or domain edge: "
@@ -76,19 +70,19 @@ def guard(result: CaseResult, body: Callable[[CaseResult], None], where: str = "
     try:
         body(result)
     except SpecError as exc:
-        result.error = ErrorInfo("spec", str(exc))
-    except loader.LoadError as exc:
-        result.error = ErrorInfo("import", f"{where}: function: {exc}" if where else str(exc), exc.where)
-    except (loader.BindError, inputs.InputError) as exc:
-        result.error = ErrorInfo("spec", f"{where}: {exc.key}: {exc}" if where else f"{exc.key}: {exc}")
+        result.error = ErrorInfo(ErrorKind.SPEC, str(exc))
+    except LoadError as exc:
+        result.error = ErrorInfo(ErrorKind.IMPORT, f"{where}: function: {exc}" if where else str(exc), exc.where)
+    except (BindError, inputs.InputError) as exc:
+        result.error = ErrorInfo(ErrorKind.SPEC, f"{where}: {exc.key}: {exc}" if where else f"{exc.key}: {exc}")
     except UserCodeError as exc:
         result.error = ErrorInfo(exc.kind, str(exc), exc.where)
     except DeviceError as exc:
-        result.error = ErrorInfo("device", str(exc))
+        result.error = ErrorInfo(ErrorKind.DEVICE, str(exc))
     except Exception as exc:  # noqa: BLE001 - a bug of ours is still one result, not a crash
         kind = device_kind(exc)  # an asynchronous GPU error can surface anywhere after its kernel
         result.error = (ErrorInfo(kind, f"{type(exc).__name__}: {exc}") if kind else
-                        ErrorInfo("internal", f"internal error in gradcheck-cli: {type(exc).__name__}: {exc}",
+                        ErrorInfo(ErrorKind.INTERNAL, f"internal error in gradcheck-cli: {type(exc).__name__}: {exc}",
                                   "".join(traceback.format_exception(exc)[-3:]).strip()))
     result.status = Status.ERROR if result.error else overall([c.status for c in result.checks])
     result.duration_s = time.perf_counter() - start
@@ -99,7 +93,7 @@ def _at(case: Case) -> str:
     return f"{case.path}:{case.line}" if case.line else case.path
 
 
-def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> None:
+def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn: set[str]) -> None:
     problem = device_problem(device)
     if problem and opts.require_device:
         raise DeviceError(f"{device} is required (--require-device) but not available: {problem}")
@@ -107,29 +101,25 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult) -> Non
         result.checks = [CheckResult(name, Status.SKIP, message=problem) for name in case.checks]
         return
     target = loader.load(case.function)
-    loader.init_module(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device, guarded)
-    params = target.parameters() or []
-    positional, keywords = inputs.build(case, device, [p.name for p in params])
-    ctx = Context(case, device, target, loader.bind(target, positional, keywords))
-    ctx.bound.seed = case.seed
-    options = backward.Options(case.tolerance, case.seed, opts.memory_bytes, opts.probes, case.repeat)
+    init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device)
+    bound = bind_case(target, case, device)
+    drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
+    options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat)
+    ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other))
     for name in case.checks:
-        check = IMPLEMENTED[name](ctx, options)
+        check = checks.get(name)(ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
-            guarded("cuda", "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
-        _spec_lines(check, case)
+            guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         result.checks.append(check)
 
 
-def _spec_lines(check: CheckResult, case: Case) -> None:
-    """Point each argument's row at its entry in the spec file (positional first, then kwargs by name)."""
-    for row in check.inputs:
-        row.line = getattr(_arg_of(case, row), "line", None)
-
-
-def _arg_of(case: Case, row: InputReport) -> Optional[Arg]:
-    """The spec entry of a report row's argument (positional first, then kwargs by name)."""
-    return case.inputs[row.index] if row.index < len(case.inputs) else dict(case.kwargs).get(row.name)
+def bind_case(target: Target, case: Case, device: str) -> Bound:
+    """The case's arguments drawn from its seed on ``device`` and bound to the target's signature,
+    each carrying its spec entry."""
+    positional, keywords = inputs.build(case, device, [p.name for p in target.parameters() or []])
+    bound = bind(target, positional, keywords, list(case.inputs) + [arg for _, arg in case.kwargs])
+    bound.seed = case.seed
+    return bound
 
 
 def run_all(items: Iterable[Union[Case, SpecError]], opts: RunOptions = RunOptions(),

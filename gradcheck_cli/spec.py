@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 
 import yaml
 
-from .results import CHECKS
+from .checks import NAMES as CHECKS
 
 DTYPES = {
     "float64": "float64", "double": "float64", "float32": "float32", "float": "float32",

@@ -14,9 +14,11 @@ import pytest
 import torch
 
 import gradcheck_cli
-from gradcheck_cli import loader
 from gradcheck_cli.checks import backward
+from gradcheck_cli.checks.base import MEMORY_BYTES, CheckContext, Options
 from gradcheck_cli.spec import Tolerance
+from gradcheck_cli.target import Target
+from gradcheck_cli.binding import bind
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from corpus import Exp, Mul, Square
@@ -845,9 +847,9 @@ class CountedMatMul(MatMul):
 
 
 def _direct(fn, args, memory_bytes):
-    target = loader.Target(fn.__qualname__, fn, True)
-    bound = loader.bind(target, [(None, a) for a in args], [])
-    return backward.run(target, bound, backward.Options(Tolerance(), 0, memory_bytes))
+    target = Target(fn.__qualname__, fn, True)
+    bound = bind(target, [(None, a) for a in args], [])
+    return backward.run(CheckContext(target, bound, options=Options(Tolerance(), 0, memory_bytes)))
 
 
 @pytest.mark.parametrize("wrong", [False, True])
@@ -855,7 +857,7 @@ def test_tiny_memory_budget_gives_the_same_numbers(wrong, monkeypatch):
     monkeypatch.setattr(CountedMatMul, "wrong", wrong)
     args = [rand(5, 4), rand(4, 3, seed=1)]
     monkeypatch.setattr(CountedMatMul, "calls", 0)
-    big = _direct(CountedMatMul, args, backward.MEMORY_BYTES)
+    big = _direct(CountedMatMul, args, MEMORY_BYTES)
     big_calls = CountedMatMul.calls
     monkeypatch.setattr(CountedMatMul, "calls", 0)
     small = _direct(CountedMatMul, args, 64)  # a few entries at a time

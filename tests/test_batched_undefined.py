@@ -14,13 +14,13 @@ from click.testing import CliRunner
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-from gradcheck_cli import loader
 from gradcheck_cli.checks import batched, undefined_grad
-from gradcheck_cli.checks.backward import Options
-from gradcheck_cli.checks.devices import Context
+from gradcheck_cli.checks.base import CheckContext, Options
 from gradcheck_cli.cli import cli
 from gradcheck_cli.results import CheckResult, Status
 from gradcheck_cli.spec import Tolerance
+from gradcheck_cli.target import Target
+from gradcheck_cli.binding import bind
 
 DT = torch.float64
 REPO = Path(__file__).resolve().parent.parent
@@ -28,9 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def run_check(check: Any, fn: Any, args: tuple, seed: int = 0) -> CheckResult:
     """Run ``check`` (a check module) on ``fn`` called with ``args``."""
-    target = loader.Target(fn.__qualname__, fn, isinstance(fn, type))
-    bound = loader.bind(target, [(None, a) for a in args], [])
-    return check.run(Context(None, "cpu", target, bound), Options(Tolerance(), seed))
+    target = Target(fn.__qualname__, fn, isinstance(fn, type))
+    bound = bind(target, [(None, a) for a in args], [])
+    return check.run(CheckContext(target, bound, options=Options(Tolerance(), seed)))
 
 
 def torch_verdict(fn: Any, args: tuple, **flags: bool) -> bool:
@@ -313,7 +313,7 @@ def test_batched_passes_correct_functions(entry: Entry) -> None:
     for row in result.inputs:
         assert row.status is Status.PASS and row.max_abs_err is not None and row.atol == 1e-8
         assert row.mismatched == 0 and row.worst_output.startswith("batch element")
-    vmapped = loader.Target("", entry.fn, True).declares_vmap
+    vmapped = Target("", entry.fn, True).declares_vmap
     assert ("vmap over forward and backward" in result.message) is vmapped
     assert ("forward not vmapped" in result.message) is (not vmapped)
 

@@ -453,7 +453,7 @@ def test_junit_escapes_and_strips_illegal_characters(xsd, tmp_path):
     failure = root.find("testsuite/testcase/failure")
     assert failure.get("message") == 'backward: a <b> & "c" red \u00e9\u4e2d'
     out = root.find("testsuite/testcase/system-out").text
-    assert out == f'warning: backward: a <b> & "c" red \u00e9\u4e2d\nwarning: case warning\n'
+    assert out == 'warning: backward: a <b> & "c" red \u00e9\u4e2d\nwarning: case warning\n'
 
 
 def test_junit_time_and_inline_names(xsd, tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gradcheck_cli import runner as runner_mod
+from gradcheck_cli.checks import backward as backward_check
 from gradcheck_cli.cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -181,7 +181,7 @@ def test_exit_4_on_an_internal_error(project, monkeypatch):
     def broken_check(*args, **kwargs):
         raise ZeroDivisionError("a bug in gradcheck-cli")
 
-    monkeypatch.setitem(runner_mod.IMPLEMENTED, "backward", broken_check)
+    monkeypatch.setattr(backward_check, "run", broken_check)
     result = invoke("specs/square.yaml", "--no-color", "--no-isolate")  # the patch lives in this process
     assert result.exit_code == 4
     assert "internal error in gradcheck-cli: ZeroDivisionError: a bug in gradcheck-cli" in result.stdout

@@ -12,8 +12,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from gradcheck_cli import inputs, loader
-from gradcheck_cli.checks import UserCodeError, device_kind, devices, guarded
+from gradcheck_cli import loader, runner
+from gradcheck_cli.checks import device_consistency
+from gradcheck_cli.checks.base import CheckContext, Options
+from gradcheck_cli.devices import memory_problem
+from gradcheck_cli.errors import UserCodeError, device_kind, guarded
 from gradcheck_cli.cli import cli
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Case, TensorArg
@@ -56,17 +59,17 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def context(function: str, devices_listed: tuple[str, ...], device: str) -> devices.Context:
+def context(function: str, devices_listed: tuple[str, ...], device: str) -> CheckContext:
     case = Case(path="<test>", label="t", function=function, devices=devices_listed,
                 inputs=(TensorArg(shape=(3, 2), dist="normal", params=(("mean", 0.0), ("std", 1.0))),))
     target = loader.load(function)
-    bound = loader.bind(target, *inputs.build(case, device, [p.name for p in target.parameters()]))
-    return devices.Context(case, device, target, bound)
+    return CheckContext(target, runner.bind_case(target, case, device), device, Options(case.tolerance, case.seed),
+                        case.devices, lambda other: runner.bind_case(target, case, other))
 
 
 def test_consistency_agrees_when_both_devices_give_the_same_gradients():
     # "cpu:0" is a second name for the CPU: the real comparison runs, on one machine
-    check = devices.consistency(context("gradcheck_cli.examples.devices:Softsign", ("cpu", "cpu:0"), "cpu:0"))
+    check = device_consistency.run(context("gradcheck_cli.examples.devices:Softsign", ("cpu", "cpu:0"), "cpu:0"))
     assert check.status is Status.PASS
     assert check.message.startswith("cpu:0 vs cpu: gradients agree")
     (row,) = check.inputs
@@ -75,7 +78,7 @@ def test_consistency_agrees_when_both_devices_give_the_same_gradients():
 
 def test_consistency_names_the_device_pair_and_the_argument_that_differs(user_module):
     user_module(USER)
-    check = devices.consistency(context("usermod:DriftsBetweenRuns", ("cpu", "cpu:0"), "cpu:0"))
+    check = device_consistency.run(context("usermod:DriftsBetweenRuns", ("cpu", "cpu:0"), "cpu:0"))
     assert check.status is Status.FAIL
     assert check.message == "cpu:0 vs cpu: gradients of 'x' differ"
     (row,) = check.inputs
@@ -91,7 +94,7 @@ def test_consistency_names_the_device_pair_and_the_argument_that_differs(user_mo
 def test_consistency_skips_with_the_reason(listed, device, reason):
     if torch.cuda.is_available() and "cuda:7" in listed and torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")
-    check = devices.consistency(context("gradcheck_cli.examples.devices:Softsign", listed, device))
+    check = device_consistency.run(context("gradcheck_cli.examples.devices:Softsign", listed, device))
     assert check.status is Status.SKIP and reason in check.message
 
 
@@ -126,12 +129,12 @@ def test_bad_device_option_is_a_usage_error(project):
 
 def test_memory_estimate_refuses_a_check_that_would_not_fit(monkeypatch):
     ctx = context("gradcheck_cli.examples.devices:Softsign", ("cpu",), "cpu")
-    assert devices.memory_problem(ctx.bound, (torch.zeros(3, 2),), "cpu") is None
+    assert memory_problem(ctx.bound.values, (torch.zeros(3, 2),), "cpu") is None
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (100, 10_000))
-    message = devices.memory_problem(ctx.bound, (torch.zeros(3, 2),), "cuda:0")
+    message = memory_problem(ctx.bound.values, (torch.zeros(3, 2),), "cuda:0")
     assert message is not None and "GiB on cuda:0" in message and "free" in message
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10**12, 10**12))
-    assert devices.memory_problem(ctx.bound, (torch.zeros(3, 2),), "cuda:0") is None
+    assert memory_problem(ctx.bound.values, (torch.zeros(3, 2),), "cuda:0") is None
 
 
 def test_gpu_errors_are_named():

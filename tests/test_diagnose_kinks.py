@@ -24,7 +24,8 @@ import yaml
 from click.testing import CliRunner
 
 import gradcheck_cli
-from gradcheck_cli import runner, schemas
+from gradcheck_cli import replay, runner, schemas
+from gradcheck_cli.plan import Task
 from gradcheck_cli.cli import cli
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import load_file
@@ -335,7 +336,8 @@ def test_resample_does_not_redraw_literal_data(usermod, write_spec):
     assert result.status is Status.PASS and result.seed == 7
     assert result.checks[0].inputs[0].at_kinks == 1
     assert not any("drew again" in w for w in result.warnings)
-    assert result.replay == "gradcheck specs/data.yaml -k specs/data.yaml::default"  # no --seed: unchanged
+    replayed = replay.command(Task(case, "cpu"), result.seed)  # made at the edge (CLI, plugin)
+    assert replayed == "gradcheck specs/data.yaml -k specs/data.yaml::default"  # no --seed: unchanged
 
 
 def test_resample_keeps_a_wrong_gradient_wrong(usermod, write_spec):

@@ -22,11 +22,13 @@ from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
 import gradcheck_cli
-from gradcheck_cli import loader, runner
-from gradcheck_cli.checks.backward import Options
-from gradcheck_cli.checks.devices import Context
+from gradcheck_cli import runner
+from gradcheck_cli import checks
+from gradcheck_cli.checks.base import CheckContext, Options
 from gradcheck_cli.cli import cli
 from gradcheck_cli.examples.higher import LogSumExp
+from gradcheck_cli.target import Target
+from gradcheck_cli.binding import bind
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from corpus import Sin as SinNoJvp  # a Function without jvp
@@ -45,13 +47,13 @@ def run_check(name: str, fn: Any, args: tuple, kwargs: Optional[dict] = None, se
               memory_bytes: Optional[int] = None) -> CaseResult:
     """One check on ``fn(*args, **kwargs)`` as the runner does it (user errors become ``.error``)."""
     is_function = isinstance(fn, type) and issubclass(fn, Function)
-    target = loader.Target(getattr(fn, "__name__", "fn"), fn, is_function)
+    target = Target(getattr(fn, "__name__", "fn"), fn, is_function)
     result = CaseResult("t", None, None, target.path, "cpu", seed, Status.PASS)
     opts = Options(Tolerance(), seed) if memory_bytes is None else Options(Tolerance(), seed, memory_bytes)
 
     def body(r: CaseResult) -> None:
-        bound = loader.bind(target, [(None, a) for a in args], list((kwargs or {}).items()))
-        r.checks.append(runner.IMPLEMENTED[name](Context(None, "cpu", target, bound), opts))
+        bound = bind(target, [(None, a) for a in args], list((kwargs or {}).items()))
+        r.checks.append(checks.get(name)(CheckContext(target, bound, "cpu", opts)))
 
     return runner.guard(result, body)
 

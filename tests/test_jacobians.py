@@ -9,10 +9,12 @@ import pytest
 import torch
 from torch.autograd import Function
 
-from gradcheck_cli import check, loader
+from gradcheck_cli import check
 from gradcheck_cli.examples.linear import LinearFunction
 from gradcheck_cli.jacobians import COL_STAGE, Jacobians, make_layout
 from gradcheck_cli.realify import as_tuple, vjp
+from gradcheck_cli.target import Target
+from gradcheck_cli.binding import bind
 
 DT = torch.float64
 
@@ -95,7 +97,7 @@ def columns(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -> 
 
 
 def body(fn: type) -> Callable:
-    return loader.Target(fn.__qualname__, fn, True).body
+    return Target(fn.__qualname__, fn, True).body
 
 
 def randn(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -283,7 +285,7 @@ def test_a_batched_check_gives_the_single_checks_verdict(monkeypatch: pytest.Mon
     """The whole backward check, forward's body batched or not: same rows, same numbers."""
     args = [randn(6, 6), randn(6, 6, seed=1), randn(6, seed=2)]
     batched = check(WrongWeightGrad, [a.clone().requires_grad_() for a in args])
-    monkeypatch.setattr(loader.Target, "body", None)  # no body to batch: one forward per column
+    monkeypatch.setattr(Target, "body", None)  # no body to batch: one forward per column
     single = check(WrongWeightGrad, [a.clone().requires_grad_() for a in args])
     assert batched.status.value == single.status.value == "fail"
     pick = lambda r: [(i.name, i.status, i.mismatched, i.worst_index) for i in r.checks[0].inputs]  # noqa: E731
@@ -307,11 +309,12 @@ def test_keeping_freed_memory_is_harmless_where_there_is_no_glibc(monkeypatch: p
 
 def _backward(fn: type, args: list[torch.Tensor], memory_bytes: int) -> Any:
     from gradcheck_cli.checks import backward
+    from gradcheck_cli.checks.base import CheckContext, Options
     from gradcheck_cli.spec import Tolerance
 
-    target = loader.Target(fn.__qualname__, fn, True)
-    bound = loader.bind(target, [(None, a.clone().requires_grad_()) for a in args], [])
-    return backward.run(target, bound, backward.Options(Tolerance(), 0, memory_bytes))
+    target = Target(fn.__qualname__, fn, True)
+    bound = bind(target, [(None, a.clone().requires_grad_()) for a in args], [])
+    return backward.run(CheckContext(target, bound, options=Options(Tolerance(), 0, memory_bytes)))
 
 
 class TimesRowSum(Function):

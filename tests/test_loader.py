@@ -13,7 +13,8 @@ import torch
 
 import gradcheck_cli
 from gradcheck_cli import loader
-from gradcheck_cli.loader import BindError, LoadError
+from gradcheck_cli.errors import BindError, LoadError
+from gradcheck_cli.binding import bind
 
 FUNCTIONS = """
     import torch
@@ -150,7 +151,7 @@ def load_error(path: str) -> LoadError:
 
 def bind_error(target, positional, keywords) -> BindError:
     with pytest.raises(BindError) as info:
-        loader.bind(target, positional, keywords)
+        bind(target, positional, keywords)
     return info.value
 
 
@@ -385,7 +386,7 @@ def test_classmethod_forward_parameters_exclude_cls_and_ctx(mod):
 def test_bind_positional_takes_names_from_forward(mod):
     target = loader.load(f"{mod}:Scale")
     x, w = t(3), t(3)
-    bound = loader.bind(target, [(None, x), ("weights", w)], [])
+    bound = bind(target, [(None, x), ("weights", w)], [])
     assert bound.values[0] is x and bound.values[1] is w
     assert bound.names == ["x", "weights"]  # a spec name wins over forward's
     assert bound.indices == [0, 1] and bound.n_positional == 2
@@ -394,7 +395,7 @@ def test_bind_positional_takes_names_from_forward(mod):
 def test_bind_leaves_trailing_defaults_to_forward(mod):
     target = loader.load(f"{mod}:SumDim")
     x = t(2, 3)
-    bound = loader.bind(target, [(None, x)], [])
+    bound = bind(target, [(None, x)], [])
     assert bound.values == [x] and bound.names == ["x"]
     assert torch.equal(target.call(bound.values, bound.n_positional, bound.kw_names), x.sum(-1))
 
@@ -402,7 +403,7 @@ def test_bind_leaves_trailing_defaults_to_forward(mod):
 def test_keyword_goes_to_its_slot_and_skipped_defaults_are_filled(mod):
     target = loader.load(f"{mod}:SumDim")
     x = t(2, 3)
-    bound = loader.bind(target, [(None, x)], [("keepdim", True)])
+    bound = bind(target, [(None, x)], [("keepdim", True)])
     assert bound.values[0] is x and bound.values[1:] == [-1, True]
     assert bound.names == ["x", "dim", "keepdim"]
     assert bound.indices == [0, 1, 2]
@@ -414,7 +415,7 @@ def test_keyword_goes_to_its_slot_and_skipped_defaults_are_filled(mod):
 def test_keywords_in_any_order_land_in_their_slots(mod):
     target = loader.load(f"{mod}:Scale")
     x, w = t(3), t(3)
-    bound = loader.bind(target, [(None, x)], [("shift", 0.5), ("w", w)])
+    bound = bind(target, [(None, x)], [("shift", 0.5), ("w", w)])
     assert bound.values[:2] == [x, w] and bound.values[2:] == [1.0, 0.5]
     assert bound.names == ["x", "w", "scale", "shift"]
 
@@ -459,7 +460,7 @@ def test_required_parameter_before_a_keyword_must_be_given(mod):
 def test_plain_builtin_callable_binds_positionally(mod):
     target = loader.load("torch.special.erf")
     x = t(4)
-    bound = loader.bind(target, [(None, x)], [])
+    bound = bind(target, [(None, x)], [])
     assert bound.values == [x] and bound.n_positional == 1
     assert torch.equal(target.call(bound.values, bound.n_positional, bound.kw_names), torch.special.erf(x))
 
@@ -467,7 +468,7 @@ def test_plain_builtin_callable_binds_positionally(mod):
 def test_plain_function_keeps_keywords_as_keywords(mod):
     target = loader.load(f"{mod}:weighted")
     x, y = t(3), t(3)
-    bound = loader.bind(target, [(None, x), (None, y)], [("mode", "mean"), ("scale", 2.0)])
+    bound = bind(target, [(None, x), (None, y)], [("mode", "mean"), ("scale", 2.0)])
     assert bound.n_positional == 2
     assert bound.kw_names == ["mode", "scale"]
     assert bound.names == ["x", "y", "mode", "scale"]
@@ -486,7 +487,7 @@ def test_plain_function_unknown_keyword(mod):
 def test_plain_function_with_var_keywords_accepts_any_keyword(mod):
     target = loader.load(f"{mod}:anything")
     x = t(3)
-    bound = loader.bind(target, [(None, x)], [("factor", 3.0)])
+    bound = bind(target, [(None, x)], [("factor", 3.0)])
     assert torch.equal(target.call(bound.values, bound.n_positional, bound.kw_names), x * 3.0)
 
 

@@ -15,10 +15,14 @@ from click.testing import CliRunner
 
 import gradcheck_cli
 from gradcheck_cli import loader, runner
-from gradcheck_cli.checks import backward, guarded
+from gradcheck_cli.checks import backward
+from gradcheck_cli.checks.base import CheckContext, Options
+from gradcheck_cli.nn_module import init_target
 from gradcheck_cli.cli import cli
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Tolerance, load_file
+from gradcheck_cli.target import Target
+from gradcheck_cli.binding import bind
 
 MODULES = "gradcheck_cli.examples.modules"
 
@@ -83,9 +87,9 @@ def rows(result) -> dict:
     return {r.name: r for r in result.checks[0].inputs}
 
 
-def built(path: str, *args, seed: int = 0, dtype: str = "float64", **kwargs) -> loader.Target:
+def built(path: str, *args, seed: int = 0, dtype: str = "float64", **kwargs) -> Target:
     target = loader.load(path)
-    loader.init_module(target, args, kwargs, seed, dtype, "cpu", guarded)
+    init_target(target, args, kwargs, seed, dtype, "cpu")
     return target
 
 
@@ -155,7 +159,7 @@ def test_frozen_parameter_is_skipped_and_indices_follow_forwards_parameters(user
 def test_tied_parameters_are_one_argument_replaced_everywhere(user):
     target = built(f"{user}:Tied")
     x = torch.randn(3, dtype=torch.float64)
-    bound = loader.bind(target, [(None, x)], [])
+    bound = bind(target, [(None, x)], [])
     assert bound.names == ["x", "a"]
     a = bound.values[1].detach().clone().requires_grad_()
     out = target.call([x, a], 1, [])
@@ -169,10 +173,10 @@ def test_tied_parameters_are_one_argument_replaced_everywhere(user):
 def test_module_and_its_parameters_are_left_unchanged_by_a_check(write_spec):
     (case,) = load_file(write_spec(LINEAR))
     target = loader.load(case.function)
-    loader.init_module(target, case.init_args, dict(case.init_kwargs), 0, "float64", "cpu", guarded)
+    init_target(target, case.init_args, dict(case.init_kwargs), 0, "float64", "cpu")
     before = {n: p.detach().clone() for n, p in target.module.named_parameters()}
-    bound = loader.bind(target, [(None, torch.randn(5, 4, dtype=torch.float64, requires_grad=True))], [])
-    assert backward.run(target, bound, backward.Options(Tolerance())).status is Status.PASS
+    bound = bind(target, [(None, torch.randn(5, 4, dtype=torch.float64, requires_grad=True))], [])
+    assert backward.run(CheckContext(target, bound, options=Options(Tolerance()))).status is Status.PASS
     for n, p in target.module.named_parameters():
         assert isinstance(p, torch.nn.Parameter) and torch.equal(p, before[n]) and p.grad is None
 
@@ -203,9 +207,9 @@ def test_dtype_and_device_of_the_case(write_spec):
 
 def test_module_is_copied_once_per_other_device(user):
     target = built(f"{user}:Scaled", 3)
-    assert target._on(None)[0] is target.module and target._on("cpu")[0] is target.module
-    meta = target._on("meta")[0]
-    assert meta is not target.module and meta.weight.device.type == "meta" and target._on("meta")[0] is meta
+    assert target.on(None)[0] is target.module and target.on("cpu")[0] is target.module
+    meta = target.on("meta")[0]
+    assert meta is not target.module and meta.weight.device.type == "meta" and target.on("meta")[0] is meta
     assert target.module.weight.device.type == "cpu"
 
 
@@ -266,7 +270,7 @@ def test_forward_that_raises_is_a_forward_error_with_the_users_line(user, write_
 # ----------------------------------------------------------------------- agreement with torch
 
 
-def functional(target: loader.Target):
+def functional(target: Target):
     """The module as a function of (input, *parameters), for torch.autograd.gradcheck."""
     names = target.param_names
     return lambda x, *params: torch.func.functional_call(target.module, dict(zip(names, params)), (x,))
@@ -283,7 +287,7 @@ def test_verdicts_agree_with_torch_on_the_functional_form(name, init, correct):
     params = [p.detach().clone().requires_grad_() for p in target.module.parameters()]
     torch_says = torch.autograd.gradcheck(functional(target), (x, *params), raise_exception=False)
     ours = gradcheck_cli.check(functional(target), [x, *params])
-    as_module = backward.run(target, loader.bind(target, [(None, x)], []), backward.Options(Tolerance()))
+    as_module = backward.run(CheckContext(target, bind(target, [(None, x)], []), options=Options(Tolerance())))
     assert torch_says is correct
     assert (ours.status is Status.PASS) is correct, ours.checks[0].message
     assert (as_module.status is Status.PASS) is correct, as_module.message

@@ -23,7 +23,8 @@ from click.testing import CliRunner
 
 import gradcheck_cli
 from gradcheck_cli import runner
-from gradcheck_cli.checks.backward import LOW_TOLERANCE, SYSTEMATIC
+from gradcheck_cli.checks.backward import LOW_TOLERANCE
+from gradcheck_cli.checks.rows import SYSTEMATIC
 from gradcheck_cli.cli import cli
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import load_file

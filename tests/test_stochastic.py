@@ -14,10 +14,11 @@ import torch
 from click.testing import CliRunner
 
 import gradcheck_cli
-from gradcheck_cli import loader, runner
+from gradcheck_cli import runner
 from gradcheck_cli.cli import cli
 from gradcheck_cli.examples.stochastic import Dropout, DropoutNoMask
 from gradcheck_cli.results import Status
+from gradcheck_cli.rng import RngFork
 from gradcheck_cli.spec import load_file
 
 STOCHASTIC = "gradcheck_cli.examples.stochastic"
@@ -41,8 +42,8 @@ def test_wrong_backward_of_a_stochastic_function_fails_on_its_argument():
 
 
 def test_without_the_fork_the_correct_function_would_fail(monkeypatch):
-    monkeypatch.setattr(loader.RngFork, "restore", lambda self: None)
-    monkeypatch.setattr(loader.RngFork, "release", lambda self: None)
+    monkeypatch.setattr(RngFork, "restore", lambda self: None)
+    monkeypatch.setattr(RngFork, "release", lambda self: None)
     result = gradcheck_cli.check(Dropout, [x_of(6, 5)], kwargs={"p": 0.3})
     assert result.status is Status.FAIL
 

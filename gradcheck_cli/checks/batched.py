@@ -13,7 +13,6 @@ the code vmap cannot batch and what to write instead.
 """
 from __future__ import annotations
 
-import time
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -21,16 +20,17 @@ from typing import Any
 
 import torch
 
-from ..loader import Bound, Target, user_frame
-from ..numerics import as_tuple, probe_generator, signed_uniform, vjp
-from ..results import CheckResult, Status
-from . import UserCodeError, call_forward, contract, guarded
-from .backward import Options
-from .common import agreement, begin, fill_row, graph_forward, skip, tolerance, zeros_if_none
-from .devices import Context
+from ..binding import Bound
+from ..errors import UserCodeError, guarded, user_frame
+from ..numerics import as_tuple, signed_uniform, vjp
+from ..results import CheckResult, ErrorKind, InputReport, Status
+from ..rng import Stream, generator
+from ..target import Target
+from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like
+from .rows import agreement, fill, tolerance, zeros_if_none
+from .verdict import begin, conclude, skip
 
 BATCH = 3  # batch elements per vmapped call
-STREAM = 20  # probe stream of this check (see numerics.probe_generator)
 JITTER = 0.01  # batch members 1.. of the inputs: the input times (1 + JITTER * noise)
 METHODS = ("forward", "backward", "setup_context", "vmap", "jvp")  # a Function's methods, to say which one failed
 
@@ -102,15 +102,15 @@ class Stacks:
         self.labels += [f"batch element {b} of {BATCH}, {stage}" for b in range(BATCH)]
 
 
-def run(ctx: Context, opts: Options) -> CheckResult:
+def run(ctx: CheckContext) -> CheckResult:
     """The ``batched`` check of ``ctx.target`` on ``ctx.bound``."""
-    target, bound = ctx.target, ctx.bound
+    target, bound, opts = ctx.target, ctx.bound, ctx.options
     start, _, checked, result = begin(bound, "batched", "vmap")
     leaves, outputs, positions = graph_forward(target, bound)
     if not checked or not positions:
         return skip(result, "no argument requires grad: nothing to batch" if not checked else
                     "no output requires grad: there is no backward to batch", start)
-    gen = probe_generator(opts.seed, STREAM)
+    gen = generator(opts.seed, Stream.BATCHED)
     found = Stacks()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="There is a performance drop")
@@ -121,17 +121,15 @@ def run(ctx: Context, opts: Options) -> CheckResult:
             found.notes.append(f"forward not vmapped: {target.obj.__name__} declares no vmap support (add "
                                "`generate_vmap_rule = True` with setup_context, or a `vmap` staticmethod, to use "
                                "it under torch.func.vmap)")
-    _finish(result, bound, checked, found, opts.tolerance.nondet_tol)
-    result.duration_s = time.perf_counter() - start
-    return result
+    return _finish(result, start, bound, checked, found, opts.tolerance.nondet_tol)
 
 
 def _batched_grad_outputs(leaves: list[Any], outputs: tuple, positions: list[int], checked: list[int],
                           gen: torch.Generator, found: Stacks) -> None:
     """One backward with BATCH grad_outputs at once against BATCH separate backward calls."""
     live, inputs = [outputs[p] for p in positions], [leaves[i] for i in checked]
-    stacks = [torch.stack([contract.probe_like(o, gen) for _ in range(BATCH)]) for o in live]
-    loop = [zeros_if_none(guarded("backward", "backward", vjp, live, inputs, [s[b].clone() for s in stacks]), inputs)
+    stacks = [torch.stack([probe_like(o, gen) for _ in range(BATCH)]) for o in live]
+    loop = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [s[b].clone() for s in stacks]), inputs)
             for b in range(BATCH)]
     sent = [s.clone() for s in stacks]
     try:
@@ -150,7 +148,7 @@ def _batched_grad_outputs(leaves: list[Any], outputs: tuple, positions: list[int
 def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions: list[int],
                      gen: torch.Generator, found: Stacks) -> None:
     """torch.func.vmap over forward, and over forward + backward (the whole vjp), against loops."""
-    plain = contract.fresh_leaves(bound.values, grad=False)
+    plain = fresh_leaves(bound.values, grad=False)
     groups = {i: [j for j, v in enumerate(bound.values) if v is bound.values[i]] for i in checked}
 
     def place(tensors: Any) -> list[Any]:
@@ -193,7 +191,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
     found.agreed.append(f"vmap over forward = {BATCH} forwards")
     if found.problems:  # backward already failed under vmap: vmapping it again says nothing new
         return
-    cots = [torch.stack([contract.probe_like(looped[0][p], gen) for _ in range(BATCH)]) for p in positions]
+    cots = [torch.stack([probe_like(looped[0][p], gen) for _ in range(BATCH)]) for p in positions]
 
     def whole_vjp(*args: torch.Tensor) -> tuple:
         tensors, cot = args[: len(checked)], args[len(checked):]
@@ -205,7 +203,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
     except Exception as exc:  # noqa: BLE001
         found.problems.append(refusal("forward or backward", "torch.func.vmap over forward and backward", exc))
         return
-    want = [zeros_if_none(guarded("backward", "backward", vjp, [out[p] for p in positions], m,
+    want = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, [out[p] for p in positions], m,
                                   [c[b] for c in cots]), m) for b, (m, out) in enumerate(zip(members, looped))]
     found.add("vmap over forward and backward", checked, list(got), [torch.stack(s) for s in zip(*want)])
     found.agreed.append(f"vmap over forward and backward = {BATCH} forward and backward calls")
@@ -225,7 +223,8 @@ def _out_dims_hint(target: Target) -> str:
             "output is (0 after moving it to the front), and compute every batch element like forward")
 
 
-def _finish(result: CheckResult, bound: Bound, checked: list[int], found: Stacks, nondet_tol: float) -> None:
+def _finish(result: CheckResult, start: float, bound: Bound, checked: list[int], found: Stacks,
+            nondet_tol: float) -> CheckResult:
     """Rows from the stacks, status and message from the rows and the problems."""
     for i in checked:
         row = result.inputs[i]
@@ -234,18 +233,16 @@ def _finish(result: CheckResult, bound: Bound, checked: list[int], found: Stacks
             continue
         got, want = torch.cat(found.got[i]), torch.cat(found.want[i])
         atol, rtol = tolerance(bound.values[i].dtype, nondet_tol)
-        fill_row(row, agreement(got, want, atol, rtol), bound.values[i], lambda r: found.labels[r])
+        fill(row, agreement(got, want, atol, rtol), bound.values[i], lambda r: found.labels[r])
         row.reason = f"{len(found.labels)} batched results against as many separate calls"
-    wrong = [r for r in result.inputs if r.status is Status.FAIL]
-    right = [r.name for r in result.inputs if r.status is Status.PASS]
-    parts = list(found.problems)
-    for r in wrong:
-        parts.append(f"the gradient of '{r.name}' differs when batched (max abs err {r.max_abs_err:.3g}, "
-                     f"{r.worst_output}): backward must treat each grad_output on its own (no state kept "
-                     "between calls, no in-place changes)")
-    if parts:
-        result.status = Status.FAIL
-    else:
-        parts.append(f"{', '.join(repr(n) for n in right)} agree{'s' * (len(right) == 1)} under vmap: "
-                     f"{', '.join(found.agreed)}")
-    result.message = "; ".join(parts + found.notes)
+
+    def wrong(r: InputReport) -> str:
+        return (f"the gradient of '{r.name}' differs when batched (max abs err {r.max_abs_err:.3g}, "
+                f"{r.worst_output}): backward must treat each grad_output on its own (no state kept "
+                "between calls, no in-place changes)")
+
+    def passed(right: list[InputReport]) -> str:
+        return (f"{', '.join(repr(r.name) for r in right)} agree{'s' * (len(right) == 1)} under vmap: "
+                f"{', '.join(found.agreed)}")
+
+    return conclude(result, start, found.problems, wrong, passed, name_right=False, notes=found.notes)

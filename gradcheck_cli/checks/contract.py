@@ -12,9 +12,12 @@ from typing import Any, Optional
 
 import torch
 
-from ..loader import Bound, Target
-from ..numerics import as_tuple, is_float_tensor, signed_uniform
-from . import call_forward, guarded
+from ..binding import Bound
+from ..errors import guarded
+from ..numerics import as_tuple, is_float_tensor
+from ..results import ErrorKind
+from ..target import Target
+from .base import call_forward, fresh_leaves, probe_like
 
 
 @dataclass
@@ -34,31 +37,6 @@ class Findings:
         self.fatal = self.fatal or fatal
         if arg is not None:
             self.bad_args.add(arg)
-
-
-def fresh_leaves(values: list[Any], grad: bool = True) -> list[Any]:
-    """Detached copies of the tensor arguments, aliasing and strides preserved.
-
-    With ``grad`` they keep each argument's requires_grad (leaves of a new graph); without,
-    none requires grad (copies to perturb for finite differences).
-    """
-    copies: dict[int, Any] = {}
-    out = []
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            if id(v) not in copies:
-                copies[id(v)] = v.detach().clone().requires_grad_(grad and v.requires_grad)
-            out.append(copies[id(v)])
-        else:
-            out.append(v)
-    return out
-
-
-def probe_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """A signed random probe (see ``signed_uniform``) with ``t``'s shape, dtype and device, drawn on the CPU."""
-    real = signed_uniform(t.shape + ((2,) if t.is_complex() else ()), gen)
-    probe = torch.view_as_complex(real) if t.is_complex() else real
-    return probe.to(device=t.device, dtype=t.dtype)
 
 
 def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: float, repeat: int = 2) -> Findings:
@@ -81,7 +59,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     ]
     kept = [g.clone() if g is not None else None for g in grads_in]
     with torch.no_grad():
-        first = as_tuple(guarded("backward", "backward", node.apply, *grads_in))
+        first = as_tuple(guarded(ErrorKind.BACKWARD, "backward", node.apply, *grads_in))
     returned = tuple(g.detach().clone() if isinstance(g, torch.Tensor) else g for g in first)  # as they were
     _check_returned(first, leaves, bound, found)
     for i, (g, k) in enumerate(zip(grads_in, kept)):
@@ -95,7 +73,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
                        fatal=True, arg=i)
     if not found.fatal:
         with torch.no_grad():
-            again = [as_tuple(guarded("backward", "backward (called again)", node.apply, *[
+            again = [as_tuple(guarded(ErrorKind.BACKWARD, "backward (called again)", node.apply, *[
                 k.clone() if k is not None else None for k in kept])) for _ in range(repeat - 1)]
         _check_repeat(first, again, bound, nondet_tol, found)
         found.repeated = True

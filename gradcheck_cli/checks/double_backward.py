@@ -8,18 +8,18 @@ grad_outputs v are random (seeded from the spec's seed) and are arguments of G t
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
-from ..numerics import Entry, as_tuple, compare, probe_generator, vjp
-from ..results import CheckResult, InputReport, Status
-from . import UserCodeError, call_forward, contract, guarded
-from .backward import Options, _fill
-from .common import begin, graph_forward, label, reword, skip, summarize
-from .devices import Context, refuse_if_too_big
+from ..errors import UserCodeError, guarded
+from ..numerics import Entry, as_tuple, compare, vjp
+from ..results import CheckResult, ErrorKind, InputReport, Status
+from ..rng import Stream, generator
+from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like, refuse_if_too_big
+from .rows import fill_jacobian
+from .verdict import begin, conclude, label, labels, reword, skip
 
-STREAM = 10  # probe_generator stream of the random grad_outputs
 ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
 ONCE_SKIP = ("backward is marked @once_differentiable: it cannot be differentiated, so there is no second "
              "derivative to check; to support double backward, remove the decorator and write backward "
@@ -29,9 +29,9 @@ DETACHED = ("a value backward uses was taken outside autograd (a tensor computed
             "backward needs inside backward, with differentiable torch ops on the saved inputs and outputs")
 
 
-def run(ctx: Context, opts: Options) -> CheckResult:
+def run(ctx: CheckContext) -> CheckResult:
     """Check the second derivative of ``ctx.target``: backward against finite differences of backward."""
-    target, bound, tol = ctx.target, ctx.bound, opts.tolerance
+    target, bound, opts, tol = ctx.target, ctx.bound, ctx.options, ctx.tolerance
     start, reports, checked, result = begin(bound, "double_backward", "elementwise")
     if not checked:
         return skip(result, "no argument requires grad: there is no backward to differentiate", start)
@@ -40,18 +40,18 @@ def run(ctx: Context, opts: Options) -> CheckResult:
     if not live:
         return skip(result, "no output is differentiable (none is a floating-point tensor that requires "
                             "grad): there is no backward to differentiate", start)
-    gen = probe_generator(opts.seed, STREAM)
-    vs = [contract.probe_like(outputs[p], gen) for p in live]
+    gen = generator(opts.seed, Stream.DOUBLE_BACKWARD)
+    vs = [probe_like(outputs[p], gen) for p in live]
     n = len(bound.values)
     grad_of = _backward_of(ctx, checked, live)
     v_leaves = [v.clone().requires_grad_(True) for v in vs]
     grads = grad_of(leaves + v_leaves, create_graph=True)
     if any(_once_differentiable(g) for g in grads):
         return skip(result, ONCE_SKIP, start, row_reason="backward is marked @once_differentiable")
-    plain = contract.fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
+    plain = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
     rows = [reports[i] for i in checked] + _grad_output_rows(outputs, live, len(bound.values))
     result.inputs = reports + rows[len(checked):]
-    second = lambda *args: guarded("backward", "backward, differentiated,", vjp, *args)  # noqa: E731
+    second = lambda *args: guarded(ErrorKind.BACKWARD, "backward, differentiated,", vjp, *args)  # noqa: E731
     try:
         layout, entries = compare(grad_of, grads, list(range(len(grads))), [leaves[i] for i in checked] + v_leaves,
                                   plain, [plain[i] for i in checked] + plain[n:], eps=tol.eps, atol=tol.atol,
@@ -63,12 +63,20 @@ def run(ctx: Context, opts: Options) -> CheckResult:
     names = [bound.names[i] for i in checked]
     zeros = "backward's result does not depend on {} through autograd"
     for row, entry, value in zip(rows, entries, [leaves[i] for i in checked] + vs):
-        _fill(row, entry, layout, value, grads)
+        fill_jacobian(row, entry, layout, value, grads)
         _name_worst_output(row, entry, layout, names)
-        row.diagnosis = reword(entry, row, zeros.format(label(row)), "differentiating backward") or row.diagnosis
+        reword(entry, row, zeros.format(label(row)), "differentiating backward")
     notes, omit = _detached(rows, entries, layout, grads, names)
-    return summarize(result, start, notes, lambda r: f"the derivative of backward with respect to {label(r)}",
-                     "backward differentiated with respect to", DETACHED, omit)
+
+    def wrong(r: InputReport) -> Optional[str]:
+        if r.name in omit:
+            return None
+        what = f"the derivative of backward with respect to {label(r)} is wrong"
+        return f"{what}: {r.diagnosis}" if r.diagnosis else what
+
+    return conclude(result, start, notes, wrong,
+                    lambda right: f"backward differentiated with respect to {labels(right)}: all within tolerance",
+                    advice=DETACHED)
 
 
 def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads: tuple,
@@ -86,7 +94,7 @@ def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads:
             "out zero (numerically they are not)"], omit
 
 
-def _backward_of(ctx: Context, checked: list[int], live: list[int]) -> Callable[..., tuple]:
+def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Callable[..., tuple]:
     """G: (argument values..., grad_outputs...) -> the gradients of the checked arguments.
 
     Tensors among the checked arguments that do not require grad (the detached copies that
@@ -104,7 +112,7 @@ def _backward_of(ctx: Context, checked: list[int], live: list[int]) -> Callable[
                 args = [leaf if a is values[i] else a for a in args]  # keep aliases (same_as) aliased
         with torch.enable_grad():
             outs = as_tuple(call_forward(target, bound, args))
-            grads = guarded("backward", "backward", torch.autograd.grad, [outs[p] for p in live],
+            grads = guarded(ErrorKind.BACKWARD, "backward", torch.autograd.grad, [outs[p] for p in live],
                             [args[i] for i in checked], list(values[n:]), create_graph=create_graph,
                             allow_unused=True)
         return tuple(g if g is not None else torch.zeros_like(args[i]) for g, i in zip(grads, checked))

@@ -14,19 +14,19 @@ from typing import Any, Callable, Optional
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from ..loader import Target
-from ..numerics import Entry, as_tuple, make_layout, probe_generator, real_flat, signed_uniform, unravel
-from ..results import CheckResult, Status
-from . import UserCodeError, call_forward, contract
-from .backward import Options, _fill
-from .common import begin, differentiable, reword, skip, summarize
-from .devices import Context, refuse_if_too_big
+from ..errors import UserCodeError
+from ..numerics import Entry, as_tuple, make_layout, real_flat, signed_uniform, unravel
+from ..results import CheckResult, ErrorKind, InputReport, Status
+from ..rng import Stream, generator
+from ..target import Target
+from .base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big
+from .rows import fill_jacobian
+from .verdict import begin, conclude, labels, reword, skip
 
-STREAM = 11  # probe_generator stream of the projection used to name patterns (e.g. a transpose)
 CHECKED = "forward-mode AD (jvp) compared with finite differences along"
 
 
-def run(ctx: Context, opts: Options) -> CheckResult:
+def run(ctx: CheckContext) -> CheckResult:
     """Check forward-mode AD of ``ctx.target`` column by column against central differences."""
     target, bound = ctx.target, ctx.bound
     start, reports, checked, result = begin(bound, "forward_ad", "elementwise")
@@ -37,15 +37,15 @@ def run(ctx: Context, opts: Options) -> CheckResult:
                             "ctx.save_for_forward(...)", start)
     if not checked:
         return skip(result, "no argument requires grad: there is no tangent to push forward", start)
-    outputs = as_tuple(call_forward(target, bound, contract.fresh_leaves(bound.values)))
+    outputs = as_tuple(call_forward(target, bound, fresh_leaves(bound.values)))
     refuse_if_too_big(ctx, outputs)
     positions = differentiable(outputs)
     if not positions:
         return skip(result, "no output is differentiable (none is a floating-point tensor that requires grad): "
                             "there is no tangent to compare", start)
-    plain = contract.fresh_leaves(bound.values, grad=False)
+    plain = fresh_leaves(bound.values, grad=False)
     try:
-        layout, entries = _compare(ctx, plain, [plain[i] for i in checked], outputs, positions, opts)
+        layout, entries = _compare(ctx, plain, [plain[i] for i in checked], outputs, positions)
     except UserCodeError as exc:
         named = _named_mistake(exc, target, bound, plain, checked)
         if named is None:
@@ -54,22 +54,23 @@ def run(ctx: Context, opts: Options) -> CheckResult:
         return skip(result, message, start, status, "jvp failed (see the message)")
     for i, entry in zip(checked, entries):
         row = reports[i]
-        _fill(row, entry, layout, bound.values[i], outputs)
-        row.diagnosis = reword(entry, row, f"a term for '{row.name}' is missing from jvp's tangent, or jvp does "
-                                           "not use its tangent argument", "jvp") or row.diagnosis
-    return summarize(result, start, [], _what, CHECKED)
+        fill_jacobian(row, entry, layout, bound.values[i], outputs)
+        reword(entry, row, f"a term for '{row.name}' is missing from jvp's tangent, or jvp does "
+                           "not use its tangent argument", "jvp")
+    return conclude(result, start, [], _wrong, lambda right: f"{CHECKED} {labels(right)}: all within tolerance")
 
 
-def _what(row: Any) -> str:
-    return f"the tangent along '{row.name}'"
+def _wrong(row: InputReport) -> str:
+    what = f"the tangent along '{row.name}' is wrong"
+    return f"{what}: {row.diagnosis}" if row.diagnosis else what
 
 
-def _compare(ctx: Context, values: list[Any], inputs: list[torch.Tensor], outputs: tuple, positions: list[int],
-             opts: Options) -> tuple[Any, list[Entry]]:
+def _compare(ctx: CheckContext, values: list[Any], inputs: list[torch.Tensor], outputs: tuple[Any, ...],
+             positions: list[int]) -> tuple[Any, list[Entry]]:
     """Fold jvp columns and central difference columns into one Entry per checked argument."""
-    tol = opts.tolerance
+    opts, tol = ctx.options, ctx.tolerance
     layout = make_layout(inputs, outputs, positions)
-    probe = signed_uniform((layout.n_rows,), probe_generator(opts.seed, STREAM))
+    probe = signed_uniform((layout.n_rows,), generator(opts.seed, Stream.FORWARD_AD))
     entries = [Entry(layout.col_starts[i + 1] - layout.col_starts[i], tol.atol, tol.rtol) for i in range(len(inputs))]
     chunk = max(1, opts.memory_bytes // 8 // 8 // max(1, layout.n_rows))  # columns held at once (both sides)
     jvp = _jvp_call(ctx)
@@ -83,11 +84,11 @@ def _compare(ctx: Context, values: list[Any], inputs: list[torch.Tensor], output
     return layout, entries
 
 
-def _jvp_call(ctx: Context) -> Callable[[list[Any]], Any]:
+def _jvp_call(ctx: CheckContext) -> Callable[[list[Any]], Any]:
     """Forward on dual numbers (through call_forward: a random forward draws the same numbers as in
     the finite differences); what it raises is labelled as jvp's."""
     what = "jvp" if ctx.target.is_function else "forward-mode AD through the function"
-    return lambda vals: call_forward(ctx.target, ctx.bound, vals, "jvp", what)
+    return lambda vals: call_forward(ctx.target, ctx.bound, vals, ErrorKind.JVP, what)
 
 
 def _real(t: torch.Tensor) -> torch.Tensor:

@@ -16,20 +16,19 @@ A backward that raises on None is a failure with a message that says how to hand
 from __future__ import annotations
 
 import inspect
-import time
 from typing import Optional
 
 import torch
 
-from ..loader import Target, user_frame
-from ..numerics import probe_generator, vjp
-from ..results import CheckResult, Status
-from . import contract, guarded
-from .backward import Options
-from .common import agreement, begin, fill_row, graph_forward, skip, tolerance, zeros_if_none
-from .devices import Context
+from ..errors import guarded, user_frame
+from ..numerics import vjp
+from ..results import CheckResult, ErrorKind, InputReport, Status
+from ..rng import Stream, generator
+from ..target import Target
+from .base import CheckContext, graph_forward, probe_like
+from .rows import agreement, fill, tolerance, zeros_if_none
+from .verdict import begin, conclude, skip
 
-STREAM = 21  # probe stream of this check (see numerics.probe_generator)
 
 
 def scenarios(n: int) -> list[frozenset[int]]:
@@ -41,9 +40,9 @@ def scenarios(n: int) -> list[frozenset[int]]:
     return list(dict.fromkeys(found + [frozenset()]))  # the one with every gradient undefined last
 
 
-def run(ctx: Context, opts: Options) -> CheckResult:
+def run(ctx: CheckContext) -> CheckResult:
     """The ``undefined_grad`` check of ``ctx.target`` on ``ctx.bound``."""
-    target, bound = ctx.target, ctx.bound
+    target, bound, opts = ctx.target, ctx.bound, ctx.options
     start, rows, checked, result = begin(bound, "undefined_grad", "undefined")
     leaves, outputs, positions = graph_forward(target, bound)
     make_undefined = getattr(getattr(torch._C, "_functions", None), "UndefinedGrad", None)
@@ -53,8 +52,8 @@ def run(ctx: Context, opts: Options) -> CheckResult:
     if reason:
         return skip(result, reason, start)
     live, inputs = [outputs[p] for p in positions], [leaves[i] for i in checked]
-    gen = probe_generator(opts.seed, STREAM)
-    probes = [contract.probe_like(o, gen) for o in live]
+    gen = generator(opts.seed, Stream.UNDEFINED_GRAD)
+    probes = [probe_like(o, gen) for o in live]
     names = _grad_names(target, len(outputs))
     got: dict[int, list[torch.Tensor]] = {i: [] for i in checked}
     want: dict[int, list[torch.Tensor]] = {i: [] for i in checked}
@@ -63,7 +62,7 @@ def run(ctx: Context, opts: Options) -> CheckResult:
     for defined in scenarios(len(live)):
         undefined = [positions[k] for k in range(len(live)) if k not in defined]
         grads = [probes[k] if k in defined else torch.zeros_like(o) for k, o in enumerate(live)]
-        ref = zeros_if_none(guarded("backward", "backward", vjp, live, inputs, [g.clone() for g in grads]), inputs)
+        ref = zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [g.clone() for g in grads]), inputs)
         marked = [o if k in defined else make_undefined()(o) for k, o in enumerate(live)]
         try:
             res = torch.autograd.grad(marked, inputs, [g.clone() for g in grads], retain_graph=True, allow_unused=True)
@@ -85,14 +84,12 @@ def run(ctx: Context, opts: Options) -> CheckResult:
             rows[i].status, rows[i].reason = Status.SKIP, "not compared: backward raised (see the message)"
             continue
         atol, rtol = tolerance(bound.values[i].dtype, opts.tolerance.nondet_tol)
-        fill_row(rows[i], agreement(torch.cat(got[i]), torch.cat(want[i]), atol, rtol), bound.values[i],
+        fill(rows[i], agreement(torch.cat(got[i]), torch.cat(want[i]), atol, rtol), bound.values[i],
                  lambda r: labels[r])
         rows[i].reason = rows[i].reason or f"{len(labels)} situation(s) against explicit zero grad_outputs"
     problems += [f"backward also raised {kind} with the {', '.join(_situation(u, names, len(live)) for u in seen[1:])}"
                  for (kind, _), seen in crashes.items() if len(seen) > 1]
-    _finish(result, problems, labels)
-    result.duration_s = time.perf_counter() - start
-    return result
+    return _finish(result, start, problems, labels)
 
 
 def _grad_names(target: Target, n: int) -> list[Optional[str]]:
@@ -135,20 +132,21 @@ def _nonzero(name: str, grad: torch.Tensor) -> str:
             "grad_output (e.g. a penalty added in backward) belongs in forward or the loss")
 
 
-def _finish(result: CheckResult, problems: list[str], labels: list[str]) -> None:
+def _finish(result: CheckResult, start: float, problems: list[str], labels: list[str]) -> CheckResult:
     """Status and message from the rows and the problems."""
-    wrong = [r for r in result.inputs if r.status is Status.FAIL and r.mismatched]
-    parts = list(problems)
-    for r in wrong:
-        parts.append(f"the gradient of '{r.name}' with the {r.worst_output} differs from the one with an explicit "
-                     f"zero gradient instead (max abs err {r.max_abs_err:.3g}): backward must treat an undefined "
-                     "(None) gradient as zero")
-    if parts:
-        result.status = Status.FAIL
-        result.message = "; ".join(parts)
-    else:
+
+    def wrong(r: InputReport) -> Optional[str]:
+        if not r.mismatched:
+            return None
+        return (f"the gradient of '{r.name}' with the {r.worst_output} differs from the one with an explicit "
+                f"zero gradient instead (max abs err {r.max_abs_err:.3g}): backward must treat an undefined "
+                "(None) gradient as zero")
+
+    def passed(right: list[InputReport]) -> str:
         partial = [label for label in labels if "every" not in label]
-        result.message = "with every output's gradient undefined the gradients are zero"
+        message = "with every output's gradient undefined the gradients are zero"
         if partial:
-            result.message = (f"undefined grad_outputs give the gradients of explicit zeros ({'; '.join(partial)}); "
-                              + result.message)
+            message = f"undefined grad_outputs give the gradients of explicit zeros ({'; '.join(partial)}); " + message
+        return message
+
+    return conclude(result, start, problems, wrong, passed, name_right=False)

@@ -1,13 +1,34 @@
-"""Words for what the numbers show: constant ratios, sign flips, zeros, a few bad elements."""
+"""What the numbers show, as data (a Pattern and a ratio) and in words: constant ratios, sign
+flips, zeros, a transpose, the complex conjugate convention, a few bad elements."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from .numerics import Entry
+from ..numerics import Entry
+from ..results import InputReport, Pattern
 
 CONSTANT_RATIO_RESIDUAL = 1e-6  # relative squared residual below which a ratio counts as constant
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A pattern, its ratio (analytical / numerical) where it has one, and the words for it."""
+
+    pattern: Pattern
+    text: str
+    ratio: Optional[float] = None
+
+    def put(self, row: InputReport) -> None:
+        """Write this diagnosis into ``row``."""
+        row.pattern, row.diagnosis, row.ratio = self.pattern, self.text, self.ratio
+
+
+CONJUGATE = Diagnosis(Pattern.CONJUGATE, "backward uses the conjugate convention: it returns grad_output * f'(z) "
+                      "where PyTorch expects grad_output * conj(f'(z)) (the conjugate Wirtinger derivative); "
+                      "conjugate it")
 
 
 def ratio_text(r: float, rtol: float = 1e-3) -> str:
@@ -27,14 +48,14 @@ def constant_ratio(entry: Entry) -> Optional[float]:
     return r if residual < max(CONSTANT_RATIO_RESIDUAL, entry.rtol ** 2) else None  # constant within tolerance
 
 
-def systematic(entry: Entry, threshold: float) -> Optional[str]:
+def systematic(entry: Entry, threshold: float) -> Optional[Diagnosis]:
     """For a gradient within tolerance: a constant factor off 1 by more than ``threshold``
     everywhere (e.g. 1.001x) is no rounding noise but a small bug that tolerances hide."""
     r = constant_ratio(entry)
     if r is None or abs(r - 1) <= threshold:
         return None
-    return (f"within tolerance, but analytical is {ratio_text(r, entry.rtol)} numerical everywhere: a systematic factor "
-            "(a constant slightly off?); tighten rtol to fail on it")
+    return Diagnosis(Pattern.SYSTEMATIC, f"within tolerance, but analytical is {ratio_text(r, entry.rtol)} numerical "
+                     "everywhere: a systematic factor (a constant slightly off?); tighten rtol to fail on it", r)
 
 
 def conjugate(entry: Entry, imag_rows: torch.Tensor, complex_input: bool) -> bool:
@@ -68,25 +89,36 @@ def _prod(shape: tuple[int, ...]) -> int:
     return out
 
 
-def describe(entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] = ()) -> Optional[str]:
-    """The pattern of a failing argument in words, or None when nothing is wrong."""
+def describe(entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] = ()) -> Optional[Diagnosis]:
+    """The pattern of a failing argument, or None when nothing is wrong."""
     if entry.nonfinite:
-        return (f"{entry.nonfinite} Jacobian entries are NaN or infinite: the function or its backward "
-                "produces non-finite values at these inputs")
+        return Diagnosis(Pattern.NONFINITE, f"{entry.nonfinite} Jacobian entries are NaN or infinite: the function or "
+                         "its backward produces non-finite values at these inputs")
     if not mismatched:
         return None
     if entry.sum_aa == 0 and entry.sum_nn > 0:
-        return ("analytical gradient is all zeros: backward returns zeros or None for it "
-                "(a missing return, a detached result, or the wrong position in the returned tuple?)")
+        return Diagnosis(Pattern.ZERO_ANALYTICAL, "analytical gradient is all zeros: backward returns zeros or None "
+                         "for it (a missing return, a detached result, or the wrong position in the returned tuple?)")
     if entry.sum_nn == 0 and entry.sum_aa > 0:
-        return "the outputs do not depend on it (numerical gradient is zero), but backward returns a non-zero gradient"
+        return Diagnosis(Pattern.ZERO_NUMERICAL, "the outputs do not depend on it (numerical gradient is zero), but "
+                         "backward returns a non-zero gradient")
     r = constant_ratio(entry)
     if r is not None and abs(r + 1) < max(1e-3, entry.rtol):
-        return "sign flipped: analytical = -numerical"
+        return Diagnosis(Pattern.SIGN_FLIP, "sign flipped: analytical = -numerical", r)
     if r is not None:
-        return f"analytical is {ratio_text(r, entry.rtol)} numerical"
+        return Diagnosis(Pattern.CONSTANT_RATIO, f"analytical is {ratio_text(r, entry.rtol)} numerical", r)
     if transposed(entry, shape):
-        return "analytical is the numerical gradient transposed (last two dims swapped): a missing or extra .t()?"
+        return Diagnosis(Pattern.TRANSPOSED, "analytical is the numerical gradient transposed (last two dims "
+                         "swapped): a missing or extra .t()?")
     if mismatched < numel:
-        return f"{mismatched} of {numel} elements are wrong, the others match"
-    return "wrong everywhere, with no constant ratio or sign flip"
+        return Diagnosis(Pattern.SOME_ELEMENTS, f"{mismatched} of {numel} elements are wrong, the others match")
+    return Diagnosis(Pattern.NO_PATTERN, "wrong everywhere, with no constant ratio or sign flip")
+
+
+def diagnose(row: InputReport, entry: Entry, shape: tuple[int, ...]) -> None:
+    """Write the pattern of ``row``'s mismatch (or none) into it."""
+    found = describe(entry, row.mismatched or 0, row.numel, shape)
+    if found:
+        found.put(row)
+    else:
+        row.pattern, row.diagnosis, row.ratio = None, None, None

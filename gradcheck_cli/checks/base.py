@@ -1,0 +1,115 @@
+"""What every check gets and shares: its context (target, bound arguments, device, options),
+and calling the user's forward safely."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..binding import Bound
+from ..devices import memory_problem
+from ..errors import UserCodeError, guarded
+from ..numerics import as_tuple, is_float_tensor, signed_uniform
+from ..results import ErrorKind
+from ..rng import RngFork
+from ..spec import Tolerance
+from ..target import Target
+
+MEMORY_BYTES = 512 * 2**20  # Jacobian entries held at once, unless --max-memory says otherwise
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a check compares: tolerances, the seed of its random streams, the memory budget,
+    --fast's probes, and backward's repeated calls."""
+
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    seed: int = 0
+    memory_bytes: int = MEMORY_BYTES
+    probes: int = 0  # > 0: decide with this many signed random probes, element by element only if one fails
+    repeat: int = 3  # backward calls with the same grad_output that must agree
+
+
+@dataclass
+class CheckContext:
+    """Everything a check reads: ``run(ctx) -> CheckResult`` is the one interface of the checks.
+
+    ``devices`` are all the devices the case lists (the first is the reference of
+    device_consistency); ``rebind(device)`` gives the same arguments, drawn again from the seed,
+    on another device (None where there is no spec to draw from).
+    """
+
+    target: Target
+    bound: Bound
+    device: str = "cpu"
+    options: Options = field(default_factory=Options)
+    devices: tuple[str, ...] = ()
+    rebind: Optional[Callable[[str], Bound]] = None
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return self.options.tolerance
+
+
+def call_forward(target: Target, bound: Bound, values: list[Any], kind: ErrorKind = ErrorKind.FORWARD,
+                 what: str = "forward") -> Any:
+    """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled
+    ``kind`` / ``what`` (as in ``guarded``).
+
+    The global RNG is forked around every forward: each starts from a state seeded from
+    ``bound.seed`` and the user's state is put back after, so a forward that draws random numbers
+    (dropout) draws the same ones in every call of a check (the graph forward and each
+    finite-difference forward), in any process, and the user's RNG is left as it was.
+    """
+    if bound.rng is None:
+        bound.rng = RngFork.capture(bound.values, bound.seed)
+    bound.rng.restore()
+    try:
+        return guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
+    finally:
+        bound.rng.release()
+
+
+def fresh_leaves(values: list[Any], grad: bool = True) -> list[Any]:
+    """Detached copies of the tensor arguments, aliasing and strides preserved.
+
+    With ``grad`` they keep each argument's requires_grad (leaves of a new graph); without,
+    none requires grad (copies to perturb for finite differences).
+    """
+    copies: dict[int, Any] = {}
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            if id(v) not in copies:
+                copies[id(v)] = v.detach().clone().requires_grad_(grad and v.requires_grad)
+            out.append(copies[id(v)])
+        else:
+            out.append(v)
+    return out
+
+
+def probe_like(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """A signed random probe (see ``signed_uniform``) with ``t``'s shape, dtype and device, drawn on the CPU."""
+    real = signed_uniform(t.shape + ((2,) if t.is_complex() else ()), gen)
+    probe = torch.view_as_complex(real) if t.is_complex() else real
+    return probe.to(device=t.device, dtype=t.dtype)
+
+
+def differentiable(outputs: tuple[Any, ...]) -> list[int]:
+    """Positions of the outputs a backward flows through (floating-point tensors that require grad)."""
+    return [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
+
+
+def graph_forward(target: Target, bound: Bound) -> tuple[list[Any], tuple[Any, ...], list[int]]:
+    """Fresh leaves of ``bound``'s values, forward's outputs on them, and the differentiable ones' positions."""
+    leaves = fresh_leaves(bound.values)
+    outputs = as_tuple(call_forward(target, bound, leaves))
+    return leaves, outputs, differentiable(outputs)
+
+
+def refuse_if_too_big(ctx: CheckContext, outputs: tuple[Any, ...]) -> None:
+    """On a GPU: an out_of_memory error result, before starting, when the check will not fit."""
+    refusal = memory_problem(ctx.bound.values, outputs, ctx.device)
+    if refusal:
+        raise UserCodeError(ErrorKind.OUT_OF_MEMORY, refusal)

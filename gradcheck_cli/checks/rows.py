@@ -1,0 +1,159 @@
+"""An argument's row: one per argument before anything is compared, which ones are compared,
+and the one filler that turns comparison statistics into the row."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..binding import Bound
+from ..numerics import Entry, Layout, is_float_tensor, real_numel, unravel
+from ..results import InputReport, Status
+from .diagnosis import CONJUGATE, conjugate, diagnose, systematic
+
+SYSTEMATIC = {torch.float16: 1e-2, torch.bfloat16: 5e-2}  # |ratio - 1| worth a warning; 1e-4 otherwise
+LOOSE = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}  # dtype -> (rtol, atol)
+
+
+def skeleton(bound: Bound) -> list[InputReport]:
+    """One row per argument, before anything is compared, born with its spec line."""
+    rows = []
+    for i, (name, index, v) in enumerate(zip(bound.names, bound.indices, bound.values)):
+        if isinstance(v, torch.Tensor):
+            row = InputReport(index, name, list(v.shape), dtype_name(v), Status.PASS, numel=v.numel())
+        else:
+            row = InputReport(index, name, [], type(v).__name__, Status.SKIP,  # shape [] = not a tensor
+                              reason=f"not a tensor ({short(v)})")
+        row.line = bound.line(i)
+        rows.append(row)
+    return rows
+
+
+def checked_positions(bound: Bound, rows: list[InputReport]) -> list[int]:
+    """Arguments whose gradient is compared; mark the others' rows as not checked, with the reason."""
+    checked: list[int] = []
+    seen: dict[int, int] = {}
+    for i, v in enumerate(bound.values):
+        if not isinstance(v, torch.Tensor):
+            continue
+        if id(v) in seen:
+            rows[i].status = Status.SKIP
+            rows[i].reason = f"same tensor as '{bound.names[seen[id(v)]]}' (checked there)"
+        elif not v.requires_grad:
+            rows[i].status = Status.SKIP
+            rows[i].reason = "requires_grad is false" if is_float_tensor(v) else "not a floating-point tensor"
+        else:
+            seen[id(v)] = i
+            checked.append(i)
+    return checked
+
+
+def dtype_name(v: torch.Tensor) -> str:
+    """'float64' for torch.float64."""
+    return str(v.dtype).replace("torch.", "")
+
+
+def short(value: Any, limit: int = 30) -> str:
+    """A value's repr, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def mismatched(entry: Entry, value: torch.Tensor) -> int:
+    """Elements of ``value`` with a mismatch (a complex element: in either part)."""
+    return int((entry.bad.view(-1, 2).any(1) if value.is_complex() else entry.bad).sum())
+
+
+def fill(row: InputReport, entry: Entry, value: torch.Tensor, where: Callable[[int], Optional[str]],
+         parts: bool = False) -> None:
+    """Put ``entry``'s statistics in ``row`` (of argument ``value``); ``where(r)`` names the output
+    row r of the compared Jacobian (or leading index r of two compared stacks), and with ``parts``
+    a complex argument's worst entry names its real or imaginary part. A row with a mismatch fails."""
+    row.mismatched, row.atol, row.rtol = mismatched(entry, value), entry.atol, entry.rtol
+    if row.numel == 0:
+        return
+    row.max_abs_err, row.max_rel_err = entry.max_abs, entry.max_rel
+    if entry.worst_excess >= 0:
+        elem, part = divmod(entry.worst_col, 2 if value.is_complex() else 1)
+        row.worst_index = unravel(elem, value.shape)
+        row.worst_output = where(entry.worst_row)
+        if parts and value.is_complex() and row.worst_output is not None:
+            row.worst_output += f", input {'imaginary' if part else 'real'} part"
+        if math.isfinite(entry.analytical) and math.isfinite(entry.numerical):
+            row.analytical, row.numerical = entry.analytical, entry.numerical
+    if row.mismatched:
+        row.status = Status.FAIL
+
+
+def fill_jacobian(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, outputs: tuple[Any, ...]) -> None:
+    """The argument's row from its Jacobian's statistics, with the pattern of a mismatch or, for a
+    passing argument, of a systematic factor the tolerance hides."""
+    fill(row, entry, value, output_at(layout, outputs), parts=True)
+    if row.numel == 0:
+        return
+    diagnose(row, entry, tuple(value.shape))
+    if row.mismatched and (value.is_complex() or any(outputs[p].is_complex() for p in layout.outputs)):
+        if conjugate(entry, imaginary_rows(layout, outputs), value.is_complex()):
+            CONJUGATE.put(row)
+    if not row.mismatched:
+        found = systematic(entry, SYSTEMATIC.get(value.dtype, 1e-4))
+        if found:
+            found.put(row)
+
+
+
+def output_at(layout: Layout, outputs: tuple[Any, ...]) -> Callable[[int], str]:
+    """Names row r of a Jacobian laid out by ``layout``: 'output 0 [2, 1]' (and its imaginary part)."""
+
+    def where(r: int) -> str:
+        _, real_idx, pos = layout.row_location(r)
+        out = outputs[pos]
+        out_elem, out_part = divmod(real_idx, 2 if out.is_complex() else 1)
+        text = f"output {pos}" + (f" {unravel(out_elem, out.shape)}" if out.dim() else "")
+        return text + (" (imaginary part)" if out.is_complex() and out_part else "")
+
+    return where
+
+
+def imaginary_rows(layout: Layout, outputs: tuple[Any, ...]) -> torch.Tensor:
+    """For each row of the layout: whether it is the imaginary part of a complex output element."""
+    return torch.cat([torch.arange(real_numel(outputs[p])) % 2 == 1 if outputs[p].is_complex() else
+                      torch.zeros(real_numel(outputs[p]), dtype=torch.bool) for p in layout.outputs])
+
+
+# --------------------------------------------------------------- two computations of the same values
+
+def tolerance(dtype: torch.dtype, nondet_tol: float) -> tuple[float, float]:
+    """(atol, rtol) for two computations of the same values: torch.allclose's defaults, as torch's
+    batched-grad test uses, looser in half precision, and never below the spec's nondet_tol."""
+    rtol, atol = LOOSE.get(dtype, (1e-5, 1e-8))
+    return max(atol, nondet_tol), rtol
+
+
+def columns(t: torch.Tensor) -> torch.Tensor:
+    """``[M, *shape]`` -> float64 ``[real elements, M]``: a row per real element, as Entry.update takes them."""
+    t = t.detach().resolve_conj().cpu()
+    real = torch.view_as_real(t) if t.is_complex() else t
+    return real.reshape(t.shape[0], -1).t().to(torch.float64).contiguous()
+
+
+def statistics(a: torch.Tensor, n: torch.Tensor, atol: float, rtol: float) -> Entry:
+    """Entry of ``a`` (in the analytical role) against ``n`` (numerical), both as ``columns`` gives them."""
+    entry = Entry(a.shape[0], atol, rtol)
+    entry.update(a, n, 0, torch.ones(a.shape[1], dtype=torch.float64))
+    return entry
+
+
+def agreement(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> Entry:
+    """Statistics of ``got`` against ``want`` (both ``[M, *shape]``): a column per real element,
+    a row per leading index. Equal non-finite values (NaN and NaN) count as agreeing."""
+    a, n = columns(got), columns(want)
+    same = ~torch.isfinite(a) & ~torch.isfinite(n) & ((a == n) | (a.isnan() & n.isnan()))
+    return statistics(torch.where(same, 0.0, a), torch.where(same, 0.0, n), atol, rtol)
+
+
+def zeros_if_none(grads: Any, like: list[torch.Tensor], lead: tuple[int, ...] = ()) -> list[torch.Tensor]:
+    """Gradients with None (an unused input) replaced by zeros of shape ``lead + input's shape``."""
+    return [g if g is not None else torch.zeros(lead + tuple(t.shape), dtype=t.dtype, device=t.device)
+            for g, t in zip(grads, like)]

@@ -1,0 +1,82 @@
+"""A check's verdict: its start, a skip, and the one builder of its status and message from its rows."""
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from ..binding import Bound
+from ..numerics import Entry
+from ..results import CheckResult, InputReport, Pattern, Status
+from .rows import checked_positions, skeleton
+
+
+def begin(bound: Bound, check: str, mode: Optional[str]) -> tuple[float, list[InputReport], list[int], CheckResult]:
+    """A check's start: the clock, a row per argument, the positions whose gradient it compares
+    (the others' rows say why not), and a passing result holding the rows."""
+    start = time.perf_counter()
+    rows = skeleton(bound)
+    checked = checked_positions(bound, rows)
+    return start, rows, checked, CheckResult(check, Status.PASS, mode=mode, inputs=rows)
+
+
+def label(row: InputReport) -> str:
+    """How a message names a row: 'x' for an argument, grad_output 0 as it is."""
+    return row.name if row.name.startswith("grad_output") else f"'{row.name}'"
+
+
+def labels(rows: list[InputReport]) -> str:
+    """'x', 'w' for these rows."""
+    return ", ".join(label(r) for r in rows)
+
+
+def skip(result: CheckResult, reason: str, start: float, status: Status = Status.SKIP,
+         row_reason: str = "see the message") -> CheckResult:
+    """The check does not apply (SKIP), or failed before any comparison (FAIL): the reason is the
+    message, and rows not yet marked say they were not checked (never a silent pass)."""
+    for row in result.inputs:
+        if row.status is Status.PASS:
+            row.status, row.reason = Status.SKIP, row_reason
+    result.status, result.message = status, reason
+    result.duration_s = time.perf_counter() - start
+    return result
+
+
+def conclude(result: CheckResult, start: float, problems: list[str], wrong: Callable[[InputReport], Optional[str]],
+             passed: Callable[[list[InputReport]], str], *, name_right: bool = True, advice: str = "",
+             nothing: Optional[str] = None, notes: Optional[list[str]] = None) -> CheckResult:
+    """Status and one-line message of a check from its rows: the ``problems`` found besides the
+    rows, a sentence per failing row (``wrong(row)``, None to say nothing more), which rows are
+    right (``name_right``), and ``advice`` once when an analytical side is all zeros; when nothing
+    failed, ``passed(right rows)``, or SKIP with ``nothing`` when no row was compared. ``notes``
+    end the message either way."""
+    failing = [r for r in result.inputs if r.status is Status.FAIL]
+    right = [r for r in result.inputs if r.status is Status.PASS]
+    parts = list(problems) + [s for s in map(wrong, failing) if s]
+    if problems or failing:
+        result.status = Status.FAIL
+        if name_right and right and failing:
+            parts.append(f"{labels(right)} {'is' if len(right) == 1 else 'are'} right")
+        if advice and any(r.pattern is Pattern.ZERO_ANALYTICAL for r in failing):
+            parts.append(advice)
+    elif not right and nothing is not None:
+        result.status = Status.SKIP
+        parts.append(nothing)
+    else:
+        parts.append(passed(right))
+    result.message = "; ".join(parts + (notes or []))
+    result.duration_s = time.perf_counter() - start
+    return result
+
+
+def reword(entry: Entry, row: InputReport, all_zeros: str, derivative: str) -> None:
+    """Say the two patterns whose generic words blame ``backward`` for this check instead:
+    ``all_zeros`` says why the analytical side may be all zeros, ``derivative`` what gives one."""
+    if not row.mismatched or entry.nonfinite:
+        return
+    if entry.sum_aa == 0 and entry.sum_nn > 0:
+        row.diagnosis = f"analytical is all zeros, numerical is not: {all_zeros}"
+        row.pattern = Pattern.ZERO_ANALYTICAL
+    elif entry.sum_nn == 0 and entry.sum_aa > 0:
+        row.diagnosis = (f"numerical is zero (the values do not change with {label(row)}), but {derivative} "
+                         "gives a non-zero derivative")
+        row.pattern = Pattern.ZERO_NUMERICAL

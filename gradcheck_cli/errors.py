@@ -1,0 +1,75 @@
+"""The errors that make a case an error result, and where in the user's code they arose.
+
+Every exception here becomes one ``ErrorInfo`` of one case in the runner: bad data and broken
+user code are results, never crashes of the tool.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import traceback
+from typing import Any, Callable, Optional
+
+import torch
+
+from .results import ErrorKind
+
+
+class UserCodeError(Exception):
+    """The user's code raised (forward, backward, jvp, a constructor): the case becomes an error result."""
+
+    def __init__(self, kind: ErrorKind, message: str, where: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.kind, self.where = kind, where
+
+
+class LoadError(Exception):
+    """The target cannot be imported or is not something we can check."""
+
+    def __init__(self, message: str, where: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+class BindError(Exception):
+    """Spec arguments that do not fit the target's signature. ``key`` is the spec key path."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def user_frame(exc: BaseException) -> Optional[str]:
+    """``file:line (code)`` of the innermost traceback frame in the user's code (not torch, not us)."""
+    ours = os.path.dirname(os.path.abspath(__file__))
+    skip = (os.path.dirname(torch.__file__), ours, "<", os.path.dirname(importlib.__file__))
+
+    def is_user(filename: str) -> bool:
+        return not filename.startswith(skip) or filename.startswith(os.path.join(ours, "examples"))
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user(f.filename)]
+    if not frames:
+        return None
+    frame = frames[-1]
+    where = f"{os.path.relpath(frame.filename)}:{frame.lineno}"
+    return f"{where} ({frame.line.strip()})" if frame.line else where
+
+
+def device_kind(exc: BaseException) -> Optional[ErrorKind]:
+    """OUT_OF_MEMORY or CUDA for errors of the GPU (the latter leave its context unusable)."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return ErrorKind.OUT_OF_MEMORY
+    if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("CUDA error", "CUBLAS_STATUS", "CUDNN_STATUS")):
+        return ErrorKind.CUDA
+    return None
+
+
+def guarded(kind: ErrorKind, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call user code; turn any exception into a UserCodeError that says ``what`` raised and where."""
+    try:
+        return fn(*args, **kwargs)
+    except UserCodeError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code may raise anything, even sys.exit()
+        raise UserCodeError(device_kind(exc) or kind, f"{what} raised {type(exc).__name__}: {exc}",
+                            user_frame(exc)) from exc

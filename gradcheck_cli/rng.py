@@ -1,0 +1,71 @@
+"""Named random streams, and the fork of the global RNG that makes a random forward repeatable.
+
+Every random draw of a check comes from its own stream, seeded from the spec's seed and
+independent of the stream the inputs are drawn from, so adding a draw to one check never moves
+another check's numbers.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+class Stream(enum.IntEnum):
+    """The random streams (the numbers are part of the reproducibility: a seed replays a run)."""
+
+    PROJECTION = 0  # the random projection of the outputs that names patterns (e.g. a transpose)
+    BACKWARD = 1  # backward's contract and determinism grad_outputs
+    DEVICES = 2  # device_consistency's grad_output
+    PROBES = 3  # --fast probes v^T J u
+    DOUBLE_BACKWARD = 10  # double_backward's grad_outputs
+    FORWARD_AD = 11  # forward_ad's projection
+    BATCHED = 20  # batched's stack of grad_outputs
+    UNDEFINED_GRAD = 21  # undefined_grad's grad_outputs
+    MODULE_INIT = 100  # an nn.Module's parameters
+
+
+def generator(seed: int, stream: Stream) -> torch.Generator:
+    """A CPU generator for ``stream``, seeded from the spec's seed but independent of the inputs' stream."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + 7919 * (int(stream) + 1)) % 2**63)
+
+
+@dataclass
+class RngFork:
+    """The global RNG (the CPU generator and those of CUDA devices in use) forked for the checks.
+
+    Every forward starts from the same state, seeded from the spec's seed, so a Function that
+    draws random numbers (dropout) is one deterministic function for the checks, the same in any
+    process; after each forward the user's state is put back. Setting a state costs about half a
+    microsecond, so it is done unconditionally.
+    """
+
+    cpu: torch.Tensor  # where every forward starts
+    cuda: list[tuple[int, torch.Tensor]]
+    user_cpu: torch.Tensor  # what the user had
+    user_cuda: list[tuple[int, torch.Tensor]]
+
+    @classmethod
+    def capture(cls, values: list[Any], seed: int = 0) -> RngFork:
+        devices = sorted({v.device.index if v.device.index is not None else torch.cuda.current_device()
+                          for v in values if isinstance(v, torch.Tensor) and v.is_cuda})
+        return cls(torch.Generator().manual_seed(seed).get_state(),
+                   [(d, torch.Generator(f"cuda:{d}").manual_seed(seed).get_state()) for d in devices],
+                   torch.default_generator.get_state(),
+                   [(d, torch.cuda.default_generators[d].get_state()) for d in devices])
+
+    def restore(self) -> None:
+        """Set the state every forward starts from."""
+        self._set(self.cpu, self.cuda)
+
+    def release(self) -> None:
+        """Put the user's state back."""
+        self._set(self.user_cpu, self.user_cuda)
+
+    @staticmethod
+    def _set(cpu: torch.Tensor, cuda: list[tuple[int, torch.Tensor]]) -> None:
+        torch.default_generator.set_state(cpu)
+        for d, state in cuda:
+            torch.cuda.default_generators[d].set_state(state)
