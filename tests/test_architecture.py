@@ -1,0 +1,87 @@
+"""The floor plan, held by tests: the check registry, the contract's enums and the schemas agree;
+no import cycle inside the package; no module imports another's private name."""
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+from gradcheck_cli import checks, schemas
+from gradcheck_cli.results import ErrorKind, Pattern
+
+PACKAGE = Path(checks.__file__).resolve().parent.parent
+
+
+def test_every_registered_check_has_a_run_and_the_schemas_list_exactly_them():
+    for name in checks.REGISTRY:
+        assert callable(checks.get(name)), name
+    spec_enum = schemas.load("spec")["$defs"]["check_name"]["enum"]
+    assert spec_enum == list(checks.NAMES)
+
+
+def test_error_kinds_and_patterns_are_the_report_schema_enums():
+    props = schemas.load("report")["$defs"]
+    assert props["error"]["properties"]["kind"]["enum"] == [k.value for k in ErrorKind]
+    assert props["input"]["properties"]["pattern"]["enum"] == [None] + [p.value for p in Pattern]
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(imported gradcheck_cli module, names taken from it) for each import in ``path``."""
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base.startswith("gradcheck_cli"):
+                names = [a.name for a in node.names]
+                submodules = [f"{base}.{n}" for n in names if (PACKAGE.parent / f"{base}.{n}".replace(".", "/")).exists()
+                              or (PACKAGE.parent / (f"{base}.{n}".replace(".", "/") + ".py")).exists()]
+                found += [(s, []) for s in submodules]
+                found.append((base, [n for n in names if f"{base}.{n}" not in submodules]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names if a.name.startswith("gradcheck_cli")]
+    return found
+
+
+def _module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def test_no_module_imports_a_private_name_of_another():
+    private = [f"{_module_name(p)} takes {n} from {m}" for p in PACKAGE.rglob("*.py")
+               for m, names in _imports(p) for n in names if n.startswith("_") and n != "__version__"]
+    assert private == []
+
+
+def test_no_import_cycle_inside_the_package():
+    graph = {_module_name(p): {m for m, _ in _imports(p) if m != _module_name(p)} for p in PACKAGE.rglob("*.py")}
+    # a package's __init__ is imported with each of its modules: importing pkg.mod imports pkg first
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(node: str, stack: list[str]) -> bool:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle.extend(stack[stack.index(nxt):] + [node, nxt] if nxt in stack else [node, nxt])
+                return True
+            if nxt not in state and visit(nxt, stack + [node]):
+                return True
+        state[node] = 2
+        return False
+
+    assert not any(visit(n, []) for n in sorted(graph) if n not in state), " -> ".join(cycle)
+
+
+def test_reading_the_check_names_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, gradcheck_cli.checks, gradcheck_cli.spec; assert 'torch' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+    importlib.import_module("gradcheck_cli.checks")
