@@ -78,10 +78,10 @@ def test_no_import_cycle_inside_the_package():
     assert not any(visit(n, []) for n in sorted(graph) if n not in state), " -> ".join(cycle)
 
 
-def test_reading_the_check_names_imports_no_torch():
+def test_the_cli_and_the_check_names_import_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, gradcheck_cli.checks, gradcheck_cli.spec; assert 'torch' not in sys.modules"
+    code = "import sys, gradcheck_cli.cli, gradcheck_cli.checks, gradcheck_cli.spec; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
     importlib.import_module("gradcheck_cli.checks")
