@@ -4,7 +4,8 @@ Drawing on the CPU and then moving makes the same seed give the same values on e
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
 
 import torch
 

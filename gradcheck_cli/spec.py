@@ -89,7 +89,8 @@ class Tolerance:
     atol: float = 1e-5
     rtol: float = 1e-3
     nondet_tol: float = 0.0
-    given: tuple[str, ...] = field(default=(), compare=False)  # the keys the spec set (others may be adapted, e.g. to a low dtype)
+    # the keys the spec set (the others may be adapted, e.g. to a low dtype)
+    given: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -176,7 +177,8 @@ def _documents(text: str, path: str) -> tuple[list[tuple[int, yaml.Node, Any]], 
             index += 1
             try:
                 data = loader.construct_document(node)
-            except (ValueError, TypeError, LookupError, ArithmeticError, AttributeError) as exc:  # `!!int x`: not a YAMLError
+            except (ValueError, TypeError, LookupError, ArithmeticError, AttributeError) as exc:
+                # a value that does not fit its tag (`!!int x`) raises these, not a YAMLError
                 return docs, SpecError(path, "", f"not valid YAML: a value does not fit its explicit tag: {exc}")
             if data is not None:
                 docs.append((index, node, data))
@@ -243,7 +245,8 @@ def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> 
         _mapping(entry, ("cases", i), CASE_KEYS, ctx)
         name = entry.get("name", f"case{i}")
         if "name" not in entry and name in names:
-            raise ctx.fail(("cases", i), f"its default name {name!r} is taken by another case; give it a unique `name:`")
+            raise ctx.fail(("cases", i),
+                           f"its default name {name!r} is taken by another case; give it a unique `name:`")
         if not isinstance(name, (str, int)) or str(name) in names:
             raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {_show(name)}")
         names.add(str(name))
@@ -335,7 +338,8 @@ def parse_argument(entry: Any, where: str) -> Arg:
 
 def _function(value: Any, key: tuple, ctx: _Ctx) -> str:
     if not isinstance(value, str) or not is_import_path(value):
-        raise ctx.fail(key, f"expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', got {_show(value)}")
+        raise ctx.fail(key, "expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', "
+                            f"got {_show(value)}")
     return value
 
 
@@ -447,7 +451,8 @@ def _tensor(entry: dict, name: Optional[str], key: tuple, keystr: str, ctx: _Ctx
         params = {"low": params.get("low", 0.0), "high": params.get("high", 2.0 if dtype == "bool" else 10.0)}
         for k, v in params.items():
             if not (v.is_integer() and -2 ** 63 <= v < 2 ** 63):
-                raise ctx.fail(key + (k,), f"randint draws integers: expected a whole number within int64, got {_show(entry[k])}")
+                raise ctx.fail(key + (k,), "randint draws integers: expected a whole number within int64, "
+                                           f"got {_show(entry[k])}")
     if params.get("low", 0) >= params.get("high", 1):
         raise ctx.fail(key + ("high",), f"expected high > low, got low={params['low']}, high={params['high']}")
     avoid = entry.get("avoid", [])
@@ -456,7 +461,8 @@ def _tensor(entry: dict, name: Optional[str], key: tuple, keystr: str, ctx: _Ctx
     ):
         raise ctx.fail(key + ("avoid",), f"expected a list of [lo, hi] intervals, got {_show(avoid)}")
     intervals = tuple(
-        (number(lo, key + ("avoid", i, 0), ctx), number(hi, key + ("avoid", i, 1), ctx)) for i, (lo, hi) in enumerate(avoid)
+        (number(lo, key + ("avoid", i, 0), ctx), number(hi, key + ("avoid", i, 1), ctx))
+        for i, (lo, hi) in enumerate(avoid)
     )
     if any(lo > hi for lo, hi in intervals):
         raise ctx.fail(key + ("avoid",), "each interval must be [lo, hi] with lo <= hi")
