@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 KINDS = [
-    ("gradcheck_cli.examples.linear:LinearFunction", "inputs: [{{shape: [{a}, {b}]}}, {{shape: [{c}, {b}]}}, {{shape: [{c}]}}]"),
+    ("gradcheck_cli.examples.linear:LinearFunction",
+     "inputs: [{{shape: [{a}, {b}]}}, {{shape: [{c}, {b}]}}, {{shape: [{c}]}}]"),
     ("gradcheck_cli.examples.mul_constant:MulConstant", "inputs: [{{shape: [{a}, {b}]}}, {{value: 1.5}}]"),
     ("gradcheck_cli.examples.relu:ReLU", "inputs: [{{shape: [{a}, {b}], avoid: [[-0.01, 0.01]]}}]"),
     ("gradcheck_cli.examples.styles:SumDim", "inputs: [{{shape: [{a}, {b}, 3]}}]\nkwargs: {{dim: {{value: 1}}}}"),

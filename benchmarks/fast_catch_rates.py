@@ -17,11 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import test_fast_mode as bugs  # noqa: E402 - the wrong gradients under test
+import test_fast_mode as bugs  # the wrong gradients under test (tests/ is on sys.path above)
 
-from gradcheck_cli import FAST_PROBES, check  # noqa: E402
-from gradcheck_cli.checks import backward  # noqa: E402
-
+from gradcheck_cli import FAST_PROBES, check
+from gradcheck_cli.checks import backward
 
 TORCH_CATCHES = 10  # seeds for torch's fast mode on the wrong gradient it catches
 

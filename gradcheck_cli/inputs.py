@@ -4,7 +4,8 @@ Drawing on the CPU and then moving makes the same seed give the same values on e
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -80,7 +81,7 @@ def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
     params = dict(arg.params)
     shape = arg.shape or ()
 
-    def sample(n: tuple) -> torch.Tensor:
+    def sample(n: tuple[int, ...]) -> torch.Tensor:
         if arg.dist == "randint":
             return torch.randint(int(params["low"]), int(params["high"]), n, generator=gen, dtype=torch.float64)
         if arg.dist == "uniform":
@@ -92,7 +93,8 @@ def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
     return t.to(dtype)
 
 
-def _avoiding(sample: Callable[[tuple], torch.Tensor], shape: tuple, arg: TensorArg) -> torch.Tensor:
+def _avoiding(sample: Callable[[tuple[int, ...]], torch.Tensor], shape: tuple[int, ...],
+              arg: TensorArg) -> torch.Tensor:
     """``sample(shape)``, with the values that fall in an ``avoid`` interval drawn again."""
     try:
         t = sample(shape)

@@ -33,6 +33,7 @@ TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
 FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")  # likewise
 MAX_NODES = 1_000_000  # aliases may repeat a node: refuse documents that expand past this ("billion laughs")
+Key = tuple[Union[str, int], ...]  # a key path into a document: mapping keys and list positions
 
 
 class SpecError(Exception):
@@ -89,7 +90,8 @@ class Tolerance:
     atol: float = 1e-5
     rtol: float = 1e-3
     nondet_tol: float = 0.0
-    given: tuple[str, ...] = field(default=(), compare=False)  # the keys the spec set (others may be adapted, e.g. to a low dtype)
+    # the keys the spec set (the others may be adapted, e.g. to a low dtype)
+    given: tuple[str, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -125,16 +127,16 @@ class Case:
 @dataclass
 class _Ctx:
     path: str
-    lines: dict[tuple, int] = field(default_factory=dict)
-    prefix: tuple = ()
+    lines: dict[Key, int] = field(default_factory=dict)
+    prefix: Key = ()
 
-    def fail(self, key: tuple, message: str) -> SpecError:
+    def fail(self, key: Key, message: str) -> SpecError:
         full = self.prefix + key
         line = next((self.lines[full[:i]] for i in range(len(full), -1, -1) if full[:i] in self.lines), None)
         return SpecError(self.path, _keystr(full), message, line)
 
 
-def _keystr(key: tuple) -> str:
+def _keystr(key: Key) -> str:
     out = ""
     for part in key:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -173,10 +175,13 @@ def _documents(text: str, path: str) -> tuple[list[tuple[int, yaml.Node, Any]], 
         index = 0
         while loader.check_node():
             node = loader.get_node()
+            if node is None:  # not after check_node() said a document follows; for the type checker
+                break
             index += 1
             try:
                 data = loader.construct_document(node)
-            except (ValueError, TypeError, LookupError, ArithmeticError, AttributeError) as exc:  # `!!int x`: not a YAMLError
+            except (ValueError, TypeError, LookupError, ArithmeticError, AttributeError) as exc:
+                # a value that does not fit its tag (`!!int x`) raises these, not a YAMLError
                 return docs, SpecError(path, "", f"not valid YAML: a value does not fit its explicit tag: {exc}")
             if data is not None:
                 docs.append((index, node, data))
@@ -193,7 +198,7 @@ def _documents(text: str, path: str) -> tuple[list[tuple[int, yaml.Node, Any]], 
     return docs, None
 
 
-def _node_lines(node: yaml.Node, key: tuple, ctx: _Ctx, sizes: Optional[dict] = None) -> int:
+def _node_lines(node: yaml.Node, key: Key, ctx: _Ctx, sizes: Optional[dict[int, Optional[int]]] = None) -> int:
     """Map every key path to its 1-based line; refuse duplicate keys (YAML would keep the last),
     an alias inside the node it names (a cycle) and aliases that expand past MAX_NODES.
     A node met again through an alias is not walked again: the paths below it take the
@@ -202,14 +207,15 @@ def _node_lines(node: yaml.Node, key: tuple, ctx: _Ctx, sizes: Optional[dict] = 
     lines = ctx.lines
     lines.setdefault(key, node.start_mark.line + 1)
     if id(node) in sizes:
-        if sizes[id(node)] is None:
+        known = sizes[id(node)]
+        if known is None:
             raise SpecError(ctx.path, _keystr(key), "an alias inside the node it names: a spec cannot be infinite",
                             lines[key])
-        return sizes[id(node)]
+        return known
     sizes[id(node)] = None
     size = 1
     if isinstance(node, yaml.MappingNode):
-        seen: set = set()
+        seen: set[str] = set()
         for k, v in node.value:
             name = k.value
             if name in seen:
@@ -243,7 +249,8 @@ def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> 
         _mapping(entry, ("cases", i), CASE_KEYS, ctx)
         name = entry.get("name", f"case{i}")
         if "name" not in entry and name in names:
-            raise ctx.fail(("cases", i), f"its default name {name!r} is taken by another case; give it a unique `name:`")
+            raise ctx.fail(("cases", i),
+                           f"its default name {name!r} is taken by another case; give it a unique `name:`")
         if not isinstance(name, (str, int)) or str(name) in names:
             raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {_show(name)}")
         names.add(str(name))
@@ -252,7 +259,7 @@ def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> 
     return out
 
 
-def _apply(case: Case, doc: dict, key: tuple, ctx: _Ctx) -> Case:
+def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
     """Return ``case`` with the keys present in ``doc`` (a document or a case entry) applied."""
     changes: dict[str, Any] = {}
     if "function" in doc:
@@ -304,7 +311,7 @@ def _apply(case: Case, doc: dict, key: tuple, ctx: _Ctx) -> Case:
     return replace(case, **changes)
 
 
-def _mapping(value: Any, key: tuple, allowed: tuple, ctx: _Ctx) -> None:
+def _mapping(value: Any, key: Key, allowed: tuple[str, ...], ctx: _Ctx) -> None:
     if not isinstance(value, dict):
         raise ctx.fail(key, f"expected a mapping with keys {', '.join(allowed)}; got {_show(value)}")
     for k in value:
@@ -333,26 +340,27 @@ def parse_argument(entry: Any, where: str) -> Arg:
     return replace(_arg(entry, (), _Ctx(where)), key=where)
 
 
-def _function(value: Any, key: tuple, ctx: _Ctx) -> str:
+def _function(value: Any, key: Key, ctx: _Ctx) -> str:
     if not isinstance(value, str) or not is_import_path(value):
-        raise ctx.fail(key, f"expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', got {_show(value)}")
+        raise ctx.fail(key, "expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', "
+                            f"got {_show(value)}")
     return value
 
 
-def _devices(value: Any, key: tuple, ctx: _Ctx) -> tuple[str, ...]:
+def _devices(value: Any, key: Key, ctx: _Ctx) -> tuple[str, ...]:
     items = value if isinstance(value, list) else [value]
     if not items or not all(isinstance(d, str) and is_device(d) for d in items):
         raise ctx.fail(key, f"expected cpu, cuda, cuda:N (or a list of these), got {_show(value)}")
     return tuple(dict.fromkeys(items))
 
 
-def _dtype(value: Any, key: tuple, ctx: _Ctx) -> str:
+def _dtype(value: Any, key: Key, ctx: _Ctx) -> str:
     if not isinstance(value, str) or value not in DTYPES:  # a list or mapping is unhashable
         raise ctx.fail(key, f"unknown dtype {_show(value)}; use one of {', '.join(sorted(set(DTYPES.values())))}")
     return DTYPES[value]
 
 
-def number(value: Any, key: tuple, ctx: _Ctx, positive: bool = False) -> float:
+def number(value: Any, key: Key, ctx: _Ctx, positive: bool = False) -> float:
     """A YAML number; also a numeric string such as '1e-6' (YAML 1.1 reads that as text)."""
     if isinstance(value, str):
         try:
@@ -369,7 +377,7 @@ def number(value: Any, key: tuple, ctx: _Ctx, positive: bool = False) -> float:
     return float(value)
 
 
-def _tolerance(value: Any, base: Tolerance, key: tuple, ctx: _Ctx) -> Tolerance:
+def _tolerance(value: Any, base: Tolerance, key: Key, ctx: _Ctx) -> Tolerance:
     _mapping(value, key, TOLERANCE_KEYS, ctx)
     vals = {k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items()}
     for k, v in vals.items():
@@ -378,7 +386,7 @@ def _tolerance(value: Any, base: Tolerance, key: tuple, ctx: _Ctx) -> Tolerance:
     return replace(base, **vals, given=tuple(sorted(set(base.given) | set(vals))))
 
 
-def _checks(value: Any, key: tuple, ctx: _Ctx) -> tuple[str, ...]:
+def _checks(value: Any, key: Key, ctx: _Ctx) -> tuple[str, ...]:
     if value == "all" or value == ["all"]:
         return CHECKS
     single = isinstance(value, str)
@@ -392,7 +400,7 @@ def _checks(value: Any, key: tuple, ctx: _Ctx) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _arg(entry: Any, key: tuple, ctx: _Ctx, name: Optional[str] = None) -> Arg:
+def _arg(entry: Any, key: Key, ctx: _Ctx, name: Optional[str] = None) -> Arg:
     """One input or kwargs entry: exactly one of shape/data, value, same_as."""
     if not isinstance(entry, dict):
         raise ctx.fail(key, f"expected a mapping with one of shape, data, value, same_as; got {_show(entry)}")
@@ -417,7 +425,7 @@ def _arg(entry: Any, key: tuple, ctx: _Ctx, name: Optional[str] = None) -> Arg:
     return replace(_tensor(entry, name, key, keystr, ctx), line=line)
 
 
-def _tensor(entry: dict, name: Optional[str], key: tuple, keystr: str, ctx: _Ctx) -> TensorArg:
+def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, keystr: str, ctx: _Ctx) -> TensorArg:
     shape = entry.get("shape")
     if "shape" in entry and (
         not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
@@ -447,7 +455,8 @@ def _tensor(entry: dict, name: Optional[str], key: tuple, keystr: str, ctx: _Ctx
         params = {"low": params.get("low", 0.0), "high": params.get("high", 2.0 if dtype == "bool" else 10.0)}
         for k, v in params.items():
             if not (v.is_integer() and -2 ** 63 <= v < 2 ** 63):
-                raise ctx.fail(key + (k,), f"randint draws integers: expected a whole number within int64, got {_show(entry[k])}")
+                raise ctx.fail(key + (k,), "randint draws integers: expected a whole number within int64, "
+                                           f"got {_show(entry[k])}")
     if params.get("low", 0) >= params.get("high", 1):
         raise ctx.fail(key + ("high",), f"expected high > low, got low={params['low']}, high={params['high']}")
     avoid = entry.get("avoid", [])
@@ -456,7 +465,8 @@ def _tensor(entry: dict, name: Optional[str], key: tuple, keystr: str, ctx: _Ctx
     ):
         raise ctx.fail(key + ("avoid",), f"expected a list of [lo, hi] intervals, got {_show(avoid)}")
     intervals = tuple(
-        (number(lo, key + ("avoid", i, 0), ctx), number(hi, key + ("avoid", i, 1), ctx)) for i, (lo, hi) in enumerate(avoid)
+        (number(lo, key + ("avoid", i, 0), ctx), number(hi, key + ("avoid", i, 1), ctx))
+        for i, (lo, hi) in enumerate(avoid)
     )
     if any(lo > hi for lo, hi in intervals):
         raise ctx.fail(key + ("avoid",), "each interval must be [lo, hi] with lo <= hi")

@@ -9,7 +9,7 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Union
+from typing import Any, Union
 
 import yaml
 
@@ -111,7 +111,7 @@ def _inline_arg(text: str, option: str) -> Arg:
     """``-i 20x20[:DTYPE]``, ``-i scalar`` or ``-i =VALUE``, read as the spec entry it stands for."""
     if text.startswith("="):
         try:
-            entry: dict = {"value": yaml.safe_load(text[1:])}
+            entry: dict[str, Any] = {"value": yaml.safe_load(text[1:])}
         except yaml.YAMLError as exc:
             raise TargetError(f"{option}: not a YAML value: {exc}") from exc
     else:

@@ -306,7 +306,8 @@ def test_pre_commit_manifest_is_valid_and_runs_our_console_script() -> None:
     assert {"id", "name", "entry", "language"} <= set(hook) <= MANIFEST_KEYS
     assert hook["id"] == "gradcheck"
     assert hook["language"] == "python"
-    assert hook["pass_filenames"] is True and hook["require_serial"] is False
+    # one gradcheck process for all the files: it starts a worker per core itself
+    assert hook["pass_filenames"] is True and hook["require_serial"] is True
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
     assert scripts.get(hook["entry"].split()[0]) == "gradcheck_cli.cli:main"
     files = re.compile(hook["files"])

@@ -1,7 +1,7 @@
 """Deliberately broken Functions, each with one realistic mistake in backward (for broken-specs/)."""
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -11,7 +11,7 @@ from gradcheck_cli.examples.max_pool import GlobalMaxPool
 from gradcheck_cli.examples.mul_constant import MulConstant
 from gradcheck_cli.examples.relu import ReLU
 
-_LinearGrads = Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]
+_LinearGrads = tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]
 
 
 class LinearWrongWeightTranspose(LinearFunction):
@@ -47,7 +47,7 @@ class LinearWrongGradCount(LinearFunction):
     """backward returns 2 gradients for the 3 inputs of forward (the bias one is forgotten)."""
 
     @staticmethod
-    def backward(ctx: Any, grad_output: Tensor) -> Tuple[Tensor, Tensor]:  # type: ignore[override]
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         input, weight, _bias = ctx.saved_tensors
         return grad_output @ weight, grad_output.t() @ input  # BUG: no entry for bias
 
@@ -56,7 +56,7 @@ class MulConstantSignFlip(MulConstant):
     """Gradient has the wrong sign: ``-constant`` instead of ``constant``."""
 
     @staticmethod
-    def backward(ctx: Any, grad_output: Tensor) -> Tuple[Tensor, None]:
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, None]:
         return grad_output * -ctx.constant, None  # BUG: sign flipped
 
 
@@ -68,7 +68,7 @@ class ScalesGradOutputInPlace(MulConstant):
     """
 
     @staticmethod
-    def backward(ctx: Any, grad_output: Tensor) -> Tuple[Tensor, None]:
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, None]:
         grad_output.mul_(ctx.constant)  # BUG: modifies grad_output in place
         return grad_output, None
 

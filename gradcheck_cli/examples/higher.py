@@ -9,7 +9,7 @@ tangent per argument forward was called with (a default for arguments that may b
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -46,7 +46,7 @@ class ScaledMul(torch.autograd.Function):
         return scale * x * y
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tuple[Tensor, Tensor, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
         x, y = ctx.saved_tensors
         return ctx.scale * grad * y, ctx.scale * grad * x, None
 
@@ -68,7 +68,7 @@ class LogSumExp(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tuple[Tensor, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         x, out = ctx.saved_tensors
         return grad.unsqueeze(ctx.dim) * (x - out.unsqueeze(ctx.dim)).exp(), None
 
@@ -82,7 +82,7 @@ class MaxWithIndex(torch.autograd.Function):
     """``(max over the last dim, argmax [int64])``: an integer output gets no gradient and no tangent."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor) -> Tuple[Tensor, Tensor]:
+    def forward(ctx: Any, x: Tensor) -> tuple[Tensor, Tensor]:
         values, index = x.max(-1)
         ctx.mark_non_differentiable(index)
         ctx.save_for_backward(x, index)
@@ -95,7 +95,7 @@ class MaxWithIndex(torch.autograd.Function):
         return torch.zeros_like(x).scatter(-1, index.unsqueeze(-1), grad.unsqueeze(-1))
 
     @staticmethod
-    def jvp(ctx: Any, x_t: Tensor) -> Tuple[Tensor, None]:
+    def jvp(ctx: Any, x_t: Tensor) -> tuple[Tensor, None]:
         (index,) = ctx.saved_tensors
         return x_t.gather(-1, index.unsqueeze(-1)).squeeze(-1), None
 

@@ -1,7 +1,7 @@
 """Linear layer ``y = x W^T + b`` as in PyTorch's "Extending PyTorch" tutorial."""
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -21,7 +21,7 @@ class LinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(
         ctx: Any, grad_output: Tensor
-    ) -> Tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    ) -> tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
         input, weight, bias = ctx.saved_tensors
         grad_input = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:

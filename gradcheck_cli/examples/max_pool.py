@@ -1,7 +1,7 @@
 """Max-pooling Functions: one with a non-differentiable int64 output, one built on max_pool1d."""
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,7 @@ class GlobalMaxPool(torch.autograd.Function):
     """Max over the last dim; returns ``(values, indices)`` with int64 ``indices``."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor) -> Tuple[Tensor, Tensor]:
+    def forward(ctx: Any, x: Tensor) -> tuple[Tensor, Tensor]:
         values, indices = x.max(dim=-1)
         ctx.save_for_backward(indices)
         ctx.input_shape = x.shape

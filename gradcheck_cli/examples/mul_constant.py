@@ -1,7 +1,7 @@
 """Multiplication of a tensor by a non-tensor (Python float) constant."""
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -16,5 +16,5 @@ class MulConstant(torch.autograd.Function):
         return tensor * constant
 
     @staticmethod
-    def backward(ctx: Any, grad_output: Tensor) -> Tuple[Tensor, None]:
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, None]:
         return grad_output * ctx.constant, None

@@ -1,7 +1,7 @@
 """Functions written in other styles the loader must handle: ``setup_context`` and keyword args."""
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -21,12 +21,12 @@ class ScaleRows(torch.autograd.Function):
         return x * w.unsqueeze(-1)
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: Tuple[Tensor, Tensor], output: Tensor) -> None:
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
         x, w = inputs
         ctx.save_for_backward(x, w)
 
     @staticmethod
-    def backward(ctx: Any, grad_output: Tensor) -> Tuple[Tensor, Tensor]:
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, Tensor]:
         x, w = ctx.saved_tensors
         return grad_output * w.unsqueeze(-1), (grad_output * x).sum(-1)
 
@@ -42,6 +42,6 @@ class SumDim(torch.autograd.Function):
         return x.sum(dim=dim, keepdim=keepdim)
 
     @staticmethod
-    def backward(ctx: Any, grad_output: Tensor) -> Tuple[Tensor, None, None]:
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, None, None]:
         grad = grad_output if ctx.keepdim else grad_output.unsqueeze(ctx.dim)
         return grad.expand(ctx.input_shape), None, None

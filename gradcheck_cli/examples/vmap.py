@@ -7,7 +7,7 @@ gradients it gets after ``ctx.set_materialize_grads(False)``.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -39,11 +39,11 @@ class WeightedSum(torch.autograd.Function):
         return (x * w).sum(-1)
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: Tuple[Tensor, Tensor], output: Tensor) -> None:
+    def setup_context(ctx: Any, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
         ctx.save_for_backward(*inputs)
 
     @staticmethod
-    def backward(ctx: Any, grad_output: Tensor) -> Tuple[Tensor, Tensor]:
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Tensor, Tensor]:
         x, w = ctx.saved_tensors
         g = grad_output.unsqueeze(-1)
         return g * w, (g * x).sum(0)
@@ -58,7 +58,7 @@ class Cube(torch.autograd.Function):
         return x**3
 
     @staticmethod
-    def setup_context(ctx: Any, inputs: Tuple[Tensor], output: Tensor) -> None:
+    def setup_context(ctx: Any, inputs: tuple[Tensor], output: Tensor) -> None:
         ctx.save_for_backward(inputs[0])
 
     @staticmethod
@@ -67,7 +67,7 @@ class Cube(torch.autograd.Function):
         return 3 * x**2 * grad_output
 
     @staticmethod
-    def vmap(info: Any, in_dims: Tuple[Optional[int]], x: Tensor) -> Tuple[Tensor, Optional[int]]:
+    def vmap(info: Any, in_dims: tuple[Optional[int]], x: Tensor) -> tuple[Tensor, Optional[int]]:
         return Cube.apply(x), in_dims[0]
 
 
@@ -76,7 +76,7 @@ class SinCos(torch.autograd.Function):
     one output, backward gets None for the other and skips its term."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor) -> Tuple[Tensor, Tensor]:
+    def forward(ctx: Any, x: Tensor) -> tuple[Tensor, Tensor]:
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x)
         return torch.sin(x), torch.cos(x)

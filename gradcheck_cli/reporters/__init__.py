@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Mapping, Optional, TextIO
+from collections.abc import Mapping
+from typing import Callable, Optional, TextIO
 
 from ..results import CaseResult, Report
 

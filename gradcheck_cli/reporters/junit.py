@@ -123,7 +123,7 @@ def render(report: Report, stream: TextIO, color: bool = False, locations: bool 
     stream.write("\n")
 
 
-def write(report: Report, path: Union[str, "os.PathLike[str]"], locations: bool = False) -> None:
+def write(report: Report, path: Union[str, os.PathLike[str]], locations: bool = False) -> None:
     """Write the JUnit XML of ``report`` to the file ``path`` (UTF-8), replacing it."""
     with open(path, "w", encoding="utf-8", newline="\n") as stream:
         render(report, stream, locations=locations)

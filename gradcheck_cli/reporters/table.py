@@ -77,7 +77,8 @@ def summary_line(report: Report) -> Text:
     s = report.summary()
     text = Text(f"{s['total']} result{'s' * (s['total'] != 1)}: ")
     parts = [(s["passed"], "passed", Status.PASS), (s["failed"], "failed", Status.FAIL),
-             (s["errors"], "errors" if s["errors"] != 1 else "error", Status.ERROR), (s["skipped"], "skipped", Status.SKIP)]
+             (s["errors"], "errors" if s["errors"] != 1 else "error", Status.ERROR),
+             (s["skipped"], "skipped", Status.SKIP)]
     for i, (n, word, status) in enumerate(parts):
         text.append(f"{n} {word}", style=STYLE[status] if n else "")
         text.append(", " if i < len(parts) - 1 else "")
