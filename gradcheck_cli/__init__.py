@@ -5,7 +5,8 @@ Importing this package does not import torch.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional
 
 __version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it from here
 FAST_PROBES = 3  # random probes per argument for --fast (the first non-negative, the others signed)

@@ -8,8 +8,9 @@ import contextlib
 import os
 import sys
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import click
 
@@ -135,7 +136,8 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
 @click.option("--color/--no-color", default=None, help="Colour the table (default: when stdout is a terminal "
                                                         "and NO_COLOR is unset).")
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
-              select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int], timeout: Optional[float], fail_fast: bool,
+              select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int],
+              timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
               checks: tuple[str, ...], require_device: bool, no_isolate: bool, probes: int,
               max_memory: int, color: Optional[bool]) -> None:

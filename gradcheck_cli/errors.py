@@ -70,6 +70,6 @@ def guarded(kind: ErrorKind, what: str, fn: Callable[..., Any], *args: Any, **kw
         return fn(*args, **kwargs)
     except UserCodeError:
         raise
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - user code may raise anything, even sys.exit()
+    except (Exception, SystemExit) as exc:
         raise UserCodeError(device_kind(exc) or kind, f"{what} raised {type(exc).__name__}: {exc}",
                             user_frame(exc)) from exc

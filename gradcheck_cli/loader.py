@@ -61,5 +61,5 @@ def _import(module_name: str, path: str) -> Any:
     except SyntaxError as exc:
         where = f"{os.path.relpath(exc.filename)}:{exc.lineno}" if exc.filename else None
         raise LoadError(f"importing '{module_name}' failed: SyntaxError: {exc}", where) from exc
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any error in the user's module is reported
+    except (Exception, SystemExit) as exc:
         raise LoadError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}", user_frame(exc)) from exc

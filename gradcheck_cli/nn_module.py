@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -37,7 +38,7 @@ class ModuleTarget(Target):
 
     @property
     def forward(self) -> Callable[..., Any]:
-        return self.obj.forward  # type: ignore[no-any-return]
+        return self.obj.forward
 
     def parameters(self) -> Optional[list[inspect.Parameter]]:
         """forward's parameters without ``self``, or None when unknown."""
@@ -46,14 +47,14 @@ class ModuleTarget(Target):
         except (TypeError, ValueError):
             return None
 
-    def call(self, values: list[Any], n_positional: int, kw_names: list[str]) -> Any:
+    def call(self, values: Sequence[Any], n_positional: int, kw_names: list[str]) -> Any:
         """The module called with the arguments, its parameters replaced by the values after them
         (in ``param_names`` order)."""
         split = n_positional + len(kw_names)
         kwargs = dict(zip(kw_names, values[n_positional:split]))
         params = values[split:]
         module, slots = self.on(str(params[0].device) if params else None)
-        return call_with(module, slots, params, values[:n_positional], kwargs)
+        return call_with(module, slots, list(params), list(values[:n_positional]), kwargs)
 
     def extra_arguments(self, device: Optional[str]) -> list[tuple[str, torch.Tensor]]:
         """The module's parameters on ``device`` as fresh leaves, named as in named_parameters()."""
@@ -158,7 +159,7 @@ def _check_init(target: ModuleTarget, args: Sequence[Any], kwargs: dict[str, Any
 
 def _shown(p: inspect.Parameter) -> str:
     """A parameter as written, without its annotation: ``bias=True``, ``*args``."""
-    star = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
+    star = "*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else ""
     return f"{star}{p.name}" + (f"={p.default!r}" if p.default is not p.empty else "")
 
 

@@ -12,7 +12,6 @@ from .results import CaseResult, ErrorInfo, ErrorKind, Status
 from .spec import Case, SpecError
 
 
-
 @dataclass(frozen=True)
 class RunOptions:
     """Run-wide settings that the command line controls."""

@@ -168,9 +168,9 @@ def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None, fail_fast
                     worker.proc.join(timeout=5)
                     failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker.proc.exitcode))
                 elif worker.overdue(timeout):
-                    failure = failed_result(worker.task, ErrorKind.TIMEOUT, f"timed out after {timeout:g} s (--timeout): "
-                                            "stopped; an endless loop in forward or backward, or a limit too small "
-                                            "for this check?")
+                    failure = failed_result(worker.task, ErrorKind.TIMEOUT,
+                                            f"timed out after {timeout:g} s (--timeout): stopped; an endless loop in "
+                                            "forward or backward, or a limit too small for this check?")
                 else:
                     continue
                 worker.stop(force=True)

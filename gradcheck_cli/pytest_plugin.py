@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import io
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pytest
 

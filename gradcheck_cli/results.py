@@ -9,6 +9,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+
 class ExitCode(enum.IntEnum):
     """The process exit codes of the contract, used by the CLI, the pytest plugin's entry and ``Report``."""
 
@@ -157,7 +158,7 @@ class Report:
     not_run: int = 0  # tasks never started (--fail-fast stopped the run)
 
     def summary(self) -> dict[str, Any]:
-        count = {s: 0 for s in Status}
+        count = dict.fromkeys(Status, 0)
         for result in self.results:
             count[result.status] += 1
         return {

@@ -49,8 +49,7 @@ class RngFork:
 
     @classmethod
     def capture(cls, values: list[Any], seed: int = 0) -> RngFork:
-        devices = sorted({v.device.index if v.device.index is not None else torch.cuda.current_device()
-                          for v in values if isinstance(v, torch.Tensor) and v.is_cuda})
+        devices = sorted({v.get_device() for v in values if isinstance(v, torch.Tensor) and v.is_cuda})
         return cls(torch.Generator().manual_seed(seed).get_state(),
                    [(d, torch.Generator(f"cuda:{d}").manual_seed(seed).get_state()) for d in devices],
                    torch.default_generator.get_state(),

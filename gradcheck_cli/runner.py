@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Optional, Union
 
 import torch
 
@@ -36,14 +37,14 @@ def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseRe
 def run_task(task: Task) -> CaseResult:
     """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass."""
     trials = max(1, task.opts.trials)
-    for t in range(trials):
-        seed = task.seed + t
-        result = _resampled(task, seed)
+    result = _resampled(task, task.seed)
+    for t in range(1, trials):
         if result.status is not Status.PASS:
-            if t:
-                result.warnings.append(f"seed {seed} (trial {t + 1} of {trials}) did not pass; "
-                                       f"seeds {task.seed}..{seed - 1} passed")
-            return result
+            break
+        result = _resampled(task, task.seed + t)
+        if result.status is not Status.PASS:
+            result.warnings.append(f"seed {task.seed + t} (trial {t + 1} of {trials}) did not pass; "
+                                   f"seeds {task.seed}..{task.seed + t - 1} passed")
     return result
 
 
@@ -53,15 +54,18 @@ def _resampled(task: Task, seed: int) -> CaseResult:
     for k in range(RESAMPLES + 1):
         case = replace(task.case, seed=seed + k * RESAMPLE_STRIDE)
         drawn: set[str] = set()  # the arguments drawn at random (not literal data), which a new seed moves
-        result = guard(plan.new_result(task, case.seed), lambda r, c=case: _check(c, task.device, task.opts, r, drawn),
-                       where=_at(case))
+
+        def body(r: CaseResult, case: Case = case, drawn: set[str] = drawn) -> None:
+            _check(case, task.device, task.opts, r, drawn)
+
+        result = guard(plan.new_result(task, case.seed), body, where=_at(case))
         result.warnings[:0] = notes
         at = [f"'{row.name}'" for check in result.checks for row in check.inputs if row.at_kinks and row.name in drawn]
         if not (task.case.resample and at) or k == RESAMPLES:
             return result
         notes.append(f"seed {case.seed} put {', '.join(dict.fromkeys(at))} on a kink, tie or domain edge: "
                      f"drew again with seed {case.seed + RESAMPLE_STRIDE} (resample: true)")
-    return result
+    raise AssertionError("unreachable: the last draw returns")
 
 
 def guard(result: CaseResult, body: Callable[[CaseResult], None], where: str = "") -> CaseResult:

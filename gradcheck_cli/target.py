@@ -6,6 +6,7 @@ and extra arguments (its parameters).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -28,7 +29,8 @@ class Target:
     @property
     def own_vmap(self) -> bool:
         """A Function with its own ``vmap`` staticmethod."""
-        return self.is_function and getattr(self.obj, "vmap", None) is not getattr(torch.autograd.Function, "vmap", None)
+        base = getattr(torch.autograd.Function, "vmap", None)
+        return self.is_function and getattr(self.obj, "vmap", None) is not base
 
     @property
     def declares_vmap(self) -> bool:
@@ -38,9 +40,9 @@ class Target:
     @property
     def forward(self) -> Callable[..., Any]:
         """The callable whose signature the spec's arguments bind to."""
-        return self.obj.forward if self.is_function else self.obj  # type: ignore[no-any-return]
+        return self.obj.forward if self.is_function else self.obj
 
-    def body(self, values: list[Any]) -> Any:
+    def body(self, values: Sequence[Any]) -> Any:
         """A Function's forward called without ``apply`` (an old-style ``forward(ctx, ...)`` gets a
         ``StandInCtx``): what torch.func.vmap can batch when the Function declares no vmap support.
         For finite differences only, whose batched values the caller compares with ``apply``'s."""
@@ -58,7 +60,7 @@ class Target:
             params = params[1:]  # forward(ctx, ...)
         return params
 
-    def call(self, values: list[Any], n_positional: int, kw_names: list[str]) -> Any:
+    def call(self, values: Sequence[Any], n_positional: int, kw_names: list[str]) -> Any:
         """Call with ``values``: the first ``n_positional`` positionally, then ``kw_names`` by keyword."""
         if self.is_function:
             return self.obj.apply(*values)
@@ -74,7 +76,7 @@ class StandInCtx:
     """The ctx of a forward called without ``apply``: it keeps what forward stores on it and
     refuses what only ``apply`` can do (outputs marked dirty: an in-place forward)."""
 
-    def __init__(self, values: list[Any]) -> None:
+    def __init__(self, values: Sequence[Any]) -> None:
         self.needs_input_grad = tuple(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
         self.saved_tensors: tuple[Any, ...] = ()
 

@@ -1,15 +1,16 @@
 """The ``backward`` check: backward's contract, then the Jacobian entry by entry, then determinism."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
+from .. import kinks, probes
 from ..binding import Bound
 from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, is_float_tensor, unravel, vjp
-from .. import kinks, probes
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator
 from ..spec import Tolerance
@@ -50,10 +51,13 @@ def run(ctx: CheckContext) -> CheckResult:
     if not positions:
         positions = [p for p, o in enumerate(outputs) if is_float_tensor(o)]
         result.warnings.append("no output requires grad: checking that the outputs do not depend on the inputs")
-    forward = lambda vals: call_forward(target, bound, vals)  # noqa: E731
+
+    def forward(vals: Sequence[Any]) -> Any:
+        return call_forward(target, bound, vals)
+
     # what vmap may batch: a generated vmap rule runs forward itself under vmap, so forward is called
     # directly (apply's vmap machinery costs more than the forward of a 128 x 128 Linear layer)
-    batched = forward if not target.is_function or target.own_vmap else target.body
+    batched: Callable[[Sequence[Any]], Any] = forward if not target.is_function or target.own_vmap else target.body
     plain, tol, notes = _reference(forward, fresh_leaves(bound.values, grad=False), bound, checked, tol)
     result.warnings += notes
     backward = lambda *args: guarded(ErrorKind.BACKWARD, "backward", vjp, *args)  # noqa: E731
@@ -78,8 +82,8 @@ def run(ctx: CheckContext) -> CheckResult:
     return _finish(result, found, nondeterministic, start)
 
 
-def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any, Any], outputs: tuple,
-           positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
+def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any, Any],
+           outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
            plain_inputs: list[torch.Tensor], opts: Options) -> list[int]:
     """The fast decision: the rows of the arguments whose probes all passed are filled; returned are
     the others (indices into ``checked``), to compare element by element. ``calls``: forward, the
@@ -141,7 +145,7 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
     if not row.mismatched or not entry.bad_columns:
         return
     per = 2 if x.is_complex() else 1
-    verdicts = {}
+    verdicts: dict[int, kinks.Verdict] = {}
     for col, a_col, _ in entry.bad_columns:
         element = col // per
         verdict = kinks.examine(forward, plain, x, col, tol.eps, positions, a_col, atol=tol.atol, rtol=tol.rtol,
@@ -165,14 +169,15 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
     row.diagnosis = "; ".join([d for d in [row.diagnosis, *notes] if d])
 
 
-def _determinism(outputs: tuple, positions: list[int], inputs: list[torch.Tensor], names: list[str],
+def _determinism(outputs: tuple[Any, ...], positions: list[int], inputs: list[torch.Tensor], names: list[str],
                  gen: torch.Generator, nondet_tol: float, repeat: int) -> list[str]:
     """Backward ``repeat`` times with the same signed random grad_output must agree within nondet_tol."""
     live = [outputs[p] for p in positions if outputs[p].requires_grad]
     if not live or not inputs:
         return []
     probes = [contract.probe_like(o, gen) for o in live]
-    runs = [guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [p.clone() for p in probes]) for _ in range(repeat)]
+    runs = [guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [p.clone() for p in probes])
+            for _ in range(repeat)]
     problems = []
     for name, first, *rest in zip(names, *runs):
         if first is None or any(g is None for g in rest):

@@ -2,6 +2,7 @@
 and calling the user's forward safely."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -52,7 +53,7 @@ class CheckContext:
         return self.options.tolerance
 
 
-def call_forward(target: Target, bound: Bound, values: list[Any], kind: ErrorKind = ErrorKind.FORWARD,
+def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind = ErrorKind.FORWARD,
                  what: str = "forward") -> Any:
     """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled
     ``kind`` / ``what`` (as in ``guarded``).

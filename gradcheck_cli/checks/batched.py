@@ -124,13 +124,13 @@ def run(ctx: CheckContext) -> CheckResult:
     return _finish(result, start, bound, checked, found, opts.tolerance.nondet_tol)
 
 
-def _batched_grad_outputs(leaves: list[Any], outputs: tuple, positions: list[int], checked: list[int],
+def _batched_grad_outputs(leaves: list[Any], outputs: tuple[Any, ...], positions: list[int], checked: list[int],
                           gen: torch.Generator, found: Stacks) -> None:
     """One backward with BATCH grad_outputs at once against BATCH separate backward calls."""
     live, inputs = [outputs[p] for p in positions], [leaves[i] for i in checked]
     stacks = [torch.stack([probe_like(o, gen) for _ in range(BATCH)]) for o in live]
-    loop = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [s[b].clone() for s in stacks]), inputs)
-            for b in range(BATCH)]
+    loop = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [s[b].clone() for s in stacks]),
+                          inputs) for b in range(BATCH)]
     sent = [s.clone() for s in stacks]
     try:
         got = torch.autograd.grad(live, inputs, sent, retain_graph=True, allow_unused=True, is_grads_batched=True)
@@ -158,7 +158,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
                 vals[j] = t
         return vals
 
-    def forward(*tensors: torch.Tensor) -> tuple:
+    def forward(*tensors: torch.Tensor) -> tuple[Any, ...]:
         return as_tuple(call_forward(target, bound, place(tensors)))
 
     batch = [_jittered(plain[i], gen) for i in checked]
@@ -193,9 +193,9 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
         return
     cots = [torch.stack([probe_like(looped[0][p], gen) for _ in range(BATCH)]) for p in positions]
 
-    def whole_vjp(*args: torch.Tensor) -> tuple:
+    def whole_vjp(*args: torch.Tensor) -> tuple[Any, ...]:
         tensors, cot = args[: len(checked)], args[len(checked):]
-        _, pull = torch.func.vjp(lambda *t: tuple(forward(*t)[p] for p in positions), *tensors)
+        pull = torch.func.vjp(lambda *t: tuple(forward(*t)[p] for p in positions), *tensors)[1]
         return pull(tuple(cot))
 
     try:
@@ -203,9 +203,9 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
     except Exception as exc:  # noqa: BLE001
         found.problems.append(refusal("forward or backward", "torch.func.vmap over forward and backward", exc))
         return
-    want = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, [out[p] for p in positions], m,
-                                  [c[b] for c in cots]), m) for b, (m, out) in enumerate(zip(members, looped))]
-    found.add("vmap over forward and backward", checked, list(got), [torch.stack(s) for s in zip(*want)])
+    calls = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, [out[p] for p in positions], m,
+                                   [c[b] for c in cots]), m) for b, (m, out) in enumerate(zip(members, looped))]
+    found.add("vmap over forward and backward", checked, list(got), [torch.stack(s) for s in zip(*calls)])
     found.agreed.append(f"vmap over forward and backward = {BATCH} forward and backward calls")
 
 

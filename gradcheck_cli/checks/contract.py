@@ -29,8 +29,8 @@ class Findings:
     fatal: bool = False
     bad_args: set[int] = field(default_factory=set)
     repeated: bool = False  # backward was called twice with the same grad_output and compared
-    graph: Optional[tuple[list[Any], tuple]] = None  # (leaves, outputs) of the inspected forward, reusable
-    probe: Optional[tuple[list[Any], tuple]] = None  # (grad_outputs, backward's return): J^T g, when as autograd's
+    graph: Optional[tuple[list[Any], tuple[Any, ...]]] = None  # (leaves, outputs) of the inspected forward
+    probe: Optional[tuple[list[Any], tuple[Any, ...]]] = None  # (grad_outputs, backward's return), as autograd's
 
     def fail(self, message: str, fatal: bool = False, arg: Optional[int] = None) -> None:
         self.failures.append(message)
@@ -57,13 +57,14 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
         if isinstance(o, torch.Tensor) else None
         for o in outputs
     ]
+    apply = node.apply  # type: ignore[attr-defined]  # a Function's node (BackwardCFunction) has apply
     kept = [g.clone() if g is not None else None for g in grads_in]
     with torch.no_grad():
-        first = as_tuple(guarded(ErrorKind.BACKWARD, "backward", node.apply, *grads_in))
+        first = as_tuple(guarded(ErrorKind.BACKWARD, "backward", apply, *grads_in))
     returned = tuple(g.detach().clone() if isinstance(g, torch.Tensor) else g for g in first)  # as they were
     _check_returned(first, leaves, bound, found)
     for i, (g, k) in enumerate(zip(grads_in, kept)):
-        if g is not None and not torch.equal(g, k):
+        if g is not None and k is not None and not torch.equal(g, k):
             found.fail(f"backward modified grad_output{f' {i}' if len(kept) > 1 else ''} in place: "
                        "clone it before changing it (grad_output may be shared with other parts of the graph)")
     for i, (v, b) in enumerate(zip(leaves, before)):
@@ -73,7 +74,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
                        fatal=True, arg=i)
     if not found.fatal:
         with torch.no_grad():
-            again = [as_tuple(guarded(ErrorKind.BACKWARD, "backward (called again)", node.apply, *[
+            again = [as_tuple(guarded(ErrorKind.BACKWARD, "backward (called again)", apply, *[
                 k.clone() if k is not None else None for k in kept])) for _ in range(repeat - 1)]
         _check_repeat(first, again, bound, nondet_tol, found)
         found.repeated = True
@@ -82,7 +83,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     return found
 
 
-def _check_returned(grads: tuple, leaves: list[Any], bound: Bound, found: Findings) -> None:
+def _check_returned(grads: tuple[Any, ...], leaves: list[Any], bound: Bound, found: Findings) -> None:
     n_in, names = len(leaves), bound.names
     if len(grads) < n_in or any(g is not None for g in grads[n_in:]):
         listed = ", ".join(names)
@@ -126,7 +127,8 @@ def _expandable(shape: torch.Size, to: torch.Size) -> bool:
         return False
 
 
-def _check_repeat(first: tuple, again: list[tuple], bound: Bound, nondet_tol: float, found: Findings) -> None:
+def _check_repeat(first: tuple[Any, ...], again: list[tuple[Any, ...]], bound: Bound, nondet_tol: float,
+                  found: Findings) -> None:
     for i, a in enumerate(first):
         others = [o[i] for o in again if i < len(o) and isinstance(o[i], torch.Tensor)]
         if not isinstance(a, torch.Tensor) or any(b.shape != a.shape for b in others):

@@ -3,7 +3,7 @@ device the spec lists, for the same inputs (drawn again from the seed) and the s
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -18,7 +18,7 @@ from .base import CheckContext, call_forward, differentiable, fresh_leaves, prob
 from .rows import columns, dtype_name, fill, statistics
 
 
-def gradients(target: Target, bound: Bound, seed: int) -> tuple[tuple, list[Optional[torch.Tensor]]]:
+def gradients(target: Target, bound: Bound, seed: int) -> tuple[tuple[Any, ...], list[Optional[torch.Tensor]]]:
     """Outputs and the gradients of every argument for one signed random grad_output, on the CPU.
 
     The probe is drawn on the CPU from ``seed`` and moved, so every device gets the same one.
@@ -88,7 +88,7 @@ def _row(i: int, bound: Bound, a: Optional[torch.Tensor], b: Optional[torch.Tens
     return row
 
 
-def _forward_note(here: tuple, ref: tuple, atol: float, rtol: float) -> str:
+def _forward_note(here: tuple[Any, ...], ref: tuple[Any, ...], atol: float, rtol: float) -> str:
     bad = [i for i, (a, b) in enumerate(zip(here, ref))
            if is_float_tensor(a) and is_float_tensor(b) and not torch.allclose(a, b.to(a.dtype), rtol, atol)]
     return f"; forward output {', '.join(map(str, bad))} differs between the devices too" if bad else ""

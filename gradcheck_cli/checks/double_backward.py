@@ -79,7 +79,7 @@ def run(ctx: CheckContext) -> CheckResult:
                     advice=DETACHED)
 
 
-def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads: tuple,
+def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads: tuple[Any, ...],
               names: list[str]) -> tuple[list[str], set[str]]:
     """A note when mismatches lie in a gradient that backward computed outside autograd altogether,
     and the rows it explains (all-zero rows whose worst entry is in such a gradient): the message
@@ -94,7 +94,7 @@ def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads:
             "out zero (numerically they are not)"], omit
 
 
-def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Callable[..., tuple]:
+def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Callable[..., tuple[Any, ...]]:
     """G: (argument values..., grad_outputs...) -> the gradients of the checked arguments.
 
     Tensors among the checked arguments that do not require grad (the detached copies that
@@ -104,7 +104,7 @@ def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Call
     target, bound = ctx.target, ctx.bound
     n = len(bound.values)
 
-    def call(values: list[Any], create_graph: bool = False) -> tuple:
+    def call(values: list[Any], create_graph: bool = False) -> tuple[Any, ...]:
         args = list(values[:n])
         for i in checked:
             if not args[i].requires_grad:
@@ -125,7 +125,7 @@ def _once_differentiable(grad: torch.Tensor) -> bool:
     return grad.grad_fn is not None and type(grad.grad_fn).__name__ == "Error"
 
 
-def _grad_output_rows(outputs: tuple, live: list[int], first_index: int) -> list[InputReport]:
+def _grad_output_rows(outputs: tuple[Any, ...], live: list[int], first_index: int) -> list[InputReport]:
     """One row per random grad_output, numbered after the arguments (it has no line in the spec)."""
     return [InputReport(first_index + k, f"grad_output {p}", list(outputs[p].shape), str(outputs[p].dtype)[6:],
                         Status.PASS, numel=outputs[p].numel()) for k, p in enumerate(live)]

@@ -102,7 +102,8 @@ def _flat(tensors: list[Optional[torch.Tensor]], like: list[torch.Tensor]) -> to
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def _jvp_column(jvp: Callable, values: list[Any], t: torch.Tensor, col: int, positions: list[int]) -> torch.Tensor:
+def _jvp_column(jvp: Callable[[list[Any]], Any], values: list[Any], t: torch.Tensor, col: int,
+                positions: list[int]) -> torch.Tensor:
     """J e_col: one forward on a dual number whose tangent is 1 at real element ``col`` of ``t``."""
     tangent = torch.zeros_like(t)
     _real(tangent)[tuple(unravel(col, _real(t).shape))] = 1
@@ -194,7 +195,7 @@ def _reads_empty_saved(target: Target, bound: Any, values: list[Any], checked: l
         seen["saved_for_forward"] = len(ctx.saved_tensors)
         return cls.jvp(ctx, *tangents)
 
-    probe = type(cls.__name__, (cls,), {hook: staticmethod(saving), "jvp": staticmethod(jvp)})
+    probe: Any = type(cls.__name__, (cls,), {hook: staticmethod(saving), "jvp": staticmethod(jvp)})
     t = values[checked[0]]
     try:
         with fwAD.dual_level():

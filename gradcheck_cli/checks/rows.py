@@ -86,7 +86,8 @@ def fill(row: InputReport, entry: Entry, value: torch.Tensor, where: Callable[[i
         row.status = Status.FAIL
 
 
-def fill_jacobian(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, outputs: tuple[Any, ...]) -> None:
+def fill_jacobian(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor,
+                  outputs: tuple[Any, ...]) -> None:
     """The argument's row from its Jacobian's statistics, with the pattern of a mismatch or, for a
     passing argument, of a systematic factor the tolerance hides."""
     fill(row, entry, value, output_at(layout, outputs), parts=True)

@@ -30,7 +30,6 @@ from .rows import agreement, fill, tolerance, zeros_if_none
 from .verdict import begin, conclude, skip
 
 
-
 def scenarios(n: int) -> list[frozenset[int]]:
     """Which of ``n`` differentiable outputs have a defined gradient, situation by situation."""
     every = frozenset(range(n))
@@ -49,8 +48,8 @@ def run(ctx: CheckContext) -> CheckResult:
     reason = ("no argument requires grad: nothing to check" if not checked else
               "no output requires grad: backward is never called" if not positions else
               None if make_undefined else "this version of torch cannot make an undefined gradient")
-    if reason:
-        return skip(result, reason, start)
+    if reason or make_undefined is None:
+        return skip(result, reason or "", start)
     live, inputs = [outputs[p] for p in positions], [leaves[i] for i in checked]
     gen = generator(opts.seed, Stream.UNDEFINED_GRAD)
     probes = [probe_like(o, gen) for o in live]
@@ -58,11 +57,12 @@ def run(ctx: CheckContext) -> CheckResult:
     got: dict[int, list[torch.Tensor]] = {i: [] for i in checked}
     want: dict[int, list[torch.Tensor]] = {i: [] for i in checked}
     labels, problems = [], []
-    crashes: dict[tuple, list[list[int]]] = {}  # (exception type, where) -> the situations it happened in
+    crashes: dict[tuple[str, Optional[str]], list[list[int]]] = {}  # (exception type, where) -> its situations
     for defined in scenarios(len(live)):
         undefined = [positions[k] for k in range(len(live)) if k not in defined]
         grads = [probes[k] if k in defined else torch.zeros_like(o) for k, o in enumerate(live)]
-        ref = zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [g.clone() for g in grads]), inputs)
+        ref = zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [g.clone() for g in grads]),
+                            inputs)
         marked = [o if k in defined else make_undefined()(o) for k, o in enumerate(live)]
         try:
             res = torch.autograd.grad(marked, inputs, [g.clone() for g in grads], retain_graph=True, allow_unused=True)
