@@ -142,7 +142,7 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
               checks: tuple[str, ...], require_device: bool, no_isolate: bool, probes: int,
               max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
-    from .targets import TargetError, matching, resolve
+    from .discovery import TargetError, matching, resolve
 
     try:
         items = resolve(list(targets), Path(specs_dir), list(inline), list(kwargs))
@@ -155,18 +155,18 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         if not items:
             raise click.UsageError(f"-k {select}: no case name contains it")
 
-    from . import batch, plan, replay, reporters
+    from . import plan, replay, reporters, session
 
     if shard is not None:
         items = plan.shard(items, *shard)
     opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
                            devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
                            probes=probes, checks=checks or None)
-    settings = batch.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
+    settings = session.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
                                   isolate=not no_isolate)
     planned = plan.expand(items, opts)
     with _progress(len(planned)) as on_result:
-        report = batch.execute(items, opts, settings, on_result)
+        report = session.execute(items, opts, settings, on_result)
     replay.attach(report.results, planned)
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
