@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradcheck_cli.kinks import Verdict, examine, resample_hint
+from gradcheck_cli.numerics.kinks import Verdict, examine, resample_hint
 from gradcheck_cli.numerics import as_tuple, is_float_tensor, real_flat, real_numel
 
 F64 = torch.float64

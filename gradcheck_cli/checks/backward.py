@@ -11,7 +11,7 @@ import torch
 from ..diagnosis import conjugate, describe, systematic
 from ..loader import Bound, Target
 from ..numerics import Entry, Layout, as_tuple, compare, is_float_tensor, probe_generator, real_numel, unravel, vjp
-from .. import kinks, probes
+from ..numerics import kinks, probes
 from ..plan import MEMORY_BYTES
 from ..results import CheckResult, InputReport, Status
 from ..spec import Tolerance

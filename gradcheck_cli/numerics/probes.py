@@ -27,8 +27,8 @@ from typing import Any, Optional, Sequence
 import torch
 
 from .jacobians import Batches, copies, quietly, same, vmapped
-from .numerics import (Call, Vjp, as_tuple, outputs_vector, probe_generator, real_flat, real_numel, signed_uniform,
-                       vjp)
+from .stats import probe_generator, signed_uniform
+from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
 
 BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward
 

@@ -15,8 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .jacobians import Jacobians, Layout, make_layout
-from .realify import (Call, Vjp, as_tuple, element_ref, is_float_tensor, outputs_vector, real_flat,  # noqa: F401
-                      real_numel, unravel, vjp)
+from .realify import Call, Vjp, real_numel, vjp
 
 
 KEEP_BAD = 16  # mismatching columns kept whole, to re-examine (kinks, domain edges)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from .numerics import as_tuple, element_ref, outputs_vector, real_numel, unravel
+from .realify import as_tuple, element_ref, outputs_vector, real_numel, unravel
 
 HALVINGS = 16  # smallest step eps / 2**16 (~1.5e-11 for eps = 1e-6): rounding noise stays far below rtol
 Point = tuple[float, torch.Tensor]  # (offset actually taken, realified float64 outputs there)
