@@ -11,7 +11,9 @@ from torch.autograd import Function
 
 from gradcheck_cli import check, loader
 from gradcheck_cli.examples.linear import LinearFunction
-from gradcheck_cli.numerics.jacobians import COL_STAGE, Jacobians, make_layout
+from gradcheck_cli.numerics.batching import COL_STAGE
+from gradcheck_cli.numerics.jacobians import Jacobians
+from gradcheck_cli.numerics.layout import make_layout
 from gradcheck_cli.numerics.realify import as_tuple, vjp
 
 DT = torch.float64
@@ -214,7 +216,7 @@ class PassThrough(Function):
 def test_batched_rows_that_are_views_of_the_grad_outputs_survive_the_next_stage(store: bool) -> None:
     """The one-hot grad_outputs are reused from stage to stage: a stage's rows are read before the
     next stage resets them."""
-    from gradcheck_cli.numerics.jacobians import ROW_STAGE
+    from gradcheck_cli.numerics.batching import ROW_STAGE
 
     n = 2 * ROW_STAGE + 10  # three stages
     jac = jacobians(PassThrough, [randn(n)], None)
@@ -247,7 +249,7 @@ def test_a_backward_that_writes_grad_output_gets_one_hot_rows_every_stage(batche
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The reused grad_outputs are zeroed in full per stage (per row): its writes do not reach the
     next one, and its gradient, right, is not reported wrong besides the contract failure."""
-    from gradcheck_cli.numerics.jacobians import ROW_STAGE
+    from gradcheck_cli.numerics.batching import ROW_STAGE
 
     if not batched:
         monkeypatch.setattr(Jacobians, "_batched_rows", None)  # vmap "refuses": single rows
@@ -332,7 +334,7 @@ def test_a_dense_jacobian_gives_up_the_sparse_store_after_its_first_rows(monkeyp
     """x: 2 x 800, half the 1600 x 1600 entries non-zero, more than an eighth: the store's pass
     stops after its first stage of rows (of 7; the second would pass the limit itself), and the
     dense rows give the verdict."""
-    from gradcheck_cli.numerics.jacobians import ROW_STAGE
+    from gradcheck_cli.numerics.batching import ROW_STAGE
 
     stages = []
     row_stage = Jacobians._row_stage
@@ -392,7 +394,7 @@ def test_the_sparse_store_gives_the_dense_numbers(fn: type, memory: int, monkeyp
     (200 kB, 3% of the entries) do: the rows are computed once, and the numerical columns are
     compared chunk by chunk at the stored entries (and where they are non-zero themselves: a
     transposed weight gradient has its entries elsewhere), with the numbers of dense rows."""
-    from gradcheck_cli.numerics.jacobians import SparseRows
+    from gradcheck_cli.numerics.rows import SparseRows
 
     args = [randn(16, 16), randn(16, 16, seed=1), randn(16, seed=2)]
     with monkeypatch.context() as m:
@@ -522,7 +524,8 @@ def test_probes_batch_arguments_in_groups_within_their_memory_budget(monkeypatch
     ([(1000, 1000), (3,)], 1),  # a large argument: a few columns per stage
 ])
 def test_column_stages_cover_each_column_once_within_their_budget(shapes: list, n_rows: int) -> None:
-    from gradcheck_cli.numerics.jacobians import STAGE_BYTES, Layout
+    from gradcheck_cli.numerics.batching import STAGE_BYTES
+    from gradcheck_cli.numerics.layout import Layout
 
     inputs = [torch.zeros(s, dtype=DT) for s in shapes]
     starts = [0]

@@ -26,11 +26,9 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .jacobians import Batches, copies, quietly, same, vmapped
-from .stats import probe_generator, signed_uniform
+from .batching import BATCH_BYTES, Batches, argument_groups, copies, quietly, same, vmapped
 from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
-
-BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward
+from .sampling import probe_generator, signed_uniform
 
 
 @dataclass
@@ -122,7 +120,7 @@ def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: l
     as one row, if known), else two forwards each."""
     out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
     todo = set(range(len(inputs)))
-    for group in _groups(inputs, len(vs), len(vs[0])) if batched is not None else []:
+    for group in argument_groups(inputs, len(vs), len(vs[0]), BATCH_BYTES) if batched is not None else []:
         got = quietly(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
                       positions, vs)
         if got is None:
@@ -148,29 +146,6 @@ def _agrees(rows: torch.Tensor, n_probes: int, centre: torch.Tensor, plus: torch
     outputs at x (``centre``): a perturbation that the batch dropped shows there (the outputs
     themselves move by only eps), as does any other difference."""
     return same((rows[n_probes] - centre[0]) / eps, (plus - centre[0]) / eps)
-
-
-def _groups(inputs: list[torch.Tensor], n_probes: int, n_rows: int) -> list[list[int]]:
-    """Arguments batched together, in order, each group within BATCH_BYTES (one vmapped forward
-    costs more than the work it saves by leaving the other arguments unbatched); an argument too
-    large for BATCH_BYTES on its own is left out (single calls)."""
-    groups: list[list[int]] = [[]]
-    size = 0
-    for i, x in enumerate(inputs):
-        n = real_numel(x)
-        if _bytes(1, n, n_probes, n_rows) > BATCH_BYTES:
-            continue
-        if groups[-1] and _bytes(len(groups[-1]) + 1, size + n, n_probes, n_rows) > BATCH_BYTES:
-            groups.append([])
-            size = 0
-        groups[-1].append(i)
-        size += n
-    return [g for g in groups if g]
-
-
-def _bytes(n_args: int, elements: int, n_probes: int, n_rows: int) -> int:
-    """Perturbed inputs and outputs of one vmapped forward over ``n_args`` arguments."""
-    return 2 * n_args * n_probes * (elements + n_rows) * 8
 
 
 def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
