@@ -3,6 +3,7 @@
 Submodules, bottom up:
 
 - ``realify``: tensors as flat real vectors (complex elements as pairs of reals), the calls' types
+- ``differences``: THE finite-difference primitive (move an argument in place, call, put it back)
 - ``layout``: where each argument's columns and each output's rows lie in the Jacobian
 - ``batching``: the batching policy (stage sizes, memory budgets) and the vmapped forward
 - ``sampling``: random probe vectors from the spec's seed
@@ -17,6 +18,7 @@ This module re-exports the names the checks use.
 """
 from __future__ import annotations
 
+from .differences import Step, call_moved, central_difference, elements
 from .jacobians import compare
 from .layout import Layout, make_layout
 from .realify import as_tuple, is_float_tensor, real_flat, real_numel, unravel, vjp
@@ -24,6 +26,6 @@ from .sampling import probe_generator, signed_uniform
 from .stats import Entry
 
 __all__ = [
-    "Entry", "Layout", "as_tuple", "compare", "is_float_tensor", "make_layout", "probe_generator", "real_flat",
-    "real_numel", "signed_uniform", "unravel", "vjp",
+    "Entry", "Layout", "Step", "as_tuple", "call_moved", "central_difference", "compare", "elements",
+    "is_float_tensor", "make_layout", "probe_generator", "real_flat", "real_numel", "signed_uniform", "unravel", "vjp",
 ]

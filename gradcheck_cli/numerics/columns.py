@@ -16,7 +16,7 @@ import torch
 
 from .batching import Batches, column_stages, copies, quietly, same, vmapped
 from .layout import Layout
-from .realify import Call, as_tuple, element_ref
+from .differences import difference_into, elements
 
 
 class Columns:
@@ -67,37 +67,10 @@ class Columns:
             c += j1 - j0
 
     def _single_columns(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> None:
-        eps = self.eps
-        real = torch.view_as_real(x) if x.is_complex() else x
-        if real.device.type == "cpu" and real.is_contiguous() and real.dtype in (torch.float64, torch.float32):
-            base, index = real.numpy().reshape(-1), (lambda j: j)  # a NumPy view: cheap element writes
-        else:
-            ref = element_ref(x)
-            base, index = ref(0)[0], (lambda j: ref(j)[1])
+        """Columns j0..j1 of argument ``x`` into ``out`` (not yet divided by 2 eps), two calls each."""
+        element = elements(x)
         for c, j in enumerate(range(j0, j1)):
-            at, row = index(j), out[c]
-            orig = base[at].item()
-            base[at] = orig - eps
-            self._outputs_into(row, None)
-            base[at] = orig + eps
-            self._outputs_into(row, row)
-            base[at] = orig
-
-    def _outputs_into(self, row: torch.Tensor, minus: Optional[torch.Tensor]) -> None:
-        """``row`` = the realified outputs of one forward, or, given ``minus``, those minus ``minus``
-        (copied at once: an output may be a view of the input about to be perturbed again)."""
-        outputs = as_tuple(self.call(self.values))
-        for p, seg in self._segments(row):
-            o = outputs[p]
-            flat = (torch.view_as_real(o) if o.is_complex() else o).reshape(-1)  # no grad here: no detach
-            if minus is None:
-                seg.copy_(flat)
-            else:
-                torch.sub(flat, seg, out=seg)
-
-    def _segments(self, row: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
-        """(output position, its slice of ``row``) for each compared output."""
-        return [(p, row[lo:hi]) for p, lo, hi in self.segments]
+            difference_into(out[c], self.call, self.values, element(j), self.eps, self.segments)
 
     def _batched_columns(self, stage: list[tuple[int, int, int]], out: torch.Tensor) -> torch.Tensor:
         """A stage of columns (not yet divided by 2 eps) into ``out``, from one vmapped forward:

@@ -23,7 +23,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from .realify import as_tuple, element_ref, outputs_vector, real_numel, unravel
+from .differences import call_moved, elements
+from .realify import as_tuple, outputs_vector, real_numel, unravel
 
 HALVINGS = 16  # smallest step eps / 2**16 (~1.5e-11 for eps = 1e-6): rounding noise stays far below rtol
 Point = tuple[float, torch.Tensor]  # (offset actually taken, realified float64 outputs there)
@@ -54,9 +55,8 @@ class _Element:
     def __init__(self, call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torch.Tensor, j: int,
                  positions: Sequence[int]) -> None:
         self.call, self.values, self.positions = call, values, list(positions)
-        self.base, self.index = element_ref(x)(j)
-        self.orig = self.base[self.index].clone()
-        self.x0 = float(self.orig)
+        self.element = elements(x)(j)
+        self.x0 = self.element.x0
         self.names: list[tuple[int, torch.Tensor]] = []  # (position, output) for naming entries
 
     def center(self) -> torch.Tensor:
@@ -67,13 +67,8 @@ class _Element:
         return outputs_vector(outputs, self.positions).cpu()
 
     def __call__(self, offset: float) -> Point:
-        with torch.no_grad():
-            try:
-                self.base[self.index] = self.x0 + offset
-                taken = float(self.base[self.index]) - self.x0
-                outputs = as_tuple(self.call(self.values))
-            finally:
-                self.base[self.index] = self.orig
+        taken = self.element.taken(offset)
+        outputs = call_moved(self.call, self.values, self.element.to(offset), _as_they_are)
         return taken, outputs_vector(outputs, self.positions).cpu()
 
     def entry(self, m: int) -> str:
@@ -237,6 +232,11 @@ def _worst(a: torch.Tensor, d: torch.Tensor, tol: torch.Tensor) -> int:
         return 0
     excess = torch.nan_to_num((a - d).abs() / tol, nan=torch.inf)
     return int(torch.argmax(excess))
+
+
+def _as_they_are(outputs: tuple) -> tuple:
+    """The outputs of a call, read after the argument is put back."""
+    return outputs
 
 
 def _finite(point: Point) -> bool:

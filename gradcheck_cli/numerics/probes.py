@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from .batching import BATCH_BYTES, Batches, argument_groups, copies, quietly, same, vmapped
+from .differences import Step, call_moved
 from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
 from .sampling import probe_generator, signed_uniform
 
@@ -168,10 +169,5 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
 def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor,
                positions: list[int]) -> torch.Tensor:
     """The realified outputs (a copy) of one single call with ``x`` moved by ``step`` in place, then restored."""
-    real = torch.view_as_real(x) if x.is_complex() else x
-    orig = real.clone()
-    with torch.no_grad():
-        torch.add(orig, step.view(real.shape).to(real), out=real)
-        outputs = outputs_vector(as_tuple(call(values)), positions).cpu()  # a copy: an output may be a view of x
-        real.copy_(orig)
-    return outputs
+    # a copy, made before x is put back: an output may be a view of x
+    return call_moved(call, values, Step(x, step), lambda outputs: outputs_vector(outputs, positions).cpu())
