@@ -9,7 +9,7 @@ calls (``quietly``). Pure torch.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import torch
 
@@ -21,6 +21,7 @@ COL_STAGE = 256  # perturbations per batched forward
 STAGE_BYTES = 64 * 2**20  # at most this much of perturbed arguments and outputs per batched forward
 BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward of probes
 
+T = TypeVar("T")
 Batches = dict[int, tuple[torch.Tensor, torch.Tensor]]  # id(argument) -> (argument, its batch as flat real rows)
 
 
@@ -37,6 +38,23 @@ def quietly(fn: Any, *args: Any) -> Any:
             return fn(*args)
     except Exception:  # noqa: BLE001 - any failure to batch means: call one at a time
         return None
+
+
+def try_batched(state: Optional[bool], batched: Callable[[], T], verify: Callable[[T], bool]) -> tuple[Optional[T], bool]:
+    """One batched computation in place of single calls, the decision to batch made once.
+
+    ``state``: True (batching verified and kept), None (not verified yet) or False (off:
+    ``batched`` is not run). An error in ``batched()`` turns batching off, and so does ``verify``
+    (single calls on a few of its rows or columns, compared with ``same``) rejecting the first
+    result. Returns the result to use (None: make the single calls) and the state for the next
+    call; a caller that passes None every time has every result verified."""
+    if state is False:
+        return None, False
+    got = quietly(batched)
+    if got is None:
+        return None, False
+    kept = verify(got) if state is None else True
+    return (got if kept else None), kept
 
 
 def column_stages(layout: Layout, col0: int, col1: int) -> Iterator[list[tuple[int, int, int]]]:

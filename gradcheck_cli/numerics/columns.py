@@ -14,7 +14,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from .batching import Batches, column_stages, copies, quietly, same, vmapped
+from .batching import Batches, column_stages, copies, same, try_batched, vmapped
 from .layout import Layout
 from .differences import difference_into, elements
 
@@ -46,25 +46,25 @@ class Columns:
         return column_stages(self.layout, col0, col1)
 
     def _column_stage(self, stage: list[tuple[int, int, int]], out: torch.Tensor) -> None:
-        inputs = self.layout.inputs
-        if self.batched_cols is not False:
-            done = quietly(self._batched_columns, stage, out) is not None
-            if done and self.batched_cols is None:
-                spans = [(i, j) for i, j0, j1 in stage for j in range(j0, j1)]  # one per row of ``out``
-                picks = sorted({0, len(spans) // 2, len(spans) - 1})
-                single = torch.empty(len(picks), out.shape[1], dtype=out.dtype)
-                for r, p in enumerate(picks):
-                    i, j = spans[p]
-                    self._single_columns(inputs[i], j, j + 1, single[r : r + 1])
-                self.batched_cols = same(out[picks] / (2 * self.eps), single / (2 * self.eps))
-            if not done:
-                self.batched_cols = False
-            elif self.batched_cols:
-                return
+        """A stage of columns into ``out`` (not yet divided by 2 eps): batched, or two calls each."""
+        batched, self.batched_cols = try_batched(self.batched_cols, lambda: self._batched_columns(stage, out),
+                                                 lambda cols: self._columns_agree(stage, cols))
+        if batched is not None:
+            return
         c = 0
         for i, j0, j1 in stage:
-            self._single_columns(inputs[i], j0, j1, out[c : c + j1 - j0])
+            self._single_columns(self.layout.inputs[i], j0, j1, out[c : c + j1 - j0])
             c += j1 - j0
+
+    def _columns_agree(self, stage: list[tuple[int, int, int]], batched: torch.Tensor) -> bool:
+        """A batched stage's columns are the single calls' columns: compared on its first, middle and last column."""
+        spans = [(i, j) for i, j0, j1 in stage for j in range(j0, j1)]  # one per row of ``batched``
+        picks = sorted({0, len(spans) // 2, len(spans) - 1})
+        single = torch.empty(len(picks), batched.shape[1], dtype=batched.dtype)
+        for r, p in enumerate(picks):
+            i, j = spans[p]
+            self._single_columns(self.layout.inputs[i], j, j + 1, single[r : r + 1])
+        return same(batched[picks] / (2 * self.eps), single / (2 * self.eps))
 
     def _single_columns(self, x: torch.Tensor, j0: int, j1: int, out: torch.Tensor) -> None:
         """Columns j0..j1 of argument ``x`` into ``out`` (not yet divided by 2 eps), two calls each."""

@@ -22,11 +22,12 @@ about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Optional, Sequence
 
 import torch
 
-from .batching import BATCH_BYTES, Batches, argument_groups, copies, quietly, same, vmapped
+from .batching import BATCH_BYTES, Batches, argument_groups, copies, same, try_batched, vmapped
 from .differences import Step, call_moved
 from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
 from .sampling import probe_generator, signed_uniform
@@ -121,16 +122,19 @@ def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: l
     as one row, if known), else two forwards each."""
     out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
     todo = set(range(len(inputs)))
-    for group in argument_groups(inputs, len(vs), len(vs[0]), BATCH_BYTES) if batched is not None else []:
-        got = quietly(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
-                      positions, vs)
-        if got is None:
-            break
+
+    def agrees(group: list[int], got: tuple[torch.Tensor, torch.Tensor]) -> bool:
+        nonlocal centre
         if centre is None:
             with torch.no_grad():
                 centre = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
-        if not _agrees(got[1], len(vs), centre, _perturbed(call, values, inputs[group[0]], eps * us[group[0]][0],
-                                                           positions), eps):
+        x, u = inputs[group[0]], us[group[0]][0]
+        return _agrees(got[1], len(vs), centre, _perturbed(call, values, x, eps * u, positions), eps)
+
+    for group in argument_groups(inputs, len(vs), len(vs[0]), BATCH_BYTES) if batched is not None else []:
+        got, _ = try_batched(None, partial(_all_at_once, batched, values, [inputs[i] for i in group],
+                                           [us[i] for i in group], eps, positions, vs), partial(agrees, group))
+        if got is None:
             break
         out[group] = got[0]
         todo -= set(group)

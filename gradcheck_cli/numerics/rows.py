@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from .batching import ROW_STAGE, quietly, same
+from .batching import ROW_STAGE, same, try_batched
 from .layout import Layout
 from .realify import Vjp, real_flat, real_numel
 
@@ -98,17 +98,15 @@ class Rows:
 
     def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
         """Rows j0..j1 of output ``out``: for each wanted argument, its real gradients (rows x numel)."""
-        if self.batched_rows is not False:
-            batched = quietly(self._batched_rows, out, j0, j1)
-            if batched is not None and self.batched_rows is None:
-                picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
-                single = [self._single_rows(out, j0 + p, j0 + p + 1) for p in picks]
-                self.batched_rows = all(same(g[picks], torch.cat(s)) for g, s in zip(batched, zip(*single)))
-            if batched is None:
-                self.batched_rows = False
-            elif self.batched_rows:
-                return batched
-        return self._single_rows(out, j0, j1)
+        batched, self.batched_rows = try_batched(self.batched_rows, lambda: self._batched_rows(out, j0, j1),
+                                                 lambda rows: self._rows_agree(rows, out, j0, j1))
+        return batched if batched is not None else self._single_rows(out, j0, j1)
+
+    def _rows_agree(self, batched: list[torch.Tensor], out: torch.Tensor, j0: int, j1: int) -> bool:
+        """A batched stage's rows are the single calls' rows: compared on its first, middle and last row."""
+        picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
+        single = [self._single_rows(out, j0 + p, j0 + p + 1) for p in picks]
+        return all(same(g[picks], torch.cat(s)) for g, s in zip(batched, zip(*single)))
 
     def _flat_grads(self, grads: tuple, batch: int) -> list[torch.Tensor]:
         return [torch.zeros(batch, real_numel(x), dtype=torch.float64) if g is None else
