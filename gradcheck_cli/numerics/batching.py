@@ -9,7 +9,8 @@ calls (``quietly``). Pure torch.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Iterator, Optional, TypeVar
+from collections.abc import Iterator
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -40,7 +41,7 @@ def quietly(fn: Any, *args: Any) -> Any:
         return None
 
 
-def try_batched(state: Optional[bool], batched: Callable[[], T], verify: Callable[[T], bool]) -> tuple[Optional[T], bool]:
+def try_batched(state: bool | None, batched: Callable[[], T], verify: Callable[[T], bool]) -> tuple[T | None, bool]:
     """One batched computation in place of single calls, the decision to batch made once.
 
     ``state``: True (batching verified and kept), None (not verified yet) or False (off:
@@ -61,7 +62,8 @@ def column_stages(layout: Layout, col0: int, col1: int) -> Iterator[list[tuple[i
     """Columns col0..col1 in stages of at most COL_STAGE, as spans (argument, first and last
     column within it); a stage may span several small arguments. A stage's batch (2 rows per
     column, each a copy of the arguments it moves and of the outputs) stays within STAGE_BYTES."""
-    starts, stage, size, moved = layout.col_starts, [], 0, 0  # moved: elements of the stage's arguments
+    stage: list[tuple[int, int, int]] = []
+    starts, size, moved = layout.col_starts, 0, 0  # moved: elements of the stage's arguments
     for i, x in enumerate(layout.inputs):
         lo, hi = max(col0, starts[i]), min(col1, starts[i + 1])
         while lo < hi:

@@ -10,13 +10,15 @@ check. Pure torch.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from .batching import Batches, column_stages, copies, same, try_batched, vmapped
-from .layout import Layout
 from .differences import difference_into, elements
+from .layout import Layout
+from .realify import Call
 
 
 class Columns:
@@ -24,11 +26,11 @@ class Columns:
     place and restored), batching decided once. ``batched``: the same forward in a form
     torch.func.vmap may batch (None: none may be)."""
 
-    def __init__(self, call: Call, values: list[Any], layout: Layout, eps: float, batched: Optional[Call]) -> None:
+    def __init__(self, call: Call, values: list[Any], layout: Layout, eps: float, batched: Call | None) -> None:
         self.call, self.values, self.layout, self.eps = call, values, layout, eps
         self.batched = batched  # the forward that vmap batches (None: none may be)
         self.segments = layout.segments()
-        self.batched_cols: Optional[bool] = None if batched else False
+        self.batched_cols: bool | None = None if batched else False
 
     def columns(self, col0: int, col1: int) -> torch.Tensor:
         """Central differences for columns col0..col1, transposed (C x M) like ``rows``. The checked
@@ -43,12 +45,14 @@ class Columns:
         return cols.div_(2 * self.eps)
 
     def _column_stages(self, col0: int, col1: int) -> Iterator[list[tuple[int, int, int]]]:
+        """Columns col0..col1 in stages (see ``batching.column_stages``)."""
         return column_stages(self.layout, col0, col1)
 
     def _column_stage(self, stage: list[tuple[int, int, int]], out: torch.Tensor) -> None:
         """A stage of columns into ``out`` (not yet divided by 2 eps): batched, or two calls each."""
-        batched, self.batched_cols = try_batched(self.batched_cols, lambda: self._batched_columns(stage, out),
-                                                 lambda cols: self._columns_agree(stage, cols))
+        tried = try_batched(self.batched_cols, lambda: self._batched_columns(stage, out),
+                            lambda cols: self._columns_agree(stage, cols))
+        batched, self.batched_cols = tried
         if batched is not None:
             return
         c = 0
@@ -75,6 +79,7 @@ class Columns:
     def _batched_columns(self, stage: list[tuple[int, int, int]], out: torch.Tensor) -> torch.Tensor:
         """A stage of columns (not yet divided by 2 eps) into ``out``, from one vmapped forward:
         batch row c moves its argument's element by -eps, row n + c by +eps (n columns)."""
+        assert self.batched is not None  # batched_cols is False without it
         n, eps = len(out), self.eps
         batches: Batches = {}
         c = 0

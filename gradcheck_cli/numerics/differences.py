@@ -9,7 +9,8 @@ also when the call raises. Pure torch.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
+from collections.abc import Sequence
+from typing import Any, Callable, Protocol, TypeVar
 
 import torch
 
@@ -21,9 +22,11 @@ T = TypeVar("T")
 class Move(Protocol):
     """A change made in place to one argument, and its undoing."""
 
-    def apply(self) -> None: ...
+    def apply(self) -> None:
+        """Change the argument in place."""
 
-    def restore(self) -> None: ...
+    def restore(self) -> None:
+        """Put the argument back as it was, bit for bit."""
 
 
 def call_moved(call: Call, values: Sequence[Any], move: Move, read: Callable[[tuple], T]) -> T:
@@ -44,7 +47,7 @@ class Element:
     """Real element ``index`` of ``base`` (a tensor, or a NumPy view of one: see ``elements``), to
     move to x0 + offset and put back bit-exactly."""
 
-    __slots__ = ("base", "index", "orig", "x0", "offset")
+    __slots__ = ("base", "index", "offset", "orig", "x0")
 
     def __init__(self, base: Any, index: Any) -> None:
         orig = base[index]
@@ -96,7 +99,7 @@ class Step:
     def __init__(self, x: torch.Tensor, step: torch.Tensor) -> None:
         self.real = torch.view_as_real(x) if x.is_complex() else x
         self.step = step
-        self.orig: Optional[torch.Tensor] = None
+        self.orig: torch.Tensor | None = None
 
     def apply(self) -> None:
         """Write x + step."""

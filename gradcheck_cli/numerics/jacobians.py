@@ -8,7 +8,7 @@ comparison serves real and complex functions alike. Pure torch.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -25,7 +25,7 @@ class Jacobians(Rows, Columns):
     once for each side."""
 
     def __init__(self, call: Call, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
-                 values: list[Any], layout: Layout, eps: float, batched: Optional[Call], memory_bytes: int) -> None:
+                 values: list[Any], layout: Layout, eps: float, batched: Call | None, memory_bytes: int) -> None:
         Rows.__init__(self, grad, outputs, grad_inputs, layout)
         Columns.__init__(self, call, values, layout, eps, batched)
         self.memory_bytes = memory_bytes
@@ -45,7 +45,7 @@ def compare(
     memory_bytes: int,
     grad: Vjp = vjp,
     seed: int = 0,
-    batched: Optional[Call] = None,
+    batched: Call | None = None,
 ) -> tuple[Layout, list[Entry]]:
     """Compare analytical and numerical Jacobians entry by entry, block of columns by block.
 
@@ -60,7 +60,7 @@ def compare(
     Each entry also keeps u^T J (analytical and numerical) for one random probe u drawn from
     ``seed``, so that patterns across a whole gradient (e.g. a transpose) can be named.
     ``batched``, the same forward as ``call`` in a form torch.func.vmap may batch, lets the finite
-    differences be batched; see ``jacobians``.
+    differences be batched; see ``columns``.
     """
     layout = make_layout(plain_inputs, outputs, positions)
     jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
@@ -90,9 +90,10 @@ def compare(
                 lo, hi = max(c0, layout.col_starts[i]), min(c1, layout.col_starts[i + 1])
                 if lo < hi:
                     n, start = n_chunk[lo - c0 : hi - c0], lo - layout.col_starts[i]
-                    if a_block is not None:
+                    if store is not None:
+                        c, r, v = store.entries(lo, hi)
+                        entry.update_sparse(c, r, v, n, start, probe)
+                    elif a_block is not None:
                         entry.update(a_block[lo - col0 : hi - col0], n, start, probe)
-                    else:
-                        entry.update_sparse(*store.entries(lo, hi), n, start, probe)
         del a_block  # free it before the next block is allocated: one block at a time
     return layout, entries

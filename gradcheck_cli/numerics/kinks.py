@@ -18,8 +18,9 @@ atol + rtol |d| + gap: the tolerance is loosened only by the measured error, at 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -158,6 +159,7 @@ def _kink(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float,
                                         "(noise or a jump); the central difference stands")
     if left is None or right is None:
         side, name, other = (right, "right", "left") if left is None else (left, "left", "right")
+        assert side is not None  # both None returned above
         tol = _tol(side.d, atol, rtol) + side.gap
         m = _worst(a, side.d, tol)
         ok = bool(((a - side.d).abs() <= tol).all())
@@ -186,10 +188,10 @@ def _kink(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float,
 
 
 def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, atol: float,
-            rtol: float) -> Optional[_Side]:
+            rtol: float) -> _Side | None:
     """The one-sided derivative on side ``s``, halving the step until two estimates agree; None if never."""
     points = (first, f(2 * s * eps))  # (near, far): offsets h and 2h
-    previous: Optional[torch.Tensor] = None
+    previous: torch.Tensor | None = None
     for k in range(HALVINGS + 1):
         if k:
             points = (f(s * eps / 2**k), points[0])
@@ -202,7 +204,7 @@ def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, ato
     return None
 
 
-def _one_sided(y0: torch.Tensor, near: Point, far: Point) -> Optional[torch.Tensor]:
+def _one_sided(y0: torch.Tensor, near: Point, far: Point) -> torch.Tensor | None:
     """f'(x) from f at offsets 0, a, b (same sign, a != b), exact for quadratics; None if unusable."""
     (a, ya), (b, yb) = near, far
     if a == 0 or b == 0 or a == b or not (_finite(near) and _finite(far)):

@@ -8,7 +8,7 @@ offset, a missing term) add up; the others are signed (see ``signed_uniform``), 
 (a transpose, a roll, one wrong element) cannot cancel. One probe per argument keeps a small
 argument's error from drowning in a large one's tolerance.
 
-Where a batched forward is given (see ``jacobians``), the 2 x arguments x probes perturbed
+Where a batched forward is given (see ``columns``), the 2 x arguments x probes perturbed
 forwards are one vmapped call (several if they do not fit in BATCH_BYTES), each used when one
 of its rows gives a single call's difference quotient. Backward's contract has already called backward
 with one signed random grad_output; where autograd would pass its return on unchanged, that
@@ -21,13 +21,22 @@ about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Optional, Sequence
+from typing import Any
 
 import torch
 
-from .batching import BATCH_BYTES, Batches, argument_groups, copies, same, try_batched, vmapped
+from .batching import (
+    BATCH_BYTES,
+    Batches,
+    argument_groups,
+    copies,
+    same,
+    try_batched,
+    vmapped,
+)
 from .differences import Step, call_moved
 from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
 from .sampling import probe_generator, signed_uniform
@@ -54,8 +63,8 @@ def _units(count: int, n: int, gen: torch.Generator) -> torch.Tensor:
 def decide(
     call: Call, outputs: tuple, positions: list[int], grad_inputs: list[torch.Tensor],
     plain_values: list[Any], plain_inputs: list[torch.Tensor], *, eps: float, atol: float, rtol: float,
-    probes: int, seed: int, grad: Vjp = vjp, batched: Optional[Call] = None,
-    given: Optional[tuple[list[Any], list[Any]]] = None, at_x: bool = False,
+    probes: int, seed: int, grad: Vjp = vjp, batched: Call | None = None,
+    given: tuple[list[Any], list[Any]] | None = None, at_x: bool = False,
 ) -> list[ProbeStats]:
     """Probe every argument ``probes`` times: |a - n| <= atol + rtol |n| for each (unit u and v).
     ``batched``: the same forward as ``call``, in a form torch.func.vmap may batch. ``given``: one
@@ -67,21 +76,23 @@ def decide(
     live = [o for o in diff_outputs if o.requires_grad]
     n_rows = sum(real_numel(o) for o in diff_outputs)
     stats = [ProbeStats() for _ in plain_inputs]
-    reused = given is not None and probes > 1 and n_rows > 0 and len(live) == len(diff_outputs)
+    reuse = given if probes > 1 and n_rows > 0 and len(live) == len(diff_outputs) else None
+    reused = reuse is not None
     vs = _units(probes - reused, n_rows, gen)
     us = [_units(probes, real_numel(x), gen) for x in plain_inputs]
     for w in (vs, *us):  # the first probe is non-negative, as torch's: errors of one sign add up in it
         w[0].abs_()
-    if reused:
-        g = torch.cat([real_flat(given[0][p].contiguous()).to("cpu", torch.float64) for p in positions])
+    if reuse is not None:
+        g = torch.cat([real_flat(reuse[0][p].contiguous()).to("cpu", torch.float64) for p in positions])
         norm = torch.linalg.vector_norm(g)
         vs = torch.cat([vs, (g / norm).view(1, -1)])
     centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
     numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre) if n_rows
                  else torch.zeros(len(plain_inputs), probes, dtype=torch.float64))
+    grads: Sequence[Any]
     for p, v in enumerate(vs):
-        if reused and p == probes - 1:
-            grads, scale = given[1], 1 / float(norm)
+        if reuse is not None and p == probes - 1:
+            grads, scale = reuse[1], 1 / float(norm)
         else:
             grads, scale = _backward(grad, diff_outputs, live, grad_inputs, v), 1.0
         for g, s, u, n_row in zip(grads, stats, us, numerical):
@@ -113,9 +124,9 @@ def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tens
     return grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad])
 
 
-def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: list[torch.Tensor],
+def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list[torch.Tensor],
                us: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor,
-               centre: Optional[torch.Tensor] = None) -> torch.Tensor:
+               centre: torch.Tensor | None = None) -> torch.Tensor:
     """v_p^T (f(x_i + eps u_ip) - f(x_i - eps u_ip)) / 2 eps for every argument i and probe p
     (arguments x probes): one vmapped forward per group of arguments where ``batched`` gives the
     single calls' outputs (checked on every group, see ``_agrees``; ``centre``: the outputs at x,
@@ -124,6 +135,7 @@ def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: l
     todo = set(range(len(inputs)))
 
     def agrees(group: list[int], got: tuple[torch.Tensor, torch.Tensor]) -> bool:
+        """The batch of ``group`` gives a single call's numbers (see ``_agrees``)."""
         nonlocal centre
         if centre is None:
             with torch.no_grad():
@@ -131,13 +143,15 @@ def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: l
         x, u = inputs[group[0]], us[group[0]][0]
         return _agrees(got[1], len(vs), centre, _perturbed(call, values, x, eps * u, positions), eps)
 
-    for group in argument_groups(inputs, len(vs), len(vs[0]), BATCH_BYTES) if batched is not None else []:
-        got, _ = try_batched(None, partial(_all_at_once, batched, values, [inputs[i] for i in group],
-                                           [us[i] for i in group], eps, positions, vs), partial(agrees, group))
-        if got is None:
-            break
-        out[group] = got[0]
-        todo -= set(group)
+    if batched is not None:  # arguments batched in groups, each group verified, until one is not
+        for group in argument_groups(inputs, len(vs), len(vs[0]), BATCH_BYTES):
+            batch = partial(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
+                            positions, vs)
+            got, _ = try_batched(None, batch, partial(agrees, group))
+            if got is None:
+                break
+            out[group] = got[0]
+            todo -= set(group)
     for i in sorted(todo):
         for p, v in enumerate(vs):
             minus = _perturbed(call, values, inputs[i], -eps * us[i][p], positions)

@@ -5,7 +5,8 @@ Pure torch, no I/O.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable
 
 import torch
 
@@ -24,6 +25,7 @@ def as_tuple(out: Any) -> tuple:
 
 
 def is_float_tensor(value: Any) -> bool:
+    """Whether ``value`` is a floating-point or complex tensor (one that can carry a gradient)."""
     return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
 
 
@@ -51,6 +53,7 @@ def element_ref(t: torch.Tensor) -> Callable[[int], tuple[torch.Tensor, Any]]:
 
 
 def real_numel(t: torch.Tensor) -> int:
+    """The number of real elements of ``t``: two per complex element."""
     return t.numel() * (2 if t.is_complex() else 1)
 
 

@@ -10,8 +10,8 @@ Pure torch.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 import torch
 
@@ -48,8 +48,8 @@ class Rows:
         self.grad, self.outputs, self.grad_inputs, self.layout = grad, outputs, grad_inputs, layout
         self.live = [o for o in outputs if o.requires_grad]
         self.wanted = list(range(len(grad_inputs)))  # the arguments whose gradients the rows need
-        self.batched_rows: Optional[bool] = None if self.live else False  # None: not tried yet
-        self.one_hot: Optional[list[torch.Tensor]] = None  # batched grad_outputs, reused from stage to stage
+        self.batched_rows: bool | None = None if self.live else False  # None: not tried yet
+        self.one_hot: list[torch.Tensor] | None = None  # batched grad_outputs, reused from stage to stage
 
     def rows(self, col0: int, col1: int) -> torch.Tensor:
         """Analytical columns col0..col1 of the Jacobian, transposed (C x M). Outputs that do not
@@ -65,13 +65,13 @@ class Rows:
                 rows[lo - col0 : hi - col0, k + j0 : k + j1] = grad[:, lo - starts[i] : hi - starts[i]].t()
         return rows
 
-    def sparse_rows(self, limit: int, early: bool = False) -> Optional[SparseRows]:
+    def sparse_rows(self, limit: int, early: bool = False) -> SparseRows | None:
         """The whole analytical Jacobian from one pass of backward calls, its non-zero entries only;
         None when there are more than ``limit`` of them, or, if ``early``, as soon as the rows so far
         hold more than twice their share of ``limit`` (less backward work thrown away)."""
         self.wanted = list(range(len(self.grad_inputs)))
         # filled in place: small pieces kept between the stages' large temporaries would fragment
-        # the heap (up to 0.5 GB more at Linear n=96); pages not written are never touched
+        # the heap; pages not written are never touched
         cols, rows = torch.empty(limit, dtype=torch.long), torch.empty(limit, dtype=torch.long)
         vals, count = torch.empty(limit, dtype=torch.float64), 0
         for k, out, j0, j1 in self._stages():
@@ -98,8 +98,9 @@ class Rows:
 
     def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
         """Rows j0..j1 of output ``out``: for each wanted argument, its real gradients (rows x numel)."""
-        batched, self.batched_rows = try_batched(self.batched_rows, lambda: self._batched_rows(out, j0, j1),
-                                                 lambda rows: self._rows_agree(rows, out, j0, j1))
+        tried = try_batched(self.batched_rows, lambda: self._batched_rows(out, j0, j1),
+                            lambda rows: self._rows_agree(rows, out, j0, j1))
+        batched, self.batched_rows = tried
         return batched if batched is not None else self._single_rows(out, j0, j1)
 
     def _rows_agree(self, batched: list[torch.Tensor], out: torch.Tensor, j0: int, j1: int) -> bool:
@@ -131,7 +132,7 @@ class Rows:
 
     def _batched_rows(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
         n = j1 - j0
-        if self.one_hot is None:  # one buffer: fresh zeros per stage cost 4% at Linear n=128 (page faults)
+        if self.one_hot is None:  # one buffer: fresh zeros per stage cost page faults
             self.one_hot = [torch.empty((ROW_STAGE,) + o.shape, dtype=o.dtype, device=o.device) for o in self.live]
         # zeroed in full, as a backward that writes grad_output (a contract failure) may have written
         # anywhere; the last stage's gradients, which may be views of it, are read by now
@@ -144,5 +145,5 @@ class Rows:
         def vjp(*one_hot: torch.Tensor) -> tuple:  # through autograd's engine, as a single row is
             return torch.autograd.grad(self.live, inputs, one_hot, retain_graph=True, materialize_grads=True)
 
-        # twice as fast as is_grads_batched (an older vmap) on a Linear layer's backward
+        # faster than is_grads_batched (an older vmap) on a Linear layer's backward
         return self._flat_grads(torch.func.vmap(vjp)(*grad_outs), n)

@@ -5,7 +5,7 @@ Pure torch.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -17,7 +17,7 @@ def probe_generator(seed: int, stream: int) -> torch.Generator:
 
 def signed_uniform(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
     """Float64 random probe values, uniform on (-1, 1) in 2^16 steps symmetric about 0. Made from
-    the generator's raw bits, which torch draws about 4x faster than normals: a probe needs
+    the generator's raw bits, which torch draws faster than normals: a probe needs
     independent, symmetric values that are almost never equal, not a Gaussian (torch's fast mode
     draws uniform ones too)."""
     n = math.prod(shape)
