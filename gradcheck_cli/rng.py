@@ -7,6 +7,8 @@ another check's numbers.
 from __future__ import annotations
 
 import enum
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,16 @@ class Stream(enum.IntEnum):
 def generator(seed: int, stream: Stream) -> torch.Generator:
     """A CPU generator for ``stream``, seeded from the spec's seed but independent of the inputs' stream."""
     return torch.Generator().manual_seed((seed * 1_000_003 + 7919 * (int(stream) + 1)) % 2**63)
+
+
+def signed_uniform(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+    """Float64 random probe values, uniform on (-1, 1) in 2^16 steps symmetric about 0. Made from
+    the generator's raw bits, which torch draws faster than normals: a probe needs
+    independent, symmetric values that are almost never equal, not a Gaussian (torch's fast mode
+    draws uniform ones too)."""
+    n = math.prod(shape)
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None, generator=gen)
+    return bits.view(torch.int16)[:n].to(torch.float64).add_(0.5).div_(2**15).view(tuple(shape))
 
 
 @dataclass

@@ -11,8 +11,9 @@ from __future__ import annotations
 import importlib
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 

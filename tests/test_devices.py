@@ -15,9 +15,9 @@ from click.testing import CliRunner
 from gradcheck_cli import loader, runner
 from gradcheck_cli.checks import device_consistency
 from gradcheck_cli.checks.base import CheckContext, Options
+from gradcheck_cli.cli import cli
 from gradcheck_cli.devices import memory_problem
 from gradcheck_cli.errors import UserCodeError, device_kind, guarded
-from gradcheck_cli.cli import cli
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Case, TensorArg
 

@@ -25,8 +25,8 @@ from click.testing import CliRunner
 
 import gradcheck_cli
 from gradcheck_cli import replay, runner, schemas
-from gradcheck_cli.plan import Task
 from gradcheck_cli.cli import cli
+from gradcheck_cli.plan import Task
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import load_file
 

@@ -16,7 +16,6 @@ import torch
 
 from gradcheck_cli import FAST_PROBES, check
 
-
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from corpus import Mul, one_input_function
 except ImportError:  # pragma: no cover

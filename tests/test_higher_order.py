@@ -22,13 +22,12 @@ from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
 import gradcheck_cli
-from gradcheck_cli import runner
-from gradcheck_cli import checks
+from gradcheck_cli import checks, runner
+from gradcheck_cli.binding import bind
 from gradcheck_cli.checks.base import CheckContext, Options
 from gradcheck_cli.cli import cli
 from gradcheck_cli.examples.higher import LogSumExp
 from gradcheck_cli.target import Target
-from gradcheck_cli.binding import bind
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from corpus import Sin as SinNoJvp  # a Function without jvp

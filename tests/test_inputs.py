@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from gradcheck_cli import inputs, runner
-from gradcheck_cli.spec import Case, SpecError, load_file
 from gradcheck_cli.discovery import TargetError, inline_case
+from gradcheck_cli.spec import Case, SpecError, load_file
 
 HEAD = "function: pkg.mod:Fn\n"
 

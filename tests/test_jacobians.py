@@ -10,11 +10,13 @@ import torch
 from torch.autograd import Function
 
 from gradcheck_cli import check
-from gradcheck_cli.examples.linear import LinearFunction
-from gradcheck_cli.jacobians import COL_STAGE, Jacobians, make_layout
-from gradcheck_cli.realify import as_tuple, vjp
-from gradcheck_cli.target import Target
 from gradcheck_cli.binding import bind
+from gradcheck_cli.examples.linear import LinearFunction
+from gradcheck_cli.numerics.batching import COL_STAGE
+from gradcheck_cli.numerics.jacobians import Jacobians
+from gradcheck_cli.numerics.layout import make_layout
+from gradcheck_cli.numerics.realify import as_tuple, vjp
+from gradcheck_cli.target import Target
 
 DT = torch.float64
 
@@ -216,7 +218,7 @@ class PassThrough(Function):
 def test_batched_rows_that_are_views_of_the_grad_outputs_survive_the_next_stage(store: bool) -> None:
     """The one-hot grad_outputs are reused from stage to stage: a stage's rows are read before the
     next stage resets them."""
-    from gradcheck_cli.jacobians import ROW_STAGE
+    from gradcheck_cli.numerics.batching import ROW_STAGE
 
     n = 2 * ROW_STAGE + 10  # three stages
     jac = jacobians(PassThrough, [randn(n)], None)
@@ -249,7 +251,7 @@ def test_a_backward_that_writes_grad_output_gets_one_hot_rows_every_stage(batche
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The reused grad_outputs are zeroed in full per stage (per row): its writes do not reach the
     next one, and its gradient, right, is not reported wrong besides the contract failure."""
-    from gradcheck_cli.jacobians import ROW_STAGE
+    from gradcheck_cli.numerics.batching import ROW_STAGE
 
     if not batched:
         monkeypatch.setattr(Jacobians, "_batched_rows", None)  # vmap "refuses": single rows
@@ -335,7 +337,7 @@ def test_a_dense_jacobian_gives_up_the_sparse_store_after_its_first_rows(monkeyp
     """x: 2 x 800, half the 1600 x 1600 entries non-zero, more than an eighth: the store's pass
     stops after its first stage of rows (of 7; the second would pass the limit itself), and the
     dense rows give the verdict."""
-    from gradcheck_cli.jacobians import ROW_STAGE
+    from gradcheck_cli.numerics.batching import ROW_STAGE
 
     stages = []
     row_stage = Jacobians._row_stage
@@ -395,7 +397,7 @@ def test_the_sparse_store_gives_the_dense_numbers(fn: type, memory: int, monkeyp
     (200 kB, 3% of the entries) do: the rows are computed once, and the numerical columns are
     compared chunk by chunk at the stored entries (and where they are non-zero themselves: a
     transposed weight gradient has its entries elsewhere), with the numbers of dense rows."""
-    from gradcheck_cli.jacobians import SparseRows
+    from gradcheck_cli.numerics.rows import SparseRows
 
     args = [randn(16, 16), randn(16, 16, seed=1), randn(16, seed=2)]
     with monkeypatch.context() as m:
@@ -441,13 +443,13 @@ class ComplexScale(Function):
 
 
 def numerical(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -> torch.Tensor:
-    from gradcheck_cli import probes
-    from gradcheck_cli.numerics import signed_uniform, probe_generator
+    from gradcheck_cli.numerics import probes
+    from gradcheck_cli.rng import Stream, generator, signed_uniform
 
     values = [a.clone() for a in args]
     out = as_tuple(fn.apply(*values))
     n_rows = sum(o.numel() * (2 if o.is_complex() else 1) for o in out)
-    gen = probe_generator(0, 3)
+    gen = generator(0, Stream.PROBES)
     vs = signed_uniform((3, n_rows), gen)
     us = [signed_uniform((3, a.numel() * (2 if a.is_complex() else 1)), gen) for a in args]
     result = probes._numerical(lambda vals: fn.apply(*vals), batched, values, values, us, 1e-6, [0], vs)
@@ -474,7 +476,7 @@ class GradModeScale(Function):
     (GradModeScale, [randn(3, 4)]),  # the vmapped body runs as apply runs forward: without grad mode
 ], ids=["linear", "complex", "grad mode"])
 def test_probes_batched_give_the_single_calls_numbers(fn: type, args: list, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gradcheck_cli import probes
+    from gradcheck_cli.numerics import probes
 
     single = numerical(fn, args, None)
     singles = []
@@ -495,7 +497,7 @@ def test_probes_fall_back_to_single_calls(fn: type, batched: Callable) -> None:
 
 
 def test_probes_batch_only_within_their_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gradcheck_cli import probes
+    from gradcheck_cli.numerics import probes
 
     args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
     single = numerical(LinearFunction, args, None)
@@ -506,7 +508,7 @@ def test_probes_batch_only_within_their_memory_budget(monkeypatch: pytest.Monkey
 
 def test_probes_batch_arguments_in_groups_within_their_memory_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each argument fits in BATCH_BYTES on its own, no two together: three vmapped forwards."""
-    from gradcheck_cli import probes
+    from gradcheck_cli.numerics import probes
 
     args = [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]
     single = numerical(LinearFunction, args, None)
@@ -525,7 +527,8 @@ def test_probes_batch_arguments_in_groups_within_their_memory_budget(monkeypatch
     ([(1000, 1000), (3,)], 1),  # a large argument: a few columns per stage
 ])
 def test_column_stages_cover_each_column_once_within_their_budget(shapes: list, n_rows: int) -> None:
-    from gradcheck_cli.jacobians import STAGE_BYTES, Layout
+    from gradcheck_cli.numerics.batching import STAGE_BYTES
+    from gradcheck_cli.numerics.layout import Layout
 
     inputs = [torch.zeros(s, dtype=DT) for s in shapes]
     starts = [0]
@@ -571,12 +574,12 @@ def test_one_tensor_passed_twice_is_moved_in_both_places_in_one_stage() -> None:
 
 
 def test_probes_move_one_tensor_passed_twice_in_both_places(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gradcheck_cli import probes
-    from gradcheck_cli.numerics import signed_uniform, probe_generator
+    from gradcheck_cli.numerics import probes
+    from gradcheck_cli.rng import Stream, generator, signed_uniform
 
     x = randn(3, 4)
     values = [x.clone()] * 2
-    gen = probe_generator(0, 3)
+    gen = generator(0, Stream.PROBES)
     vs, us = signed_uniform((3, 12), gen), [signed_uniform((3, 12), gen) for _ in values]
     call = lambda v: Mul.apply(*v)  # noqa: E731
     single = probes._numerical(call, None, values, values, us, 1e-6, [0], vs)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradcheck_cli.kinks import Verdict, examine, resample_hint
 from gradcheck_cli.numerics import as_tuple, is_float_tensor, real_flat, real_numel
+from gradcheck_cli.numerics.kinks import Verdict, examine, resample_hint
 
 F64 = torch.float64
 TOL = {"atol": 1e-5, "rtol": 1e-3}  # torch.autograd.gradcheck's defaults

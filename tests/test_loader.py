@@ -13,8 +13,8 @@ import torch
 
 import gradcheck_cli
 from gradcheck_cli import loader
-from gradcheck_cli.errors import BindError, LoadError
 from gradcheck_cli.binding import bind
+from gradcheck_cli.errors import BindError, LoadError
 
 FUNCTIONS = """
     import torch

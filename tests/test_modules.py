@@ -15,14 +15,14 @@ from click.testing import CliRunner
 
 import gradcheck_cli
 from gradcheck_cli import loader, runner
+from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import backward
 from gradcheck_cli.checks.base import CheckContext, Options
-from gradcheck_cli.nn_module import init_target
 from gradcheck_cli.cli import cli
+from gradcheck_cli.nn_module import init_target
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Tolerance, load_file
 from gradcheck_cli.target import Target
-from gradcheck_cli.binding import bind
 
 MODULES = "gradcheck_cli.examples.modules"
 

@@ -32,8 +32,9 @@ import dataclasses
 import math
 import re
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Optional, Union
 
 import pytest
 import torch

@@ -7,15 +7,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .. import kinks, probes
 from ..binding import Bound
 from ..errors import UserCodeError, guarded
-from ..numerics import Entry, as_tuple, compare, is_float_tensor, unravel, vjp
+from ..numerics import Entry, as_tuple, compare, is_float_tensor, kinks, probes, unravel, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator
 from ..spec import Tolerance
 from . import contract
-from .base import CheckContext, Options, call_forward, fresh_leaves, refuse_if_too_big
+from .base import CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big
 from .diagnosis import diagnose
 from .rows import fill_jacobian
 from .verdict import begin, conclude
@@ -175,7 +174,7 @@ def _determinism(outputs: tuple[Any, ...], positions: list[int], inputs: list[to
     live = [outputs[p] for p in positions if outputs[p].requires_grad]
     if not live or not inputs:
         return []
-    probes = [contract.probe_like(o, gen) for o in live]
+    probes = [probe_like(o, gen) for o in live]
     runs = [guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [p.clone() for p in probes])
             for _ in range(repeat)]
     problems = []

@@ -11,9 +11,9 @@ import torch
 from ..binding import Bound
 from ..devices import memory_problem
 from ..errors import UserCodeError, guarded
-from ..numerics import as_tuple, is_float_tensor, signed_uniform
+from ..numerics import as_tuple, is_float_tensor
 from ..results import ErrorKind
-from ..rng import RngFork
+from ..rng import RngFork, signed_uniform
 from ..spec import Tolerance
 from ..target import Target
 

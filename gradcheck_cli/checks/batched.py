@@ -22,9 +22,9 @@ import torch
 
 from ..binding import Bound
 from ..errors import UserCodeError, guarded, user_frame
-from ..numerics import as_tuple, signed_uniform, vjp
+from ..numerics import as_tuple, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
-from ..rng import Stream, generator
+from ..rng import Stream, generator, signed_uniform
 from ..target import Target
 from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like
 from .rows import agreement, fill, tolerance, zeros_if_none

@@ -15,9 +15,9 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..errors import UserCodeError
-from ..numerics import Entry, as_tuple, make_layout, real_flat, signed_uniform, unravel
+from ..numerics import Entry, as_tuple, central_difference, make_layout, real_flat, unravel
 from ..results import CheckResult, ErrorKind, InputReport, Status
-from ..rng import Stream, generator
+from ..rng import Stream, generator, signed_uniform
 from ..target import Target
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big
 from .rows import fill_jacobian
@@ -79,7 +79,7 @@ def _compare(ctx: CheckContext, values: list[Any], inputs: list[torch.Tensor], o
         for c0 in range(0, entry.real_numel, chunk):
             cols = range(c0, min(entry.real_numel, c0 + chunk))
             a = torch.stack([_jvp_column(jvp, values, t, c, positions) for c in cols])
-            n = torch.stack([_numerical_column(forward, values, t, c, positions, tol.eps) for c in cols])
+            n = torch.stack([central_difference(forward, values, t, c, tol.eps, positions) for c in cols])
             entry.update(a, n, c0, probe)
     return layout, entries
 
@@ -112,22 +112,6 @@ def _jvp_column(jvp: Callable[[list[Any]], Any], values: list[Any], t: torch.Ten
         outs = as_tuple(jvp([dual if v is t else v for v in values]))  # aliases (same_as) get the same dual
         primals = [fwAD.unpack_dual(outs[p]) for p in positions]
         return _flat([d.tangent for d in primals], [d.primal for d in primals])
-
-
-def _numerical_column(forward: Callable, values: list[Any], t: torch.Tensor, col: int, positions: list[int],
-                      eps: float) -> torch.Tensor:
-    """(f(x + eps e_col) - f(x - eps e_col)) / 2 eps, perturbing ``t`` in place and restoring it."""
-    real, idx = _real(t), tuple(unravel(col, _real(t).shape))
-    orig = real[idx].item()
-    with torch.no_grad():
-        real[idx] = orig - eps
-        minus = as_tuple(forward(values))
-        minus = _flat([minus[p] for p in positions], [minus[p] for p in positions])
-        real[idx] = orig + eps
-        plus = as_tuple(forward(values))
-        plus = _flat([plus[p] for p in positions], [plus[p] for p in positions])
-        real[idx] = orig
-    return (plus - minus) / (2 * eps)
 
 
 # --------------------------------------------------------------- the usual mistakes, in words

@@ -5,25 +5,28 @@ Pure torch, no I/O.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable
 
 import torch
 
-Call = Callable[[Sequence[Any]], tuple]
-Vjp = Callable[..., tuple]  # signature of torch.autograd.grad
+Call = Callable[[Sequence[Any]], tuple[Any, ...]]
+Vjp = Callable[..., tuple[Any, ...]]  # signature of torch.autograd.grad
 
 
-def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[torch.Tensor]) -> tuple:
+def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
+        grad_outputs: Sequence[torch.Tensor]) -> tuple[Any, ...]:
     """Vector-Jacobian product through the graph (kept for more calls); None for unused inputs."""
     return torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True)
 
 
-def as_tuple(out: Any) -> tuple:
+def as_tuple(out: Any) -> tuple[Any, ...]:
     """A forward's return value as a tuple of outputs."""
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
 def is_float_tensor(value: Any) -> bool:
+    """Whether ``value`` is a floating-point or complex tensor (one that can carry a gradient)."""
     return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
 
 
@@ -51,10 +54,11 @@ def element_ref(t: torch.Tensor) -> Callable[[int], tuple[torch.Tensor, Any]]:
 
 
 def real_numel(t: torch.Tensor) -> int:
+    """The number of real elements of ``t``: two per complex element."""
     return t.numel() * (2 if t.is_complex() else 1)
 
 
-def outputs_vector(outputs: tuple, positions: Sequence[int], copy: bool = True) -> torch.Tensor:
+def outputs_vector(outputs: tuple[Any, ...], positions: Sequence[int], copy: bool = True) -> torch.Tensor:
     """The realified, flattened, float64 concatenation of the chosen outputs: a copy, or, with
     ``copy=False``, a view of the output where there is only one and it is float64."""
     if not positions:

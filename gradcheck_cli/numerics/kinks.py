@@ -18,12 +18,14 @@ atol + rtol |d| + gap: the tolerance is loosened only by the measured error, at 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable
 
 import torch
 
-from .numerics import as_tuple, element_ref, outputs_vector, real_numel, unravel
+from .differences import call_moved, elements
+from .realify import as_tuple, outputs_vector, real_numel, unravel
 
 HALVINGS = 16  # smallest step eps / 2**16 (~1.5e-11 for eps = 1e-6): rounding noise stays far below rtol
 Point = tuple[float, torch.Tensor]  # (offset actually taken, realified float64 outputs there)
@@ -54,9 +56,8 @@ class _Element:
     def __init__(self, call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torch.Tensor, j: int,
                  positions: Sequence[int]) -> None:
         self.call, self.values, self.positions = call, values, list(positions)
-        self.base, self.index = element_ref(x)(j)
-        self.orig = self.base[self.index].clone()
-        self.x0 = float(self.orig)
+        self.element = elements(x)(j)
+        self.x0 = self.element.x0
         self.names: list[tuple[int, torch.Tensor]] = []  # (position, output) for naming entries
 
     def center(self) -> torch.Tensor:
@@ -67,13 +68,8 @@ class _Element:
         return outputs_vector(outputs, self.positions).cpu()
 
     def __call__(self, offset: float) -> Point:
-        with torch.no_grad():
-            try:
-                self.base[self.index] = self.x0 + offset
-                taken = float(self.base[self.index]) - self.x0
-                outputs = as_tuple(self.call(self.values))
-            finally:
-                self.base[self.index] = self.orig
+        taken = self.element.taken(offset)
+        outputs = call_moved(self.call, self.values, self.element.to(offset), _as_they_are)
         return taken, outputs_vector(outputs, self.positions).cpu()
 
     def entry(self, m: int) -> str:
@@ -163,6 +159,7 @@ def _kink(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float,
                                         "(noise or a jump); the central difference stands")
     if left is None or right is None:
         side, name, other = (right, "right", "left") if left is None else (left, "left", "right")
+        assert side is not None  # both None returned above
         tol = _tol(side.d, atol, rtol) + side.gap
         m = _worst(a, side.d, tol)
         ok = bool(((a - side.d).abs() <= tol).all())
@@ -191,10 +188,10 @@ def _kink(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float,
 
 
 def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, atol: float,
-            rtol: float) -> Optional[_Side]:
+            rtol: float) -> _Side | None:
     """The one-sided derivative on side ``s``, halving the step until two estimates agree; None if never."""
     points = (first, f(2 * s * eps))  # (near, far): offsets h and 2h
-    previous: Optional[torch.Tensor] = None
+    previous: torch.Tensor | None = None
     for k in range(HALVINGS + 1):
         if k:
             points = (f(s * eps / 2**k), points[0])
@@ -207,7 +204,7 @@ def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, ato
     return None
 
 
-def _one_sided(y0: torch.Tensor, near: Point, far: Point) -> Optional[torch.Tensor]:
+def _one_sided(y0: torch.Tensor, near: Point, far: Point) -> torch.Tensor | None:
     """f'(x) from f at offsets 0, a, b (same sign, a != b), exact for quadratics; None if unusable."""
     (a, ya), (b, yb) = near, far
     if a == 0 or b == 0 or a == b or not (_finite(near) and _finite(far)):
@@ -237,6 +234,11 @@ def _worst(a: torch.Tensor, d: torch.Tensor, tol: torch.Tensor) -> int:
         return 0
     excess = torch.nan_to_num((a - d).abs() / tol, nan=torch.inf)
     return int(torch.argmax(excess))
+
+
+def _as_they_are(outputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The outputs of a call, read after the argument is put back."""
+    return outputs
 
 
 def _finite(point: Point) -> bool:

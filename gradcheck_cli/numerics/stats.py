@@ -1,40 +1,18 @@
-"""Finite differences and the entry-by-entry Jacobian comparison, in bounded memory.
+"""Statistics of the entry by entry comparison of the analytical and the numerical Jacobian.
 
-Pure torch, no I/O. Complex tensors are handled as pairs of reals ("realified"): a complex
-input contributes two columns per element (real and imaginary part), a complex output two
-rows. With PyTorch's convention (the gradient of a real loss L w.r.t. z = a + ib is
-dL/da + i dL/db) the vector-Jacobian product of the realified function is exactly the
-realified gradient, so one comparison serves real and complex functions alike.
+Pure torch. Both Jacobians are of the realified function (see ``realify``), so one comparison
+serves real and complex functions alike. An ``Entry`` folds in one block of columns of both
+sides at a time, so no more than a block is ever held.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable
 
 import torch
 
-from .jacobians import Jacobians, Layout, make_layout
-from .realify import (Call, Vjp, as_tuple, element_ref, is_float_tensor, outputs_vector, real_flat,  # noqa: F401
-                      real_numel, unravel, vjp)
-
-
 KEEP_BAD = 16  # mismatching columns kept whole, to re-examine (kinks, domain edges)
-
-
-def probe_generator(seed: int, stream: int) -> torch.Generator:
-    """A generator for probes, seeded from the spec's seed but independent of the inputs' stream."""
-    return torch.Generator().manual_seed((seed * 1_000_003 + 7919 * (stream + 1)) % 2**63)
-
-
-def signed_uniform(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
-    """Float64 random probe values, uniform on (-1, 1) in 2^16 steps symmetric about 0. Made from
-    the generator's raw bits, which torch draws about 4x faster than normals: a probe needs
-    independent, symmetric values that are almost never equal, not a Gaussian (torch's fast mode
-    draws uniform ones too)."""
-    n = math.prod(shape)
-    bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None, generator=gen)
-    return bits.view(torch.int16)[:n].to(torch.float64).add_(0.5).div_(2**15).view(tuple(shape))
 
 
 @dataclass
@@ -46,7 +24,7 @@ class Entry:
     rtol: float
     bad: torch.Tensor = field(init=False)
     max_abs: float = 0.0
-    max_rel: Optional[float] = None
+    max_rel: float | None = None
     worst_excess: float = -1.0
     worst_row: int = 0
     worst_col: int = 0
@@ -79,8 +57,11 @@ class Entry:
         if a.numel() == 0:
             return
         nonzero = torch.logical_or(a, n)  # NaN counts as non-zero
-        column = lambda c: a[c].clone()  # noqa: E731
-        if int(torch.count_nonzero(nonzero)) * 4 < a.numel():  # (a bool .sum() is 20x slower)
+
+        def column(c: int) -> torch.Tensor:
+            return a[c].clone()
+
+        if int(torch.count_nonzero(nonzero)) * 4 < a.numel():  # (faster than a bool .sum())
             at = nonzero.nonzero(as_tuple=True)
             self._fold(a[at], n[at], at, n, col0, column)
         else:
@@ -111,7 +92,7 @@ class Entry:
 
         self._fold(av, nv, (c, r), n, col0, column)
 
-    def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: Optional[tuple[torch.Tensor, torch.Tensor]],
+    def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
               n: torch.Tensor, col0: int, a_column: Callable[[int], torch.Tensor]) -> None:
         """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
         those at (column, row) indices ``at``; ``a_column``: an analytical column of the block, whole."""
@@ -157,70 +138,3 @@ class Entry:
         self.sum_an += float(av @ nv)
         self.sum_nn += float(nv @ nv)
         self.sum_aa += float(av @ av)
-
-
-def compare(
-    call: Call,
-    outputs: tuple,
-    positions: list[int],
-    grad_inputs: list[torch.Tensor],
-    plain_values: list[Any],
-    plain_inputs: list[torch.Tensor],
-    *,
-    eps: float,
-    atol: float,
-    rtol: float,
-    memory_bytes: int,
-    grad: Vjp = vjp,
-    seed: int = 0,
-    batched: Optional[Call] = None,
-) -> tuple[Layout, list[Entry]]:
-    """Compare analytical and numerical Jacobians entry by entry, block of columns by block.
-
-    ``outputs`` come from one forward with grad enabled on the leaves ``grad_inputs``;
-    ``positions`` name the outputs compared. ``plain_inputs`` are detached copies (inside
-    ``plain_values``, the arguments ``call`` takes) that get perturbed. At most about
-    ``memory_bytes`` of Jacobian entries are held at once, so memory stays
-    O(memory_bytes + inputs + outputs) instead of O(inputs x outputs): the non-zero entries of the
-    analytical rows are kept if they are few (see below), else dense rows are held, recomputed for
-    each block of columns when they do not all fit. ``call`` and ``grad`` are the
-    forward and the vector-Jacobian product (the caller may wrap them to label user errors).
-    Each entry also keeps u^T J (analytical and numerical) for one random probe u drawn from
-    ``seed``, so that patterns across a whole gradient (e.g. a transpose) can be named.
-    ``batched``, the same forward as ``call`` in a form torch.func.vmap may batch, lets the finite
-    differences be batched; see ``jacobians``.
-    """
-    layout = make_layout(plain_inputs, outputs, positions)
-    jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
-                    batched, memory_bytes)
-    probe = signed_uniform((layout.n_rows,), probe_generator(seed, 0))
-    entries = [Entry(real_numel(t), atol, rtol) for t in plain_inputs]
-    per_col = 8 * max(1, layout.n_rows)
-    block = max(1, memory_bytes * 7 // 8 // per_col)  # analytical rows held at once
-    chunk = max(1, min(block, memory_bytes // 8 // 8 // per_col))  # numerical columns and temporaries
-    # The non-zero entries, from one pass of backward calls, are kept instead of the dense rows
-    # when they fit in a quarter of the memory and, if the dense rows fit too, are at most an
-    # eighth of the entries: each chunk of numerical columns is then compared at those entries
-    # (and wherever it is non-zero itself), never scanning the entries zero on both sides. Else
-    # the dense rows are computed per block.
-    fits = block >= layout.n_cols
-    limit = memory_bytes // 4 // 24
-    store = jac.sparse_rows(min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit, early=fits)
-    if store is not None:
-        block = max(1, layout.n_cols)  # no rows held: one pass over the chunks
-    for col0 in range(0, layout.n_cols, block):
-        col1 = min(layout.n_cols, col0 + block)
-        a_block = jac.rows(col0, col1) if store is None else None
-        for c0 in range(col0, col1, chunk):
-            c1 = min(col1, c0 + chunk)
-            n_chunk = jac.columns(c0, c1)
-            for i, entry in enumerate(entries):
-                lo, hi = max(c0, layout.col_starts[i]), min(c1, layout.col_starts[i + 1])
-                if lo < hi:
-                    n, start = n_chunk[lo - c0 : hi - c0], lo - layout.col_starts[i]
-                    if a_block is not None:
-                        entry.update(a_block[lo - col0 : hi - col0], n, start, probe)
-                    else:
-                        entry.update_sparse(*store.entries(lo, hi), n, start, probe)
-        del a_block  # free it before the next block is allocated: one block at a time
-    return layout, entries

@@ -8,7 +8,7 @@ offset, a missing term) add up; the others are signed (see ``signed_uniform``), 
 (a transpose, a roll, one wrong element) cannot cancel. One probe per argument keeps a small
 argument's error from drowning in a large one's tolerance.
 
-Where a batched forward is given (see ``jacobians``), the 2 x arguments x probes perturbed
+Where a batched forward is given (see ``columns``), the 2 x arguments x probes perturbed
 forwards are one vmapped call (several if they do not fit in BATCH_BYTES), each used when one
 of its rows gives a single call's difference quotient. Backward's contract has already called backward
 with one signed random grad_output; where autograd would pass its return on unchanged, that
@@ -21,16 +21,25 @@ about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from functools import partial
+from typing import Any
 
 import torch
 
-from .jacobians import Batches, copies, quietly, same, vmapped
-from .numerics import (Call, Vjp, as_tuple, outputs_vector, probe_generator, real_flat, real_numel, signed_uniform,
-                       vjp)
-
-BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward
+from ..rng import Stream, generator, signed_uniform
+from .batching import (
+    BATCH_BYTES,
+    Batches,
+    argument_groups,
+    copies,
+    same,
+    try_batched,
+    vmapped,
+)
+from .differences import Step, call_moved
+from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
 
 
 @dataclass
@@ -52,36 +61,39 @@ def _units(count: int, n: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def decide(
-    call: Call, outputs: tuple, positions: list[int], grad_inputs: list[torch.Tensor],
+    call: Call, outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor],
     plain_values: list[Any], plain_inputs: list[torch.Tensor], *, eps: float, atol: float, rtol: float,
-    probes: int, seed: int, grad: Vjp = vjp, batched: Optional[Call] = None,
-    given: Optional[tuple[list[Any], list[Any]]] = None, at_x: bool = False,
+    probes: int, seed: int, grad: Vjp = vjp, batched: Call | None = None,
+    given: tuple[list[Any], list[Any]] | None = None, at_x: bool = False,
 ) -> list[ProbeStats]:
     """Probe every argument ``probes`` times: |a - n| <= atol + rtol |n| for each (unit u and v).
     ``batched``: the same forward as ``call``, in a form torch.func.vmap may batch. ``given``: one
     signed probe's backward already called, (g for every output, J^T g for every argument in
     ``grad_inputs``, as autograd gives it): it is the last probe (v = g / |g|), and saves a backward.
     ``at_x``: ``outputs`` are what ``call`` gives for ``plain_values`` (not taken in another dtype)."""
-    gen = probe_generator(seed, 3)
+    gen = generator(seed, Stream.PROBES)
     diff_outputs = [outputs[p] for p in positions]
     live = [o for o in diff_outputs if o.requires_grad]
     n_rows = sum(real_numel(o) for o in diff_outputs)
     stats = [ProbeStats() for _ in plain_inputs]
-    reused = given is not None and probes > 1 and n_rows > 0 and len(live) == len(diff_outputs)
+    reuse = given if probes > 1 and n_rows > 0 and len(live) == len(diff_outputs) else None
+    reused = reuse is not None
     vs = _units(probes - reused, n_rows, gen)
     us = [_units(probes, real_numel(x), gen) for x in plain_inputs]
     for w in (vs, *us):  # the first probe is non-negative, as torch's: errors of one sign add up in it
         w[0].abs_()
-    if reused:
-        g = torch.cat([real_flat(given[0][p].contiguous()).to("cpu", torch.float64) for p in positions])
+    norm = torch.ones(())
+    if reuse is not None:
+        g = torch.cat([real_flat(reuse[0][p].contiguous()).to("cpu", torch.float64) for p in positions])
         norm = torch.linalg.vector_norm(g)
         vs = torch.cat([vs, (g / norm).view(1, -1)])
     centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
     numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre) if n_rows
                  else torch.zeros(len(plain_inputs), probes, dtype=torch.float64))
+    grads: Sequence[Any]
     for p, v in enumerate(vs):
-        if reused and p == probes - 1:
-            grads, scale = given[1], 1 / float(norm)
+        if reuse is not None and p == probes - 1:
+            grads, scale = reuse[1], 1 / float(norm)
         else:
             grads, scale = _backward(grad, diff_outputs, live, grad_inputs, v), 1.0
         for g, s, u, n_row in zip(grads, stats, us, numerical):
@@ -113,28 +125,34 @@ def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tens
     return grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad])
 
 
-def _numerical(call: Call, batched: Optional[Call], values: list[Any], inputs: list[torch.Tensor],
+def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list[torch.Tensor],
                us: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor,
-               centre: Optional[torch.Tensor] = None) -> torch.Tensor:
+               centre: torch.Tensor | None = None) -> torch.Tensor:
     """v_p^T (f(x_i + eps u_ip) - f(x_i - eps u_ip)) / 2 eps for every argument i and probe p
     (arguments x probes): one vmapped forward per group of arguments where ``batched`` gives the
     single calls' outputs (checked on every group, see ``_agrees``; ``centre``: the outputs at x,
     as one row, if known), else two forwards each."""
     out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
     todo = set(range(len(inputs)))
-    for group in _groups(inputs, len(vs), len(vs[0])) if batched is not None else []:
-        got = quietly(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
-                      positions, vs)
-        if got is None:
-            break
+
+    def agrees(group: list[int], got: tuple[torch.Tensor, torch.Tensor]) -> bool:
+        """The batch of ``group`` gives a single call's numbers (see ``_agrees``)."""
+        nonlocal centre
         if centre is None:
             with torch.no_grad():
                 centre = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
-        if not _agrees(got[1], len(vs), centre, _perturbed(call, values, inputs[group[0]], eps * us[group[0]][0],
-                                                           positions), eps):
-            break
-        out[group] = got[0]
-        todo -= set(group)
+        x, u = inputs[group[0]], us[group[0]][0]
+        return _agrees(got[1], len(vs), centre, _perturbed(call, values, x, eps * u, positions), eps)
+
+    if batched is not None:  # arguments batched in groups, each group verified, until one is not
+        for group in argument_groups(inputs, len(vs), len(vs[0]), BATCH_BYTES):
+            batch = partial(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
+                            positions, vs)
+            got, _ = try_batched(None, batch, partial(agrees, group))
+            if got is None:
+                break
+            out[group] = got[0]
+            todo -= set(group)
     for i in sorted(todo):
         for p, v in enumerate(vs):
             minus = _perturbed(call, values, inputs[i], -eps * us[i][p], positions)
@@ -148,29 +166,6 @@ def _agrees(rows: torch.Tensor, n_probes: int, centre: torch.Tensor, plus: torch
     outputs at x (``centre``): a perturbation that the batch dropped shows there (the outputs
     themselves move by only eps), as does any other difference."""
     return same((rows[n_probes] - centre[0]) / eps, (plus - centre[0]) / eps)
-
-
-def _groups(inputs: list[torch.Tensor], n_probes: int, n_rows: int) -> list[list[int]]:
-    """Arguments batched together, in order, each group within BATCH_BYTES (one vmapped forward
-    costs more than the work it saves by leaving the other arguments unbatched); an argument too
-    large for BATCH_BYTES on its own is left out (single calls)."""
-    groups: list[list[int]] = [[]]
-    size = 0
-    for i, x in enumerate(inputs):
-        n = real_numel(x)
-        if _bytes(1, n, n_probes, n_rows) > BATCH_BYTES:
-            continue
-        if groups[-1] and _bytes(len(groups[-1]) + 1, size + n, n_probes, n_rows) > BATCH_BYTES:
-            groups.append([])
-            size = 0
-        groups[-1].append(i)
-        size += n
-    return [g for g in groups if g]
-
-
-def _bytes(n_args: int, elements: int, n_probes: int, n_rows: int) -> int:
-    """Perturbed inputs and outputs of one vmapped forward over ``n_args`` arguments."""
-    return 2 * n_args * n_probes * (elements + n_rows) * 8
 
 
 def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
@@ -193,10 +188,5 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
 def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor,
                positions: list[int]) -> torch.Tensor:
     """The realified outputs (a copy) of one single call with ``x`` moved by ``step`` in place, then restored."""
-    real = torch.view_as_real(x) if x.is_complex() else x
-    orig = real.clone()
-    with torch.no_grad():
-        torch.add(orig, step.view(real.shape).to(real), out=real)
-        outputs = outputs_vector(as_tuple(call(values)), positions).cpu()  # a copy: an output may be a view of x
-        real.copy_(orig)
-    return outputs
+    # a copy, made before x is put back: an output may be a view of x
+    return call_moved(call, values, Step(x, step), lambda outputs: outputs_vector(outputs, positions).cpu())

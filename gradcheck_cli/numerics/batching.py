@@ -1,0 +1,134 @@
+"""The batching policy: how many rows or columns go into one vmapped call, and the vmapped call.
+
+A stage of analytical rows is one backward over a batch of one-hot grad_outputs, a stage of
+numerical columns (or of random probes) one forward over a batch of perturbed arguments, both
+through ``torch.func.vmap``. Batching changes the speed, never the numbers: a batched result is
+used only where it gives what single calls give (``same``), and any failure to batch means single
+calls (``quietly``). Pure torch.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any, Callable, TypeVar
+
+import torch
+
+from .layout import Layout
+from .realify import Call, as_tuple, outputs_vector, real_numel
+
+ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered per transposed write
+COL_STAGE = 256  # perturbations per batched forward
+STAGE_BYTES = 64 * 2**20  # at most this much of perturbed arguments and outputs per batched forward
+BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward of probes
+
+T = TypeVar("T")
+Batches = dict[int, tuple[torch.Tensor, torch.Tensor]]  # id(argument) -> (argument, its batch as flat real rows)
+
+
+def same(batched: torch.Tensor, single: torch.Tensor) -> bool:
+    """Batched and single calls agree up to rounding (a batched matmul may sum in another order)."""
+    return torch.equal(batched, single) or bool(torch.allclose(batched, single, rtol=1e-6, atol=1e-8, equal_nan=True))
+
+
+def quietly(fn: Any, *args: Any) -> Any:
+    """``fn(*args)``, or None when it raises (batching unsupported): the caller falls back."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # vmap's "performance drop" fallbacks
+            return fn(*args)
+    except Exception:  # noqa: BLE001 - any failure to batch means: call one at a time
+        return None
+
+
+def try_batched(state: bool | None, batched: Callable[[], T], verify: Callable[[T], bool]) -> tuple[T | None, bool]:
+    """One batched computation in place of single calls, the decision to batch made once.
+
+    ``state``: True (batching verified and kept), None (not verified yet) or False (off:
+    ``batched`` is not run). An error in ``batched()`` turns batching off, and so does ``verify``
+    (single calls on a few of its rows or columns, compared with ``same``) rejecting the first
+    result. Returns the result to use (None: make the single calls) and the state for the next
+    call; a caller that passes None every time has every result verified."""
+    if state is False:
+        return None, False
+    got = quietly(batched)
+    if got is None:
+        return None, False
+    kept = verify(got) if state is None else True
+    return (got if kept else None), kept
+
+
+def column_stages(layout: Layout, col0: int, col1: int) -> Iterator[list[tuple[int, int, int]]]:
+    """Columns col0..col1 in stages of at most COL_STAGE, as spans (argument, first and last
+    column within it); a stage may span several small arguments. A stage's batch (2 rows per
+    column, each a copy of the arguments it moves and of the outputs) stays within STAGE_BYTES."""
+    stage: list[tuple[int, int, int]] = []
+    starts, size, moved = layout.col_starts, 0, 0  # moved: elements of the stage's arguments
+    for i, x in enumerate(layout.inputs):
+        lo, hi = max(col0, starts[i]), min(col1, starts[i + 1])
+        while lo < hi:
+            row_bytes = 16 * (moved + real_numel(x) + layout.n_rows)  # both signs, float64
+            limit = max(1, min(COL_STAGE, STAGE_BYTES // row_bytes))
+            if stage and size >= limit:
+                yield stage
+                stage, size, moved = [], 0, 0
+                continue
+            take = min(hi - lo, limit - size)
+            stage.append((i, lo - starts[i], lo - starts[i] + take))
+            size, lo = size + take, lo + take
+        if stage and stage[-1][0] == i:
+            moved += real_numel(x)
+    if stage:
+        yield stage
+
+
+def argument_groups(inputs: list[torch.Tensor], n_probes: int, n_rows: int, budget: int) -> list[list[int]]:
+    """Arguments whose probes are batched together, in order, each group within ``budget`` bytes
+    (one vmapped forward costs more than the work it saves by leaving the other arguments
+    unbatched); an argument too large for ``budget`` on its own is left out (single calls)."""
+    groups: list[list[int]] = [[]]
+    size = 0
+    for i, x in enumerate(inputs):
+        n = real_numel(x)
+        if _bytes(1, n, n_probes, n_rows) > budget:
+            continue
+        if groups[-1] and _bytes(len(groups[-1]) + 1, size + n, n_probes, n_rows) > budget:
+            groups.append([])
+            size = 0
+        groups[-1].append(i)
+        size += n
+    return [g for g in groups if g]
+
+
+def _bytes(n_args: int, elements: int, n_probes: int, n_rows: int) -> int:
+    """Perturbed inputs and outputs of one vmapped forward over ``n_args`` arguments."""
+    return 2 * n_args * n_probes * (elements + n_rows) * 8
+
+
+def copies(batches: Batches, x: torch.Tensor, rows: int) -> torch.Tensor:
+    """``x``'s batch in ``batches`` (``rows`` flat real copies of it, to perturb), made on first use:
+    one per tensor, so a tensor passed as two arguments is moved in both places, as in a single call."""
+    if id(x) not in batches:
+        real = (torch.view_as_real(x) if x.is_complex() else x).contiguous()
+        batches[id(x)] = x, real.reshape(1, -1).expand(rows, -1).clone(memory_format=torch.contiguous_format)
+    return batches[id(x)][1]
+
+
+def vmapped(batched: Call, values: list[Any], batches: Batches, positions: list[int]) -> torch.Tensor:
+    """One vmapped forward: the realified outputs at ``positions`` for each batch row, the arguments
+    in ``batches`` taken row by row, every other value as it is. Without grad mode, as ``apply``
+    runs forward."""
+    moved = list(batches)
+
+    def forward(*xbs: torch.Tensor) -> torch.Tensor:
+        swap = dict(zip(moved, xbs))
+        return outputs_vector(as_tuple(batched([swap.get(id(v), v) for v in values])), positions, copy=False)
+
+    with torch.no_grad():
+        return torch.func.vmap(forward)(*(_shaped(x, batch) for x, batch in batches.values()))
+
+
+def _shaped(x: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+    """A batch of flat real rows as a batch of tensors like ``x`` (complex again if ``x`` is)."""
+    shape = (len(batch),) + x.shape + ((2,) if x.is_complex() else ())
+    return torch.view_as_complex(batch.view(shape)) if x.is_complex() else batch.view(shape)

@@ -1,0 +1,99 @@
+"""Both Jacobians of one check, compared entry by entry, a block of columns at a time, in bounded memory.
+
+Complex tensors are handled as pairs of reals ("realified"): a complex input contributes two
+columns per element (real and imaginary part), a complex output two rows. With PyTorch's
+convention (the gradient of a real loss L w.r.t. z = a + ib is dL/da + i dL/db) the
+vector-Jacobian product of the realified function is exactly the realified gradient, so one
+comparison serves real and complex functions alike. Pure torch.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..rng import Stream, generator, signed_uniform
+from .columns import Columns
+from .layout import Layout, make_layout
+from .realify import Call, Vjp, real_numel, vjp
+from .rows import Rows
+from .stats import Entry
+
+
+class Jacobians(Rows, Columns):
+    """Analytical rows and numerical columns of one check, over one layout, with batching decided
+    once for each side."""
+
+    def __init__(self, call: Call, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
+                 values: list[Any], layout: Layout, eps: float, batched: Call | None, memory_bytes: int) -> None:
+        Rows.__init__(self, grad, outputs, grad_inputs, layout)
+        Columns.__init__(self, call, values, layout, eps, batched)
+        self.memory_bytes = memory_bytes
+
+
+def compare(
+    call: Call,
+    outputs: tuple[Any, ...],
+    positions: list[int],
+    grad_inputs: list[torch.Tensor],
+    plain_values: list[Any],
+    plain_inputs: list[torch.Tensor],
+    *,
+    eps: float,
+    atol: float,
+    rtol: float,
+    memory_bytes: int,
+    grad: Vjp = vjp,
+    seed: int = 0,
+    batched: Call | None = None,
+) -> tuple[Layout, list[Entry]]:
+    """Compare analytical and numerical Jacobians entry by entry, block of columns by block.
+
+    ``outputs`` come from one forward with grad enabled on the leaves ``grad_inputs``;
+    ``positions`` name the outputs compared. ``plain_inputs`` are detached copies (inside
+    ``plain_values``, the arguments ``call`` takes) that get perturbed. At most about
+    ``memory_bytes`` of Jacobian entries are held at once, so memory stays
+    O(memory_bytes + inputs + outputs) instead of O(inputs x outputs): the non-zero entries of the
+    analytical rows are kept if they are few (see below), else dense rows are held, recomputed for
+    each block of columns when they do not all fit. ``call`` and ``grad`` are the
+    forward and the vector-Jacobian product (the caller may wrap them to label user errors).
+    Each entry also keeps u^T J (analytical and numerical) for one random probe u drawn from
+    ``seed``, so that patterns across a whole gradient (e.g. a transpose) can be named.
+    ``batched``, the same forward as ``call`` in a form torch.func.vmap may batch, lets the finite
+    differences be batched; see ``columns``.
+    """
+    layout = make_layout(plain_inputs, outputs, positions)
+    jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
+                    batched, memory_bytes)
+    probe = signed_uniform((layout.n_rows,), generator(seed, Stream.PROJECTION))
+    entries = [Entry(real_numel(t), atol, rtol) for t in plain_inputs]
+    per_col = 8 * max(1, layout.n_rows)
+    block = max(1, memory_bytes * 7 // 8 // per_col)  # analytical rows held at once
+    chunk = max(1, min(block, memory_bytes // 8 // 8 // per_col))  # numerical columns and temporaries
+    # The non-zero entries, from one pass of backward calls, are kept instead of the dense rows
+    # when they fit in a quarter of the memory and, if the dense rows fit too, are at most an
+    # eighth of the entries: each chunk of numerical columns is then compared at those entries
+    # (and wherever it is non-zero itself), never scanning the entries zero on both sides. Else
+    # the dense rows are computed per block.
+    fits = block >= layout.n_cols
+    limit = memory_bytes // 4 // 24
+    store = jac.sparse_rows(min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit, early=fits)
+    if store is not None:
+        block = max(1, layout.n_cols)  # no rows held: one pass over the chunks
+    for col0 in range(0, layout.n_cols, block):
+        col1 = min(layout.n_cols, col0 + block)
+        a_block = jac.rows(col0, col1) if store is None else None
+        for c0 in range(col0, col1, chunk):
+            c1 = min(col1, c0 + chunk)
+            n_chunk = jac.columns(c0, c1)
+            for i, entry in enumerate(entries):
+                lo, hi = max(c0, layout.col_starts[i]), min(c1, layout.col_starts[i + 1])
+                if lo < hi:
+                    n, start = n_chunk[lo - c0 : hi - c0], lo - layout.col_starts[i]
+                    if store is not None:
+                        c, r, v = store.entries(lo, hi)
+                        entry.update_sparse(c, r, v, n, start, probe)
+                    elif a_block is not None:
+                        entry.update(a_block[lo - col0 : hi - col0], n, start, probe)
+        del a_block  # free it before the next block is allocated: one block at a time
+    return layout, entries

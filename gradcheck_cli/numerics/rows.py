@@ -1,0 +1,151 @@
+"""The analytical side: rows J^T e_r of the Jacobian, one per one-hot grad_output e_r.
+
+Rows are built transposed (C x M: a row per real input element), so that a block of columns is
+contiguous. A row is one backward call, as torch.autograd.gradcheck makes it, or, where vmap gives
+the same numbers, a stage of ROW_STAGE rows is one backward over a batch of one-hot grad_outputs
+(``torch.func.vmap`` over ``torch.autograd.grad``). The first batched stage is compared with single
+calls on a few rows; any difference or error turns batching off for the rest of the check. Where
+the Jacobian is sparse, its non-zero entries can be kept instead of the dense rows (``SparseRows``).
+Pure torch.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .batching import ROW_STAGE, same, try_batched
+from .layout import Layout
+from .realify import Vjp, real_flat, real_numel
+
+
+@dataclass
+class SparseRows:
+    """The non-zero entries of the analytical Jacobian, sorted by column (then row), read a span of
+    columns at a time."""
+
+    cols: torch.Tensor
+    rows: torch.Tensor
+    vals: torch.Tensor
+    n_cols: int
+
+    def __post_init__(self) -> None:
+        order = torch.argsort(self.cols, stable=True)
+        self.cols, self.rows, self.vals = self.cols[order], self.rows[order], self.vals[order]
+        self.starts = torch.searchsorted(self.cols, torch.arange(self.n_cols + 1)).tolist()
+
+    def entries(self, col0: int, col1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The non-zero entries of columns col0..col1: column - col0, row and value, by column then row."""
+        lo, hi = self.starts[col0], self.starts[col1]
+        return self.cols[lo:hi] - col0, self.rows[lo:hi], self.vals[lo:hi]
+
+
+class Rows:
+    """Analytical rows of one check's Jacobian, by backward calls through ``grad``, batching decided once."""
+
+    def __init__(self, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
+                 layout: Layout) -> None:
+        self.grad, self.outputs, self.grad_inputs, self.layout = grad, outputs, grad_inputs, layout
+        self.live = [o for o in outputs if o.requires_grad]
+        self.wanted = list(range(len(grad_inputs)))  # the arguments whose gradients the rows need
+        self.batched_rows: bool | None = None if self.live else False  # None: not tried yet
+        self.one_hot: list[torch.Tensor] | None = None  # batched grad_outputs, reused from stage to stage
+
+    def rows(self, col0: int, col1: int) -> torch.Tensor:
+        """Analytical columns col0..col1 of the Jacobian, transposed (C x M). Outputs that do not
+        require grad have zero rows (the function claims no gradient there). Only the arguments
+        whose columns these are get gradients computed (backward may skip the others)."""
+        every = all(o.requires_grad for o in self.outputs)  # then every row is written below
+        rows = (torch.empty if every else torch.zeros)(col1 - col0, self.layout.n_rows, dtype=torch.float64)
+        starts = self.layout.col_starts
+        self.wanted = [i for i in range(len(self.grad_inputs)) if starts[i] < col1 and starts[i + 1] > col0]
+        for k, out, j0, j1 in self._stages():
+            for i, grad in zip(self.wanted, self._row_stage(out, j0, j1)):  # written where they belong: no cat
+                lo, hi = max(col0, starts[i]), min(col1, starts[i + 1])
+                rows[lo - col0 : hi - col0, k + j0 : k + j1] = grad[:, lo - starts[i] : hi - starts[i]].t()
+        return rows
+
+    def sparse_rows(self, limit: int, early: bool = False) -> SparseRows | None:
+        """The whole analytical Jacobian from one pass of backward calls, its non-zero entries only;
+        None when there are more than ``limit`` of them, or, if ``early``, as soon as the rows so far
+        hold more than twice their share of ``limit`` (less backward work thrown away)."""
+        self.wanted = list(range(len(self.grad_inputs)))
+        # filled in place: small pieces kept between the stages' large temporaries would fragment
+        # the heap; pages not written are never touched
+        cols, rows = torch.empty(limit, dtype=torch.long), torch.empty(limit, dtype=torch.long)
+        vals, count = torch.empty(limit, dtype=torch.float64), 0
+        for k, out, j0, j1 in self._stages():
+            for start, grad in zip(self.layout.col_starts, self._row_stage(out, j0, j1)):
+                grad = grad.cpu()  # the store is on the CPU, as dense rows are
+                r, c = grad.nonzero(as_tuple=True)  # NaN counts as non-zero
+                if count + len(r) > (min(limit, 2 * limit * (k + j1) // self.layout.n_rows) if early else limit):
+                    return None
+                torch.add(c, start, out=cols[count : count + len(r)])
+                torch.add(r, k + j0, out=rows[count : count + len(r)])
+                vals[count : count + len(r)] = grad[r, c]
+                count += len(r)
+        self.one_hot = None  # its memory is not needed past the rows
+        return SparseRows(cols[:count], rows[:count], vals[:count], self.layout.n_cols)
+
+    def _stages(self) -> Iterator[tuple[int, torch.Tensor, int, int]]:
+        """(first row of the output, output, first and last row of the stage within it)."""
+        k = 0
+        for out in self.outputs:
+            size = real_numel(out)
+            for j0 in range(0, size if out.requires_grad else 0, ROW_STAGE):
+                yield k, out, j0, min(size, j0 + ROW_STAGE)
+            k += size
+
+    def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
+        """Rows j0..j1 of output ``out``: for each wanted argument, its real gradients (rows x numel)."""
+        tried = try_batched(self.batched_rows, lambda: self._batched_rows(out, j0, j1),
+                            lambda rows: self._rows_agree(rows, out, j0, j1))
+        batched, self.batched_rows = tried
+        return batched if batched is not None else self._single_rows(out, j0, j1)
+
+    def _rows_agree(self, batched: list[torch.Tensor], out: torch.Tensor, j0: int, j1: int) -> bool:
+        """A batched stage's rows are the single calls' rows: compared on its first, middle and last row."""
+        picks = sorted({0, (j1 - j0) // 2, j1 - j0 - 1})
+        single = [self._single_rows(out, j0 + p, j0 + p + 1) for p in picks]
+        return all(same(g[picks], torch.cat(s)) for g, s in zip(batched, zip(*single)))
+
+    def _flat_grads(self, grads: tuple[Any, ...], batch: int) -> list[torch.Tensor]:
+        return [torch.zeros(batch, real_numel(x), dtype=torch.float64) if g is None else
+                (torch.view_as_real(g) if g.is_complex() else g).reshape(batch, -1).to(torch.float64)
+                for g, x in zip(grads, self._wanted_inputs())]
+
+    def _wanted_inputs(self) -> list[torch.Tensor]:
+        return [self.grad_inputs[i] for i in self.wanted]
+
+    def _single_rows(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
+        grad_outs = [torch.zeros_like(o, memory_format=torch.contiguous_format) for o in self.live]
+        one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
+        flat = real_flat(one)
+        rows = []
+        for j in range(j0, j1):
+            for g in grad_outs:  # in full: a backward that writes grad_output (a contract failure) may have
+                g.zero_()
+            flat[j] = 1
+            grads = self._flat_grads(self.grad(self.live, self._wanted_inputs(), grad_outs), 1)
+            rows.append([g.clone() for g in grads])  # a gradient may be grad_output itself, zeroed next
+        return [torch.cat(parts) for parts in zip(*rows)]
+
+    def _batched_rows(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
+        n = j1 - j0
+        if self.one_hot is None:  # one buffer: fresh zeros per stage cost page faults
+            self.one_hot = [torch.empty((ROW_STAGE,) + o.shape, dtype=o.dtype, device=o.device) for o in self.live]
+        # zeroed in full, as a backward that writes grad_output (a contract failure) may have written
+        # anywhere; the last stage's gradients, which may be views of it, are read by now
+        grad_outs = [z[:n].zero_() for z in self.one_hot]
+        one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
+        flat = (torch.view_as_real(one) if one.is_complex() else one).view(n, -1)
+        flat[torch.arange(n), torch.arange(j0, j1)] = 1
+        inputs = self._wanted_inputs()
+
+        def vjp(*one_hot: torch.Tensor) -> tuple[Any, ...]:  # through autograd's engine, as a single row is
+            return torch.autograd.grad(self.live, inputs, one_hot, retain_graph=True, materialize_grads=True)
+
+        # faster than is_grads_batched (an older vmap) on a Linear layer's backward
+        return self._flat_grads(torch.func.vmap(vjp)(*grad_outs), n)
