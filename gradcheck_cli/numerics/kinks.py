@@ -69,8 +69,11 @@ class _Element:
 
     def __call__(self, offset: float) -> Point:
         taken = self.element.taken(offset)
-        outputs = call_moved(self.call, self.values, self.element.to(offset), _as_they_are)
-        return taken, outputs_vector(outputs, self.positions).cpu()
+
+        def read(outputs: tuple[Any, ...]) -> torch.Tensor:  # while moved: a view of the input moves back with it
+            return outputs_vector(outputs, self.positions).cpu()
+
+        return taken, call_moved(self.call, self.values, self.element.to(offset), read)
 
     def entry(self, m: int) -> str:
         """' (output P [i, j])' naming realified output entry m, or '' when there is one entry."""
@@ -234,11 +237,6 @@ def _worst(a: torch.Tensor, d: torch.Tensor, tol: torch.Tensor) -> int:
         return 0
     excess = torch.nan_to_num((a - d).abs() / tol, nan=torch.inf)
     return int(torch.argmax(excess))
-
-
-def _as_they_are(outputs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The outputs of a call, read after the argument is put back."""
-    return outputs
 
 
 def _finite(point: Point) -> bool:
