@@ -793,7 +793,7 @@ def test_cli_check_option_runs_forward_ad_only(user_module, write_spec):
 
 
 def test_shipped_higher_order_specs_pass_every_check(monkeypatch):
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     result = _invoke("specs/higher.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 0, result.output
     for res in json.loads(result.stdout)["results"]:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from gradcheck_cli import runner as runner_mod
 from gradcheck_cli.cli import cli
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 GOOD = """
 import torch

@@ -17,8 +17,8 @@ from gradcheck_cli import reporters, runner, schemas, spec
 from gradcheck_cli.reporters import github, json_, junit
 from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputReport, Report, Status
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parent / "data"
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parents[1] / "data"
 SPEC_FILES = sorted(p.relative_to(REPO).as_posix() for d in ("specs", "broken-specs")
                     for p in (REPO / d).glob("*.y*ml"))
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOOD_IDS = [  # some of the shipped specs' node ids (all must pass)
     "specs/devices.yaml::#1::default[cpu]",
     "specs/devices.yaml::#1::default[cuda]",

@@ -23,7 +23,7 @@ from gradcheck_cli.results import CheckResult, Status
 from gradcheck_cli.spec import Tolerance
 
 DT = torch.float64
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_check(check: Any, fn: Any, args: tuple, seed: int = 0) -> CheckResult:

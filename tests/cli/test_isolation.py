@@ -120,7 +120,7 @@ def _without_durations(items: list[dict]) -> list[dict]:
 def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(monkeypatch):
     from pathlib import Path
 
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     one = invoke("specs/", "broken-specs/", "--format", "json", "-j", "1")
     two = invoke("specs/", "broken-specs/", "--format", "json", "-j", "2")
     inproc = invoke("specs/", "broken-specs/", "--format", "json", "--no-isolate")
@@ -152,7 +152,7 @@ def test_shards_partition_the_cases_stably():
 def test_shard_option_selects_one_part_and_rejects_bad_values(monkeypatch):
     from pathlib import Path
 
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     ids = []
     for i in (1, 2, 3):
         ids += [r["id"] for r in results(invoke("specs/", "--shard", f"{i}/3", "--format", "json", "--no-isolate"))]

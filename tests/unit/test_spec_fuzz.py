@@ -44,7 +44,7 @@ from hypothesis import strategies as st
 from gradcheck_cli import inputs, spec
 from gradcheck_cli.spec import AliasArg, Case, SpecError, TensorArg, ValueArg, load_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "specs").glob("*.yaml"))
 
 FUZZ = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
