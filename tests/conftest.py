@@ -3,6 +3,7 @@
 ``write_spec``  writes YAML text into ``tmp_path`` and returns the file's path.
 ``user_module`` writes a Python module (a user's Function) into ``tmp_path`` and makes it
                 importable, the way a user runs ``gradcheck`` from their project root.
+``invoke``      runs the ``gradcheck`` command line in this process (click's CliRunner).
 
 Both take source text that may be indented (it is dedented), so tests can write it inline.
 """
@@ -12,9 +13,12 @@ import importlib
 import sys
 import textwrap
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import pytest
+
+if TYPE_CHECKING:
+    from click.testing import Result
 
 
 @pytest.fixture
@@ -98,6 +102,37 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cal
 
     yield write
     _forget(tops)
+
+
+@pytest.fixture
+def invoke() -> Callable[..., Result]:
+    """A function ``invoke(*args: str) -> click.testing.Result``: ``gradcheck ARGS``, in process.
+
+    Each call gets a fresh ``CliRunner`` (nothing carries over from one call to the next) and
+    runs the same ``cli`` group as the ``gradcheck`` console script. Exceptions are not caught:
+    a crash inside the CLI fails the test with its own traceback instead of becoming exit code 1.
+    ``result.stdout`` is standard output alone (the report, e.g. valid JSON with
+    ``--format json``), ``result.stderr`` the progress and diagnostics, ``result.output`` both
+    interleaved as a terminal shows them; ``result.exit_code`` is the exit status. The current
+    directory is not changed: combine with ``user_module`` (which moves into ``tmp_path``) or
+    ``monkeypatch.chdir`` for relative paths such as ``specs/``.
+
+    Example::
+
+        def test_x(user_module, write_spec, invoke):
+            user_module(SOURCE)
+            write_spec("function: usermod:Double\ninputs: [{shape: [3]}]\n", "specs/double.yaml")
+            result = invoke("specs/", "--no-isolate", "--format", "json")
+            assert result.exit_code == 0, result.output
+    """
+    from click.testing import CliRunner
+
+    from gradcheck_cli.cli import cli
+
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+    return run
 
 
 def _forget(tops: set[str]) -> None:

@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from gradcheck_cli import inputs, loader
 from gradcheck_cli.checks import UserCodeError, device_kind, devices, guarded
-from gradcheck_cli.cli import cli
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Case, TensorArg
 
@@ -50,10 +48,6 @@ class DeviceAssert(Square):
     def forward(ctx, x):
         raise RuntimeError("CUDA error: device-side assert triggered")
 """
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def context(function: str, devices_listed: tuple[str, ...], device: str) -> devices.Context:
@@ -101,7 +95,7 @@ def project(user_module, write_spec):
     write_spec("function: usermod:Square\ninputs: [{shape: [3]}]\n", "specs/square.yaml")
 
 
-def test_device_option_overrides_the_spec_and_an_unavailable_one_is_a_skip(project):
+def test_device_option_overrides_the_spec_and_an_unavailable_one_is_a_skip(project, invoke):
     result = invoke("specs/square.yaml", "--device", "cpu", "--device", "cuda:7", "--format", "json")
     assert result.exit_code == 0
     res = json.loads(result.stdout)["results"]
@@ -110,7 +104,7 @@ def test_device_option_overrides_the_spec_and_an_unavailable_one_is_a_skip(proje
     assert "cuda:7" in res[1]["checks"][0]["message"] or "CUDA is not available" in res[1]["checks"][0]["message"]
 
 
-def test_require_device_turns_the_skip_into_an_error(project):
+def test_require_device_turns_the_skip_into_an_error(project, invoke):
     result = invoke("specs/square.yaml", "--device", "cuda:7", "--require-device", "--format", "json")
     assert result.exit_code == 3
     (res,) = json.loads(result.stdout)["results"]
@@ -119,7 +113,7 @@ def test_require_device_turns_the_skip_into_an_error(project):
     assert res["replay"].endswith("--device cuda:7")
 
 
-def test_bad_device_option_is_a_usage_error(project):
+def test_bad_device_option_is_a_usage_error(project, invoke):
     result = invoke("specs/square.yaml", "--device", "gpu0")
     assert result.exit_code == 2 and "expected cpu, cuda or cuda:N" in result.output
 
@@ -147,7 +141,7 @@ def test_gpu_errors_are_named():
     assert caught.value.kind == "cuda"
 
 
-def test_a_cuda_error_replaces_the_worker_and_the_batch_goes_on(project, write_spec):
+def test_a_cuda_error_replaces_the_worker_and_the_batch_goes_on(project, write_spec, invoke):
     write_spec("function: usermod:DeviceAssert\ninputs: [{shape: [3]}]\n", "specs/a_assert.yaml")
     result = invoke("specs/", "--format", "json", "-j", "1")
     assert result.exit_code == 3
@@ -156,7 +150,7 @@ def test_a_cuda_error_replaces_the_worker_and_the_batch_goes_on(project, write_s
     assert second["status"] == "pass"
 
 
-def test_shipped_device_spec_passes_on_cpu_and_skips_cuda_without_a_gpu(monkeypatch):
+def test_shipped_device_spec_passes_on_cpu_and_skips_cuda_without_a_gpu(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
     result = invoke("specs/devices.yaml", "--format", "json", "--no-isolate")
     assert result.exit_code == 0
@@ -167,7 +161,7 @@ def test_shipped_device_spec_passes_on_cpu_and_skips_cuda_without_a_gpu(monkeypa
 
 
 @cuda
-def test_on_a_gpu_every_shipped_spec_passes_on_cuda_and_agrees_with_the_cpu(monkeypatch):
+def test_on_a_gpu_every_shipped_spec_passes_on_cuda_and_agrees_with_the_cpu(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
     result = invoke("specs/", "--device", "cpu", "--device", "cuda", "--require-device", "--format", "json")
     assert result.exit_code == 0, result.stdout
@@ -198,7 +192,7 @@ class CpuGrad(torch.autograd.Function):
 
 
 @pytest.mark.parametrize("device", ["cpux", "cuda:0x", "cuda\n"])
-def test_device_option_must_match_exactly(project, device):
+def test_device_option_must_match_exactly(project, device, invoke):
     result = invoke("specs/square.yaml", "--device", device)
     assert result.exit_code == 2 and "expected cpu, cuda or cuda:N" in result.output
 
