@@ -75,6 +75,7 @@ def test_python_dash_m_runs_the_same_cli():
     assert "1 result: 1 passed" in proc.stdout
 
 
+@pytest.mark.slow
 def test_exit_0_on_the_shipped_examples(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
     result = invoke("specs/", "--no-color")

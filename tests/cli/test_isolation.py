@@ -81,6 +81,7 @@ def test_a_crash_or_exit_in_user_code_is_one_error_and_the_batch_goes_on(batch, 
     assert sys_exit["kind"] == "forward" and "SystemExit" in sys_exit["message"]
 
 
+@pytest.mark.slow
 def test_an_endless_loop_is_stopped_by_the_timeout(user_module, write_spec, invoke):
     user_module(USER)
     write_spec("function: usermod:Loops\ninputs: [{shape: [3]}]\n", "specs/a_loops.yaml")
@@ -111,6 +112,7 @@ def _without_durations(items: list[dict]) -> list[dict]:
     return strip(items)
 
 
+@pytest.mark.slow
 def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(monkeypatch, invoke):
     from pathlib import Path
 

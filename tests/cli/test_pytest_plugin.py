@@ -220,6 +220,7 @@ def test_unavailable_device_is_skipped_with_the_reason(full_run: Run) -> None:
                      full_run.stdout), full_run.stdout
 
 
+@pytest.mark.slow
 def test_xdist_gives_the_same_outcomes(project: Path, full_run: Run) -> None:
     parallel = pytest_in(project, *ALL, "-n", "2")
     assert "2 workers" in parallel.stdout
@@ -319,6 +320,7 @@ def gradcheck_script() -> str:
     return str(script) if script.exists() else shutil.which("gradcheck") or "gradcheck"
 
 
+@pytest.mark.slow
 def test_entry_with_file_names_as_pre_commit_calls_it() -> None:
     entry = hooks()[0]["entry"].split()
     entry[0] = gradcheck_script()

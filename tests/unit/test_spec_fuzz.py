@@ -651,6 +651,7 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
     return doc, key, None, ()
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=400)
 @given(data=st.data())
 def test_mutations_of_valid_specs(data):
