@@ -10,6 +10,7 @@ Both take source text that may be indented (it is dedented), so tests can write 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 from pathlib import Path
@@ -19,6 +20,21 @@ import pytest
 
 if TYPE_CHECKING:
     from click.testing import Result
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker's torch gets its share of the cores.
+
+    torch starts one intra-op thread per core in every process; with two workers on two cores
+    their threads wait on each other and the numerics-heavy tests get many times slower, so that
+    ``-n auto`` lost to a serial run. Workers x threads <= cores, as gradcheck's own worker pool
+    does (pool.py). A serial run keeps torch's default.
+    """
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 @pytest.fixture
