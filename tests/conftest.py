@@ -5,7 +5,8 @@
                 importable, the way a user runs ``gradcheck`` from their project root.
 ``invoke``      runs the ``gradcheck`` command line in this process (click's CliRunner).
 
-Both take source text that may be indented (it is dedented), so tests can write it inline.
+``write_spec`` and ``user_module`` take source text that may be indented (it is dedented), so
+tests can write it inline.
 """
 from __future__ import annotations
 
@@ -124,20 +125,23 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cal
 def invoke() -> Callable[..., Result]:
     """A function ``invoke(*args: str) -> click.testing.Result``: ``gradcheck ARGS``, in process.
 
-    Each call gets a fresh ``CliRunner`` (nothing carries over from one call to the next) and
-    runs the same ``cli`` group as the ``gradcheck`` console script. Exceptions are not caught:
-    a crash inside the CLI fails the test with its own traceback instead of becoming exit code 1.
-    ``result.stdout`` is standard output alone (the report, e.g. valid JSON with
-    ``--format json``), ``result.stderr`` the progress and diagnostics, ``result.output`` both
-    interleaved as a terminal shows them; ``result.exit_code`` is the exit status. The current
-    directory is not changed: combine with ``user_module`` (which moves into ``tmp_path``) or
-    ``monkeypatch.chdir`` for relative paths such as ``specs/``.
+    Runs the click group ``gradcheck_cli.cli.cli`` (what the console script's ``main`` wraps)
+    with a fresh ``CliRunner`` per call, so nothing carries over from one call to the next.
+    ``catch_exceptions=False``: an exception that escapes the command is not turned into exit
+    code 1 but fails the test with its own traceback. ``result.stdout`` is standard output alone
+    (the report: valid JSON with ``--format json``), ``result.stderr`` the progress and
+    diagnostics, ``result.output`` both as a terminal shows them, ``result.exit_code`` the exit
+    status. The current directory is not changed: ``user_module`` moves into ``tmp_path``, or
+    use ``monkeypatch.chdir``, for relative paths such as ``specs/``.
 
     Example::
 
         def test_x(user_module, write_spec, invoke):
             user_module(SOURCE)
-            write_spec("function: usermod:Double\ninputs: [{shape: [3]}]\n", "specs/double.yaml")
+            write_spec('''
+                function: usermod:Double
+                inputs: [{shape: [3]}]
+            ''', "specs/double.yaml")
             result = invoke("specs/", "--no-isolate", "--format", "json")
             assert result.exit_code == 0, result.output
     """
