@@ -27,13 +27,14 @@ import sys, time
 from pathlib import Path
 import torch
 from gradcheck_cli import inputs, loader, spec
+from gradcheck_cli.binding import bind
 start = time.perf_counter()
 verdicts = []
 for path in sorted(Path(sys.argv[1]).glob("*.yaml")):
     (case,) = spec.load_file(str(path))
     target = loader.load(case.function)
     positional, keywords = inputs.build(case, "cpu", [p.name for p in target.parameters()])
-    bound = loader.bind(target, positional, keywords)
+    bound = bind(target, positional, keywords)
     verdicts.append(torch.autograd.gradcheck(target.obj.apply, tuple(bound.values), raise_exception=False))
 print(f"{sum(verdicts)}/{len(verdicts)} passed; loop {time.perf_counter() - start:.2f}s")
 """

@@ -1,6 +1,6 @@
 """How often the fast modes let a wrong gradient pass, over many seeds.
 
-The wrong gradients are those of tests/test_fast_mode.py (64x64 inputs): a rolled or flipped
+The wrong gradients are those of tests/agreement/test_fast_mode.py (64x64 inputs): a rolled or flipped
 gradient, a 1% sign pattern, one tripled element, a swapped pair, and one that torch's fast mode
 catches (errors of one sign). For each seed, gradcheck-cli's --fast decision (its probes; the
 element-by-element comparison a failing probe sends the check to is skipped, since its verdict
@@ -15,7 +15,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the corpus test_fast_mode imports
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "agreement"))  # test_fast_mode
 
 import test_fast_mode as bugs  # the wrong gradients under test (tests/ is on sys.path above)
 

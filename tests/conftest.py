@@ -3,19 +3,40 @@
 ``write_spec``  writes YAML text into ``tmp_path`` and returns the file's path.
 ``user_module`` writes a Python module (a user's Function) into ``tmp_path`` and makes it
                 importable, the way a user runs ``gradcheck`` from their project root.
+``invoke``      runs the ``gradcheck`` command line in this process (click's CliRunner).
 
-Both take source text that may be indented (it is dedented), so tests can write it inline.
+``write_spec`` and ``user_module`` take source text that may be indented (it is dedented), so
+tests can write it inline.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pytest
+
+if TYPE_CHECKING:
+    from click.testing import Result
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, each worker's torch gets its share of the cores.
+
+    torch starts one intra-op thread per core in every process; with two workers on two cores
+    their threads wait on each other and the numerics-heavy tests get many times slower, so that
+    ``-n auto`` lost to a serial run. Workers x threads <= cores, as gradcheck's own worker pool
+    does (pool.py). A serial run keeps torch's default.
+    """
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
 @pytest.fixture
@@ -99,6 +120,40 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cal
 
     yield write
     _forget(tops)
+
+
+@pytest.fixture
+def invoke() -> Callable[..., Result]:
+    """A function ``invoke(*args: str) -> click.testing.Result``: ``gradcheck ARGS``, in process.
+
+    Runs the click group ``gradcheck_cli.cli.cli`` (what the console script's ``main`` wraps)
+    with a fresh ``CliRunner`` per call, so nothing carries over from one call to the next.
+    ``catch_exceptions=False``: an exception that escapes the command is not turned into exit
+    code 1 but fails the test with its own traceback. ``result.stdout`` is standard output alone
+    (the report: valid JSON with ``--format json``), ``result.stderr`` the progress and
+    diagnostics, ``result.output`` both as a terminal shows them, ``result.exit_code`` the exit
+    status. The current directory is not changed: ``user_module`` moves into ``tmp_path``, or
+    use ``monkeypatch.chdir``, for relative paths such as ``specs/``.
+
+    Example::
+
+        def test_x(user_module, write_spec, invoke):
+            user_module(SOURCE)
+            write_spec('''
+                function: usermod:Double
+                inputs: [{shape: [3]}]
+            ''', "specs/double.yaml")
+            result = invoke("specs/", "--no-isolate", "--format", "json")
+            assert result.exit_code == 0, result.output
+    """
+    from click.testing import CliRunner
+
+    from gradcheck_cli.cli import cli
+
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+    return run
 
 
 def _forget(tops: set[str]) -> None:

@@ -27,7 +27,7 @@ def test_error_kinds_and_patterns_are_the_report_schema_enums():
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
     """(imported gradcheck_cli module, names taken from it) for each import in ``path``."""
-    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -38,13 +38,19 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             if base.startswith("gradcheck_cli"):
                 names = [a.name for a in node.names]
-                submodules = [f"{base}.{n}" for n in names if (PACKAGE.parent / f"{base}.{n}".replace(".", "/")).exists()
-                              or (PACKAGE.parent / (f"{base}.{n}".replace(".", "/") + ".py")).exists()]
+                submodules = [f"{base}.{n}" for n in names if _is_module(f"{base}.{n}")]
                 found += [(s, []) for s in submodules]
-                found.append((base, [n for n in names if f"{base}.{n}" not in submodules]))
+                rest = [n for n in names if f"{base}.{n}" not in submodules]
+                if rest:  # `from . import mod` takes a submodule, not a name of the package
+                    found.append((base, rest))
         elif isinstance(node, ast.Import):
             found += [(a.name, []) for a in node.names if a.name.startswith("gradcheck_cli")]
     return found
+
+
+def _is_module(dotted: str) -> bool:
+    path = PACKAGE.parent / dotted.replace(".", "/")
+    return path.is_dir() or path.with_suffix(".py").exists()
 
 
 def _module_name(path: Path) -> str:

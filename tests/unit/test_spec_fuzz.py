@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 from gradcheck_cli import inputs, spec
 from gradcheck_cli.spec import AliasArg, Case, SpecError, TensorArg, ValueArg, load_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "specs").glob("*.yaml"))
 
 FUZZ = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -652,6 +652,7 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
     return doc, key, None, ()
 
 
+@pytest.mark.slow
 @settings(FUZZ, max_examples=400)
 @given(data=st.data())
 def test_mutations_of_valid_specs(data):

@@ -17,7 +17,6 @@ import jsonschema
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
@@ -25,7 +24,6 @@ import gradcheck_cli
 from gradcheck_cli import checks, runner
 from gradcheck_cli.binding import bind
 from gradcheck_cli.checks.base import CheckContext, Options
-from gradcheck_cli.cli import cli
 from gradcheck_cli.examples.higher import LogSumExp
 from gradcheck_cli.target import Target
 
@@ -751,11 +749,7 @@ class Cube(torch.autograd.Function):
 """
 
 
-def _invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def test_cli_spec_with_both_checks_shows_their_json_entries(user_module, write_spec):
+def test_cli_spec_with_both_checks_shows_their_json_entries(user_module, write_spec, invoke):
     user_module(HIGHER)
     write_spec("""
         function: usermod:Cube
@@ -763,7 +757,7 @@ def test_cli_spec_with_both_checks_shows_their_json_entries(user_module, write_s
         inputs: [{name: x, shape: [2, 3]}]
         kwargs: {scale: {value: 2.0}}
     """, "specs/cube.yaml")
-    result = _invoke("specs/cube.yaml", "--no-isolate", "--format", "json")
+    result = invoke("specs/cube.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 1, result.output
     report = json.loads(result.stdout)
     schema = Path(gradcheck_cli.__file__).parent / "schemas" / "report.schema.json"
@@ -781,10 +775,10 @@ def test_cli_spec_with_both_checks_shows_their_json_entries(user_module, write_s
     assert forward["message"].startswith("the tangent along 'x' is wrong: sign flipped")
 
 
-def test_cli_check_option_runs_forward_ad_only(user_module, write_spec):
+def test_cli_check_option_runs_forward_ad_only(user_module, write_spec, invoke):
     user_module(HIGHER.replace("return -3", "return 3"))
     write_spec("function: usermod:Cube\ninputs: [{name: x, shape: [4]}]\n", "specs/cube.yaml")
-    result = _invoke("specs/cube.yaml", "--no-isolate", "--format", "json", "--check", "forward_ad")
+    result = invoke("specs/cube.yaml", "--no-isolate", "--format", "json", "--check", "forward_ad")
     assert result.exit_code == 0, result.output
     (res,) = json.loads(result.stdout)["results"]
     (check,) = res["checks"]
@@ -793,9 +787,9 @@ def test_cli_check_option_runs_forward_ad_only(user_module, write_spec):
     assert "along 'x': all within tolerance" in check["message"]
 
 
-def test_shipped_higher_order_specs_pass_every_check(monkeypatch):
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
-    result = _invoke("specs/higher.yaml", "--no-isolate", "--format", "json")
+def test_shipped_higher_order_specs_pass_every_check(monkeypatch, invoke):
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    result = invoke("specs/higher.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 0, result.output
     for res in json.loads(result.stdout)["results"]:
         assert [(c["check"], c["status"]) for c in res["checks"]] == [

@@ -10,18 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from gradcheck_cli import loader, runner
 from gradcheck_cli.checks import device_consistency
 from gradcheck_cli.checks.base import CheckContext, Options
-from gradcheck_cli.cli import cli
 from gradcheck_cli.devices import memory_problem
 from gradcheck_cli.errors import UserCodeError, device_kind, guarded
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Case, TensorArg
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 USER = """
@@ -53,10 +51,6 @@ class DeviceAssert(Square):
     def forward(ctx, x):
         raise RuntimeError("CUDA error: device-side assert triggered")
 """
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def context(function: str, devices_listed: tuple[str, ...], device: str) -> CheckContext:
@@ -104,7 +98,7 @@ def project(user_module, write_spec):
     write_spec("function: usermod:Square\ninputs: [{shape: [3]}]\n", "specs/square.yaml")
 
 
-def test_device_option_overrides_the_spec_and_an_unavailable_one_is_a_skip(project):
+def test_device_option_overrides_the_spec_and_an_unavailable_one_is_a_skip(project, invoke):
     result = invoke("specs/square.yaml", "--device", "cpu", "--device", "cuda:7", "--format", "json")
     assert result.exit_code == 0
     res = json.loads(result.stdout)["results"]
@@ -113,7 +107,7 @@ def test_device_option_overrides_the_spec_and_an_unavailable_one_is_a_skip(proje
     assert "cuda:7" in res[1]["checks"][0]["message"] or "CUDA is not available" in res[1]["checks"][0]["message"]
 
 
-def test_require_device_turns_the_skip_into_an_error(project):
+def test_require_device_turns_the_skip_into_an_error(project, invoke):
     result = invoke("specs/square.yaml", "--device", "cuda:7", "--require-device", "--format", "json")
     assert result.exit_code == 3
     (res,) = json.loads(result.stdout)["results"]
@@ -122,7 +116,7 @@ def test_require_device_turns_the_skip_into_an_error(project):
     assert res["replay"].endswith("--device cuda:7")
 
 
-def test_bad_device_option_is_a_usage_error(project):
+def test_bad_device_option_is_a_usage_error(project, invoke):
     result = invoke("specs/square.yaml", "--device", "gpu0")
     assert result.exit_code == 2 and "expected cpu, cuda or cuda:N" in result.output
 
@@ -150,7 +144,7 @@ def test_gpu_errors_are_named():
     assert caught.value.kind == "cuda"
 
 
-def test_a_cuda_error_replaces_the_worker_and_the_batch_goes_on(project, write_spec):
+def test_a_cuda_error_replaces_the_worker_and_the_batch_goes_on(project, write_spec, invoke):
     write_spec("function: usermod:DeviceAssert\ninputs: [{shape: [3]}]\n", "specs/a_assert.yaml")
     result = invoke("specs/", "--format", "json", "-j", "1")
     assert result.exit_code == 3
@@ -159,7 +153,7 @@ def test_a_cuda_error_replaces_the_worker_and_the_batch_goes_on(project, write_s
     assert second["status"] == "pass"
 
 
-def test_shipped_device_spec_passes_on_cpu_and_skips_cuda_without_a_gpu(monkeypatch):
+def test_shipped_device_spec_passes_on_cpu_and_skips_cuda_without_a_gpu(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
     result = invoke("specs/devices.yaml", "--format", "json", "--no-isolate")
     assert result.exit_code == 0
@@ -170,7 +164,7 @@ def test_shipped_device_spec_passes_on_cpu_and_skips_cuda_without_a_gpu(monkeypa
 
 
 @cuda
-def test_on_a_gpu_every_shipped_spec_passes_on_cuda_and_agrees_with_the_cpu(monkeypatch):
+def test_on_a_gpu_every_shipped_spec_passes_on_cuda_and_agrees_with_the_cpu(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
     result = invoke("specs/", "--device", "cpu", "--device", "cuda", "--require-device", "--format", "json")
     assert result.exit_code == 0, result.stdout
@@ -201,7 +195,7 @@ class CpuGrad(torch.autograd.Function):
 
 
 @pytest.mark.parametrize("device", ["cpux", "cuda:0x", "cuda\n"])
-def test_device_option_must_match_exactly(project, device):
+def test_device_option_must_match_exactly(project, device, invoke):
     result = invoke("specs/square.yaml", "--device", device)
     assert result.exit_code == 2 and "expected cpu, cuda or cuda:N" in result.output
 

@@ -11,14 +11,12 @@ import json
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import gradcheck_cli
 from gradcheck_cli import loader, runner
 from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import backward
 from gradcheck_cli.checks.base import CheckContext, Options
-from gradcheck_cli.cli import cli
 from gradcheck_cli.nn_module import init_target
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Tolerance, load_file
@@ -307,11 +305,7 @@ def test_broken_example_is_wrong_for_the_weight_only_according_to_torch():
 # ----------------------------------------------------------------------- command line
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def test_cli_json_rows_are_named_weight_and_bias(write_spec):
+def test_cli_json_rows_are_named_weight_and_bias(write_spec, invoke):
     path = write_spec(LINEAR.replace(":LinearModule", ":LinearModuleWrongWeight"))
     result = invoke(str(path), "--no-isolate", "--format", "json")
     assert result.exit_code == 1, result.output
@@ -322,7 +316,7 @@ def test_cli_json_rows_are_named_weight_and_bias(write_spec):
     assert "'weight'" in check["message"]
 
 
-def test_cli_init_error_exits_3_and_names_init(user, write_spec):
+def test_cli_init_error_exits_3_and_names_init(user, write_spec, invoke):
     path = write_spec(f"""
         function: {user}:Raises
         init: {{args: [3]}}
@@ -334,7 +328,7 @@ def test_cli_init_error_exits_3_and_names_init(user, write_spec):
     assert entry["error"]["kind"] == "init" and entry["error"]["where"].startswith(f"{user}.py:8")
 
 
-def test_cli_inline_inputs_for_a_module_without_init_args():
+def test_cli_inline_inputs_for_a_module_without_init_args(invoke):
     result = invoke(f"{MODULES}.MLP", "-i", "2x4", "--no-isolate", "--format", "json")
     assert result.exit_code == 0, result.output
     (entry,) = json.loads(result.stdout)["results"]
@@ -342,7 +336,7 @@ def test_cli_inline_inputs_for_a_module_without_init_args():
         "input", "hidden.weight", "hidden.bias", "out.weight", "out.bias"]
 
 
-def test_cli_inline_inputs_for_a_module_that_needs_init_args_says_so():
+def test_cli_inline_inputs_for_a_module_that_needs_init_args_says_so(invoke):
     result = invoke(f"{MODULES}.LinearModule", "-i", "5x4", "--no-isolate", "--format", "json")
     assert result.exit_code == 3
     (entry,) = json.loads(result.stdout)["results"]
@@ -350,7 +344,7 @@ def test_cli_inline_inputs_for_a_module_that_needs_init_args_says_so():
 
 
 
-def test_init_command_writes_the_constructor_arguments_of_a_module(tmp_path, monkeypatch):
+def test_init_command_writes_the_constructor_arguments_of_a_module(tmp_path, monkeypatch, invoke):
     monkeypatch.chdir(tmp_path)
     result = invoke("init", f"{MODULES}.LinearModule", "-o", "specs/linear_module.yaml")
     assert result.exit_code == 0, result.output

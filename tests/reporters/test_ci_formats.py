@@ -18,8 +18,8 @@ from gradcheck_cli import reporters, runner, schemas, spec
 from gradcheck_cli.reporters import github, json_, junit
 from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputReport, Report, Status
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parent / "data"
+REPO = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parents[1] / "data"
 SPEC_FILES = sorted(p.relative_to(REPO).as_posix() for d in ("specs", "broken-specs")
                     for p in (REPO / d).glob("*.y*ml"))
 
@@ -27,8 +27,8 @@ SPEC_FILES = sorted(p.relative_to(REPO).as_posix() for d in ("specs", "broken-sp
 
 
 def row(index: int, name: str, status: Status, line: int | None = None, **kw: Any) -> InputReport:
-    base: dict[str, Any] = dict(numel=3, mismatched=0, max_abs_err=1e-10, max_rel_err=1e-9, worst_index=[0],
-                                analytical=1.0, numerical=1.0, atol=1e-5, rtol=1e-3)
+    base: dict[str, Any] = {"numel": 3, "mismatched": 0, "max_abs_err": 1e-10, "max_rel_err": 1e-9, "worst_index": [0],
+                                "analytical": 1.0, "numerical": 1.0, "atol": 1e-5, "rtol": 1e-3}
     if status is Status.FAIL:
         base.update(mismatched=3, max_abs_err=1.0, max_rel_err=1.0, worst_index=[2], analytical=2.0,
                     numerical=1.0, diagnosis="analytical is 2.00x numerical", worst_output="output 0 [0, 2]")
@@ -344,8 +344,7 @@ def test_spec_schema_and_spec_py_agree_on_function_paths(function, spec_validato
 def _walk_properties(node: Any) -> Iterator[tuple[str, dict]]:
     """Every (name, schema) under a ``properties`` keyword, outside if/then conditions."""
     if isinstance(node, dict):
-        for name, sub in node.get("properties", {}).items():
-            yield name, sub
+        yield from node.get("properties", {}).items()
         for key, value in node.items():
             if key not in ("if", "then", "else", "not"):
                 yield from _walk_properties(value)

@@ -4,10 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from gradcheck_cli import plan
-from gradcheck_cli.cli import cli
 from gradcheck_cli.spec import Case
 
 USER = """
@@ -58,10 +56,6 @@ class WrongWhenFirstIsBig(Square):
 """
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
 def results(result) -> list[dict]:
     return json.loads(result.stdout)["results"]
 
@@ -73,7 +67,7 @@ def batch(user_module, write_spec):
         write_spec(f"function: usermod:{name}\ninputs: [{{shape: [3]}}]\n", f"specs/{name.lower()}.yaml")
 
 
-def test_a_crash_or_exit_in_user_code_is_one_error_and_the_batch_goes_on(batch):
+def test_a_crash_or_exit_in_user_code_is_one_error_and_the_batch_goes_on(batch, invoke):
     result = invoke("specs/", "--format", "json", "-j", "2")
     assert result.exit_code == 3
     by_spec = {r["spec"]: r for r in results(result)}
@@ -87,7 +81,8 @@ def test_a_crash_or_exit_in_user_code_is_one_error_and_the_batch_goes_on(batch):
     assert sys_exit["kind"] == "forward" and "SystemExit" in sys_exit["message"]
 
 
-def test_an_endless_loop_is_stopped_by_the_timeout(user_module, write_spec):
+@pytest.mark.slow
+def test_an_endless_loop_is_stopped_by_the_timeout(user_module, write_spec, invoke):
     user_module(USER)
     write_spec("function: usermod:Loops\ninputs: [{shape: [3]}]\n", "specs/a_loops.yaml")
     write_spec("function: usermod:Square\ninputs: [{shape: [3]}]\n", "specs/b_square.yaml")
@@ -98,7 +93,7 @@ def test_an_endless_loop_is_stopped_by_the_timeout(user_module, write_spec):
     assert square["status"] == "pass"  # the worker was replaced and the batch went on
 
 
-def test_user_prints_go_to_stderr_and_stdout_stays_valid_json(batch):
+def test_user_prints_go_to_stderr_and_stdout_stays_valid_json(batch, invoke):
     for isolate in ([], ["--no-isolate"]):
         result = invoke("specs/square.yaml", "--format", "json", *isolate)
         assert result.exit_code == 0
@@ -117,10 +112,11 @@ def _without_durations(items: list[dict]) -> list[dict]:
     return strip(items)
 
 
-def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(monkeypatch):
+@pytest.mark.slow
+def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(monkeypatch, invoke):
     from pathlib import Path
 
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     one = invoke("specs/", "broken-specs/", "--format", "json", "-j", "1")
     two = invoke("specs/", "broken-specs/", "--format", "json", "-j", "2")
     inproc = invoke("specs/", "broken-specs/", "--format", "json", "--no-isolate")
@@ -128,7 +124,7 @@ def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(m
     assert _without_durations(results(one)) == _without_durations(results(two)) == _without_durations(results(inproc))
 
 
-def test_fail_fast_starts_nothing_after_the_first_failure(user_module, write_spec):
+def test_fail_fast_starts_nothing_after_the_first_failure(user_module, write_spec, invoke):
     user_module(USER)
     write_spec("function: usermod:Square\ninputs: [{shape: [3]}]\n", "specs/a.yaml")
     write_spec("function: usermod:Exits\ninputs: [{shape: [3]}]\n", "specs/b.yaml")
@@ -149,10 +145,10 @@ def test_shards_partition_the_cases_stably():
     assert [c.name for c in plan.shard(list(reversed(cases)), 2, 4)] == [c.name for c in reversed(shards[1])]
 
 
-def test_shard_option_selects_one_part_and_rejects_bad_values(monkeypatch):
+def test_shard_option_selects_one_part_and_rejects_bad_values(monkeypatch, invoke):
     from pathlib import Path
 
-    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     ids = []
     for i in (1, 2, 3):
         ids += [r["id"] for r in results(invoke("specs/", "--shard", f"{i}/3", "--format", "json", "--no-isolate"))]
@@ -162,7 +158,7 @@ def test_shard_option_selects_one_part_and_rejects_bad_values(monkeypatch):
         assert invoke("specs/", "--shard", bad).exit_code == 2
 
 
-def test_seed_override_and_trials_report_the_failing_seed(user_module, write_spec):
+def test_seed_override_and_trials_report_the_failing_seed(user_module, write_spec, invoke):
     user_module(USER)
     write_spec("function: usermod:WrongWhenFirstIsBig\ninputs: [{shape: [2]}]\n", "specs/flaky.yaml")
     found = None

@@ -11,11 +11,9 @@ import json
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import gradcheck_cli
 from gradcheck_cli import runner
-from gradcheck_cli.cli import cli
 from gradcheck_cli.examples.stochastic import Dropout, DropoutNoMask
 from gradcheck_cli.results import Status
 from gradcheck_cli.rng import RngFork
@@ -135,7 +133,7 @@ def test_a_forward_that_raises_still_restores_the_rng(user_module):
 def test_stochastic_module_in_the_shipped_spec_passes_and_leaves_the_rng_alone():
     import pathlib
 
-    spec = pathlib.Path(__file__).resolve().parent.parent / "specs" / "modules.yaml"
+    spec = pathlib.Path(__file__).resolve().parents[2] / "specs" / "modules.yaml"
     cases = [c for c in load_file(spec) if "Dropout" in c.function]
     assert len(cases) == 2
     state = torch.get_rng_state()
@@ -146,13 +144,13 @@ def test_stochastic_module_in_the_shipped_spec_passes_and_leaves_the_rng_alone()
 
 
 @pytest.mark.parametrize("name, code, status", [("Dropout", 0, "pass"), ("DropoutNoMask", 1, "fail")])
-def test_cli_end_to_end(write_spec, name, code, status):
+def test_cli_end_to_end(write_spec, name, code, status, invoke):
     path = write_spec(f"""
         function: {STOCHASTIC}:{name}
         inputs: [{{name: input, shape: [6, 5]}}]
         kwargs: {{p: {{value: 0.3}}}}
     """)
-    result = CliRunner().invoke(cli, [str(path), "--no-isolate", "--format", "json"], catch_exceptions=False)
+    result = invoke(str(path), "--no-isolate", "--format", "json")
     assert result.exit_code == code, result.output
     (entry,) = json.loads(result.stdout)["results"]
     assert entry["status"] == status
@@ -161,7 +159,7 @@ def test_cli_end_to_end(write_spec, name, code, status):
     assert (rows[1]["name"], rows[1]["status"]) == ("p", "skip")
 
 
-def test_dropout_has_no_jvp_so_forward_ad_is_a_skip_not_a_pass(write_spec):
+def test_dropout_has_no_jvp_so_forward_ad_is_a_skip_not_a_pass(write_spec, invoke):
     """forward_ad of a stochastic Function needs a jvp; examples.stochastic.Dropout defines none."""
     path = write_spec(f"""
         function: {STOCHASTIC}:Dropout
@@ -169,7 +167,7 @@ def test_dropout_has_no_jvp_so_forward_ad_is_a_skip_not_a_pass(write_spec):
         kwargs: {{p: {{value: 0.3}}}}
         checks: [forward_ad]
     """)
-    result = CliRunner().invoke(cli, [str(path), "--no-isolate", "--format", "json"], catch_exceptions=False)
+    result = invoke(str(path), "--no-isolate", "--format", "json")
     (check,) = json.loads(result.stdout)["results"][0]["checks"]
     assert (check["check"], check["status"]) == ("forward_ad", "skip") and "defines no jvp()" in check["message"]
 
@@ -190,7 +188,7 @@ BATCHED_DROPOUTS = """
 
 
 @pytest.mark.parametrize("name, status", [("Dropout", "pass"), ("DropoutCopiesIntoItsOwnBuffer", "fail")])
-def test_batched_check_of_a_dropout_function(write_spec, user_module, name, status):
+def test_batched_check_of_a_dropout_function(write_spec, user_module, name, status, invoke):
     mod = user_module(BATCHED_DROPOUTS, "batched_dropouts")
     path = write_spec(f"""
         function: {mod}:{name}
@@ -198,7 +196,7 @@ def test_batched_check_of_a_dropout_function(write_spec, user_module, name, stat
         kwargs: {{p: {{value: 0.3}}}}
         checks: [batched]
     """)
-    result = CliRunner().invoke(cli, [str(path), "--no-isolate", "--format", "json"], catch_exceptions=False)
+    result = invoke(str(path), "--no-isolate", "--format", "json")
     (entry,) = json.loads(result.stdout)["results"]
     (check,) = entry["checks"]
     assert (check["check"], check["status"]) == ("batched", status), check["message"]

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GOOD_IDS = [  # some of the shipped specs' node ids (all must pass)
     "specs/devices.yaml::#1::default[cpu]",
     "specs/devices.yaml::#1::default[cuda]",
@@ -220,6 +220,7 @@ def test_unavailable_device_is_skipped_with_the_reason(full_run: Run) -> None:
                      full_run.stdout), full_run.stdout
 
 
+@pytest.mark.slow
 def test_xdist_gives_the_same_outcomes(project: Path, full_run: Run) -> None:
     parallel = pytest_in(project, *ALL, "-n", "2")
     assert "2 workers" in parallel.stdout
@@ -320,6 +321,7 @@ def gradcheck_script() -> str:
     return str(script) if script.exists() else shutil.which("gradcheck") or "gradcheck"
 
 
+@pytest.mark.slow
 def test_entry_with_file_names_as_pre_commit_calls_it() -> None:
     entry = hooks()[0]["entry"].split()
     entry[0] = gradcheck_script()

@@ -19,13 +19,11 @@ import warnings
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import gradcheck_cli
 from gradcheck_cli import runner
 from gradcheck_cli.checks.backward import LOW_TOLERANCE
 from gradcheck_cli.checks.rows import SYSTEMATIC
-from gradcheck_cli.cli import cli
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import load_file
 
@@ -389,13 +387,13 @@ def test_mixed_float64_and_float32_arguments(fns):
     assert_fails(bw, "gradient of 'a'", "'b' is right")
 
 
-def test_cli_json_shows_the_float32_reference(fns, write_spec):
+def test_cli_json_shows_the_float32_reference(fns, write_spec, invoke):
     write_spec("""
         function: precmod:TanhLinear
         dtype: float32
         inputs: [{name: x, shape: [3, 4]}, {name: w, shape: [4, 2]}]
     """, "specs/f32.yaml")
-    result = CliRunner().invoke(cli, ["specs/f32.yaml", "--no-isolate", "--format", "json"], catch_exceptions=False)
+    result = invoke("specs/f32.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 0, result.output
     (res,) = json.loads(result.stdout)["results"]
     (bw,) = res["checks"]
@@ -463,9 +461,9 @@ def test_a_failing_tiny_factor_is_described_with_enough_digits(fns):
     assert_fails(bw, "analytical is 1.0005x numerical")
 
 
-def test_cli_json_row_carries_the_systematic_diagnosis(fns, write_spec):
+def test_cli_json_row_carries_the_systematic_diagnosis(fns, write_spec, invoke):
     write_spec("function: precmod:Softplus10005\ninputs: [{name: z, shape: [8]}]\n", "specs/tiny.yaml")
-    result = CliRunner().invoke(cli, ["specs/tiny.yaml", "--no-isolate", "--format", "json"], catch_exceptions=False)
+    result = invoke("specs/tiny.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 0, result.output
     (bw,) = json.loads(result.stdout)["results"][0]["checks"]
     assert bw["status"] == "pass"
@@ -541,12 +539,12 @@ def test_complex_verdicts_agree_with_torch_gradcheck(fns, seed):
     assert sum(ours for ours, _ in verdicts.values()) == len(HOLOMORPHIC) + 1  # only the right ones pass
 
 
-def test_cli_json_names_the_conjugate_convention(fns, write_spec):
+def test_cli_json_names_the_conjugate_convention(fns, write_spec, invoke):
     write_spec("""
         function: precmod:SquareNoConj
         inputs: [{name: z, shape: [3], dtype: complex128}]
     """, "specs/conj.yaml")
-    result = CliRunner().invoke(cli, ["specs/conj.yaml", "--no-isolate", "--format", "json"], catch_exceptions=False)
+    result = invoke("specs/conj.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 1, result.output
     (bw,) = json.loads(result.stdout)["results"][0]["checks"]
     assert bw["status"] == "fail" and CONJUGATE_WORDS in bw["message"]

@@ -76,6 +76,7 @@ def _torch_fast(fn, x: torch.Tensor, seed: int) -> bool:
         return torch.autograd.gradcheck(fn.apply, (x,), fast_mode=True, raise_exception=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn", MISSED_BY_TORCH_FAST, ids=lambda f: f.__name__)
 def test_fast_catches_what_torch_fast_mode_misses(fn):
     caught = []
@@ -88,6 +89,7 @@ def test_fast_catches_what_torch_fast_mode_misses(fn):
     assert sum(caught) >= 5, f"--fast caught it for {sum(caught)} of {len(caught)} seeds: {caught}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fn", CAUGHT_BY_TORCH_FAST, ids=lambda f: f.__name__)
 def test_fast_catches_what_torch_fast_mode_catches(fn):
     for seed in range(5):

@@ -21,11 +21,9 @@ import jsonschema
 import pytest
 import torch
 import yaml
-from click.testing import CliRunner
 
 import gradcheck_cli
 from gradcheck_cli import replay, runner, schemas
-from gradcheck_cli.cli import cli
 from gradcheck_cli.plan import Task
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import load_file
@@ -113,13 +111,15 @@ TABLE: list[tuple[str, str, Any, Status, int, bool]] = [
 AT_KINK_BUT_RIGHT = {name for name, _, _, status, kinks, _ in TABLE if status is Status.PASS and kinks}
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+@pytest.fixture
+def run_json(invoke):
+    """A function ``run_json(*args) -> (exit code, report)``: ``gradcheck ARGS --no-isolate --format json``."""
 
+    def run(*args: str) -> tuple[int, dict[str, Any]]:
+        result = invoke(*args, "--no-isolate", "--format", "json")
+        return result.exit_code, json.loads(result.stdout)
 
-def run_json(*args: str) -> tuple[int, dict[str, Any]]:
-    result = invoke(*args, "--no-isolate", "--format", "json")
-    return result.exit_code, json.loads(result.stdout)
+    return run
 
 
 def by_case(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -174,7 +174,7 @@ def check_table_entry(res: dict[str, Any], name: str, status: Status, at_kinks: 
         assert check["message"].startswith("gradient of 'x': ")
 
 
-def test_cli_judges_kinks_ties_and_domain_edges(table_spec, report_validator):
+def test_cli_judges_kinks_ties_and_domain_edges(table_spec, report_validator, run_json):
     code, report = run_json(table_spec)
     assert code == 1  # some cases are wrong
     assert schema_errors(report_validator, report) == []
@@ -185,7 +185,7 @@ def test_cli_judges_kinks_ties_and_domain_edges(table_spec, report_validator):
         assert results[name]["checks"][0]["mode"] == "elementwise"
 
 
-def test_cli_diagnoses_name_the_kink_or_the_domain_edge(table_spec):
+def test_cli_diagnoses_name_the_kink_or_the_domain_edge(table_spec, run_json):
     _, report = run_json(table_spec)
     results = by_case(report)
 
@@ -209,7 +209,7 @@ def test_cli_diagnoses_name_the_kink_or_the_domain_edge(table_spec):
         assert "x[0] = 1e-07 is at the edge of the domain: f(x - eps) is not finite" in edge["diagnosis"], edge
 
 
-def test_a_row_with_a_kink_and_a_wrong_element_counts_only_the_wrong_one(table_spec):
+def test_a_row_with_a_kink_and_a_wrong_element_counts_only_the_wrong_one(table_spec, run_json):
     """relu backward 2x on [-1, 0, 2]: x[1] = 0 is explained (0 is a subgradient), only x[2] is wrong.
 
     The row says mismatched 1 and at_kinks 1, so its diagnosis (and the check's message) must count
@@ -223,7 +223,7 @@ def test_a_row_with_a_kink_and_a_wrong_element_counts_only_the_wrong_one(table_s
     assert "2 of 3" not in check["message"], check["message"]
 
 
-def test_fast_mode_falls_back_to_elementwise_and_gives_the_same_verdicts(table_spec):
+def test_fast_mode_falls_back_to_elementwise_and_gives_the_same_verdicts(table_spec, run_json):
     _, slow = run_json(table_spec)
     code, fast = run_json(table_spec, "--fast")
     assert code == 1
@@ -294,7 +294,7 @@ def seed_with_zero_then_clean(write_spec) -> tuple[int, int]:
     raise AssertionError("no seed in 0..199 draws a zero and then a clean redraw")
 
 
-def test_resample_draws_again_and_the_replay_command_reproduces_it(usermod, write_spec, report_validator):
+def test_resample_draws_again_and_the_replay_command_reproduces_it(usermod, write_spec, report_validator, run_json):
     seed, new_seed = seed_with_zero_then_clean(write_spec)
     assert new_seed != seed
 
@@ -340,7 +340,7 @@ def test_resample_does_not_redraw_literal_data(usermod, write_spec):
     assert replayed == "gradcheck specs/data.yaml -k specs/data.yaml::default"  # no --seed: unchanged
 
 
-def test_resample_keeps_a_wrong_gradient_wrong(usermod, write_spec):
+def test_resample_keeps_a_wrong_gradient_wrong(usermod, write_spec, run_json):
     seed, _ = seed_with_zero_then_clean(write_spec)
     write_spec(RESAMPLE_SPEC.format(seed=seed, resample="true").replace("ReLU", "ReLUDouble"), "specs/bad.yaml")
     code, report = run_json("specs/bad.yaml")
@@ -362,7 +362,7 @@ inputs: [{{name: x, shape: [4]}}]
 
 @pytest.mark.parametrize("fn", ["Noisy", "noisy"])
 @pytest.mark.parametrize("repeat", [3, 7])
-def test_repeat_calls_backward_r_times_and_reports_drift(usermod, write_spec, fn, repeat):
+def test_repeat_calls_backward_r_times_and_reports_drift(usermod, write_spec, fn, repeat, run_json):
     write_spec(REPEAT_SPEC.format(fn=fn, repeat=repeat, nondet_tol=0), "specs/noisy.yaml")
     code, report = run_json("specs/noisy.yaml")
     (res,) = report["results"]
@@ -386,13 +386,13 @@ def test_repeat_calls_backward_r_times_and_reports_drift(usermod, write_spec, fn
 
 
 @pytest.mark.parametrize("fn", ["Noisy", "noisy"])
-def test_nondet_tol_above_the_noise_passes(usermod, write_spec, fn):
+def test_nondet_tol_above_the_noise_passes(usermod, write_spec, fn, run_json):
     write_spec(REPEAT_SPEC.format(fn=fn, repeat=10, nondet_tol=1e-6), "specs/noisy.yaml")
     code, report = run_json("specs/noisy.yaml")
     assert code == 0, report["results"][0]["checks"][0]["message"]
 
 
-def test_deterministic_backward_passes_with_many_repeats(usermod, write_spec):
+def test_deterministic_backward_passes_with_many_repeats(usermod, write_spec, run_json):
     write_spec(REPEAT_SPEC.format(fn="ReLU", repeat=1000, nondet_tol=0), "specs/relu.yaml")
     code, report = run_json("specs/relu.yaml")
     assert code == 0, report["results"][0]["checks"][0]["message"]
@@ -400,7 +400,7 @@ def test_deterministic_backward_passes_with_many_repeats(usermod, write_spec):
 
 @pytest.mark.parametrize("key,value", [("repeat", "1"), ("repeat", "true"), ("repeat", "1001"),
                                        ("repeat", "2.5"), ("resample", "3"), ("resample", "yes please")])
-def test_bad_repeat_or_resample_is_a_spec_error_naming_the_key(usermod, write_spec, key, value):
+def test_bad_repeat_or_resample_is_a_spec_error_naming_the_key(usermod, write_spec, key, value, run_json):
     write_spec(f"""
         function: usermod:ReLU
         {key}: {value}
@@ -413,7 +413,7 @@ def test_bad_repeat_or_resample_is_a_spec_error_naming_the_key(usermod, write_sp
     assert "specs/bad.yaml:3" in res["error"]["message"]
 
 
-def test_repeat_and_resample_in_a_case_override_the_top_level(usermod, write_spec):
+def test_repeat_and_resample_in_a_case_override_the_top_level(usermod, write_spec, run_json):
     write_spec("""
         function: usermod:noisy
         repeat: 4
@@ -452,7 +452,7 @@ def test_spec_schema_accepts_repeat_and_resample_where_spec_py_does(spec_validat
         assert (schema_errors(spec_validator, doc) == []) is loader_ok is (extra in good), extra
 
 
-def test_json_report_with_kinks_resample_and_repeat_validates(table_spec, write_spec, report_validator):
+def test_json_report_with_kinks_resample_and_repeat_validates(table_spec, write_spec, report_validator, run_json):
     write_spec(REPEAT_SPEC.format(fn="Noisy", repeat=3, nondet_tol=0), "specs/noisy.yaml")
     write_spec(RESAMPLE_SPEC.format(seed=0, resample="true"), "specs/drawn.yaml")
     code, report = run_json("specs/")

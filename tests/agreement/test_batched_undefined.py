@@ -10,20 +10,18 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from click.testing import CliRunner
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
 from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import batched, undefined_grad
 from gradcheck_cli.checks.base import CheckContext, Options
-from gradcheck_cli.cli import cli
 from gradcheck_cli.results import CheckResult, Status
 from gradcheck_cli.spec import Tolerance
 from gradcheck_cli.target import Target
 
 DT = torch.float64
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_check(check: Any, fn: Any, args: tuple, seed: int = 0) -> CheckResult:
@@ -615,11 +613,7 @@ class Pair(torch.autograd.Function):
 '''
 
 
-def invoke(*args: str) -> Any:
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def test_cli_json_entries_for_both_checks(user_module, write_spec) -> None:
+def test_cli_json_entries_for_both_checks(user_module, write_spec, invoke) -> None:
     user_module(USER)
     spec = write_spec("""
         function: usermod:Square
@@ -644,7 +638,7 @@ def test_cli_json_entries_for_both_checks(user_module, write_spec) -> None:
     assert u["status"] == "fail" and "output 1 ('grad_b') is undefined (None)" in u["message"]
 
 
-def test_cli_check_option_runs_batched_only(user_module, write_spec) -> None:
+def test_cli_check_option_runs_batched_only(user_module, write_spec, invoke) -> None:
     user_module(USER)
     spec = write_spec("""
         function: usermod:Pair
@@ -659,7 +653,7 @@ def test_cli_check_option_runs_batched_only(user_module, write_spec) -> None:
     assert "forward not vmapped: Pair declares no vmap support" in entry["message"]
 
 
-def test_shipped_vmap_specs_pass(monkeypatch) -> None:
+def test_shipped_vmap_specs_pass(monkeypatch, invoke) -> None:
     monkeypatch.chdir(REPO)
     out = invoke("specs/vmap.yaml", "--no-isolate", "--format", "json")
     assert out.exit_code == 0, out.output

@@ -7,12 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gradcheck_cli.checks import backward as backward_check
-from gradcheck_cli.cli import cli
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 GOOD = """
 import torch
@@ -40,10 +38,6 @@ class Raises(Square):
     def forward(ctx, x, scale=1.0):
         raise ValueError("boom in forward")
 """
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 @pytest.fixture
@@ -81,7 +75,8 @@ def test_python_dash_m_runs_the_same_cli():
     assert "1 result: 1 passed" in proc.stdout
 
 
-def test_exit_0_on_the_shipped_examples(monkeypatch):
+@pytest.mark.slow
+def test_exit_0_on_the_shipped_examples(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
     result = invoke("specs/", "--no-color")
     assert result.exit_code == 0, result.output
@@ -95,7 +90,7 @@ def test_exit_0_on_the_shipped_examples(monkeypatch):
     assert result.stdout.index("specs/linear.yaml") < result.stdout.index("specs/styles.yaml")  # sorted
 
 
-def test_exit_1_on_the_broken_examples(monkeypatch):
+def test_exit_1_on_the_broken_examples(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
     result = invoke("broken-specs/", "--no-color")
     assert result.exit_code == 1
@@ -106,14 +101,14 @@ def test_exit_1_on_the_broken_examples(monkeypatch):
     assert "backward modified grad_output in place" in result.stdout
 
 
-def test_function_target_finds_its_spec_in_specs(project):
+def test_function_target_finds_its_spec_in_specs(project, invoke):
     for name in ("usermod.Square", "usermod:Square"):
         result = invoke(name, "--no-color")
         assert result.exit_code == 0, result.output
         assert "specs/square.yaml::default[cpu]" in result.stdout
 
 
-def test_function_target_with_inline_inputs_and_kwargs(project):
+def test_function_target_with_inline_inputs_and_kwargs(project, invoke):
     result = invoke("usermod.SquareTwiceTooBig", "-i", "5x2", "--kwarg", "scale=0.5", "--no-color")
     assert result.exit_code == 1
     assert "analytical is 2.00x numerical" in result.stdout
@@ -121,7 +116,7 @@ def test_function_target_with_inline_inputs_and_kwargs(project):
     assert "1: scale" in result.stdout  # the keyword argument is a row too, at its position
 
 
-def test_function_without_spec_or_inputs_says_how_to_get_one(project):
+def test_function_without_spec_or_inputs_says_how_to_get_one(project, invoke):
     result = invoke("usermod.SquareTwiceTooBig")
     assert result.exit_code == 2
     assert "no spec for 'usermod.SquareTwiceTooBig'" in result.output
@@ -137,13 +132,13 @@ def test_function_without_spec_or_inputs_says_how_to_get_one(project):
     (["usermod.Square", "--kwarg", "noequals"], "expected NAME=VALUE"),
     (["not an import path!"], "neither a spec file, a directory, nor an import path"),
 ])
-def test_exit_2_on_usage_errors(project, args, message):
+def test_exit_2_on_usage_errors(project, args, message, invoke):
     result = invoke(*args)
     assert result.exit_code == 2
     assert message in result.output
 
 
-def test_exit_3_on_an_invalid_spec_and_the_batch_goes_on(project, write_spec):
+def test_exit_3_on_an_invalid_spec_and_the_batch_goes_on(project, write_spec, invoke):
     write_spec("""
         function: usermod:Square
         inputs: [{shape: [3, x]}]
@@ -155,14 +150,14 @@ def test_exit_3_on_an_invalid_spec_and_the_batch_goes_on(project, write_spec):
     assert "2 results: 1 passed, 0 failed, 1 error" in result.stdout
 
 
-def test_exit_3_when_the_module_cannot_be_imported(project, write_spec):
+def test_exit_3_when_the_module_cannot_be_imported(project, write_spec, invoke):
     write_spec("function: nosuchpkg.mod:Fn\ninputs: [{shape: [2]}]\n", "specs/missing.yaml")
     result = invoke("specs/missing.yaml", "--no-color")
     assert result.exit_code == 3
     assert "no module named 'nosuchpkg'" in result.stdout
 
 
-def test_exit_3_when_forward_raises_shows_the_users_line(project):
+def test_exit_3_when_forward_raises_shows_the_users_line(project, invoke):
     result = invoke("usermod.Raises", "-i", "3", "--no-color")
     assert result.exit_code == 3
     assert "forward raised ValueError: boom in forward" in result.stdout
@@ -170,14 +165,14 @@ def test_exit_3_when_forward_raises_shows_the_users_line(project):
     assert 'raise ValueError("boom in forward")' in result.stdout
 
 
-def test_error_beats_fail_for_the_exit_code(project, write_spec):
+def test_error_beats_fail_for_the_exit_code(project, write_spec, invoke):
     write_spec("function: usermod:SquareTwiceTooBig\ninputs: [{shape: [2]}]\n", "specs/wrong.yaml")
     write_spec("function: usermod:Raises\ninputs: [{shape: [2]}]\n", "specs/raises.yaml")
     assert invoke("specs/wrong.yaml").exit_code == 1
     assert invoke("specs/wrong.yaml", "specs/raises.yaml").exit_code == 3
 
 
-def test_exit_4_on_an_internal_error(project, monkeypatch):
+def test_exit_4_on_an_internal_error(project, monkeypatch, invoke):
     def broken_check(*args, **kwargs):
         raise ZeroDivisionError("a bug in gradcheck-cli")
 
@@ -187,7 +182,7 @@ def test_exit_4_on_an_internal_error(project, monkeypatch):
     assert "internal error in gradcheck-cli: ZeroDivisionError: a bug in gradcheck-cli" in result.stdout
 
 
-def test_mixed_targets_in_one_call_keep_their_order(project, write_spec):
+def test_mixed_targets_in_one_call_keep_their_order(project, write_spec, invoke):
     write_spec("function: usermod:Square\ninputs: [{shape: [2]}]\n", "more/one.yaml")
     result = invoke("more/one.yaml", "usermod.Square", "--format", "json")
     assert result.exit_code == 0, result.output
@@ -195,7 +190,7 @@ def test_mixed_targets_in_one_call_keep_their_order(project, write_spec):
     assert ids == ["more/one.yaml::default[cpu]", "specs/square.yaml::default[cpu]"]
 
 
-def test_json_report_follows_the_contract(project, write_spec):
+def test_json_report_follows_the_contract(project, write_spec, invoke):
     write_spec("function: usermod:SquareTwiceTooBig\nseed: 7\ninputs: [{shape: [3, 2]}]\n", "specs/wrong.yaml")
     result = invoke("specs/wrong.yaml", "--format", "json")
     assert result.exit_code == 1
@@ -219,7 +214,7 @@ def test_json_report_follows_the_contract(project, write_spec):
     assert len(x["worst_index"]) == 2
 
 
-def test_json_error_result_has_kind_and_message(project):
+def test_json_error_result_has_kind_and_message(project, invoke):
     result = invoke("usermod.Raises", "-i", "3", "--format", "json")
     res = json.loads(result.stdout)["results"][0]
     assert res["status"] == "error"
@@ -227,7 +222,7 @@ def test_json_error_result_has_kind_and_message(project):
     assert "boom in forward" in res["error"]["message"]
 
 
-def test_cuda_spec_without_a_gpu_is_a_skip(project, write_spec):
+def test_cuda_spec_without_a_gpu_is_a_skip(project, write_spec, invoke):
     import torch
 
     if torch.cuda.is_available():
@@ -239,7 +234,7 @@ def test_cuda_spec_without_a_gpu_is_a_skip(project, write_spec):
     assert "CUDA is not available" in result.stdout
 
 
-def test_init_writes_a_spec_that_runs(project):
+def test_init_writes_a_spec_that_runs(project, invoke):
     result = invoke("init", "usermod.Square", "-o", "specs/init.yaml")
     assert result.exit_code == 0, result.output
     text = Path("specs/init.yaml").read_text()
@@ -250,13 +245,13 @@ def test_init_writes_a_spec_that_runs(project):
     assert again.exit_code == 2 and "--force" in again.output
 
 
-def test_init_of_a_missing_function_exits_3(project):
+def test_init_of_a_missing_function_exits_3(project, invoke):
     result = invoke("init", "usermod.Nope")
     assert result.exit_code == 3
     assert "has no attribute 'Nope'" in result.output
 
 
-def test_k_selects_cases_and_a_failure_prints_a_replay_command_that_reruns_it(project, write_spec):
+def test_k_selects_cases_and_a_failure_prints_a_replay_command_that_reruns_it(project, write_spec, invoke):
     write_spec("""
         function: usermod:SquareTwiceTooBig
         cases:
@@ -274,7 +269,7 @@ def test_k_selects_cases_and_a_failure_prints_a_replay_command_that_reruns_it(pr
     assert invoke("specs/", "-k", "*square*").exit_code == 0
 
 
-def test_fast_mode_decides_with_probes_and_explains_failures_element_by_element(monkeypatch):
+def test_fast_mode_decides_with_probes_and_explains_failures_element_by_element(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
     good = invoke("specs/linear.yaml", "--fast", "--no-color", "--no-isolate")
     assert good.exit_code == 0
