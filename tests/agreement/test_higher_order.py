@@ -21,18 +21,13 @@ from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
 import gradcheck_cli
-from gradcheck_cli import checks, runner
-from gradcheck_cli.binding import bind
-from gradcheck_cli.checks.base import CheckContext, Options
 from gradcheck_cli.examples.higher import LogSumExp
-from gradcheck_cli.target import Target
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from corpus import Sin as SinNoJvp  # a Function without jvp
 except ImportError:  # pragma: no cover
     from tests.corpus import Sin as SinNoJvp
 from gradcheck_cli.results import CaseResult, CheckResult, Status
-from gradcheck_cli.spec import Tolerance
 
 DT = torch.float64
 
@@ -42,17 +37,8 @@ DT = torch.float64
 
 def run_check(name: str, fn: Any, args: tuple, kwargs: Optional[dict] = None, seed: int = 0,
               memory_bytes: Optional[int] = None) -> CaseResult:
-    """One check on ``fn(*args, **kwargs)`` as the runner does it (user errors become ``.error``)."""
-    is_function = isinstance(fn, type) and issubclass(fn, Function)
-    target = Target(getattr(fn, "__name__", "fn"), fn, is_function)
-    result = CaseResult("t", None, None, target.path, "cpu", seed, Status.PASS)
-    opts = Options(Tolerance(), seed) if memory_bytes is None else Options(Tolerance(), seed, memory_bytes)
-
-    def body(r: CaseResult) -> None:
-        bound = bind(target, [(None, a) for a in args], list((kwargs or {}).items()))
-        r.checks.append(checks.get(name)(CheckContext(target, bound, "cpu", opts)))
-
-    return runner.guard(result, body)
+    """One check on ``fn(*args, **kwargs)`` through the library API (user errors become ``.error``)."""
+    return gradcheck_cli.check(fn, args, kwargs, checks=[name], seed=seed, memory_bytes=memory_bytes)
 
 
 def check_of(name: str, fn: Any, args: tuple, kwargs: Optional[dict] = None, **kw: Any) -> CheckResult:
