@@ -107,6 +107,11 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     target = loader.load(case.function)
     init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device)
     bound = bind_case(target, case, device)
+    if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
+        raise BindError("inputs", f"no argument is a tensor that requires grad, so there is no gradient to check, "
+                                  f"and {case.function} was not called: give it a floating-point tensor argument "
+                                  "(`shape: [...]`, which requires grad by default). A spec names code to import "
+                                  "and run: review spec files as you review code")
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
     options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat)
     ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other))

@@ -16,6 +16,7 @@ from ..results import ErrorKind
 from ..rng import RngFork, signed_uniform
 from ..spec import Tolerance
 from ..target import Target
+from .rows import short
 
 MEMORY_BYTES = 512 * 2**20  # Jacobian entries held at once, unless --max-memory says otherwise
 
@@ -67,9 +68,25 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
         bound.rng = RngFork.capture(bound.values, bound.seed)
     bound.rng.restore()
     try:
-        return guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
+        out = guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
     finally:
         bound.rng.release()
+    if not isinstance(out, torch.Tensor) and not any(isinstance(o, torch.Tensor) for o in as_tuple(out)):
+        raise UserCodeError(ErrorKind.FORWARD, f"{what} returned {_returned(out)}, not a tensor or a tuple of tensors: "
+                                               "there is no output to differentiate (a missing `return`?)")
+    return out
+
+
+def _returned(value: Any) -> str:
+    """What a forward returned, in a message: 'None', "an int (3)", 'a list of 2 floats'."""
+    if value is None:
+        return "None"
+    kind = type(value).__name__
+    if isinstance(value, (list, tuple)):
+        inner = sorted({type(v).__name__ for v in value})
+        return f"a {kind} of {len(value)} {'/'.join(inner) or 'values'}" + ("s" * (len(value) != 1 and len(inner) == 1))
+    article = "an" if kind[:1] in "aeiou" else "a"
+    return f"{article} {kind} ({short(value)})"
 
 
 def fresh_leaves(values: list[Any], grad: bool = True) -> list[Any]:

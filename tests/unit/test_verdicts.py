@@ -1,6 +1,9 @@
 """Wrong verdicts found while restructuring, each with the test that failed before its fix."""
 from __future__ import annotations
 
+import json
+
+import pytest
 import torch
 
 from gradcheck_cli import check
@@ -16,3 +19,84 @@ def test_an_output_that_is_a_view_of_the_input_is_read_moved_at_a_kink():
     assert result.status is Status.PASS, result.checks[0].message
     row = result.checks[0].inputs[0]
     assert row.at_kinks == 1 and row.mismatched == 0
+
+
+RETURNS = """
+import torch
+
+
+def returns_none(x):
+    y = x * 2
+
+
+def returns_int(x):
+    return 3
+
+
+def returns_dict(x):
+    return {"y": x * 2}
+
+
+def returns_floats(x):
+    return [float(x.sum()), 2.0]
+
+
+def returns_list_of_tensors(x):
+    return [x * 2, x.sin()]
+
+
+class NoReturn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 5  # wrong, and never called when forward returns nothing
+"""
+
+
+@pytest.mark.parametrize("name, said", [
+    ("returns_none", "forward returned None"),
+    ("returns_int", "forward returned an int (3)"),
+    ("returns_dict", "forward returned a dict"),
+    ("returns_floats", "forward returned a list of 2 floats"),
+    ("NoReturn", "forward returned None"),
+])
+def test_a_forward_that_returns_no_tensor_is_an_error_that_says_what_it_returned(user_module, write_spec, invoke,
+                                                                                  name, said):
+    # it used to pass ("1 argument checked, all within tolerance") with backward never called
+    user_module(RETURNS)
+    write_spec(f"function: usermod:{name}\ninputs: [{{shape: [3]}}]\n", "specs/s.yaml")
+    result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
+    assert result.exit_code == 3, result.output
+    error = json.loads(result.stdout)["results"][0]["error"]
+    assert error["kind"] == "forward" and said in error["message"] and "tensor or a tuple of tensors" in error["message"]
+
+
+def test_a_list_of_tensors_is_a_fine_return(user_module, write_spec, invoke):
+    user_module(RETURNS)
+    write_spec("function: usermod:returns_list_of_tensors\ninputs: [{shape: [3]}]\n", "specs/s.yaml")
+    assert invoke("specs/s.yaml", "--no-isolate").exit_code == 0
+
+
+@pytest.mark.parametrize("function, value", [("os:system", "touch pwned"), ("builtins:eval", "open('pwned', 'w')"),
+                                             ("pathlib:Path.touch", "pwned")])
+def test_a_spec_with_no_argument_that_requires_grad_never_calls_its_target(write_spec, invoke, tmp_path, monkeypatch,
+                                                                         function, value):
+    # it used to run the command, report SKIP and exit 0
+    monkeypatch.chdir(tmp_path)
+    write_spec(f"function: {function}\ninputs: [{{value: {json.dumps(value)}}}]\n", "specs/s.yaml")
+    result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
+    assert result.exit_code == 3, result.output
+    assert not (tmp_path / "pwned").exists()
+    error = json.loads(result.stdout)["results"][0]["error"]
+    assert error["kind"] == "spec" and "was not called" in error["message"] and "requires grad" in error["message"]
+
+
+def test_a_tensor_that_does_not_require_grad_is_not_enough(write_spec, invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_spec("function: gradcheck_cli.examples.relu:ReLU\ninputs: [{shape: [3], requires_grad: false}]\n",
+               "specs/s.yaml")
+    result = invoke("specs/s.yaml", "--no-isolate")
+    assert result.exit_code == 3 and "no argument is a tensor that requires grad" in result.stdout
