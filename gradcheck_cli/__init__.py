@@ -77,7 +77,8 @@ def check(
         bound = on(device)
         here = {str(v.device) for v in bound.values if isinstance(v, torch.Tensor)}
         result.device = ",".join(sorted(here)) or "cpu"
-        ctx = CheckContext(target, bound, device or result.device, opts, tuple(devices), on)
+        ctx = CheckContext(target, bound, device or result.device, opts, tuple(devices), on,
+                           named=list(checks) != ["all"])
         result.checks.extend(get(n)(ctx) for n in names)
 
     def _moved(values: list[Any], where: Optional[str]) -> list[Any]:

@@ -67,7 +67,7 @@ def _check_devices(ctx: click.Context, param: click.Parameter, value: tuple[str,
 
 def _check_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     if "all" in value:
-        return CHECKS
+        return ("all",)  # expanded in check_cmd, which remembers that `all` was asked for
     for name in value:
         if name not in CHECKS:
             raise click.BadParameter(f"unknown check {name!r}; known checks: {', '.join(CHECKS)}, or all")
@@ -161,7 +161,8 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         items = plan.shard(items, *shard)
     opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
                            devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
-                           probes=probes, checks=checks or None)
+                           probes=probes, checks=(CHECKS if checks == ("all",) else checks) or None,
+                           all_checks=checks == ("all",))
     settings = session.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
                                   isolate=not no_isolate)
     planned = plan.expand(items, opts)

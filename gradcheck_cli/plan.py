@@ -23,6 +23,7 @@ class RunOptions:
     require_device: bool = False  # an unavailable device is an error, not a skip
     probes: int = 0  # > 0: the fast decision with this many random probes
     checks: Optional[tuple[str, ...]] = None  # overrides every case's checks (--check)
+    all_checks: bool = False  # --check all: every applicable check
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ def expand(items: list[Union[Case, SpecError]], opts: RunOptions) -> list[Union[
             out.append(item)
             continue
         case = item if opts.devices is None else replace(item, devices=opts.devices)
-        case = case if opts.checks is None else replace(case, checks=opts.checks)
+        case = case if opts.checks is None else replace(case, checks=opts.checks, all_checks=opts.all_checks)
         out += [Task(case, d, opts) for d in case.devices]
     return out
 

@@ -22,7 +22,9 @@ def command(task: Task, seed: int) -> Optional[str]:
         text += f" --seed {seed}"
     if task.opts.devices is not None:
         text += f" --device {task.device}"
-    if task.opts.checks is not None:
+    if task.opts.all_checks:
+        text += " --check all"
+    elif task.opts.checks is not None:
         text += "".join(f" --check {name}" for name in task.opts.checks)
     return text
 

@@ -114,7 +114,8 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
                                   "and run: review spec files as you review code")
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
     options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat)
-    ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other))
+    ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
+                       named=not case.all_checks)
     for name in case.checks:
         check = checks.get(name)(ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's

@@ -107,6 +107,7 @@ class Case:
     dtype: str = "float64"
     tolerance: Tolerance = Tolerance()
     checks: tuple[str, ...] = ("backward",)
+    all_checks: bool = False  # `checks: all`: every applicable check (an unsupported one skips, a named one fails)
     repeat: int = 3  # backward calls with the same grad_output that must agree (determinism)
     resample: bool = False  # draw again (next seed) when an input sits on a kink or domain edge
     inputs: tuple[Arg, ...] = ()
@@ -279,6 +280,7 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["tolerance"] = _tolerance(doc["tolerance"], case.tolerance, key + ("tolerance",), ctx)
     if "checks" in doc:
         changes["checks"] = _checks(doc["checks"], key + ("checks",), ctx)
+        changes["all_checks"] = doc["checks"] in ("all", ["all"])
     if "repeat" in doc:
         repeat = doc["repeat"]
         if not isinstance(repeat, int) or isinstance(repeat, bool) or not 2 <= repeat <= 1000:

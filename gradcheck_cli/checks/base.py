@@ -39,7 +39,8 @@ class CheckContext:
 
     ``devices`` are all the devices the case lists (the first is the reference of
     device_consistency); ``rebind(device)`` gives the same arguments, drawn again from the seed,
-    on another device (None where there is no spec to draw from).
+    on another device (None where there is no spec to draw from). A check the Function cannot
+    support fails when it was ``named`` and skips under ``checks: all``.
     """
 
     target: Target
@@ -48,6 +49,7 @@ class CheckContext:
     options: Options = field(default_factory=Options)
     devices: tuple[str, ...] = ()
     rebind: Optional[Callable[[str], Bound]] = None
+    named: bool = True  # the check was named (`checks: [...]`, --check NAME), not run under `all`
 
     @property
     def tolerance(self) -> Tolerance:

@@ -18,7 +18,7 @@ from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator
 from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like, refuse_if_too_big
 from .rows import fill_jacobian
-from .verdict import begin, conclude, label, labels, reword, skip
+from .verdict import begin, conclude, label, labels, reword, skip, unsupported
 
 ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
 ONCE_SKIP = ("backward is marked @once_differentiable: it cannot be differentiated, so there is no second "
@@ -47,7 +47,7 @@ def run(ctx: CheckContext) -> CheckResult:
     v_leaves = [v.clone().requires_grad_(True) for v in vs]
     grads = grad_of(leaves + v_leaves, create_graph=True)
     if any(_once_differentiable(g) for g in grads):
-        return skip(result, ONCE_SKIP, start, row_reason="backward is marked @once_differentiable")
+        return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     plain = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
     rows = [reports[i] for i in checked] + _grad_output_rows(outputs, live, len(bound.values))
     result.inputs = reports + rows[len(checked):]
@@ -58,7 +58,7 @@ def run(ctx: CheckContext) -> CheckResult:
                                   rtol=tol.rtol, memory_bytes=opts.memory_bytes, grad=second, seed=opts.seed)
     except UserCodeError as exc:
         if ONCE in str(exc):  # a once_differentiable Function called inside a plain callable
-            return skip(result, ONCE_SKIP, start)
+            return unsupported(result, ONCE_SKIP, start, ctx.named)
         raise
     names = [bound.names[i] for i in checked]
     zeros = "backward's result does not depend on {} through autograd"

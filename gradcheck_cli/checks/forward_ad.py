@@ -21,7 +21,7 @@ from ..rng import Stream, generator, signed_uniform
 from ..target import Target
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big
 from .rows import fill_jacobian
-from .verdict import begin, conclude, labels, reword, skip
+from .verdict import begin, conclude, labels, reword, skip, unsupported
 
 CHECKED = "forward-mode AD (jvp) compared with finite differences along"
 
@@ -32,9 +32,9 @@ def run(ctx: CheckContext) -> CheckResult:
     start, reports, checked, result = begin(bound, "forward_ad", "elementwise")
     if target.is_function and target.obj.jvp is torch.autograd.Function.jvp:
         name = target.obj.__name__
-        return skip(result, f"{name} defines no jvp(): forward-mode AD is not supported; to support it, define "
-                            "`@staticmethod def jvp(ctx, *tangents)` and save what it needs with "
-                            "ctx.save_for_forward(...)", start)
+        return unsupported(result, f"{name} defines no jvp(): forward-mode AD is not supported; to support it, "
+                                   "define `@staticmethod def jvp(ctx, *tangents)` and save what it needs with "
+                                   "ctx.save_for_forward(...)", start, ctx.named)
     if not checked:
         return skip(result, "no argument requires grad: there is no tangent to push forward", start)
     outputs = as_tuple(call_forward(target, bound, fresh_leaves(bound.values)))
@@ -51,6 +51,8 @@ def run(ctx: CheckContext) -> CheckResult:
         if named is None:
             raise
         status, message = named
+        if status is Status.SKIP:  # a Function it calls has no jvp, torch has no formula: unsupported
+            return unsupported(result, message, start, ctx.named, "jvp failed (see the message)")
         return skip(result, message, start, status, "jvp failed (see the message)")
     for i, entry in zip(checked, entries):
         row = reports[i]

@@ -41,6 +41,16 @@ def skip(result: CheckResult, reason: str, start: float, status: Status = Status
     return result
 
 
+def unsupported(result: CheckResult, reason: str, start: float, named: bool,
+                row_reason: str = "see the message") -> CheckResult:
+    """The Function cannot support this check (no jvp, @once_differentiable): a FAIL when the check
+    was named explicitly, so CI never goes green on a property that was asked for, and a SKIP under
+    ``checks: all`` (every applicable check)."""
+    if named:
+        reason += "; this check was named explicitly, so that fails (`checks: all` skips it)"
+    return skip(result, reason, start, Status.FAIL if named else Status.SKIP, row_reason)
+
+
 def conclude(result: CheckResult, start: float, problems: list[str], wrong: Callable[[InputReport], Optional[str]],
              passed: Callable[[list[InputReport]], str], *, name_right: bool = True, advice: str = "",
              nothing: Optional[str] = None, notes: Optional[list[str]] = None) -> CheckResult:

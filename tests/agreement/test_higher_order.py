@@ -582,39 +582,53 @@ def test_a_backward_outside_autograd_is_named_not_differentiable(fn):
     assert all(r.status is Status.FAIL and "all zeros" in r.diagnosis for r in check.inputs)
 
 
-def test_once_differentiable_is_a_skip_that_says_why():
+def _under_all(name: str, fn: Any, args: tuple) -> CheckResult:
+    """Check ``name`` as ``checks: all`` runs it (every applicable check)."""
+    result = gradcheck_cli.check(fn, args, checks=["all"])
+    assert result.error is None, result.error
+    return next(c for c in result.checks if c.check == name)
+
+
+def test_once_differentiable_fails_when_named_and_skips_under_all_saying_why():
     args = _x(torch.Generator().manual_seed(0))
     with pytest.raises(RuntimeError, match="Jacobian mismatch"):  # torch: zeros vs numbers, no word on why
         torch.autograd.gradgradcheck(SinOnce.apply, args)
-    check = check_of("double_backward", SinOnce, args)
-    assert check.status is Status.SKIP
+    check = check_of("double_backward", SinOnce, args)  # named: the user asked for a second derivative
+    assert check.status is Status.FAIL
     assert check.message.startswith("backward is marked @once_differentiable: it cannot be differentiated")
-    assert "remove the decorator" in check.message
+    assert "remove the decorator" in check.message and "named explicitly" in check.message
     assert row(check, "x").status is Status.SKIP
+    skipped = _under_all("double_backward", SinOnce, args)
+    assert skipped.status is Status.SKIP and skipped.message.startswith("backward is marked @once_differentiable")
     assert check_of("backward", SinOnce, args).status is Status.PASS  # first order is still fine
 
 
-def test_once_differentiable_inside_a_plain_callable_is_a_skip_too():
-    check = check_of("double_backward", lambda x: 2 * SinOnce.apply(x), _x(torch.Generator().manual_seed(0)))
-    assert check.status is Status.SKIP and "@once_differentiable" in check.message
+def test_once_differentiable_inside_a_plain_callable_too():
+    args = _x(torch.Generator().manual_seed(0))
+    check = check_of("double_backward", lambda x: 2 * SinOnce.apply(x), args)
+    assert check.status is Status.FAIL and "@once_differentiable" in check.message
+    assert _under_all("double_backward", lambda x: 2 * SinOnce.apply(x), args).status is Status.SKIP
 
 
 # -------------------------------------------------------------------- forward_ad in words
 
 
-def test_a_function_without_jvp_is_a_skip_that_says_how_to_add_one():
+def test_a_function_without_jvp_fails_when_named_and_skips_under_all_saying_how_to_add_one():
     args = _x(torch.Generator().manual_seed(0))
     check = check_of("forward_ad", SinNoJvp, args)
-    assert check.status is Status.SKIP
+    assert check.status is Status.FAIL and "named explicitly" in check.message
     assert check.message.startswith("Sin defines no jvp(): forward-mode AD is not supported")
+    assert _under_all("forward_ad", SinNoJvp, args).status is Status.SKIP
     assert "ctx.save_for_forward" in check.message
     with pytest.raises(NotImplementedError):
         torch.autograd.gradcheck(SinNoJvp.apply, args, check_forward_ad=True, check_backward_ad=False)
 
 
-def test_a_plain_callable_through_a_function_without_jvp_is_a_skip():
-    check = check_of("forward_ad", lambda x: SinNoJvp.apply(x) + 1, _x(torch.Generator().manual_seed(0)))
-    assert check.status is Status.SKIP and "defines no jvp()" in check.message
+def test_a_plain_callable_through_a_function_without_jvp_too():
+    args = _x(torch.Generator().manual_seed(0))
+    check = check_of("forward_ad", lambda x: SinNoJvp.apply(x) + 1, args)
+    assert check.status is Status.FAIL and "defines no jvp()" in check.message
+    assert _under_all("forward_ad", lambda x: SinNoJvp.apply(x) + 1, args).status is Status.SKIP
 
 
 @pytest.mark.parametrize("fn,words", [

@@ -159,8 +159,9 @@ def test_cli_end_to_end(write_spec, name, code, status, invoke):
     assert (rows[1]["name"], rows[1]["status"]) == ("p", "skip")
 
 
-def test_dropout_has_no_jvp_so_forward_ad_is_a_skip_not_a_pass(write_spec, invoke):
-    """forward_ad of a stochastic Function needs a jvp; examples.stochastic.Dropout defines none."""
+def test_dropout_has_no_jvp_so_forward_ad_named_is_a_fail_not_a_pass(write_spec, invoke):
+    """forward_ad of a stochastic Function needs a jvp; examples.stochastic.Dropout defines none
+    (named explicitly, the check fails; under `checks: all` it would skip)."""
     path = write_spec(f"""
         function: {STOCHASTIC}:Dropout
         inputs: [{{name: input, shape: [6, 5]}}]
@@ -169,7 +170,8 @@ def test_dropout_has_no_jvp_so_forward_ad_is_a_skip_not_a_pass(write_spec, invok
     """)
     result = invoke(str(path), "--no-isolate", "--format", "json")
     (check,) = json.loads(result.stdout)["results"][0]["checks"]
-    assert (check["check"], check["status"]) == ("forward_ad", "skip") and "defines no jvp()" in check["message"]
+    assert (check["check"], check["status"]) == ("forward_ad", "fail") and "defines no jvp()" in check["message"]
+    assert result.exit_code == 1
 
 
 BATCHED_DROPOUTS = """
