@@ -44,8 +44,17 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     ``repeat`` calls with the same grad_output must agree within ``nondet_tol``."""
     found = Findings()
     leaves = fresh_leaves(bound.values)
-    before = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in leaves]
+    before = _snapshot(leaves)
     outputs = as_tuple(call_forward(target, bound, leaves))
+    after_forward = _snapshot(leaves)
+    for i, (b, a) in enumerate(zip(before, after_forward)):
+        if b is not None and a is not None and not same_values(a, b):
+            found.fail(f"forward modified '{bound.names[i]}' in place without ctx.mark_dirty: work on a copy "
+                       f"(x = x.clone()), or mark it with ctx.mark_dirty({bound.names[i]}) and return it; autograd "
+                       "does not know of the change, and every finite difference would be taken on a changed "
+                       "input", fatal=True, arg=i)
+    if found.fatal:
+        return found
     found.graph = leaves, outputs  # node.apply below leaves the graph as it was (unless fatal)
     node = next((o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
     if node is None or getattr(type(node), "_forward_cls", None) is not target.obj:
@@ -67,8 +76,8 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
         if g is not None and k is not None and not torch.equal(g, k):
             found.fail(f"backward modified grad_output{f' {i}' if len(kept) > 1 else ''} in place: "
                        "clone it before changing it (grad_output may be shared with other parts of the graph)")
-    for i, (v, b) in enumerate(zip(leaves, before)):
-        if b is not None and not torch.equal(v.detach(), b):
+    for i, (v, b) in enumerate(zip(leaves, after_forward)):
+        if b is not None and not same_values(v.detach(), b):
             found.fail(f"backward modified input '{bound.names[i]}' in place: work on a copy "
                        "(autograd refuses a saved tensor that was changed, and the gradients are wrong)",
                        fatal=True, arg=i)
@@ -138,6 +147,19 @@ def _check_repeat(first: tuple[Any, ...], again: list[tuple[Any, ...]], bound: B
             found.fail(f"backward returned different values for '{bound.names[i]}' when called {len(again) + 1} "
                        f"times with the same grad_output (max difference {spread:.3g}): it keeps or changes state "
                        f"between calls, or is nondeterministic; {nondet_hint(spread)}", arg=i)
+
+
+def _snapshot(values: list[Any]) -> list[Optional[torch.Tensor]]:
+    return [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in values]
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors hold the same values, NaN where NaN (torch.equal calls NaN unequal)."""
+    if torch.equal(a, b):
+        return True
+    if a.shape != b.shape or a.dtype != b.dtype or not (a.is_floating_point() or a.is_complex()):
+        return False
+    return bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
 
 
 def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -136,3 +136,53 @@ def test_a_check_the_function_cannot_support_fails_when_named_and_skips_under_al
     assert forward_ad["status"] == status and "defines no jvp()" in forward_ad["message"]
     if options:  # the replay command repeats what was asked: `--check all` stays `all`
         assert res["replay"].endswith(" ".join(options))
+
+
+IN_PLACE = """
+import torch
+
+
+class ScalesInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)  # in place, without ctx.mark_dirty
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+
+
+class Mul2Wrong(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3  # wrong: 3x instead of 2x
+"""
+
+
+def test_forward_that_modifies_its_input_is_named_as_forward_not_backward(user_module, write_spec, invoke):
+    # the snapshot was taken before forward: "backward modified input 'x' in place" was the message
+    user_module(IN_PLACE)
+    write_spec("function: usermod:ScalesInput\ninputs: [{name: x, shape: [3]}]\n", "specs/s.yaml")
+    result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
+    assert result.exit_code == 1, result.output
+    message = json.loads(result.stdout)["results"][0]["checks"][0]["message"]
+    assert "forward modified 'x' in place without ctx.mark_dirty" in message
+    assert "backward modified" not in message
+
+
+def test_an_input_holding_nan_is_not_called_modified_and_the_wrong_gradient_is_still_reported(user_module, write_spec,
+                                                                                              invoke):
+    # torch.equal calls NaN unequal to itself: "backward modified input 'x' in place" (fatal) hid a wrong gradient
+    user_module(IN_PLACE)
+    write_spec("function: usermod:Mul2Wrong\ninputs: [{name: x, data: [.nan, 1.0, 2.0]}]\n", "specs/s.yaml")
+    result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
+    assert result.exit_code == 1, result.output
+    (check,) = json.loads(result.stdout)["results"][0]["checks"]
+    assert "in place" not in check["message"]
+    row = check["inputs"][0]
+    assert row["status"] == "fail" and row["analytical"] == pytest.approx(3.0) and row["numerical"] == pytest.approx(2.0)
