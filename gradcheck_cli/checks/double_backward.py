@@ -24,6 +24,9 @@ ONCE = "trying to differentiate twice a function that was marked with @once_diff
 ONCE_SKIP = ("backward is marked @once_differentiable: it cannot be differentiated, so there is no second "
              "derivative to check; to support double backward, remove the decorator and write backward "
              "with differentiable torch ops")
+UNDIFFERENTIABLE = ("write backward with differentiable torch operations (no .numpy(), .item(), out=, or in-place "
+                    "writes into tensors that require grad), or mark it @once_differentiable if it has no second "
+                    "derivative")
 DETACHED = ("a value backward uses was taken outside autograd (a tensor computed in forward and saved, "
             "as forward runs without autograd; or .detach(), .data, numpy, torch.no_grad()): compute what "
             "backward needs inside backward, with differentiable torch ops on the saved inputs and outputs")
@@ -45,7 +48,15 @@ def run(ctx: CheckContext) -> CheckResult:
     n = len(bound.values)
     grad_of = _backward_of(ctx, checked, live)
     v_leaves = [v.clone().requires_grad_(True) for v in vs]
-    grads = grad_of(leaves + v_leaves, create_graph=True)
+    try:
+        grads = grad_of(leaves + v_leaves, create_graph=True)
+    except UserCodeError as exc:
+        if exc.kind is not ErrorKind.BACKWARD:
+            raise
+        grad_of(leaves + [v.detach() for v in v_leaves])  # raises as well: backward itself is broken, an error
+        at = f" at {exc.where}" if exc.where else ""
+        return skip(result, f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
+                            f"{UNDIFFERENTIABLE}", start, Status.FAIL, "backward could not be differentiated")
     if any(_once_differentiable(g) for g in grads):
         return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     plain = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]

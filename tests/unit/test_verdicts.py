@@ -186,3 +186,54 @@ def test_an_input_holding_nan_is_not_called_modified_and_the_wrong_gradient_is_s
     assert "in place" not in check["message"]
     row = check["inputs"][0]
     assert row["status"] == "fail" and row["analytical"] == pytest.approx(3.0) and row["numerical"] == pytest.approx(2.0)
+
+
+NUMPY_BACKWARD = """
+import torch
+
+
+class NumpyBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):  # right at first order, but not differentiable (NumPy)
+        (x,) = ctx.saved_tensors
+        return torch.from_numpy(g.numpy() * x.cos().numpy())
+
+
+class AlwaysRaises(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, g):
+        raise ValueError("broken backward")
+"""
+
+
+def test_a_backward_that_cannot_be_differentiated_fails_double_backward_and_the_other_checks_run(
+        user_module, write_spec, invoke):
+    # it was an error of the whole case (exit 3), and the checks after it never ran
+    user_module(NUMPY_BACKWARD)
+    write_spec("function: usermod:NumpyBackward\nchecks: [backward, double_backward, undefined_grad]\n"
+               "inputs: [{shape: [3]}]\n", "specs/s.yaml")
+    result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
+    assert result.exit_code == 1, result.output
+    (res,) = json.loads(result.stdout)["results"]
+    assert res["error"] is None
+    status = {c["check"]: c["status"] for c in res["checks"]}
+    assert status == {"backward": "pass", "double_backward": "fail", "undefined_grad": "pass"}
+    message = next(c["message"] for c in res["checks"] if c["check"] == "double_backward")
+    assert message.startswith("backward cannot be differentiated") and "numpy()" in message
+
+
+def test_a_backward_that_always_raises_is_still_an_error(user_module, write_spec, invoke):
+    user_module(NUMPY_BACKWARD)
+    write_spec("function: usermod:AlwaysRaises\nchecks: [double_backward]\ninputs: [{shape: [3]}]\n", "specs/s.yaml")
+    result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
+    assert result.exit_code == 3, result.output
+    assert json.loads(result.stdout)["results"][0]["error"]["kind"] == "backward"
