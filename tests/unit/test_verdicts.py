@@ -102,33 +102,17 @@ def test_a_tensor_that_does_not_require_grad_is_not_enough(write_spec, invoke, t
     assert result.exit_code == 3 and "no argument is a tensor that requires grad" in result.stdout
 
 
-NO_JVP = """
-import torch
-
-
-class Sin(torch.autograd.Function):  # first order only: no jvp
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sin()
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.cos()
-"""
-
-
 @pytest.mark.parametrize("checks, options, code, status", [
     ("[backward, forward_ad]", [], 1, "fail"),  # named in the spec: asked for, so it fails (was a skip, exit 0)
     ("all", [], 0, "skip"),  # every applicable check: not applicable is a skip
     ("[backward]", ["--check", "forward_ad"], 1, "fail"),  # named on the command line
     ("[backward]", ["--check", "all"], 0, "skip"),
 ])
-def test_a_check_the_function_cannot_support_fails_when_named_and_skips_under_all(user_module, write_spec, invoke,
-                                                                                 checks, options, code, status):
-    user_module(NO_JVP)
-    write_spec(f"function: usermod:Sin\nchecks: {checks}\ninputs: [{{shape: [3]}}]\n", "specs/s.yaml")
+def test_a_check_the_function_cannot_support_fails_when_named_and_skips_under_all(write_spec, invoke, tmp_path,
+                                                                                 monkeypatch, checks, options, code,
+                                                                                 status):
+    monkeypatch.chdir(tmp_path)  # corpus.Sin: first order only, no jvp
+    write_spec(f"function: corpus:Sin\nchecks: {checks}\ninputs: [{{shape: [3]}}]\n", "specs/s.yaml")
     result = invoke("specs/s.yaml", "--no-isolate", "--format", "json", *options)
     assert result.exit_code == code, result.output
     (res,) = json.loads(result.stdout)["results"]
