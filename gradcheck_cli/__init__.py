@@ -67,26 +67,24 @@ def check(
     given = tuple(k for k, v in (("eps", eps), ("atol", atol), ("rtol", rtol)) if v != getattr(default, k))
     opts = Options(Tolerance(eps, atol, rtol, nondet_tol, given), seed, memory_bytes or MEMORY_BYTES, probes, repeat)
 
+    given_values = [*args, *(kwargs or {}).values()]
+
     def on(where: Optional[str]) -> Any:
-        values = _moved(list(args), where)
+        """The arguments bound, moved to ``where`` first (a tensor passed twice stays one tensor)."""
+        copies: dict[int, Any] = {}
+        values = given_values if where is None else [
+            copies.setdefault(id(v), v.detach().to(where).requires_grad_(v.requires_grad))
+            if isinstance(v, torch.Tensor) else v for v in given_values]
         bound = bind(target, [(None, a) for a in values[: len(args)]], list(zip(kwargs or {}, values[len(args):])))
         bound.seed = seed
         return bound
 
     def body(result: CaseResult) -> None:
         bound = on(device)
-        here = {str(v.device) for v in bound.values if isinstance(v, torch.Tensor)}
-        result.device = ",".join(sorted(here)) or "cpu"
-        ctx = CheckContext(target, bound, device or result.device, opts, tuple(devices), on,
+        here = [str(v.device) for v in bound.values if isinstance(v, torch.Tensor)]
+        result.device = ",".join(sorted(set(here))) or "cpu"
+        ctx = CheckContext(target, bound, device or (here[0] if here else "cpu"), opts, tuple(devices), on,
                            named=list(checks) != ["all"])
         result.checks.extend(get(n)(ctx) for n in names)
-
-    def _moved(values: list[Any], where: Optional[str]) -> list[Any]:
-        values = values + list((kwargs or {}).values())
-        if where is None:
-            return values
-        copies: dict[int, Any] = {}  # a tensor passed twice stays one tensor
-        return [copies.setdefault(id(v), v.detach().to(where).requires_grad_(v.requires_grad))
-                if isinstance(v, torch.Tensor) else v for v in values]
 
     return runner.guard(result, body)

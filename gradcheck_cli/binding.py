@@ -80,7 +80,7 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
         bound = Bound(values, labels, indices, len(positional), [k for k, _ in keywords],
                       [entry_of.get(i) for i in range(len(values))])
         device = next((str(v.device) for v in values if isinstance(v, torch.Tensor)), None)
-        extra = target.extra_arguments(device) if target.is_module else []
+        extra = target.extra_arguments(device)  # a module's parameters; none for other targets
         start = max([len([p for p in params or [] if p.kind not in VARIADIC])] + [i + 1 for i in indices])
         for k, (name, value) in enumerate(extra):  # numbered after forward's parameters
             bound.values.append(value)

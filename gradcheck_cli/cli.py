@@ -157,12 +157,13 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
 
     from . import plan, replay, reporters, session
 
+    all_checks = checks == ("all",)
+
     if shard is not None:
         items = plan.shard(items, *shard)
     opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
                            devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
-                           probes=probes, checks=(CHECKS if checks == ("all",) else checks) or None,
-                           all_checks=checks == ("all",))
+                           probes=probes, checks=(CHECKS if all_checks else checks) or None, all_checks=all_checks)
     settings = session.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
                                   isolate=not no_isolate)
     planned = plan.expand(items, opts)

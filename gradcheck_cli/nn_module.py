@@ -15,13 +15,13 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .binding import VARIADIC
 from .errors import BindError, guarded
 from .results import ErrorKind
 from .rng import Stream, generator
 from .target import Target
 
 Slots = list[list[tuple[torch.nn.Module, str]]]  # per parameter, every (submodule, name) holding it
-VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 @dataclass

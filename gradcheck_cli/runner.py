@@ -117,7 +117,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
                        named=not case.all_checks)
     for name in case.checks:
-        check = checks.get(name)(ctx)
+        check: CheckResult = checks.get(name)(ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         result.checks.append(check)
