@@ -40,6 +40,7 @@ def _serve(conn: Connection, threads: int) -> None:
     import torch
 
     from .runner import run_task
+    from .state import tainted
 
     torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
 
@@ -53,10 +54,12 @@ def _serve(conn: Connection, threads: int) -> None:
         index, task = message
         conn.send(("started", index))  # the timeout counts from here, not from the worker's start-up
         result = run_task(task)
-        retire = result.error is not None and result.error.kind is ErrorKind.CUDA
+        # a CUDA error leaves the context unusable, and some global state cannot be put back: a fresh
+        # worker takes the next task
+        retire = (result.error is not None and result.error.kind is ErrorKind.CUDA) or bool(tainted())
         conn.send(("retiring" if retire else "done", result))
         if retire:
-            return  # a CUDA error leaves the context unusable: a fresh worker takes the next task
+            return
 
 
 class _Worker:
