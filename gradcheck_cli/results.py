@@ -155,7 +155,8 @@ class Report:
 
     results: list[CaseResult]
     duration_s: float = 0.0
-    not_run: int = 0  # tasks never started (--fail-fast stopped the run)
+    not_run: int = 0  # tasks never started or never finished (--fail-fast, an interrupt)
+    interrupted: Optional[str] = None  # "SIGINT" or "SIGTERM": the signal that stopped the run
 
     def summary(self) -> dict[str, Any]:
         count = dict.fromkeys(Status, 0)
@@ -168,11 +169,15 @@ class Report:
             "errors": count[Status.ERROR],
             "skipped": count[Status.SKIP],
             "not_run": self.not_run,
+            "interrupted": self.interrupted,
             "duration_s": round(self.duration_s, 3),
         }
 
     def exit_code(self) -> ExitCode:
-        """Exit code of the contract: internal beats could not check beats failed beats passed."""
+        """Exit code of the contract: an interrupt beats internal beats could not check beats failed beats passed
+        (an interrupted run is incomplete, whatever finished)."""
+        if self.interrupted:
+            return ExitCode.TERMINATED if self.interrupted == "SIGTERM" else ExitCode.INTERRUPTED
         if any(r.error is not None and r.error.kind == ErrorKind.INTERNAL for r in self.results):
             return ExitCode.INTERNAL
         if any(r.status is Status.ERROR for r in self.results):

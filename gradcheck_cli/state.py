@@ -23,6 +23,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from . import processes
+
 _tainted: list[str] = []  # what this process could not restore, ever
 
 
@@ -196,6 +198,9 @@ def _switches() -> list[Switch]:
         Switch("the recursion limit", sys.getrecursionlimit, sys.setrecursionlimit),
         Switch("Python threads left running", lambda: set(threading.enumerate()), None, same=_new_threads,
                show=lambda b, a: f" ({', '.join(sorted(t.name for t in a - b))})"),
+        Switch("processes left running", processes.started, lambda before: processes.end(processes.started() - before),
+               same=lambda before, after: after <= before,
+               show=lambda before, after: f" (pid {', '.join(map(str, sorted(after - before)))})"),
         Switch("torch's global random state", torch.get_rng_state, torch.set_rng_state, quiet=True),
         Switch("random's global state", random.getstate, random.setstate, quiet=True),
     ]

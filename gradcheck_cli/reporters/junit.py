@@ -110,7 +110,8 @@ def build(report: Report, locations: bool = False) -> ET.Element:
         _testcase(suite, result, locations)
     not_run = s.get("not_run", 0)
     if not_run:
-        _child(suite, "system-out", f"{not_run} not run (--fail-fast stopped the run)\n")
+        why = f"interrupted by {s['interrupted']}" if s.get("interrupted") else "--fail-fast stopped the run"
+        _child(suite, "system-out", f"{not_run} not run ({why})\n")
     return root
 
 

@@ -83,7 +83,8 @@ def summary_line(report: Report) -> Text:
         text.append(f"{n} {word}", style=STYLE[status] if n else "")
         text.append(", " if i < len(parts) - 1 else "")
     if s["not_run"]:
-        text.append(f"; {s['not_run']} not run (--fail-fast)", style="yellow")
+        why = f"interrupted by {s['interrupted']}" if s.get("interrupted") else "--fail-fast"
+        text.append(f"; {s['not_run']} not run ({why})", style="yellow")
     text.append(f" in {s['duration_s']:.2f}s")
     return text
 
