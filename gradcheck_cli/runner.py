@@ -1,6 +1,7 @@
 """Spec cases -> checks -> results. User errors become error results; nothing is lost."""
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from collections.abc import Iterable
@@ -35,7 +36,19 @@ def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseRe
 
 
 def run_task(task: Task) -> CaseResult:
-    """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass."""
+    """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass.
+
+    A process that the code under test forked and that returns from it ends here: it must not go on
+    as a copy of the worker (or of pytest) and report a second time."""
+    me = os.getpid()
+    try:
+        return _trials(task)
+    finally:
+        if os.getpid() != me:
+            os._exit(0)
+
+
+def _trials(task: Task) -> CaseResult:
     trials = max(1, task.opts.trials)
     result = _resampled(task, task.seed)
     for t in range(1, trials):
