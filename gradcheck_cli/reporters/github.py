@@ -10,7 +10,7 @@ import hashlib
 import io
 from typing import Optional, TextIO
 
-from ..results import CaseResult, CheckResult, InputReport, Report, Status
+from ..results import CaseResult, CheckResult, InputReport, Report, Status, num
 from . import spec_file, table
 
 
@@ -51,11 +51,11 @@ def _row_text(row: InputReport) -> str:
     if row.mismatched is None:
         return text + (f": {row.reason}" if row.reason else ": fail")
     text += f": {row.mismatched} of {row.numel} elements out of tolerance"
-    text += f", max abs err {table.num(row.max_abs_err)}, max rel err {table.num(row.max_rel_err)}"
+    text += f", max abs err {num(row.max_abs_err)}, max rel err {num(row.max_rel_err)}"
     if row.worst_index is not None:
         text += f", worst at {row.worst_index}"
     if row.analytical is not None:
-        text += f" (analytical {table.num(row.analytical)} vs numerical {table.num(row.numerical)})"
+        text += f" (analytical {num(row.analytical)} vs numerical {num(row.numerical)})"
     return text + (f": {row.diagnosis}" if row.diagnosis else "")
 
 
