@@ -9,6 +9,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from .printable import printable
+
 
 class ExitCode(enum.IntEnum):
     """The process exit codes of the contract, used by the CLI, the pytest plugin's entry and ``Report``."""
@@ -152,7 +154,7 @@ class CaseResult:
                else f"{failing.check}: {failing.message}" if failing is not None
                else ", ".join(f"{c.check} {c.status}" for c in self.checks))
         why = " ".join(why.split())
-        return f"<CaseResult {self.status.name} {self.id}{': ' if why else ''}{_clip(why, 100)}>"
+        return printable(f"<CaseResult {self.status.name} {self.id}{': ' if why else ''}{_clip(why, 100)}>")
 
     def __str__(self) -> str:
         """The report of this case in plain text, as the table format shows it: one table per check,
@@ -171,7 +173,7 @@ class CaseResult:
             lines += [f"  warning: {w}" for w in check.warnings]
         lines += [f"  warning: {w}" for w in self.warnings]
         lines += [f"  replay: {self.replay}"] if self.replay and self.status in (Status.FAIL, Status.ERROR) else []
-        return "\n".join(lines)
+        return printable("\n".join(lines))
 
 
 COLUMNS = {"argument": "<", "shape": "<", "dtype": "<", "status": "<", "max abs err": ">", "max rel err": ">",

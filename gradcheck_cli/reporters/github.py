@@ -10,8 +10,9 @@ import hashlib
 import io
 from typing import Optional, TextIO
 
+from ..printable import printable
 from ..results import CaseResult, CheckResult, InputReport, Report, Status, num
-from . import spec_file, table
+from . import spec_file, table, writable
 
 
 def escape_data(text: str) -> str:
@@ -105,6 +106,7 @@ def render(report: Report, stream: TextIO, color: bool = False) -> None:
     The table is fenced with ``::stop-commands::``, so text from user code in it (an exception
     message starting with ``::``) can never run as a workflow command.
     """
+    report, stream = printable(report), writable(stream)  # user text: lone surrogates, a narrow encoding
     text = io.StringIO()
     table.render(report, text, color=False)
     token = hashlib.sha256(text.getvalue().encode("utf-8")).hexdigest()[:16]

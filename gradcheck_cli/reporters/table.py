@@ -7,7 +7,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..printable import printable
 from ..results import COLUMNS, CaseResult, CheckResult, Report, Status, cells
+from . import writable
 
 STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.ERROR: "bold magenta", Status.SKIP: "yellow"}
 LABEL = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "SKIP"}
@@ -26,6 +28,7 @@ def check_table(check: CheckResult) -> Table:
 
 
 def render_case(result: CaseResult, console: Console) -> None:
+    result = printable(result)  # text from user code may hold lone surrogates
     head = Text()
     head.append(f"{LABEL[result.status]:5} ", style=STYLE[result.status])
     head.append(result.id, style="bold")
@@ -68,7 +71,8 @@ def summary_line(report: Report) -> Text:
 
 def render(report: Report, stream: TextIO, color: bool = True) -> None:
     # without colour (a file, a pipe, CI logs) never wrap: one line per argument, greppable
-    console = Console(file=stream, no_color=not color, highlight=False, soft_wrap=False,
+    report = printable(report)
+    console = Console(file=writable(stream), no_color=not color, highlight=False, soft_wrap=False,
                       width=None if color else 1000)
     for result in report.results:
         render_case(result, console)
