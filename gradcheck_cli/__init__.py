@@ -1,6 +1,7 @@
 """gradcheck-cli: check the hand-written backward of custom autograd Functions.
 
-The library API is :func:`check`; the command line is ``gradcheck`` (see ``gradcheck --help``).
+The library API is :func:`check` (its result is true only when it passed) and
+:func:`assert_gradients`; the command line is ``gradcheck`` (see ``gradcheck --help``).
 Importing this package does not import torch.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ FAST_PROBES = 3  # random probes per argument for --fast (the first non-negative
 if TYPE_CHECKING:
     from .results import CaseResult
 
-__all__ = ["FAST_PROBES", "__version__", "check"]
+__all__ = ["FAST_PROBES", "__version__", "assert_gradients", "check"]
 
 
 def check(
@@ -42,8 +43,9 @@ def check(
     compares (the first is the reference). Tolerances default to torch.autograd.gradcheck's.
     ``probes > 0`` decides with that many random probes first and compares element by element
     only the arguments where one fails. Returns a CaseResult: ``.status`` is a Status,
-    ``.checks`` one CheckResult per check with one ``InputReport`` per argument. Never raises
-    for errors in ``fn``: they come back as ``.error``.
+    ``.checks`` one CheckResult per check with one ``InputReport`` per argument; it is true
+    only when it passed (``assert check(fn, args)``), and ``str()`` of it is the per-argument
+    table. Never raises for errors in ``fn``: they come back as ``.error``.
     """
     import torch
 
@@ -88,3 +90,15 @@ def check(
         result.checks.extend(get(n)(ctx) for n in names)
 
     return runner.guard(result, body)
+
+
+def assert_gradients(fn: Any, args: Sequence[Any], kwargs: Optional[dict[str, Any]] = None,
+                     **options: Any) -> CaseResult:
+    """Like :func:`check` (same arguments and options), but raise AssertionError with the
+    per-argument table unless every check passed (a skip or an error too: neither proves the
+    gradients right). Returns the passing result, warnings included."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this one
+    result = check(fn, args, kwargs, **options)
+    if not result:
+        raise AssertionError(f"gradients of {result.function} not shown right ({result.status}):\n{result}")
+    return result
