@@ -34,6 +34,7 @@ def check(
     probes: int = 0,
     repeat: int = 3,
     memory_bytes: Optional[int] = None,
+    strict: bool = False,
 ) -> CaseResult:
     """Check ``fn`` (an autograd.Function class or any callable) at ``args`` with the named
     ``checks`` (default: backward; any of ``gradcheck_cli.checks.NAMES``, or ``"all"``).
@@ -42,7 +43,9 @@ def check(
     there first (default: where they are); ``devices`` lists the devices ``device_consistency``
     compares (the first is the reference). Tolerances default to torch.autograd.gradcheck's.
     ``probes > 0`` decides with that many random probes first and compares element by element
-    only the arguments where one fails. Returns a CaseResult: ``.status`` is a Status,
+    only the arguments where one fails. ``strict`` fails a constant factor within the tolerance
+    (e.g. 1.001x) that is well beyond the finite differences' own error (else a warning).
+    Returns a CaseResult: ``.status`` is a Status,
     ``.checks`` one CheckResult per check with one ``InputReport`` per argument; it is true
     only when it passed (``assert check(fn, args)``), and ``str()`` of it is the per-argument
     table. Never raises for errors in ``fn``: they come back as ``.error``.
@@ -67,7 +70,8 @@ def check(
     result = CaseResult(id=name, spec=None, case=None, function=name, device="", seed=seed, status=Status.PASS)
     default = Tolerance()
     given = tuple(k for k, v in (("eps", eps), ("atol", atol), ("rtol", rtol)) if v != getattr(default, k))
-    opts = Options(Tolerance(eps, atol, rtol, nondet_tol, given), seed, memory_bytes or MEMORY_BYTES, probes, repeat)
+    tolerance = Tolerance(eps, atol, rtol, nondet_tol, given, strict)
+    opts = Options(tolerance, seed, memory_bytes or MEMORY_BYTES, probes, repeat)
 
     given_values = [*args, *(kwargs or {}).values()]
 

@@ -166,6 +166,9 @@ def _terminate_raises() -> Iterator[None]:
               help="Check on this device instead of the specs' (cpu, cuda, cuda:N). Repeat for several.")
 @click.option("--check", "checks", multiple=True, callback=_check_names, metavar="NAME",
               help=f"Run this check instead of the specs' ({', '.join(CHECKS)}, or all). Repeat for several.")
+@click.option("--strict", is_flag=True, help="Fail a gradient off by a constant factor within the tolerance "
+                                             "(e.g. 1.001x) when that is well beyond the finite differences' own "
+                                             "error (by default a warning); as `strict: true` in every spec.")
 @click.option("--require-device", is_flag=True,
               help="An unavailable device is an error (exit 3) instead of a skip.")
 @click.option("--no-isolate", is_flag=True, help="Check in this process, one case after another (for "
@@ -183,7 +186,7 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
               select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int],
               timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
-              checks: tuple[str, ...], require_device: bool, no_isolate: bool, probes: int,
+              checks: tuple[str, ...], strict: bool, require_device: bool, no_isolate: bool, probes: int,
               max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
     from .discovery import TargetError, matching, resolve
@@ -207,7 +210,8 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         items = plan.shard(items, *shard)
     opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
                            devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
-                           probes=probes, checks=(CHECKS if all_checks else checks) or None, all_checks=all_checks)
+                           probes=probes, checks=(CHECKS if all_checks else checks) or None, all_checks=all_checks,
+                           strict=strict)
     planned = plan.expand(items, opts)
     cores = pool.usable_cores()
     if jobs and jobs > cores and not no_isolate:

@@ -24,6 +24,7 @@ class RunOptions:
     probes: int = 0  # > 0: the fast decision with this many random probes
     checks: Optional[tuple[str, ...]] = None  # overrides every case's checks (--check)
     all_checks: bool = False  # --check all: every applicable check
+    strict: bool = False  # --strict: as `strict: true` in every case
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ def expand(items: list[Union[Case, SpecError]], opts: RunOptions) -> list[Union[
             continue
         case = item if opts.devices is None else replace(item, devices=opts.devices)
         case = case if opts.checks is None else replace(case, checks=opts.checks, all_checks=opts.all_checks)
+        case = replace(case, tolerance=replace(case.tolerance, strict=True)) if opts.strict else case
         out += [Task(case, d, opts) for d in case.devices]
     return out
 

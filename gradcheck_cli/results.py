@@ -58,6 +58,7 @@ class Pattern(str, enum.Enum):
     NO_PATTERN = "no_pattern"  # wrong everywhere, no constant ratio or sign flip
     SYSTEMATIC = "systematic"  # within tolerance, but a constant factor off 1 (``ratio``)
     KINK = "kink"  # mismatches at kinks, ties or domain edges (explained, or wrong there too)
+    PRECISION = "precision"  # forward's outputs change in steps too coarse for the finite differences' eps
 
     def __str__(self) -> str:
         return self.value

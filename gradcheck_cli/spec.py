@@ -25,8 +25,8 @@ DTYPES = {
 }
 DISTS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "randint": ("low", "high")}
 DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
-TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "checks", "repeat", "resample",
-            "inputs", "kwargs", "init", "cases")
+TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
+            "resample", "inputs", "kwargs", "init", "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
@@ -93,6 +93,9 @@ class Tolerance:
     nondet_tol: float = 0.0
     # the keys the spec set (the others may be adapted, e.g. to a low dtype)
     given: tuple[str, ...] = field(default=(), compare=False)
+    # `strict: true` / --strict: a constant factor within tolerance but well beyond the finite
+    # differences' own error estimate fails (by default it is a warning, as torch.autograd.gradcheck passes it)
+    strict: bool = False
 
 
 @dataclass(frozen=True)
@@ -310,6 +313,11 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["dtype"] = _dtype(doc["dtype"], key + ("dtype",), ctx)
     if "tolerance" in doc:
         changes["tolerance"] = _tolerance(doc["tolerance"], case.tolerance, key + ("tolerance",), ctx)
+    if "strict" in doc:
+        if not isinstance(doc["strict"], bool):
+            raise ctx.fail(key + ("strict",), f"expected true or false (fail a systematic factor within tolerance), "
+                                              f"got {_show(doc['strict'])}")
+        changes["tolerance"] = replace(changes.get("tolerance", case.tolerance), strict=doc["strict"])
     if "checks" in doc:
         changes["checks"] = _checks(doc["checks"], key + ("checks",), ctx)
         changes["all_checks"] = doc["checks"] in ("all", ["all"])
@@ -413,7 +421,7 @@ def number(value: Any, key: Key, ctx: _Ctx, positive: bool = False) -> float:
 
 def _tolerance(value: Any, base: Tolerance, key: Key, ctx: _Ctx) -> Tolerance:
     _mapping(value, key, TOLERANCE_KEYS, ctx)
-    vals = {k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items()}
+    vals: dict[str, Any] = {k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items()}
     for k, v in vals.items():
         if v < 0:
             raise ctx.fail(key + (k,), f"expected a non-negative number, got {v}")

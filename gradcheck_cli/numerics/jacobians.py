@@ -31,6 +31,11 @@ class Jacobians(Rows, Columns):
         self.memory_bytes = memory_bytes
 
 
+def projection(layout: Layout, seed: int) -> torch.Tensor:
+    """The random probe u over the rows whose u^T J every ``Entry`` of ``compare`` keeps."""
+    return signed_uniform((layout.n_rows,), generator(seed, Stream.PROJECTION))
+
+
 def compare(
     call: Call,
     outputs: tuple[Any, ...],
@@ -65,7 +70,7 @@ def compare(
     layout = make_layout(plain_inputs, outputs, positions)
     jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
                     batched, memory_bytes)
-    probe = signed_uniform((layout.n_rows,), generator(seed, Stream.PROJECTION))
+    probe = projection(layout, seed)
     entries = [Entry(real_numel(t), atol, rtol) for t in plain_inputs]
     per_col = 8 * max(1, layout.n_rows)
     block = max(1, memory_bytes * 7 // 8 // per_col)  # analytical rows held at once
