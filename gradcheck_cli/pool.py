@@ -157,61 +157,89 @@ def workers_for(jobs: int, tasks: int) -> int:
 WAIT_MAX = 60.0  # the longest single wait: a huge --timeout (1e10) is waited for in steps
 
 
+class Pool:
+    """Worker processes kept between runs (the pytest plugin checks one item at a time in them)."""
+
+    def __init__(self, workers: int, timeout: Optional[float] = None, threads: Optional[int] = None,
+                 timeout_option: str = "--timeout") -> None:
+        self.size, self.timeout, self.timeout_option = max(1, workers), timeout, timeout_option
+        self.threads = threads or max(1, usable_cores() // self.size)
+        self.ctx = multiprocessing.get_context("spawn")
+        self.workers: list[_Worker] = []
+
+    def _fresh(self) -> _Worker:
+        return _Worker(self.ctx, self.threads)
+
+    def run(self, tasks: list[Task], fail_fast: bool = False) -> Generator[tuple[int, CaseResult], None, None]:
+        """Check ``tasks``; yield (index into tasks, result) as each finishes. Closing the generator early
+        (an interrupt) ends the busy workers and what they started.
+
+        With ``fail_fast``, no new task starts after a failure or error; tasks already running finish.
+        """
+        pending = deque(enumerate(tasks))
+        while len(self.workers) < min(self.size, len(tasks)):
+            self.workers.append(self._fresh())
+        workers, timeout, stopping = self.workers, self.timeout, False
+        try:
+            while True:
+                for i, worker in enumerate(workers):
+                    if worker.task is None and pending and not stopping:
+                        if worker.retiring or not worker.proc.is_alive():
+                            worker.stop(force=True)
+                            workers[i] = worker = self._fresh()
+                        worker.give(*pending.popleft())
+                busy = [w for w in workers if w.task is not None]
+                if not busy:
+                    break
+                clocks = [w.started + timeout for w in busy if timeout is not None and w.started is not None]
+                left = min(WAIT_MAX, max(0.0, min(clocks) - time.monotonic())) if clocks else WAIT_MAX
+                ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=left))
+                for i, worker in enumerate(workers):
+                    if worker.task is None or worker.index is None:
+                        continue
+                    woke = worker.conn in ready or worker.proc.sentinel in ready
+                    alive, result = worker.take() if woke else (True, None)
+                    index = worker.index
+                    if result is not None:
+                        worker.index = worker.task = None
+                        stopping = stopping or (fail_fast and result.status in (Status.FAIL, Status.ERROR))
+                        yield index, result
+                        continue
+                    if not alive or worker.proc.sentinel in ready:
+                        worker.stop(force=True)
+                        failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker))
+                    elif worker.overdue(timeout):
+                        worker.stop(force=True)
+                        failure = failed_result(worker.task, ErrorKind.TIMEOUT,
+                                                f"timed out after {timeout:g} s ({self.timeout_option}; 0 for none): "
+                                                "stopped; an endless loop in forward or backward, or a limit too "
+                                                "small for this check?")
+                    else:
+                        continue
+                    failure.duration_s = worker.spent()
+                    worker.index = worker.task = None
+                    stopping = stopping or fail_fast
+                    if pending and not stopping:
+                        workers[i] = self._fresh()  # warm up the replacement while the others work
+                    yield index, failure
+        finally:
+            for worker in workers:
+                if worker.task is not None:  # closed early: an interrupt, or the consumer stopped
+                    worker.stop(force=True)
+            self.workers = [w for w in workers if w.task is None and w.proc.is_alive()]
+
+    def close(self) -> None:
+        """End every worker (idle ones in order, busy ones at once, with what they started)."""
+        for worker in self.workers:
+            worker.stop(force=worker.task is not None)
+        self.workers = []
+
+
 def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None,
         fail_fast: bool = False) -> Generator[tuple[int, CaseResult], None, None]:
-    """Check ``tasks`` in up to ``jobs`` worker processes; yield (index into tasks, result) as each
-    finishes. Closing the generator (an interrupt) ends every worker and what it started.
-
-    With ``fail_fast``, no new task starts after a failure or error; tasks already running finish.
-    """
-    pending = deque(enumerate(tasks))
-    ctx = multiprocessing.get_context("spawn")
-    count = workers_for(jobs, len(tasks))
-    threads = max(1, usable_cores() // count)
-    workers = [_Worker(ctx, threads) for _ in range(count)]
-    stopping = False
+    """Check ``tasks`` in up to ``jobs`` fresh worker processes (``Pool.run``), and end them after."""
+    pool = Pool(workers_for(jobs, len(tasks)), timeout)
     try:
-        while True:
-            for i, worker in enumerate(workers):
-                if worker.task is None and pending and not stopping:
-                    if worker.retiring or not worker.proc.is_alive():
-                        worker.stop(force=True)
-                        workers[i] = worker = _Worker(ctx, threads)
-                    worker.give(*pending.popleft())
-            busy = [w for w in workers if w.task is not None]
-            if not busy:
-                break
-            clocks = [w.started + timeout for w in busy if timeout is not None and w.started is not None]
-            left = min(WAIT_MAX, max(0.0, min(clocks) - time.monotonic())) if clocks else WAIT_MAX
-            ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=left))
-            for i, worker in enumerate(workers):
-                if worker.task is None or worker.index is None:
-                    continue
-                woke = worker.conn in ready or worker.proc.sentinel in ready
-                alive, result = worker.take() if woke else (True, None)
-                index = worker.index
-                if result is not None:
-                    worker.index = worker.task = None
-                    stopping = stopping or (fail_fast and result.status in (Status.FAIL, Status.ERROR))
-                    yield index, result
-                    continue
-                if not alive or worker.proc.sentinel in ready:
-                    worker.stop(force=True)
-                    failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker))
-                elif worker.overdue(timeout):
-                    worker.stop(force=True)
-                    failure = failed_result(worker.task, ErrorKind.TIMEOUT,
-                                            f"timed out after {timeout:g} s (--timeout; 0 for none): stopped; an "
-                                            "endless loop in forward or backward, or a limit too small for this "
-                                            "check?")
-                else:
-                    continue
-                failure.duration_s = worker.spent()
-                worker.index = worker.task = None
-                stopping = stopping or fail_fast
-                if pending and not stopping:
-                    workers[i] = _Worker(ctx, threads)
-                yield index, failure
+        yield from pool.run(tasks, fail_fast)
     finally:
-        for worker in workers:
-            worker.stop(force=worker.task is not None)
+        pool.close()

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
@@ -20,17 +22,26 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import pytest
 
 if TYPE_CHECKING:
+    from .pool import Pool
     from .results import CaseResult
     from .spec import Case, SpecError
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 DEFAULT_MAX_MEMORY_MB = 512  # as the command line's --max-memory
+DEFAULT_TIMEOUT = 300.0  # seconds, as the command line's --timeout
+_POOL = pytest.StashKey["Pool"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gradcheck", "gradcheck-cli")
     group.addoption("--gradcheck", action="store_true", default=False,
                     help="collect gradcheck-cli spec files (*.yaml, *.yml) given as arguments as tests")
+    group.addoption("--gradcheck-timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                    help=f"stop a case that runs longer: it fails, the session goes on (default: {DEFAULT_TIMEOUT}; "
+                         "0 for none)")
+    group.addoption("--gradcheck-no-isolate", action="store_true", default=False,
+                    help="check in pytest's own process (for a debugger); by default each case runs in a worker "
+                         "process, so a crash or a hang in it fails that item alone")
     group.addoption("--gradcheck-max-memory", type=_megabytes, default=DEFAULT_MAX_MEMORY_MB, metavar="MB",
                     help="Jacobian entries held in memory at once by each check (default: "
                          f"{DEFAULT_MAX_MEMORY_MB}); larger checks recompute in blocks")
@@ -44,6 +55,35 @@ def _megabytes(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of megabytes (1 or more), got {text!r}")
     return value
+
+
+def _seconds(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if math.isnan(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0 (0 or inf: no limit), got {text!r}")
+    return None if value in (0, math.inf) else value
+
+
+def _pool(config: pytest.Config) -> Pool:
+    """This pytest process's worker (one; under pytest-xdist, one per xdist worker, sharing the cores)."""
+    pool = config.stash.get(_POOL, None)
+    if pool is None:
+        from .pool import Pool, usable_cores
+
+        share = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+        pool = config.stash[_POOL] = Pool(1, config.getoption("gradcheck_timeout"),
+                                          threads=max(1, usable_cores() // max(1, share)),
+                                          timeout_option="--gradcheck-timeout")
+    return pool
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    pool = config.stash.get(_POOL, None)
+    if pool is not None:
+        pool.close()
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
@@ -136,7 +176,8 @@ class CheckFailed(Exception):
 
 
 class CaseItem(pytest.Item):
-    """One (case, device): runs ``runner.run_case`` and maps its status onto pytest's outcomes."""
+    """One (case, device): checked in this process's worker (or in-process with --gradcheck-no-isolate);
+    its status mapped onto pytest's outcomes."""
 
     def __init__(self, *, case: Case, device: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -144,13 +185,23 @@ class CaseItem(pytest.Item):
         self.result: Optional[CaseResult] = None
 
     def runtest(self) -> None:
-        from . import replay, runner
+        from . import replay
         from .plan import RunOptions, Task
         from .results import Status
 
         mb = self.config.getoption("gradcheck_max_memory")
         task = Task(self.case, self.device, RunOptions(memory_bytes=mb * 2**20))
-        self.result = result = runner.run_task(task)
+        if self.config.getoption("gradcheck_no_isolate"):
+            from .runner import run_task
+
+            result = run_task(task)
+        else:
+            finished = _pool(self.config).run([task])
+            try:
+                ((_, result),) = list(finished)
+            finally:
+                finished.close()  # an interrupt ends the worker and what it started
+        self.result = result
         result.replay = replay.command(task, result.seed)
         if result.status is Status.SKIP:
             reasons = dict.fromkeys(c.message for c in result.checks if c.message)

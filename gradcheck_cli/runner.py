@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from collections.abc import Iterable
@@ -118,9 +119,9 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     if problem:
         result.checks = [CheckResult(name, Status.SKIP, message=problem) for name in case.checks]
         return
-    before = state.snapshot()
+    before, known = state.snapshot(), set(sys.modules)
     target = loader.load(case.function)
-    _import_effects(case.function, state.changes(before))
+    _import_effects(case.function, set(sys.modules) - known, state.changes(before))
     init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device)
     bound = bind_case(target, case, device)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
@@ -143,14 +144,14 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
 _IMPORTED: dict[str, state.Snapshot] = {}  # module -> the global state its import set
 
 
-def _import_effects(function: str, effects: state.Snapshot) -> None:
+def _import_effects(function: str, imported: set[str], effects: state.Snapshot) -> None:
     """Global state set by importing the target's module (``torch.set_default_dtype`` at module level) is
     set again for every later case of that module in this process, as if each case imported it afresh;
     every case's changes are undone after it."""
-    module = function.partition(":")[0] if ":" in function else function.rpartition(".")[0]
-    if effects:
-        _IMPORTED[module] = effects
-    else:
+    for name in imported:  # what the modules imported now set (nothing, perhaps: it replaces older records)
+        _IMPORTED[name] = effects
+    if not imported:
+        module = function.partition(":")[0] if ":" in function else function.rpartition(".")[0]
         state.apply(_IMPORTED.get(module, []))
 
 

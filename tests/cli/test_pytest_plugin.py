@@ -336,3 +336,64 @@ def test_entry_with_file_names_as_pre_commit_calls_it() -> None:
                           capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the commit is blocked
     assert "analytical is 2.00x numerical" in proc.stdout
+
+
+CRASHERS = textwrap.dedent('''\
+    import ctypes, time
+    import torch
+
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x * g
+
+    class Segfault(Square):
+        @staticmethod
+        def forward(ctx, x):
+            ctypes.string_at(0)
+
+    class Loops(Square):
+        @staticmethod
+        def forward(ctx, x):
+            while True:
+                time.sleep(0.05)
+
+    class DisablesGrad(Square):
+        @staticmethod
+        def forward(ctx, x):
+            torch.set_grad_enabled(False)
+            return x * x
+    ''')
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isolation", [[], ["--gradcheck-no-isolate"]])
+def test_a_crash_or_a_hang_fails_its_item_and_the_session_goes_on(tmp_path, isolation):
+    (tmp_path / "crashers.py").write_text(CRASHERS)
+    (tmp_path / "record_outcomes.py").write_text(RECORDER)
+    names = ["Square", "Loops", "DisablesGrad", "Square"] + (["Segfault"] if not isolation else [])
+    for k, name in enumerate(names):
+        (tmp_path / "specs").mkdir(exist_ok=True)
+        (tmp_path / "specs" / f"{k}_{name.lower()}.yaml").write_text(
+            f"function: crashers:{name}\ninputs: [{{shape: [3]}}]\n")
+    if isolation:  # in pytest's process, a hang is for --gradcheck-timeout to stop: there is nothing to stop it with
+        (tmp_path / "specs" / "1_loops.yaml").unlink()
+    r = pytest_in(tmp_path, "--gradcheck", "specs", "--gradcheck-timeout", "3", *isolation)
+    assert r.ret == 1, r.stdout
+    assert r.outcomes["specs/0_square.yaml::default[cpu]"] == "passed"
+    assert r.outcomes["specs/3_square.yaml::default[cpu]"] == "passed"  # after a case that disabled grad mode
+    if not isolation:
+        assert "killed by SIGSEGV" in r.failure("specs/4_segfault.yaml::default[cpu]")
+        assert "timed out after 3 s (--gradcheck-timeout" in r.failure("specs/1_loops.yaml::default[cpu]")
+
+
+def test_the_plugin_timeout_is_a_number_of_seconds(tmp_path):
+    (tmp_path / "record_outcomes.py").write_text(RECORDER)
+    r = pytest_in(tmp_path, "--gradcheck", "--gradcheck-timeout", "nan")
+    assert r.ret == 4 and "--gradcheck-timeout" in r.stdout and "0 or inf: no limit" in r.stdout
