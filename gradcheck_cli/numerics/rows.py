@@ -19,7 +19,7 @@ import torch
 
 from .batching import ROW_STAGE, same, stage_size, try_batched
 from .layout import Layout
-from .realify import Vjp, real_flat, real_numel
+from .realify import Vjp, real_flat, real_numel, real_view
 
 
 @dataclass
@@ -118,7 +118,7 @@ class Rows:
 
     def _flat_grads(self, grads: tuple[Any, ...], batch: int) -> list[torch.Tensor]:
         return [torch.zeros(batch, real_numel(x), dtype=torch.float64) if g is None else
-                (torch.view_as_real(g) if g.is_complex() else g).reshape(batch, -1).to(torch.float64)
+                real_view(g.detach()).reshape(batch, -1).to(torch.float64)
                 for g, x in zip(grads, self._wanted_inputs())]
 
     def _wanted_inputs(self) -> list[torch.Tensor]:
