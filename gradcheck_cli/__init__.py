@@ -1,6 +1,7 @@
 """gradcheck-cli: check the hand-written backward of custom autograd Functions.
 
-The library API is :func:`check`; the command line is ``gradcheck`` (see ``gradcheck --help``).
+The library API is :func:`check` (its result is true only when it passed) and
+:func:`assert_gradients`; the command line is ``gradcheck`` (see ``gradcheck --help``).
 Importing this package does not import torch.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ FAST_PROBES = 3  # random probes per argument for --fast (the first non-negative
 if TYPE_CHECKING:
     from .results import CaseResult
 
-__all__ = ["FAST_PROBES", "__version__", "check"]
+__all__ = ["FAST_PROBES", "__version__", "assert_gradients", "check"]
 
 
 def check(
@@ -33,6 +34,7 @@ def check(
     probes: int = 0,
     repeat: int = 3,
     memory_bytes: Optional[int] = None,
+    strict: bool = False,
 ) -> CaseResult:
     """Check ``fn`` (an autograd.Function class or any callable) at ``args`` with the named
     ``checks`` (default: backward; any of ``gradcheck_cli.checks.NAMES``, or ``"all"``).
@@ -41,9 +43,12 @@ def check(
     there first (default: where they are); ``devices`` lists the devices ``device_consistency``
     compares (the first is the reference). Tolerances default to torch.autograd.gradcheck's.
     ``probes > 0`` decides with that many random probes first and compares element by element
-    only the arguments where one fails. Returns a CaseResult: ``.status`` is a Status,
-    ``.checks`` one CheckResult per check with one ``InputReport`` per argument. Never raises
-    for errors in ``fn``: they come back as ``.error``.
+    only the arguments where one fails. ``strict`` fails a constant factor within the tolerance
+    (e.g. 1.001x) that is well beyond the finite differences' own error (else a warning).
+    Returns a CaseResult: ``.status`` is a Status,
+    ``.checks`` one CheckResult per check with one ``InputReport`` per argument; it is true
+    only when it passed (``assert check(fn, args)``), and ``str()`` of it is the per-argument
+    table. Never raises for errors in ``fn``: they come back as ``.error``.
     """
     import torch
 
@@ -65,7 +70,8 @@ def check(
     result = CaseResult(id=name, spec=None, case=None, function=name, device="", seed=seed, status=Status.PASS)
     default = Tolerance()
     given = tuple(k for k, v in (("eps", eps), ("atol", atol), ("rtol", rtol)) if v != getattr(default, k))
-    opts = Options(Tolerance(eps, atol, rtol, nondet_tol, given), seed, memory_bytes or MEMORY_BYTES, probes, repeat)
+    tolerance = Tolerance(eps, atol, rtol, nondet_tol, given, strict)
+    opts = Options(tolerance, seed, memory_bytes or MEMORY_BYTES, probes, repeat)
 
     given_values = [*args, *(kwargs or {}).values()]
 
@@ -88,3 +94,15 @@ def check(
         result.checks.extend(get(n)(ctx) for n in names)
 
     return runner.guard(result, body)
+
+
+def assert_gradients(fn: Any, args: Sequence[Any], kwargs: Optional[dict[str, Any]] = None,
+                     **options: Any) -> CaseResult:
+    """Like :func:`check` (same arguments and options), but raise AssertionError with the
+    per-argument table unless every check passed (a skip or an error too: neither proves the
+    gradients right). Returns the passing result, warnings included."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this one
+    result = check(fn, args, kwargs, **options)
+    if not result:
+        raise AssertionError(f"gradients of {result.function} not shown right ({result.status}):\n{result}")
+    return result

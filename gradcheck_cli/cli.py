@@ -5,8 +5,11 @@ torch is imported only once there is something to check, so --help and --version
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +59,27 @@ def _parse_shard(ctx: click.Context, param: click.Parameter, value: Optional[str
     return int(index), int(count)
 
 
+DEFAULT_TIMEOUT = 300  # seconds a case may take; a hung or runaway Function costs at most this
+
+
+def _parse_timeout(ctx: click.Context, param: click.Parameter, value: str) -> Optional[float]:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if math.isnan(seconds) or seconds < 0:
+        raise click.BadParameter(f"expected a number of seconds >= 0 (0 or inf: no limit), got {value!r}")
+    return None if seconds in (0, math.inf) else seconds
+
+
+def _check_junit(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    """The JUnit file's folder must exist before the run, not be found missing after it."""
+    if value is not None and not Path(value).resolve().parent.is_dir():
+        raise click.BadParameter(f"the folder {str(Path(value).parent)!r} does not exist; create it first "
+                                 f"(mkdir -p {Path(value).parent})")
+    return value
+
+
 def _check_devices(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     from .spec import is_device
 
@@ -90,6 +114,25 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
         yield lambda result: bar.update(job, advance=1, description=f"{result.status.value} {result.id}")
 
 
+@contextlib.contextmanager
+def _terminate_raises() -> Iterator[None]:
+    """While checking, SIGTERM raises ``session.Terminated`` (as SIGINT raises KeyboardInterrupt), so the run
+    stops its workers and reports what finished (exit 143)."""
+    from .session import Terminated
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @cli.command("check")
 @click.argument("targets", nargs=-1, required=True)
 @click.option("-i", "--input", "inline", multiple=True, metavar="SHAPE[:DTYPE]|=VALUE",
@@ -105,13 +148,14 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
                    "(or matches it as a glob when it has * ? [).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="Report format on stdout.")
-@click.option("--junit-xml", type=click.Path(dir_okay=False, writable=True), metavar="PATH",
+@click.option("--junit-xml", type=click.Path(dir_okay=False), callback=_check_junit, metavar="PATH",
               help="Also write a JUnit XML report (one testcase per spec, case and device) to PATH.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes (default: the number of cores). Results are the same and in the same "
                    "order for any N.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
-              help="Stop a case that runs longer (an error result for that case alone).")
+@click.option("--timeout", callback=_parse_timeout, default=str(DEFAULT_TIMEOUT), show_default=True,
+              metavar="SECONDS", help="Stop a case that runs longer (an error result for that case alone); "
+                                      "0 or inf for no limit.")
 @click.option("--fail-fast", is_flag=True, help="Start no new case after the first failure or error.")
 @click.option("--shard", callback=_parse_shard, metavar="I/N",
               help="Check only shard I of N (1-based; stable across machines), for CI matrix jobs.")
@@ -123,6 +167,9 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
               help="Check on this device instead of the specs' (cpu, cuda, cuda:N). Repeat for several.")
 @click.option("--check", "checks", multiple=True, callback=_check_names, metavar="NAME",
               help=f"Run this check instead of the specs' ({', '.join(CHECKS)}, or all). Repeat for several.")
+@click.option("--strict", is_flag=True, help="Fail a gradient off by a constant factor within the tolerance "
+                                             "(e.g. 1.001x) when that is well beyond the finite differences' own "
+                                             "error (by default a warning); as `strict: true` in every spec.")
 @click.option("--require-device", is_flag=True,
               help="An unavailable device is an error (exit 3) instead of a skip.")
 @click.option("--no-isolate", is_flag=True, help="Check in this process, one case after another (for "
@@ -140,7 +187,7 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
               select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int],
               timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
-              checks: tuple[str, ...], require_device: bool, no_isolate: bool, probes: int,
+              checks: tuple[str, ...], strict: bool, require_device: bool, no_isolate: bool, probes: int,
               max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
     from .discovery import TargetError, matching, resolve
@@ -156,7 +203,7 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         if not items:
             raise click.UsageError(f"-k {select}: no case name contains it")
 
-    from . import plan, replay, reporters, session
+    from . import plan, pool, replay, reporters, session
 
     all_checks = checks == ("all",)
 
@@ -164,11 +211,15 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         items = plan.shard(items, *shard)
     opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
                            devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
-                           probes=probes, checks=(CHECKS if all_checks else checks) or None, all_checks=all_checks)
-    settings = session.BatchOptions(jobs=jobs or os.cpu_count() or 1, timeout=timeout, fail_fast=fail_fast,
-                                  isolate=not no_isolate)
+                           probes=probes, checks=(CHECKS if all_checks else checks) or None, all_checks=all_checks,
+                           strict=strict)
     planned = plan.expand(items, opts)
-    with _progress(len(planned)) as on_result:
+    cores = pool.usable_cores()
+    if jobs and jobs > cores and not no_isolate:
+        click.echo(f"gradcheck: -j {jobs}: using at most {cores} workers, one per usable core (a worker is a "
+                   "torch process that computes flat out; more would only compete for the cores)", err=True)
+    settings = session.BatchOptions(jobs=jobs or cores, timeout=timeout, fail_fast=fail_fast, isolate=not no_isolate)
+    with _progress(len(planned)) as on_result, _terminate_raises():
         report = session.execute(items, opts, settings, on_result)
     replay.attach(report.results, planned)
     if color is None:

@@ -4,8 +4,8 @@ No torch here, so the parent process of an isolated batch never imports it.
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Optional, Union
 
 from .results import CaseResult, ErrorInfo, ErrorKind, Status
@@ -24,6 +24,7 @@ class RunOptions:
     probes: int = 0  # > 0: the fast decision with this many random probes
     checks: Optional[tuple[str, ...]] = None  # overrides every case's checks (--check)
     all_checks: bool = False  # --check all: every applicable check
+    strict: bool = False  # --strict: as `strict: true` in every case
 
 
 @dataclass(frozen=True)
@@ -48,19 +49,33 @@ def expand(items: list[Union[Case, SpecError]], opts: RunOptions) -> list[Union[
             continue
         case = item if opts.devices is None else replace(item, devices=opts.devices)
         case = case if opts.checks is None else replace(case, checks=opts.checks, all_checks=opts.all_checks)
+        case = replace(case, tolerance=replace(case.tolerance, strict=True)) if opts.strict else case
         out += [Task(case, d, opts) for d in case.devices]
     return out
 
 
-def in_shard(name: str, index: int, count: int) -> bool:
-    """Whether ``name`` belongs to shard ``index`` (1-based) of ``count``: stable across machines."""
-    digest = hashlib.sha256(name.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") % count == index - 1
-
-
 def shard(items: list[Union[Case, SpecError]], index: int, count: int) -> list[Union[Case, SpecError]]:
-    """The items of one shard; the ``count`` shards partition the items (a case with all its devices)."""
-    return [i for i in items if in_shard(i.name if isinstance(i, Case) else f"{i.path}:{i.line}", index, count)]
+    """The items of shard ``index`` (1-based) of ``count``, in their order: the ``count`` shards partition
+    the items (a case with all its devices, a spec error) and their sizes differ by one at most.
+
+    The items are sorted by where they are (the file resolved, so ``specs``, ``./specs`` and an absolute
+    path sort alike, relative to the working directory inside it: a checkout at another place sorts the
+    same), then dealt round-robin. Every machine that reads the same files agrees on the shards. A spec
+    file added or removed moves the cases sorted after it to other shards, never out of all of them."""
+    cwd = Path.cwd().resolve()
+    keys = [_place(i, cwd) for i in items]
+    ranks = sorted(range(len(items)), key=keys.__getitem__)
+    mine = set(ranks[index - 1::count])
+    return [item for n, item in enumerate(items) if n in mine]
+
+
+def _place(item: Union[Case, SpecError], cwd: Path) -> tuple[tuple[str, ...], int, int, str]:
+    """Where an item is, the same however its file was named: (path parts, document, line, case)."""
+    resolved = Path(item.path).resolve()
+    parts = resolved.relative_to(cwd).parts if resolved.is_relative_to(cwd) else resolved.parts
+    if isinstance(item, Case):
+        return parts, item.doc, item.line or 0, item.label
+    return parts, 0, item.line or 0, ""
 
 
 def task_id(task: Task) -> str:

@@ -12,9 +12,11 @@ import os
 import signal
 import time
 from collections import deque
+from collections.abc import Generator
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
+from . import processes
 from .plan import Task, failed_result
 from .results import CaseResult, ErrorKind, Status
 
@@ -34,15 +36,20 @@ def keep_freed_memory() -> None:
 
 
 def _serve(conn: Connection, threads: int) -> None:
-    """Worker main loop: receive (index, task), send back the result, until told to stop."""
+    """Worker main loop: receive (index, task), send back the result, until told to stop.
+
+    Every message carries this process's pid and the task's index, so the parent files a result
+    under its task and knows a message from a process the code under test forked."""
+    processes.lead_group()
     os.dup2(2, 1)  # what user code prints goes to stderr, so stdout stays the report
     keep_freed_memory()
     import torch
 
     from .runner import run_task
+    from .state import tainted
 
     torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
-
+    me = os.getpid()
     while True:
         try:
             message = conn.recv()
@@ -51,12 +58,14 @@ def _serve(conn: Connection, threads: int) -> None:
         if message is None:
             return
         index, task = message
-        conn.send(("started", index))  # the timeout counts from here, not from the worker's start-up
-        result = run_task(task)
-        retire = result.error is not None and result.error.kind is ErrorKind.CUDA
-        conn.send(("retiring" if retire else "done", result))
+        conn.send(("started", me, index, None))  # the timeout counts from here, not from the worker's start-up
+        result = run_task(task)  # a process forked by the code under test never comes back from it
+        # a CUDA error leaves the context unusable, and some global state cannot be put back: a fresh
+        # worker takes the next task
+        retire = (result.error is not None and result.error.kind is ErrorKind.CUDA) or bool(tainted())
+        conn.send(("retiring" if retire else "done", me, index, result))
         if retire:
-            return  # a CUDA error leaves the context unusable: a fresh worker takes the next task
+            return
 
 
 class _Worker:
@@ -67,46 +76,58 @@ class _Worker:
         child.close()
         self.index: Optional[int] = None
         self.task: Optional[Task] = None
+        self.given = 0.0  # when the task was handed over
         self.started: Optional[float] = None  # when the worker began the task
         self.retiring = False  # it said it will exit after this result
+        self.stray: Optional[int] = None  # a process that wrote to this worker's pipe but is not the worker
 
     def give(self, index: int, task: Task) -> None:
         self.conn.send((index, task))
-        self.index, self.task, self.started = index, task, None
+        self.index, self.task, self.given, self.started = index, task, time.monotonic(), None
 
     def take(self) -> tuple[bool, Optional[CaseResult]]:
-        """(alive, result): the finished result if one came; alive is False when the pipe broke."""
+        """(alive, result): the finished result if one came; alive is False when the pipe broke or a
+        message came from another process or for another task."""
         try:
             while self.conn.poll():
-                kind, payload = self.conn.recv()
+                kind, pid, index, payload = self.conn.recv()
+                if pid != self.proc.pid or index != self.index:
+                    self.stray = pid
+                    return False, None
                 if kind == "started":
                     self.started = time.monotonic()
                 else:
                     self.retiring = kind == "retiring"
                     return True, payload
-        except (EOFError, OSError):
+        except (EOFError, OSError, ValueError, TypeError):  # a broken pipe, or bytes that are no message of ours
             return False, None
         return True, None
+
+    def spent(self) -> float:
+        return time.monotonic() - (self.started if self.started is not None else self.given)
 
     def overdue(self, timeout: Optional[float]) -> bool:
         return timeout is not None and self.started is not None and time.monotonic() - self.started >= timeout
 
     def stop(self, force: bool = False) -> None:
-        if force:
-            self.proc.kill()
-        else:
+        """End the worker; ``force``: at once, with every process it or the code under test started."""
+        if not force:
             try:
                 self.conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
-        self.proc.join(timeout=5)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
+            self.proc.join(timeout=5)
+        if self.proc.pid is not None and self.proc.is_alive():
+            processes.end_group(self.proc.pid)
+        self.proc.join()
         self.conn.close()
 
 
-def _death(exitcode: Optional[int]) -> str:
+def _death(worker: _Worker) -> str:
+    if worker.stray is not None:
+        return (f"a process the code under test started (pid {worker.stray}) came back into the worker checking "
+                "this case: code that forks must end its child with os._exit() (the child's checks were ignored)")
+    exitcode = worker.proc.exitcode
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
@@ -119,29 +140,36 @@ def _death(exitcode: Optional[int]) -> str:
             "under test ended the process (os._exit, or a fatal error)")
 
 
-def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None, fail_fast: bool = False,
-        on_result: Optional[Callable[[CaseResult], None]] = None) -> list[Optional[CaseResult]]:
-    """Check ``tasks`` in up to ``jobs`` worker processes; results in task order (None: not run).
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def workers_for(jobs: int, tasks: int) -> int:
+    """How many workers ``-j jobs`` starts for ``tasks`` tasks: at most one per task and one per usable
+    core (a worker is a torch process of about 300 MB that computes flat out: more only compete)."""
+    return max(1, min(jobs, tasks, usable_cores()))
+
+
+WAIT_MAX = 60.0  # the longest single wait: a huge --timeout (1e10) is waited for in steps
+
+
+def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None,
+        fail_fast: bool = False) -> Generator[tuple[int, CaseResult], None, None]:
+    """Check ``tasks`` in up to ``jobs`` worker processes; yield (index into tasks, result) as each
+    finishes. Closing the generator (an interrupt) ends every worker and what it started.
 
     With ``fail_fast``, no new task starts after a failure or error; tasks already running finish.
     """
-    results: list[Optional[CaseResult]] = [None] * len(tasks)
     pending = deque(enumerate(tasks))
     ctx = multiprocessing.get_context("spawn")
-    count = max(1, min(jobs, len(tasks)))
-    threads = max(1, (os.cpu_count() or 1) // count)
+    count = workers_for(jobs, len(tasks))
+    threads = max(1, usable_cores() // count)
     workers = [_Worker(ctx, threads) for _ in range(count)]
     stopping = False
-
-    def finish(worker: _Worker, result: CaseResult) -> None:
-        nonlocal stopping
-        assert worker.index is not None
-        results[worker.index] = result
-        worker.index = worker.task = None
-        if on_result:
-            on_result(result)
-        stopping = stopping or (fail_fast and result.status in (Status.FAIL, Status.ERROR))
-
     try:
         while True:
             for i, worker in enumerate(workers):
@@ -154,30 +182,36 @@ def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None, fail_fast
             if not busy:
                 break
             clocks = [w.started + timeout for w in busy if timeout is not None and w.started is not None]
-            left = max(0.0, min(clocks) - time.monotonic()) if clocks else None
+            left = min(WAIT_MAX, max(0.0, min(clocks) - time.monotonic())) if clocks else WAIT_MAX
             ready = set(wait([w.conn for w in busy] + [w.proc.sentinel for w in busy], timeout=left))
             for i, worker in enumerate(workers):
-                if worker.task is None:
+                if worker.task is None or worker.index is None:
                     continue
                 woke = worker.conn in ready or worker.proc.sentinel in ready
                 alive, result = worker.take() if woke else (True, None)
+                index = worker.index
                 if result is not None:
-                    finish(worker, result)
+                    worker.index = worker.task = None
+                    stopping = stopping or (fail_fast and result.status in (Status.FAIL, Status.ERROR))
+                    yield index, result
                     continue
                 if not alive or worker.proc.sentinel in ready:
-                    worker.proc.join(timeout=5)
-                    failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker.proc.exitcode))
+                    worker.stop(force=True)
+                    failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker))
                 elif worker.overdue(timeout):
+                    worker.stop(force=True)
                     failure = failed_result(worker.task, ErrorKind.TIMEOUT,
-                                            f"timed out after {timeout:g} s (--timeout): stopped; an endless loop in "
-                                            "forward or backward, or a limit too small for this check?")
+                                            f"timed out after {timeout:g} s (--timeout; 0 for none): stopped; an "
+                                            "endless loop in forward or backward, or a limit too small for this "
+                                            "check?")
                 else:
                     continue
-                worker.stop(force=True)
-                finish(worker, failure)
+                failure.duration_s = worker.spent()
+                worker.index = worker.task = None
+                stopping = stopping or fail_fast
                 if pending and not stopping:
                     workers[i] = _Worker(ctx, threads)
+                yield index, failure
     finally:
         for worker in workers:
             worker.stop(force=worker.task is not None)
-    return results

@@ -13,7 +13,7 @@ from .spec import SpecError
 
 def command(task: Task, seed: int) -> Optional[str]:
     """``gradcheck SPEC -k CASE`` with the seed (where it is not the spec's) and the command line's
-    device and check overrides; None when the case has no spec file to rerun."""
+    device, check and --strict overrides; None when the case has no spec file to rerun."""
     case = task.case
     if not Path(case.path).is_file():
         return None
@@ -22,6 +22,8 @@ def command(task: Task, seed: int) -> Optional[str]:
         text += f" --seed {seed}"
     if task.opts.devices is not None:
         text += f" --device {task.device}"
+    if task.opts.strict:
+        text += " --strict"
     if task.opts.all_checks:
         text += " --check all"
     elif task.opts.checks is not None:

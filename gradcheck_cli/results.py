@@ -9,6 +9,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
+from .printable import printable
+
 
 class ExitCode(enum.IntEnum):
     """The process exit codes of the contract, used by the CLI, the pytest plugin's entry and ``Report``."""
@@ -57,6 +59,7 @@ class Pattern(str, enum.Enum):
     NO_PATTERN = "no_pattern"  # wrong everywhere, no constant ratio or sign flip
     SYSTEMATIC = "systematic"  # within tolerance, but a constant factor off 1 (``ratio``)
     KINK = "kink"  # mismatches at kinks, ties or domain edges (explained, or wrong there too)
+    PRECISION = "precision"  # forward's outputs change in steps too coarse for the finite differences' eps
 
     def __str__(self) -> str:
         return self.value
@@ -141,6 +144,76 @@ class CaseResult:
     replay: Optional[str] = None  # a command that reruns just this case
     line: Optional[int] = None  # line of the case in the spec file, where known
 
+    def __bool__(self) -> bool:
+        """The verdict: true only when it passed (``assert check(MyFunction, args)``). A skip proves
+        nothing, so it is false too; warnings (a systematic error within tolerance) do not change it."""
+        return self.status is Status.PASS
+
+    def __repr__(self) -> str:
+        """Short: the status, the id and why, e.g. ``<CaseResult FAIL mod.F: backward: gradient of 'x' ...>``."""
+        failing = next((c for c in self.checks if c.status is self.status and c.message), None)
+        why = (f"{self.error.kind} error: {self.error.message}" if self.error is not None
+               else f"{failing.check}: {failing.message}" if failing is not None
+               else ", ".join(f"{c.check} {c.status}" for c in self.checks))
+        why = " ".join(why.split())
+        return printable(f"<CaseResult {self.status.name} {self.id}{': ' if why else ''}{_clip(why, 100)}>")
+
+    def __str__(self) -> str:
+        """The report of this case in plain text, as the table format shows it: one table per check,
+        one row per argument."""
+        head = f"{self.status.name:5} {self.id}"
+        head += f"  {self.function}" if self.function and self.function != self.id else ""
+        lines = [head + f"  seed {self.seed}  {self.duration_s:.2f}s"]
+        if self.error:
+            lines.append(f"  {self.error.kind} error: {self.error.message}")
+            lines += [f"  at {self.error.where}"] if self.error.where else []
+        for check in self.checks:
+            if check.inputs:
+                lines.append(f"  {check.check} ({check.mode})" if check.mode else f"  {check.check}")
+                lines += ["    " + row for row in _aligned([list(COLUMNS)] + [cells(r) for r in check.inputs])]
+            lines += [f"  {check.check}: {check.message}"] if check.message else []
+            lines += [f"  warning: {w}" for w in check.warnings]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        lines += [f"  replay: {self.replay}"] if self.replay and self.status in (Status.FAIL, Status.ERROR) else []
+        return printable("\n".join(lines))
+
+
+COLUMNS = {"argument": "<", "shape": "<", "dtype": "<", "status": "<", "max abs err": ">", "max rel err": ">",
+           "worst at": "<", "mismatched": ">", "analytical / numerical": ">", "tolerance": "<"}  # title: alignment
+
+
+def cells(row: InputReport) -> list[str]:
+    """One argument's row of the per-argument table, as text under ``COLUMNS``."""
+    compared = row.mismatched is not None
+    if row.status is Status.SKIP:
+        status = f"not checked: {row.reason}"
+    elif row.status is Status.FAIL and not compared:
+        status = f"fail: {row.reason}" if row.reason else "fail"
+    else:
+        status = row.status.value
+    worst = str(row.worst_index) if row.worst_index is not None else "-"
+    if row.worst_output and row.status is Status.FAIL:
+        worst += f" ({row.worst_output})"
+    return [f"{row.index}: {row.name}", str(row.shape), row.dtype, status, num(row.max_abs_err),
+            num(row.max_rel_err), worst, f"{row.mismatched} / {row.numel}" if compared else "-",
+            f"{num(row.analytical)} / {num(row.numerical)}" if row.analytical is not None else "-",
+            f"atol {row.atol:g}, rtol {row.rtol:g}" if compared and row.atol is not None else "-"]
+
+
+def num(value: Optional[float]) -> str:
+    """A number as the reports write it (3 significant digits), ``-`` for none."""
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _aligned(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
+    align = list(COLUMNS.values())
+    return ["  ".join(f"{c:{a}{w}}" for c, a, w in zip(r, align, widths)).rstrip() for r in rows]
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 def overall(statuses: list[Status]) -> Status:
     """Combine statuses: error beats fail beats pass beats skip (all skipped -> skip)."""
@@ -156,7 +229,8 @@ class Report:
 
     results: list[CaseResult]
     duration_s: float = 0.0
-    not_run: int = 0  # tasks never started (--fail-fast stopped the run)
+    not_run: int = 0  # tasks never started or never finished (--fail-fast, an interrupt)
+    interrupted: Optional[str] = None  # "SIGINT" or "SIGTERM": the signal that stopped the run
 
     def summary(self) -> dict[str, Any]:
         count = dict.fromkeys(Status, 0)
@@ -169,11 +243,15 @@ class Report:
             "errors": count[Status.ERROR],
             "skipped": count[Status.SKIP],
             "not_run": self.not_run,
+            "interrupted": self.interrupted,
             "duration_s": round(self.duration_s, 3),
         }
 
     def exit_code(self) -> ExitCode:
-        """Exit code of the contract: internal beats could not check beats failed beats passed."""
+        """Exit code of the contract: an interrupt beats internal beats could not check beats failed beats passed
+        (an interrupted run is incomplete, whatever finished)."""
+        if self.interrupted:
+            return ExitCode.TERMINATED if self.interrupted == "SIGTERM" else ExitCode.INTERRUPTED
         if any(r.error is not None and r.error.kind == ErrorKind.INTERNAL for r in self.results):
             return ExitCode.INTERNAL
         if any(r.status is Status.ERROR for r in self.results):

@@ -1,6 +1,7 @@
 """Spec cases -> checks -> results. User errors become error results; nothing is lost."""
 from __future__ import annotations
 
+import os
 import time
 import traceback
 from collections.abc import Iterable
@@ -9,7 +10,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from . import checks, inputs, loader, plan
+from . import checks, inputs, loader, plan, state
 from .binding import Bound, bind
 from .checks.base import MEMORY_BYTES, CheckContext, Options
 from .devices import device_problem
@@ -36,7 +37,19 @@ def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseRe
 
 
 def run_task(task: Task) -> CaseResult:
-    """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass."""
+    """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass.
+
+    A process that the code under test forked and that returns from it ends here: it must not go on
+    as a copy of the worker (or of pytest) and report a second time."""
+    me = os.getpid()
+    try:
+        return _trials(task)
+    finally:
+        if os.getpid() != me:
+            os._exit(0)
+
+
+def _trials(task: Task) -> CaseResult:
     trials = max(1, task.opts.trials)
     result = _resampled(task, task.seed)
     for t in range(1, trials):
@@ -57,7 +70,8 @@ def _resampled(task: Task, seed: int) -> CaseResult:
         drawn: set[str] = set()  # the arguments drawn at random (not literal data), which a new seed moves
 
         def body(r: CaseResult, case: Case = case, drawn: set[str] = drawn) -> None:
-            _check(case, task.device, task.opts, r, drawn)
+            with state.preserved(r.warnings):  # what loading, initialising and binding change
+                _check(case, task.device, task.opts, r, drawn)
 
         result = guard(plan.new_result(task, case.seed), body, where=_at(case))
         result.warnings[:0] = notes
@@ -105,7 +119,9 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     if problem:
         result.checks = [CheckResult(name, Status.SKIP, message=problem) for name in case.checks]
         return
+    before = state.snapshot()
     target = loader.load(case.function)
+    _import_effects(case.function, state.changes(before))
     init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device)
     bound = bind_case(target, case, device)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
@@ -118,10 +134,25 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
                        named=not case.all_checks)
     for name in case.checks:
-        check: CheckResult = checks.get(name)(ctx)
+        with state.preserved(result.warnings):  # no check sees what another one's calls changed
+            check: CheckResult = checks.get(name)(ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         result.checks.append(check)
+
+
+_IMPORTED: dict[str, state.Snapshot] = {}  # module -> the global state its import set
+
+
+def _import_effects(function: str, effects: state.Snapshot) -> None:
+    """Global state set by importing the target's module (``torch.set_default_dtype`` at module level) is
+    set again for every later case of that module in this process, as if each case imported it afresh;
+    every case's changes are undone after it."""
+    module = function.partition(":")[0] if ":" in function else function.rpartition(".")[0]
+    if effects:
+        _IMPORTED[module] = effects
+    else:
+        state.apply(_IMPORTED.get(module, []))
 
 
 def bind_case(target: Target, case: Case, device: str) -> Bound:

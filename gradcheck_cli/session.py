@@ -5,8 +5,10 @@ No torch here: with isolation (the default) only the workers import it.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
@@ -14,6 +16,10 @@ from . import plan
 from .plan import RunOptions, Task
 from .results import CaseResult, Report, Status
 from .spec import Case, SpecError
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the process was (as SIGINT raises KeyboardInterrupt); the front end installs it."""
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,10 @@ class BatchOptions:
 
 def execute(items: list[Union[Case, SpecError]], opts: RunOptions, batch: BatchOptions,
             on_result: Optional[Callable[[CaseResult], None]] = None) -> Report:
-    """Check every item; the report lists results in item order whatever the number of workers."""
+    """Check every item; the report lists results in item order whatever the number of workers.
+
+    An interrupt (KeyboardInterrupt, ``Terminated``) stops the run: the workers and what they started
+    end, and the report holds what finished, the count not run and which signal stopped it."""
     start = time.perf_counter()
     planned = plan.expand(items, opts)
     results: list[Optional[CaseResult]] = [
@@ -36,31 +45,60 @@ def execute(items: list[Union[Case, SpecError]], opts: RunOptions, batch: BatchO
             on_result(r)
     stop = batch.fail_fast and any(r is not None for r in results)
     tasks = [(i, p) for i, p in enumerate(planned) if isinstance(p, Task)]
+    interrupted = None
     if tasks and not stop:
-        done = _run(tasks, batch, on_result)
-        for (i, _), r in zip(tasks, done):
-            results[i] = r
-    finished = [r for r in results if r is not None]
-    return Report(finished, time.perf_counter() - start, not_run=len(results) - len(finished))
+        finished = _run([t for _, t in tasks], batch)
+        try:
+            for k, result in finished:
+                results[tasks[k][0]] = result
+                if on_result:
+                    on_result(result)
+        except KeyboardInterrupt:
+            interrupted = "SIGINT"
+        except Terminated:
+            interrupted = "SIGTERM"
+        finally:
+            finished.close()  # ends the workers at once when interrupted
+    done = [r for r in results if r is not None]
+    return Report(done, time.perf_counter() - start, not_run=len(results) - len(done), interrupted=interrupted)
 
 
-def _run(tasks: list[tuple[int, Task]], batch: BatchOptions,
-         on_result: Optional[Callable[[CaseResult], None]]) -> list[Optional[CaseResult]]:
+def _run(tasks: list[Task], batch: BatchOptions) -> Generator[tuple[int, CaseResult], None, None]:
     if batch.isolate:
         from . import pool
 
-        return pool.run([t for _, t in tasks], batch.jobs, batch.timeout, batch.fail_fast, on_result)
+        return pool.run(tasks, batch.jobs, batch.timeout, batch.fail_fast)
+    return _in_process(tasks, batch.fail_fast)
+
+
+def _in_process(tasks: list[Task], fail_fast: bool) -> Generator[tuple[int, CaseResult], None, None]:
     from .pool import keep_freed_memory
     from .runner import run_task
 
     keep_freed_memory()  # this process is ours: it checks the cases itself
-    out: list[Optional[CaseResult]] = []
-    for _, task in tasks:
-        with contextlib.redirect_stdout(sys.stderr):  # user prints must not corrupt the report on stdout
+    for k, task in enumerate(tasks):
+        with _stdout_to_stderr():  # what user code prints, even to file descriptor 1, must not corrupt the report
             result = run_task(task)
-        out.append(result)
-        if on_result:
-            on_result(result)
-        if batch.fail_fast and result.status in (Status.FAIL, Status.ERROR):
-            break
-    return out + [None] * (len(tasks) - len(out))
+        yield k, result
+        if fail_fast and result.status in (Status.FAIL, Status.ERROR):
+            return
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor 1 (closed)
+        saved = None
+    if saved is not None:
+        os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)

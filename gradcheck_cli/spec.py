@@ -27,14 +27,15 @@ DISTS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "randint": ("low
 DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
 MAX_DIMS = 64  # dimensions of a torch tensor, at most
 SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
-TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "checks", "repeat", "resample",
-            "inputs", "kwargs", "init", "cases")
+TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
+            "resample", "inputs", "kwargs", "init", "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
 FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")  # likewise
 MAX_NODES = 1_000_000  # aliases may repeat a node: refuse documents that expand past this ("billion laughs")
+MERGE_TAG = "tag:yaml.org,2002:merge"  # the tag of a plain `<<` key
 Key = tuple[Union[str, int], ...]  # a key path into a document: mapping keys and list positions
 
 
@@ -94,6 +95,9 @@ class Tolerance:
     nondet_tol: float = 0.0
     # the keys the spec set (the others may be adapted, e.g. to a low dtype)
     given: tuple[str, ...] = field(default=(), compare=False)
+    # `strict: true` / --strict: a constant factor within tolerance but well beyond the finite
+    # differences' own error estimate fails (by default it is a warning, as torch.autograd.gradcheck passes it)
+    strict: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,21 +162,23 @@ def load_file(path: Union[str, Path]) -> list[Union[Case, SpecError]]:
         return [SpecError(path, "", "the file holds no spec; it needs at least a `function:` key")]
     out: list[Union[Case, SpecError]] = []
     n_docs = max((i for i, _, _ in docs), default=0) + (syntax_error is not None)
-    for i, node, doc in docs:
-        ctx = _Ctx(path)
+    for i, ctx, doc in docs:
+        if isinstance(ctx, SpecError):
+            out.append(ctx)
+            continue
         try:
-            _node_lines(node, (), ctx)
             out.extend(parse_document(doc, ctx, doc_index=i, n_docs=n_docs))
         except SpecError as exc:
             out.append(exc)
     return out + ([syntax_error] if syntax_error else [])
 
 
-def _documents(text: str, path: str) -> tuple[list[tuple[int, yaml.Node, Any]], Optional[SpecError]]:
-    """(position, node, data) of each non-empty document, read with the safe loader, and the
-    syntax error that stopped the reading, if any: the documents before it are kept."""
+def _documents(text: str, path: str) -> tuple[list[tuple[int, Union[_Ctx, SpecError], Any]], Optional[SpecError]]:
+    """(position, context with the lines of its key paths or the error that refused it, data) of
+    each non-empty document, read with the safe loader, and the syntax error that stopped the
+    reading, if any: the documents before it are kept."""
     loader = None
-    docs: list[tuple[int, yaml.Node, Any]] = []
+    docs: list[tuple[int, Union[_Ctx, SpecError], Any]] = []
     try:
         loader = yaml.SafeLoader(text)  # refuses control characters at once
         index = 0
@@ -181,13 +187,19 @@ def _documents(text: str, path: str) -> tuple[list[tuple[int, yaml.Node, Any]], 
             if node is None:  # not after check_node() said a document follows; for the type checker
                 break
             index += 1
+            ctx = _Ctx(path)
+            try:  # walked as written: construction flattens merge keys (<<) into the mappings
+                _node_lines(node, (), ctx)
+            except SpecError as exc:
+                docs.append((index, exc, None))
+                continue
             try:
                 data = loader.construct_document(node)
             except (ValueError, TypeError, LookupError, ArithmeticError, AttributeError) as exc:
                 # a value that does not fit its tag (`!!int x`) raises these, not a YAMLError
                 return docs, SpecError(path, "", f"not valid YAML: a value does not fit its explicit tag: {exc}")
             if data is not None:
-                docs.append((index, node, data))
+                docs.append((index, ctx, data))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -202,7 +214,8 @@ def _documents(text: str, path: str) -> tuple[list[tuple[int, yaml.Node, Any]], 
 
 
 def _node_lines(node: yaml.Node, key: Key, ctx: _Ctx, sizes: Optional[dict[int, Optional[int]]] = None) -> int:
-    """Map every key path to its 1-based line; refuse duplicate keys (YAML would keep the last),
+    """Map every key path to its 1-based line; refuse duplicate keys (YAML would keep the last; a key
+    that overrides one merged in by ``<<`` is no duplicate),
     an alias inside the node it names (a cycle) and aliases that expand past MAX_NODES.
     A node met again through an alias is not walked again: the paths below it take the
     alias's line. Returns the node's size with aliases expanded."""
@@ -217,22 +230,44 @@ def _node_lines(node: yaml.Node, key: Key, ctx: _Ctx, sizes: Optional[dict[int, 
         return known
     sizes[id(node)] = None
     size = 1
+    merges: list[yaml.Node] = []  # the values of a mapping's merge key (<<)
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for k, v in node.value:
             name = k.value
             if name in seen:
-                raise SpecError(ctx.path, _keystr(key + (name,)), "duplicate key: keep one", k.start_mark.line + 1)
+                also = "; to merge several mappings, list them: `<<: [*a, *b]`" if k.tag == MERGE_TAG else ""
+                raise SpecError(ctx.path, _keystr(key + (name,)), f"duplicate key: keep one{also}",
+                                k.start_mark.line + 1)
             seen.add(name)
             lines[key + (name,)] = k.start_mark.line + 1
             size += _node_lines(v, key + (name,), ctx, sizes)
+            if k.tag == MERGE_TAG:
+                merges.append(v)
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
             size += _node_lines(v, key + (i,), ctx, sizes)
     if size > MAX_NODES:
         raise SpecError(ctx.path, _keystr(key), f"aliases expand this to more than {MAX_NODES} values", lines[key])
+    for merged_key, _ in (pair for v in merges for pair in _merged(v, key, ctx)):
+        lines.setdefault(key + (merged_key.value,), merged_key.start_mark.line + 1)  # where its value is written
     sizes[id(node)] = size
     return size
+
+
+def _merged(value: yaml.Node, key: Key, ctx: _Ctx) -> list[tuple[yaml.Node, yaml.Node]]:
+    """The (key, value) pairs that ``<<: value`` brings into a mapping, the winner of each key
+    first (YAML 1.1): a mapping's own keys before those it merges, an earlier mapping of a list
+    before a later one. The mapping's explicit keys beat them all. ``value`` was walked (no cycle)."""
+    maps = value.value if isinstance(value, yaml.SequenceNode) else [value]
+    pairs: list[tuple[yaml.Node, yaml.Node]] = []
+    for m in maps:
+        if not isinstance(m, yaml.MappingNode):
+            raise SpecError(ctx.path, _keystr(key + ("<<",)), "a merge key `<<` takes a mapping or a list of "
+                            "mappings, e.g. `<<: *defaults` or `<<: [*a, *b]`", m.start_mark.line + 1)
+        own = [(k, v) for k, v in m.value if k.tag != MERGE_TAG]
+        pairs += own + [pair for k, v in m.value if k.tag == MERGE_TAG for pair in _merged(v, key, ctx)]
+    return pairs
 
 
 def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> list[Case]:
@@ -280,6 +315,11 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["dtype"] = _dtype(doc["dtype"], key + ("dtype",), ctx)
     if "tolerance" in doc:
         changes["tolerance"] = _tolerance(doc["tolerance"], case.tolerance, key + ("tolerance",), ctx)
+    if "strict" in doc:
+        if not isinstance(doc["strict"], bool):
+            raise ctx.fail(key + ("strict",), f"expected true or false (fail a systematic factor within tolerance), "
+                                              f"got {_show(doc['strict'])}")
+        changes["tolerance"] = replace(changes.get("tolerance", case.tolerance), strict=doc["strict"])
     if "checks" in doc:
         changes["checks"] = _checks(doc["checks"], key + ("checks",), ctx)
         changes["all_checks"] = doc["checks"] in ("all", ["all"])
@@ -383,7 +423,7 @@ def number(value: Any, key: Key, ctx: _Ctx, positive: bool = False) -> float:
 
 def _tolerance(value: Any, base: Tolerance, key: Key, ctx: _Ctx) -> Tolerance:
     _mapping(value, key, TOLERANCE_KEYS, ctx)
-    vals = {k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items()}
+    vals: dict[str, Any] = {k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items()}
     for k, v in vals.items():
         if v < 0:
             raise ctx.fail(key + (k,), f"expected a non-negative number, got {v}")

@@ -9,13 +9,14 @@ import torch
 
 from ..binding import Bound
 from ..errors import UserCodeError, guarded
-from ..numerics import Entry, as_tuple, compare, is_float_tensor, kinks, probes, unravel, vjp
+from ..numerics import Entry, as_tuple, compare, is_float_tensor, kinks, precision, probes, real_numel, unravel, vjp
+from ..numerics.jacobians import projection
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
-from ..rng import Stream, generator
+from ..rng import Stream, generator, signed_uniform
 from ..spec import Tolerance
 from . import contract
 from .base import CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
-from .diagnosis import diagnose
+from .diagnosis import diagnose, ratio_text
 from .rows import fill_jacobian
 from .verdict import begin, conclude
 
@@ -24,6 +25,7 @@ REFERENCE = {torch.float32: torch.float64, torch.float16: torch.float64, torch.b
 LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3, 1e-3), torch.complex64: (1e-4, 1e-3, 1e-3),
                  torch.float16: (1e-2, 1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2, 5e-2)}
 # (atol, rtol) unless the spec sets them; eps for finite differences in the low dtype itself
+STRICT_MARGIN = 10  # --strict fails a constant factor off 1 by this many times the finite differences' own error
 
 
 def run(ctx: CheckContext) -> CheckResult:
@@ -78,6 +80,9 @@ def run(ctx: CheckContext) -> CheckResult:
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
             _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, tol)
+            if reports[i].pattern is Pattern.SYSTEMATIC and tol.strict:
+                _strict(reports[i], entry, forward, plain, plain_inputs[k], positions, projection(layout, opts.seed),
+                        tol.eps, opts.seed)
     nondeterministic = [] if found.repeated else _determinism(  # the contract compared its repeated calls
         outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, opts.repeat)
     return _finish(result, found, nondeterministic, start)
@@ -153,6 +158,9 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
                                 index_text=f"{row.name}{unravel(element, x.shape)}")
         if element not in verdicts or verdicts[element].explained:  # explained when all its parts are
             verdicts[element] = verdict
+    if any(v.kind == "precision" for v in verdicts.values()):
+        _imprecise(row, list(verdicts.values()), tol)
+        return
     explained = [v for v in verdicts.values() if v.explained]
     wrong_at_kinks = [v.text for v in verdicts.values() if v.kind != "smooth" and not v.explained]
     row.at_kinks = len(explained)
@@ -168,6 +176,59 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
     notes = wrong_at_kinks[:1] + [f"{len(explained)} more mismatching at a kink, tie or domain edge, where backward "
                                   "gives a one-sided derivative (not counted)"] * bool(explained)
     row.diagnosis = "; ".join([d for d in [row.diagnosis, *notes] if d])
+
+
+def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance) -> None:
+    """A row whose finite differences are limited by forward's precision (it computes in float32,
+    or is quantised: see ``numerics.precision``): never a kink story. Every mismatch examined
+    within that rounding: pattern PRECISION and the eps that resolves it, a fail (nothing was
+    verified at this eps). Else the gradient is wrong anyway: its pattern stays, the precision noted."""
+    coarse = sorted((v for v in verdicts if v.kind == "precision"), key=lambda v: v.step)
+    median = coarse[len(coarse) // 2]
+    eps, atol = precision.advice(median.step, tol.eps, tol.atol)
+    setting = f"eps: {_yaml_number(eps)}" + (f", atol: {_yaml_number(atol)}" if atol is not None else "")
+    fix = (f"set `tolerance: {{{setting}}}` in the spec (from Python: check(..., {setting.replace(': ', '=')}))")
+    row.at_kinks = 0
+    wrong = [v for v in verdicts if not v.explained]  # beyond the rounding, or where it did not limit
+    if not wrong:
+        row.pattern, row.ratio = Pattern.PRECISION, None
+        row.diagnosis = (f"finite differences cannot check it at eps={tol.eps:g}: forward computes in "
+                         f"{median.grid} or lower precision (its outputs change in steps of about {median.step:.2g}), "
+                         f"so they measure rounding, not the derivative (no verdict on backward); {fix}; "
+                         f"e.g. {median.text}")
+        return
+    closer = (f"forward's precision limits finite differences at eps={tol.eps:g} too: to check closer, {fix}"
+              if eps > tol.eps or atol is not None else "")
+    row.diagnosis = "; ".join(d for d in [row.diagnosis, wrong[0].text, closer] if d)
+
+
+def _yaml_number(v: float) -> str:
+    """A float as YAML reads it: 0.001 -> '0.001', 1e-05 -> '1.0e-5' (YAML needs the dot)."""
+    text = f"{v:g}"
+    return text if "e" not in text else f"{v:.1e}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def _strict(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: torch.Tensor, positions: list[int],
+            w: torch.Tensor, eps: float, seed: int) -> None:
+    """--strict: a systematic factor r (within tolerance, constant everywhere) fails when |r - 1| is
+    well beyond the finite differences' own error, estimated along one random direction u (from
+    steps eps and eps/2, and the outputs' rounding), and the analytical u^T J^T w shows the same factor there."""
+    assert row.ratio is not None  # a SYSTEMATIC row has its ratio
+    # signs: each element moves by the full eps, as in a column of the Jacobian, so the truncation error is alike
+    u = torch.sign(signed_uniform((real_numel(x),), generator(seed, Stream.STRICT)))
+    d, err = precision.directional(forward, plain, x, u, eps, positions, w)
+    a = float(entry.proj_a @ u)
+    own = err / abs(d) if d else float("inf")  # relative
+    off = min(abs(row.ratio - 1), abs(a / d - 1) if d else 0.0)
+    factor = ratio_text(row.ratio, entry.rtol)
+    if off > STRICT_MARGIN * own:
+        row.status = Status.FAIL
+        row.diagnosis = (f"analytical is {factor} numerical everywhere: within tolerance, but the finite "
+                         f"differences' own error is only about {own:.1g} (from steps eps and eps/2, and rounding), "
+                         f"so that is a systematic factor (a constant slightly off?); strict fails it")
+    else:
+        row.diagnosis = (f"within tolerance, analytical is {factor} numerical everywhere; the finite differences' own "
+                         f"error (about {own:.1g}) could explain that, so strict lets it pass")
 
 
 def _determinism(outputs: tuple[Any, ...], positions: list[int], inputs: list[torch.Tensor], names: list[str],

@@ -34,6 +34,11 @@ def no_limit(calls: int, passes: int) -> None:
     """``compare``'s default ``budget``: any amount of work is done."""
 
 
+def projection(layout: Layout, seed: int) -> torch.Tensor:
+    """The random probe u over the rows whose u^T J every ``Entry`` of ``compare`` keeps."""
+    return signed_uniform((layout.n_rows,), generator(seed, Stream.PROJECTION))
+
+
 def compare(
     call: Call,
     outputs: tuple[Any, ...],
@@ -73,7 +78,7 @@ def compare(
     layout = make_layout(plain_inputs, outputs, positions)
     jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
                     batched, memory_bytes)
-    probe = signed_uniform((layout.n_rows,), generator(seed, Stream.PROJECTION))
+    probe = projection(layout, seed)
     keep = memory_bytes // 16 // max(1, len(plain_inputs))  # mismatching columns kept whole, per argument
     entries = [Entry(real_numel(t), atol, rtol, keep_bytes=keep) for t in plain_inputs]
     budget(2 * layout.n_cols + layout.n_rows, 1)

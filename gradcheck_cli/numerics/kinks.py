@@ -15,6 +15,14 @@ domain edge closer than 2h, or strong curvature, keeps them apart until h is sma
 jump or noise never settles. For an O(h^2) formula the gap between the last two estimates is
 about 3x the error of the last one, so a settled derivative is compared with
 atol + rtol |d| + gap: the tolerance is loosened only by the measured error, at most twofold.
+
+None of this holds where the outputs change in steps coarser than float64's rounding (a forward
+computed in float32, or quantised: see ``precision``): a difference of such outputs over a step h
+is off by up to step / h, and two equal values read as a flat side. So the outputs are first
+sampled at a few more points; where the rounding of the central difference at eps can take a
+quarter of the tolerance of a mismatching entry, the verdict is "precision" (finite differences
+cannot resolve the derivative at this eps), never a kink; elsewhere steps are never halved below
+where that rounding reaches a quarter of atol.
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import precision
 from .differences import call_moved, elements
 from .realify import as_tuple, outputs_vector, real_numel, unravel
 
@@ -33,13 +42,17 @@ Point = tuple[float, torch.Tensor]  # (offset actually taken, realified float64 
 
 @dataclass
 class Verdict:
-    """What one mismatched element is: ``kind`` "kink" | "domain_edge" | "smooth"; ``explained``
-    True when backward is consistent with a one-sided derivative (not a wrong gradient); ``text``
-    one phrase for the report."""
+    """What one mismatched element is: ``kind`` "kink" | "domain_edge" | "smooth" | "precision";
+    ``explained`` True when backward is consistent with a one-sided derivative, or for
+    "precision" with the central difference within its rounding error (not a wrong gradient);
+    ``text`` one phrase for the report. For "precision": ``step``, the largest step in which the
+    outputs change, and ``grid``, the float format their values fit ('float32'), or ''."""
 
     kind: str
     explained: bool
     text: str
+    step: float = 0.0
+    grid: str = ""
 
 
 @dataclass
@@ -58,6 +71,7 @@ class _Element:
         self.call, self.values, self.positions = call, values, list(positions)
         self.element = elements(x)(j)
         self.x0 = self.element.x0
+        self.floor = 0.0  # no one-sided step below this: rounding of the outputs would drown it
         self.names: list[tuple[int, torch.Tensor]] = []  # (position, output) for naming entries
 
     def center(self) -> torch.Tensor:
@@ -117,6 +131,9 @@ def examine(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torc
     minus, plus = f(-eps), f(eps)
     if not (_finite(minus) and _finite(plus)):
         return _domain_edge(f, what, y0, a, eps, minus, plus, atol, rtol)
+    coarse = _precision(f, what, y0, a, eps, minus, plus, atol, rtol)
+    if coarse is not None:
+        return coarse
     left, right = _slope(y0, minus), _slope(y0, plus)
     if _agree(left, right, atol, rtol):
         central = (left + right) / 2
@@ -130,6 +147,41 @@ def resample_hint(name: str) -> str:
     """One line of advice for an argument whose values sit at kinks or domain edges."""
     return (f"keep '{name}' away from kinks and domain edges: add `avoid: [[lo, hi]]` around them to the "
             f"argument '{name}' in the spec (e.g. `avoid: [[-0.001, 0.001]]` for a kink at 0), or `resample: true`")
+
+
+def _precision(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float, minus: Point,
+               plus: Point, atol: float, rtol: float) -> Verdict | None:
+    """A "precision" verdict where the outputs change in steps too coarse for a central difference
+    at eps to meet the tolerance; else None, with ``f.floor`` set so that no one-sided step goes
+    below where the rounding reaches a quarter of atol."""
+    more = [f(k * eps) for k in precision.OFFSETS[2:]]
+    samples = torch.stack([y0, minus[1], plus[1], *(p[1] for p in more)])
+    step, bits = precision.resolution(samples)
+    if not bool((step > 0).any()):
+        return None
+    moving = (samples != y0).any(0)  # entries that depend on this element (others may hold float32 constants)
+    # the one-sided formula's rounding is about 2.5 step / h: a quarter of atol at h = 10 step / atol
+    f.floor = 10 * float(torch.where(moving, step, 0.0).max()) / atol if atol > 0 else float("inf")
+    width = plus[0] - minus[0]
+    central = (plus[1] - minus[1]) / width
+    rounding = step / width  # each output off by up to step / 2: the central difference by step / width
+    tol = _tol(central, atol, rtol)
+    off = torch.nan_to_num((a - central).abs(), nan=torch.inf)
+    limited = (off > tol) & (4 * rounding > tol)
+    if not bool(limited.any()):
+        return None
+    m = int(torch.argmax(torch.where(limited, rounding / tol, -1.0)))
+    grid = precision.grid_name(int(bits[m]))
+    head = (f"{what}: forward's output{f.entry(m)} fits in {int(bits[m])} significant bits ({grid} or lower "
+            f"precision) and changes in steps of {_num(step[m])}, so its central difference at eps={_num(eps)} is "
+            f"good only to +-{_num(rounding[m])}")
+    wrong = (off > tol + 2 * rounding) & (off > tol)
+    if bool(wrong.any()):
+        w = int(torch.argmax(torch.where(wrong, off / (tol + 2 * rounding), -1.0)))
+        return Verdict("precision", False, f"{head}; yet backward gives {_num(a[w])}{f.entry(w)} where it is "
+                                           f"{_num(central[w])}, further off than that", float(step[m]), grid)
+    return Verdict("precision", True, f"{head} (the tolerance is {_num(tol[m])}): backward gives {_num(a[m])}, "
+                                      f"within that of {_num(central[m])}", float(step[m]), grid)
 
 
 def _domain_edge(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float, minus: Point,
@@ -196,6 +248,8 @@ def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, ato
     points = (first, f(2 * s * eps))  # (near, far): offsets h and 2h
     previous: torch.Tensor | None = None
     for k in range(HALVINGS + 1):
+        if k and eps / 2**k < f.floor:
+            break
         if k:
             points = (f(s * eps / 2**k), points[0])
         d = _one_sided(y0, *points)

@@ -1,9 +1,10 @@
 """Reporters: each turns a finished Report into text on a stream. One registry feeds --format."""
 from __future__ import annotations
 
+import codecs
 import importlib
 from collections.abc import Mapping
-from typing import Callable, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO, cast
 
 from ..results import CaseResult, Report
 
@@ -29,3 +30,24 @@ def spec_file(result: CaseResult) -> Optional[str]:
     if not result.spec or (result.spec.startswith("<") and result.spec.endswith(">")):
         return None
     return result.spec
+
+
+def writable(stream: TextIO) -> TextIO:
+    """``stream``, or a view of it that writes what its encoding cannot hold as escapes (``\\xe9``):
+    a log file in cp1252 or ``PYTHONIOENCODING=ascii`` must not crash on a name from user code."""
+    encoding = getattr(stream, "encoding", None)
+    if not isinstance(encoding, str) or codecs.lookup(encoding).name == "utf-8":
+        return stream
+    return cast(TextIO, _Escaping(stream, encoding))
+
+
+class _Escaping:
+    def __init__(self, stream: TextIO, encoding: str) -> None:
+        self._stream, self._encoding = stream, encoding
+
+    def write(self, text: str) -> int:
+        self._stream.write(text.encode(self._encoding, "backslashreplace").decode(self._encoding))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, flush, encoding, ...: the stream's own
+        return getattr(self._stream, name)

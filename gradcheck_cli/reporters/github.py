@@ -10,8 +10,9 @@ import hashlib
 import io
 from typing import Optional, TextIO
 
-from ..results import CaseResult, CheckResult, InputReport, Report, Status
-from . import spec_file, table
+from ..printable import printable
+from ..results import CaseResult, CheckResult, InputReport, Report, Status, num
+from . import spec_file, table, writable
 
 
 def escape_data(text: str) -> str:
@@ -51,11 +52,11 @@ def _row_text(row: InputReport) -> str:
     if row.mismatched is None:
         return text + (f": {row.reason}" if row.reason else ": fail")
     text += f": {row.mismatched} of {row.numel} elements out of tolerance"
-    text += f", max abs err {table.num(row.max_abs_err)}, max rel err {table.num(row.max_rel_err)}"
+    text += f", max abs err {num(row.max_abs_err)}, max rel err {num(row.max_rel_err)}"
     if row.worst_index is not None:
         text += f", worst at {row.worst_index}"
     if row.analytical is not None:
-        text += f" (analytical {table.num(row.analytical)} vs numerical {table.num(row.numerical)})"
+        text += f" (analytical {num(row.analytical)} vs numerical {num(row.numerical)})"
     return text + (f": {row.diagnosis}" if row.diagnosis else "")
 
 
@@ -105,6 +106,7 @@ def render(report: Report, stream: TextIO, color: bool = False) -> None:
     The table is fenced with ``::stop-commands::``, so text from user code in it (an exception
     message starting with ``::``) can never run as a workflow command.
     """
+    report, stream = printable(report), writable(stream)  # user text: lone surrogates, a narrow encoding
     text = io.StringIO()
     table.render(report, text, color=False)
     token = hashlib.sha256(text.getvalue().encode("utf-8")).hexdigest()[:16]

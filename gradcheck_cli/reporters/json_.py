@@ -6,6 +6,7 @@ import json
 from typing import Any, TextIO
 
 from .. import __version__
+from ..printable import printable
 from ..results import Report, to_dict
 
 SCHEMA_VERSION = 1
@@ -36,5 +37,6 @@ def torch_version() -> str:
 
 
 def render(report: Report, stream: TextIO, color: bool = False) -> None:
-    json.dump(as_dict(report, torch_version()), stream, indent=2, allow_nan=False)
+    # text from user code may hold lone surrogates: strict JSON readers refuse them even escaped
+    json.dump(as_dict(printable(report), torch_version()), stream, indent=2, allow_nan=False)
     stream.write("\n")

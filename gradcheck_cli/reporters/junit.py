@@ -17,6 +17,7 @@ from typing import Optional, TextIO, Union
 
 from rich.console import Console
 
+from ..printable import printable
 from ..results import CaseResult, Report, Status
 from . import spec_file, table
 
@@ -101,6 +102,7 @@ def _testcase(suite: ET.Element, result: CaseResult, locations: bool) -> None:
 
 def build(report: Report, locations: bool = False) -> ET.Element:
     """The ``<testsuites>`` element of ``report``."""
+    report = printable(report)  # lone surrogates as escapes, before clean() drops what XML cannot hold
     s = report.summary()
     counts = {"tests": str(s["total"]), "failures": str(s["failed"]), "errors": str(s["errors"])}
     root = ET.Element("testsuites", {"name": "gradcheck-cli", **counts, "time": _seconds(report.duration_s)})
@@ -110,7 +112,8 @@ def build(report: Report, locations: bool = False) -> ET.Element:
         _testcase(suite, result, locations)
     not_run = s.get("not_run", 0)
     if not_run:
-        _child(suite, "system-out", f"{not_run} not run (--fail-fast stopped the run)\n")
+        why = f"interrupted by {s['interrupted']}" if s.get("interrupted") else "--fail-fast stopped the run"
+        _child(suite, "system-out", f"{not_run} not run ({why})\n")
     return root
 
 

@@ -1,53 +1,34 @@
 """Human report: one rich table per (spec, case, device) and check, one row per argument."""
 from __future__ import annotations
 
-from typing import Optional, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..results import CaseResult, CheckResult, InputReport, Report, Status
+from ..printable import printable
+from ..results import COLUMNS, CaseResult, CheckResult, Report, Status, cells
+from . import writable
 
 STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.ERROR: "bold magenta", Status.SKIP: "yellow"}
 LABEL = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "SKIP"}
 
 
-def num(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def _status_cell(row: InputReport) -> Text:
-    if row.status is Status.SKIP:
-        return Text(f"not checked: {row.reason}", style="dim")
-    if row.status is Status.FAIL and row.mismatched is None:
-        return Text(f"fail: {row.reason}" if row.reason else "fail", style=STYLE[Status.FAIL])
-    return Text(row.status.value, style=STYLE[row.status])
-
-
 def check_table(check: CheckResult) -> Table:
     table = Table(title=f"{check.check} ({check.mode})" if check.mode else check.check, title_justify="left",
                   show_edge=False, pad_edge=False, header_style="bold")
-    for col, justify in (("argument", "left"), ("shape", "left"), ("dtype", "left"), ("status", "left"),
-                         ("max abs err", "right"), ("max rel err", "right"), ("worst at", "left"),
-                         ("mismatched", "right"), ("analytical / numerical", "right"), ("tolerance", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for col, align in COLUMNS.items():
+        table.add_column(col, justify="right" if align == ">" else "left")
     for row in check.inputs:
-        compared = row.mismatched is not None
-        worst = str(row.worst_index) if row.worst_index is not None else "-"
-        if row.worst_output and row.status is Status.FAIL:
-            worst += f" ({row.worst_output})"
-        table.add_row(
-            f"{row.index}: {row.name}", str(row.shape), row.dtype, _status_cell(row),
-            num(row.max_abs_err), num(row.max_rel_err), worst,
-            f"{row.mismatched} / {row.numel}" if compared else "-",
-            f"{num(row.analytical)} / {num(row.numerical)}" if row.analytical is not None else "-",
-            f"atol {row.atol:g}, rtol {row.rtol:g}" if compared and row.atol is not None else "-",
-        )
+        values = cells(row)
+        status = Text(values[3], style="dim" if row.status is Status.SKIP else STYLE[row.status])
+        table.add_row(*values[:3], status, *values[4:])
     return table
 
 
 def render_case(result: CaseResult, console: Console) -> None:
+    result = printable(result)  # text from user code may hold lone surrogates
     head = Text()
     head.append(f"{LABEL[result.status]:5} ", style=STYLE[result.status])
     head.append(result.id, style="bold")
@@ -83,14 +64,16 @@ def summary_line(report: Report) -> Text:
         text.append(f"{n} {word}", style=STYLE[status] if n else "")
         text.append(", " if i < len(parts) - 1 else "")
     if s["not_run"]:
-        text.append(f"; {s['not_run']} not run (--fail-fast)", style="yellow")
+        why = f"interrupted by {s['interrupted']}" if s.get("interrupted") else "--fail-fast"
+        text.append(f"; {s['not_run']} not run ({why})", style="yellow")
     text.append(f" in {s['duration_s']:.2f}s")
     return text
 
 
 def render(report: Report, stream: TextIO, color: bool = True) -> None:
     # without colour (a file, a pipe, CI logs) never wrap: one line per argument, greppable
-    console = Console(file=stream, no_color=not color, highlight=False, soft_wrap=False,
+    report = printable(report)
+    console = Console(file=writable(stream), no_color=not color, highlight=False, soft_wrap=False,
                       width=None if color else 1000)
     for result in report.results:
         render_case(result, console)

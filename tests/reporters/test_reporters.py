@@ -99,7 +99,7 @@ def test_json_top_level():
     assert data["schema_version"] == 1
     assert data["tool"] == {"name": "gradcheck-cli", "version": gradcheck_cli.__version__,
                             "torch": torch.__version__.split("+")[0]}
-    assert data["summary"] == {"total": 3, "passed": 1, "failed": 1, "errors": 1, "skipped": 0, "not_run": 0,
+    assert data["summary"] == {"total": 3, "passed": 1, "failed": 1, "errors": 1, "skipped": 0, "not_run": 0, "interrupted": None,
                                "duration_s": pytest.approx(1.235, abs=1e-3)}
     assert [r["status"] for r in data["results"]] == ["pass", "fail", "error"]
 
@@ -372,4 +372,5 @@ def test_status_strings():
 
 def test_summary_dict():
     s = Report([passed(), failed(), failed("b"), errored(), skipped()], duration_s=2.00049).summary()
-    assert s == {"total": 5, "passed": 1, "failed": 2, "errors": 1, "skipped": 1, "not_run": 0, "duration_s": 2.0}
+    assert s == {"total": 5, "passed": 1, "failed": 2, "errors": 1, "skipped": 1, "not_run": 0, "interrupted": None,
+                 "duration_s": 2.0}

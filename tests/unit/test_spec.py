@@ -421,6 +421,80 @@ def test_duplicate_key_in_a_nested_mapping_is_refused(write_spec):
     assert_error(error_of(path), path, "inputs[0].dtype", "duplicate", line=5)
 
 
+def test_a_key_next_to_a_merge_key_overrides_the_merged_one(write_spec):
+    # YAML 1.1 merge keys: the mapping's own keys win over the merged ones (was: "duplicate key")
+    path = write_spec("""\
+        function: pkg.mod:Fn
+        tolerance: &tol {eps: 1.0e-6, atol: 1.0e-5}
+        cases:
+          - name: loose
+            tolerance: {<<: *tol, atol: 1.0e-4}
+    """)
+    assert only_case(path).tolerance == Tolerance(eps=1e-6, atol=1e-4)
+
+
+def test_merges_nest_and_the_earlier_mapping_of_a_list_wins(write_spec):
+    path = write_spec("""\
+        function: pkg.mod:Fn
+        inputs:
+          - &base {shape: [2], dtype: float32, dist: uniform, low: 0.0, high: 1.0}
+          - &wide {<<: *base, shape: [4], high: 2.0}
+          - {<<: *wide, requires_grad: false}
+          - {<<: [*wide, *base], low: 0.5}
+          - {<<: [*base, *wide]}
+    """)
+    args = only_case(path).inputs
+    assert all(isinstance(a, TensorArg) and a.dtype == "float32" for a in args)
+    assert [(a.shape, dict(a.params), a.requires_grad) for a in args] == [
+        ((2,), {"low": 0.0, "high": 1.0}, None),
+        ((4,), {"low": 0.0, "high": 2.0}, None),
+        ((4,), {"low": 0.0, "high": 2.0}, False),
+        ((4,), {"low": 0.5, "high": 2.0}, None),
+        ((2,), {"low": 0.0, "high": 1.0}, None),
+    ]
+
+
+def test_a_key_written_twice_next_to_a_merge_key_is_still_a_duplicate(write_spec):
+    path = write_spec("""\
+        function: pkg.mod:Fn
+        inputs:
+          - &x {shape: [2]}
+          - <<: *x
+            shape: [3]
+            shape: [4]
+    """)
+    assert_error(error_of(path), path, "inputs[1].shape", "duplicate", line=6)
+
+
+def test_two_merge_keys_in_one_mapping_are_a_duplicate_that_says_how_to_merge_several(write_spec):
+    path = write_spec("""\
+        function: pkg.mod:Fn
+        inputs:
+          - &x {shape: [2]}
+          - &y {dtype: float32}
+          - <<: *x
+            <<: *y
+    """)
+    assert_error(error_of(path), path, "inputs[2].<<", "duplicate", "<<: [*a, *b]", line=6)
+
+
+@pytest.mark.parametrize("value", ["1", "[*x, 2]", "[[*x]]"])
+def test_a_merge_key_must_name_mappings(write_spec, value):
+    path = write_spec(f"{GOOD}inputs:\n  - &x {{shape: [2]}}\n  - {{<<: {value}}}\n")
+    assert_error(error_of(path), path, "inputs[1].<<", "a mapping or a list of mappings", line=4)
+
+
+def test_an_error_in_a_merged_value_names_the_line_where_it_is_written(write_spec):
+    path = write_spec("""\
+        function: pkg.mod:Fn
+        inputs: [&x {shape: [2], dist: uniform, low: 0.0, high: 1.0}]
+        cases:
+          - name: shifted
+            inputs: [{<<: *x, low: 2.0}]
+    """)
+    assert_error(error_of(path), path, "cases[0].inputs[0].high", "high > low", line=2)
+
+
 def test_yaml_syntax_error_reports_the_line(write_spec):
     path = write_spec("""\
         function: pkg.mod:Fn

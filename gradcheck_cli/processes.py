@@ -1,0 +1,92 @@
+"""Processes that the code under test started: found, and ended with their case.
+
+Read from /proc (Linux); where there is none, nothing is found and nothing is ended. No torch here:
+the pool's parent uses ``end_group`` too.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def _table() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every process this one can see."""
+    table = {}
+    try:
+        names = os.listdir(PROC)
+    except OSError:
+        return {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            stat = (PROC / name / "stat").read_bytes()
+        except OSError:  # it ended meanwhile
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (command) ": state, ppid, pgrp, ...
+        table[int(name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def started() -> frozenset[int]:
+    """The processes this one is responsible for: its descendants and, when it leads its process group
+    (a pool worker does), the other members of its group (a daemon that forked twice is still in it)."""
+    me = os.getpid()
+    table = _table()
+    leader = hasattr(os, "getpgrp") and os.getpgrp() == me
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = set(), list(children.get(me, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    if leader:
+        found |= {pid for pid, (_, group) in table.items() if group == me and pid != me}
+    return frozenset(found)
+
+
+def end(pids: frozenset[int]) -> None:
+    """Kill ``pids`` and reap those that are this process's children."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in pids:
+        try:
+            os.waitpid(pid, 0)
+        except OSError:  # not our child: init reaps it
+            pass
+
+
+def lead_group() -> None:
+    """Make this process the leader of a new process group (POSIX), so that ``end_group`` from its parent
+    ends it with everything it started, and a Ctrl-C at the terminal reaches the parent alone; on Linux
+    it also dies with its parent."""
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
+    try:  # Linux: die with the parent, even when it is killed (SIGKILL) and cannot stop its workers
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def end_group(pid: int) -> None:
+    """Kill the process group that ``pid`` leads, if it leads one (else the process alone)."""
+    try:
+        if hasattr(os, "killpg") and os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+            return
+    except OSError:
+        pass
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass

@@ -1,0 +1,290 @@
+"""The process-wide state a case can change, saved before it and put back after it.
+
+Workers are reused and the pytest plugin and ``--no-isolate`` check in one process, so a Function
+that calls ``torch.set_grad_enabled(False)`` (or sets the default dtype, changes the working
+directory, monkeypatches ``torch.nn.functional.relu``, ...) would change the verdicts of the
+cases after it. ``preserved()`` saves what torch and Python expose, restores it afterwards and
+says what the case changed; what cannot be put back is named too, and marks this process as
+``tainted()`` so that a pool worker is replaced before its next case.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Optional
+
+import torch
+
+from . import processes
+
+_tainted: list[str] = []  # what this process could not restore, ever
+
+
+def tainted() -> list[str]:
+    """What earlier cases changed in this process and could not be restored."""
+    return list(_tainted)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values, tensors and arrays included (a NaN-free comparison is enough for these states)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+                and a.dtype == b.dtype and torch.equal(a, b))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    try:
+        equal = a == b
+        return bool(equal.all()) if hasattr(equal, "all") else bool(equal)
+    except Exception:  # noqa: BLE001 - values that cannot be compared: only the very same object is the same
+        return a is b
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One piece of global state: how to read it, how to put it back (None: it cannot be), how to compare."""
+
+    name: str
+    get: Callable[[], Any]
+    put: Optional[Callable[[Any], Any]]
+    quiet: bool = False  # restored without a word: changing it is normal (random number generators)
+    same: Callable[[Any, Any], bool] = _same
+    show: Callable[[Any, Any], str] = lambda before, after: f" ({before} -> {after})"
+
+
+def _deterministic() -> tuple[bool, bool]:
+    return torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+
+
+def _anomaly() -> tuple[bool, bool]:
+    return torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
+
+
+def _cudnn() -> tuple[bool, bool, bool, bool]:
+    cudnn = torch.backends.cudnn
+    return cudnn.enabled, cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32
+
+
+def _put_cudnn(saved: tuple[bool, bool, bool, bool]) -> None:
+    cudnn = torch.backends.cudnn
+    cudnn.enabled, cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32 = saved
+
+
+def _put_environ(saved: dict[str, str]) -> None:
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    os.environ.update(saved)
+
+
+def _put_warnings(saved: list[Any]) -> None:
+    warnings.filters[:] = saved  # type: ignore[index]  # a list at run time
+    warnings._filters_mutated()  # type: ignore[attr-defined]  # what warnings.catch_warnings itself calls
+
+
+def _pop_to(length: Callable[[], int], pop: Callable[[], Any]) -> Callable[[int], None]:
+    def put(saved: int) -> None:
+        while length() > saved:
+            pop()
+    return put
+
+
+_CLASSES = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
+            "torch.autograd.Function": torch.autograd.Function}
+
+
+def _torch_namespaces() -> dict[str, dict[str, Any]]:
+    """A copy of the namespace of torch's modules and main classes, by owner: what monkeypatching changes."""
+    owners: dict[str, Any] = {name: module for name, module in list(sys.modules.items())
+                              if name == "torch" or name.startswith("torch.")}
+    owners.update(_CLASSES)
+    return {owner: dict(vars(obj)) for owner, obj in owners.items() if obj is not None}
+
+
+def _patchable(owner: str, name: str, value: Any) -> bool:
+    """A function a user could monkeypatch; torch keeps caches and flags of its own in the other names
+    (private module globals, plain data), which change as torch works."""
+    return ((owner in _CLASSES or not name.startswith("_")) and callable(value)
+            and not isinstance(value, ModuleType))
+
+
+def _replaced_names(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """Functions replaced in torch's namespaces, and functions added to its classes (they shadow inherited ones)."""
+    missing = object()
+    replaced = [(owner, name) for owner, names in before.items() for name, value in names.items()
+                if not _wraps(after.get(owner, {}).get(name, missing), value) and _patchable(owner, name, value)]
+    added = [(owner, name) for owner in _CLASSES for name, value in after[owner].items()
+             if name not in before[owner] and _patchable(owner, name, value)]
+    return replaced + added
+
+
+def _wraps(new: Any, old: Any) -> bool:
+    """``new`` is ``old`` or a decorated ``old`` (functools.wraps): torch wraps some of its own functions
+    when a module of it is first imported (torch._dynamo wraps torch.manual_seed)."""
+    for _ in range(8):
+        if new is old:
+            return True
+        new = getattr(new, "__wrapped__", None)
+        if new is None:
+            return False
+    return False
+
+
+def _put_namespaces(saved: dict[str, dict[str, Any]]) -> None:
+    for owner, name in _replaced_names(saved, _torch_namespaces()):
+        obj = _CLASSES.get(owner) or sys.modules[owner]
+        if name in saved[owner]:
+            setattr(obj, name, saved[owner][name])
+        else:
+            delattr(obj, name)
+
+
+def _show_replaced(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> str:
+    names = [f"{owner}.{name}" for owner, name in _replaced_names(before, after)]
+    return f" ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+
+
+def _new_threads(before: set[Any], after: set[Any]) -> bool:
+    return after <= before
+
+
+def _handler(number: signal.Signals) -> Switch:
+    return Switch(f"the {number.name} handler", lambda: signal.getsignal(number),
+                  lambda handler: signal.signal(number, handler))
+
+
+def _numpy_random() -> Optional[ModuleType]:
+    numpy = sys.modules.get("numpy")
+    return getattr(numpy, "random", None)
+
+
+def _switches() -> list[Switch]:
+    c = torch._C
+    out = [
+        Switch("torch.set_grad_enabled", torch.is_grad_enabled, torch._C._set_grad_enabled),
+        Switch("torch.inference_mode", torch.is_inference_mode_enabled, None),
+        Switch("torch.set_default_dtype", torch.get_default_dtype, torch.set_default_dtype),
+        Switch("torch.set_default_device", torch.get_default_device, torch.set_default_device),
+        Switch("torch.use_deterministic_algorithms", _deterministic,
+               lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
+        Switch("torch.autograd.set_detect_anomaly", _anomaly, lambda v: torch.autograd.set_detect_anomaly(*v)),
+        Switch("torch.set_num_threads", torch.get_num_threads, torch.set_num_threads),
+        Switch("torch.set_float32_matmul_precision", torch.get_float32_matmul_precision,
+               torch.set_float32_matmul_precision),
+        Switch("torch.set_warn_always", torch.is_warn_always_enabled, torch.set_warn_always),
+        Switch("torch.set_autocast_enabled('cpu')", lambda: torch.is_autocast_enabled("cpu"),
+               lambda v: torch.set_autocast_enabled("cpu", v)),
+        Switch("torch.backends.cudnn's flags", _cudnn, _put_cudnn),
+        Switch("torch.backends.cuda.matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32,
+               lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+        Switch("a torch function mode left active", c._len_torch_function_stack,
+               _pop_to(c._len_torch_function_stack, c._pop_torch_function_stack)),
+        Switch("a torch dispatch mode left active", c._len_torch_dispatch_stack,
+               _pop_to(c._len_torch_dispatch_stack, c._pop_torch_dispatch_stack)),
+        Switch("torch's functions (monkeypatched)", _torch_namespaces, _put_namespaces,
+               same=lambda before, after: not _replaced_names(before, after), show=_show_replaced),
+        Switch("the working directory", os.getcwd, os.chdir),
+        # torch's own modules set variables and filters when first imported: these two are put back quietly
+        Switch("os.environ", lambda: dict(os.environ), _put_environ, quiet=True),
+        Switch("the warning filters", lambda: list(warnings.filters), _put_warnings, quiet=True),
+        Switch("sys.path", lambda: list(sys.path), lambda v: sys.path.__setitem__(slice(None), v),
+               quiet=True),  # the loader puts the working directory on it
+        Switch("the recursion limit", sys.getrecursionlimit, sys.setrecursionlimit),
+        Switch("Python threads left running", lambda: set(threading.enumerate()), None, same=_new_threads,
+               show=lambda b, a: f" ({', '.join(sorted(t.name for t in a - b))})"),
+        Switch("processes left running", processes.started, lambda before: processes.end(processes.started() - before),
+               same=lambda before, after: after <= before,
+               show=lambda before, after: f" (pid {', '.join(map(str, sorted(after - before)))})"),
+        Switch("torch's global random state", torch.get_rng_state, torch.set_rng_state, quiet=True),
+        Switch("random's global state", random.getstate, random.setstate, quiet=True),
+    ]
+    if threading.current_thread() is threading.main_thread():
+        out += [_handler(number) for number in (signal.SIGINT, signal.SIGTERM)]
+    numpy_random = _numpy_random()
+    if numpy_random is not None:
+        out.append(Switch("numpy's global random state", numpy_random.get_state, numpy_random.set_state, quiet=True))
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out.append(Switch("torch.cuda's random states", torch.cuda.get_rng_state_all, torch.cuda.set_rng_state_all,
+                          quiet=True))
+    return out
+
+
+_UNREADABLE = object()
+
+
+def _read(switch: Switch) -> Any:
+    try:
+        return switch.get()
+    except Exception:  # noqa: BLE001 - e.g. the working directory was deleted
+        return _UNREADABLE
+
+
+def _unchanged(switch: Switch, before: Any, after: Any) -> bool:
+    if before is _UNREADABLE or after is _UNREADABLE:
+        return before is after
+    return switch.same(before, after)
+
+
+Snapshot = list[tuple[Switch, Any]]
+
+
+def snapshot() -> Snapshot:
+    """The global state now."""
+    return [(switch, _read(switch)) for switch in _switches()]
+
+
+def changes(since: Snapshot) -> Snapshot:
+    """What changed since ``since``, as the new values (``apply`` sets them again)."""
+    out = []
+    for switch, before in since:
+        after = _read(switch)
+        if not _unchanged(switch, before, after) and switch.put is not None and after is not _UNREADABLE:
+            out.append((switch, after))
+    return out
+
+
+def apply(values: Snapshot) -> None:
+    """Set the values of an earlier ``changes`` again."""
+    for switch, value in values:
+        assert switch.put is not None
+        switch.put(value)
+
+
+@contextmanager
+def preserved(notes: list[str]) -> Iterator[None]:
+    """Save the global state, run the body, put the state back; append to ``notes`` what the body changed
+    (it is restored) and what could not be put back (this process is then ``tainted()``)."""
+    saved = snapshot()
+    try:
+        yield
+    finally:
+        changed, stuck = [], []
+        for switch, before in saved:
+            after = _read(switch)
+            if _unchanged(switch, before, after):
+                continue
+            if switch.put is not None and before is not _UNREADABLE:
+                try:
+                    switch.put(before)
+                except Exception:  # noqa: BLE001 - judged below: what is still different is stuck
+                    pass
+            words = switch.name + ("" if after is _UNREADABLE else switch.show(before, after))
+            if not _unchanged(switch, before, _read(switch)):
+                stuck.append(words)
+            elif not switch.quiet:
+                changed.append(words)
+        if changed:
+            notes.append(f"the code under test changed global state and left it changed: {'; '.join(changed)}. "
+                         "gradcheck-cli put it back after the case, so other cases do not see it; a Function "
+                         "should restore what it changes (use the context-manager forms)")
+        if stuck:
+            _tainted.extend(stuck)
+            notes.append(f"the code under test changed global state that cannot be put back: {'; '.join(stuck)}. "
+                         "Cases checked after it in the same process may be affected (isolated workers are "
+                         "replaced before their next case)")

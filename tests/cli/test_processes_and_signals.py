@@ -1,0 +1,238 @@
+"""Issue 14, items 4, 9, 10, 12 (options), 14, 15, 17: forks, processes, signals, timeouts and -j.
+
+Each test ran against the code before its fix and failed there: results were filed in arrival order
+(a forking Function's child reported too), processes started by user code outlived the run, SIGTERM
+and Ctrl-C lost every finished result, a timed-out case said it took 0 s, --timeout nan was
+accepted, --junit-xml into a missing folder failed after the whole run, and under --no-isolate a
+write to file descriptor 1 corrupted the JSON report.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gradcheck_cli import pool
+
+USER = '''
+import os, subprocess, sys, time
+from pathlib import Path
+import torch
+
+HERE = Path(__file__).parent
+
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+
+class Wrong(Square):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * x * g
+
+
+FORKED = []
+
+
+class Forks(Square):  # once per process: the child returns from forward and goes on like its parent
+    @staticmethod
+    def forward(ctx, x):
+        if not FORKED:
+            FORKED.append(True)
+            os.fork()
+        ctx.save_for_backward(x)
+        return x * x
+
+
+class StartsSleeper(Square):  # a child process, and a grandchild that outlives its parent
+    @staticmethod
+    def forward(ctx, x):
+        if not (HERE / "sleeper.pid").exists():
+            child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+            (HERE / "sleeper.pid").write_text(str(child.pid))
+            grand = subprocess.Popen([sys.executable, "-c",
+                                      "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', "
+                                      "'import time; time.sleep(600)']); print(p.pid)"],
+                                     stdout=subprocess.PIPE, text=True)
+            (HERE / "orphan.pid").write_text(grand.stdout.readline().strip())
+            grand.wait()
+        ctx.save_for_backward(x)
+        return x * x
+
+
+class Hangs(Square):
+    @staticmethod
+    def forward(ctx, x):
+        (HERE / "hanging.pid").write_text(str(os.getpid()))
+        while True:
+            time.sleep(0.05)
+
+
+class WritesToFd1(Square):
+    @staticmethod
+    def forward(ctx, x):
+        os.write(1, b"raw bytes on file descriptor 1\\n")
+        ctx.save_for_backward(x)
+        return x * x
+
+
+class RaisesKeyboardInterrupt(Square):
+    @staticmethod
+    def forward(ctx, x):
+        raise KeyboardInterrupt
+'''
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def spec(write_spec, *functions: str) -> None:
+    for k, name in enumerate(functions):
+        write_spec(f"function: usermod:{name}\ninputs: [{{shape: [3]}}]\n", f"specs/{k:02d}_{name.lower()}.yaml")
+
+
+def statuses(stdout: str) -> list[tuple[str, str]]:
+    return [(Path(r["spec"]).stem, r["status"]) for r in json.loads(stdout)["results"]]
+
+
+@pytest.mark.parametrize("mode", [["-j", "1"], ["-j", "2"], ["--no-isolate"]])
+def test_a_forking_function_costs_no_result_and_adds_none(user_module, write_spec, tmp_path, mode):
+    user_module(USER)
+    spec(write_spec, "Forks", "Wrong", "Square", "Forks", "Square")
+    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", *mode],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert statuses(proc.stdout) == [("00_forks", "pass"), ("01_wrong", "fail"), ("02_square", "pass"),
+                                     ("03_forks", "pass"), ("04_square", "pass")], proc.stderr
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("mode", [["-j", "1"], ["--no-isolate"]])
+def test_processes_the_code_under_test_starts_end_with_its_case(user_module, write_spec, invoke, tmp_path, mode):
+    user_module(USER)
+    spec(write_spec, "StartsSleeper", "Square")
+    result = invoke("specs/", "--format", "json", *mode)
+    assert [s for _, s in statuses(result.stdout)] == ["pass", "pass"], result.output
+    pids = [int((tmp_path / name).read_text()) for name in ("sleeper.pid", "orphan.pid")]
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if "--no-isolate" in mode:  # the orphan left this process's tree: only an isolated worker's group holds it
+        assert not alive(pids[0])
+        os.kill(pids[1], signal.SIGKILL)
+    else:
+        assert not any(alive(p) for p in pids)
+    warnings = json.loads(result.stdout)["results"][0]["warnings"]
+    assert any("processes left running" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_interrupt_reports_what_finished_and_ends_the_workers(user_module, write_spec, tmp_path, signum, code):
+    user_module(USER)
+    spec(write_spec, "Square", "Wrong", "Hangs", "Square")
+    proc = subprocess.Popen([sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", "-j", "1",
+                             "--junit-xml", "out/junit.xml"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    (tmp_path / "out").mkdir()
+    marker = tmp_path / "hanging.pid"
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == code, stderr
+    report = json.loads(stdout)
+    assert statuses(stdout) == [("00_square", "pass"), ("01_wrong", "fail")]
+    assert report["summary"]["not_run"] == 2 and report["summary"]["interrupted"] == signum.name
+    assert (tmp_path / "out" / "junit.xml").read_text().count("<testcase") == 2
+    hanging = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while alive(hanging) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(hanging)
+    assert "Traceback" not in stderr, stderr
+
+
+def test_an_interrupt_in_process_keeps_the_report(user_module, write_spec, invoke):
+    user_module(USER)
+    spec(write_spec, "Square", "RaisesKeyboardInterrupt", "Square")
+    result = invoke("specs/", "--format", "json", "--no-isolate")
+    assert result.exit_code == 130
+    assert statuses(result.stdout) == [("00_square", "pass")]
+    assert json.loads(result.stdout)["summary"]["not_run"] == 2
+
+
+def test_no_isolate_keeps_file_descriptor_1_for_the_report(user_module, write_spec, tmp_path):
+    user_module(USER)
+    spec(write_spec, "WritesToFd1", "Square")
+    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", "--no-isolate"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert statuses(proc.stdout) == [("00_writestofd1", "pass"), ("01_square", "pass")]
+    assert "raw bytes on file descriptor 1" in proc.stderr
+
+
+def test_a_timed_out_case_says_how_long_it_ran(user_module, write_spec, invoke):
+    user_module(USER)
+    spec(write_spec, "Hangs")
+    result = invoke("specs/", "--format", "json", "--timeout", "1")
+    (r,) = json.loads(result.stdout)["results"]
+    assert r["error"]["kind"] == "timeout" and r["duration_s"] >= 1.0
+
+
+def test_cases_have_a_timeout_by_default(invoke):
+    result = invoke("check", "--help")
+    assert "--timeout SECONDS" in result.output and "[default: 300]" in result.output
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "soon"])
+def test_a_timeout_that_is_no_number_of_seconds_is_a_usage_error(invoke, value):
+    result = invoke("check", "x.yaml", "--timeout", value)
+    assert result.exit_code == 2 and "--timeout" in result.output and "0 or inf: no limit" in result.output
+
+
+@pytest.mark.parametrize("value", ["inf", "0", "1e10"])
+def test_a_timeout_of_no_limit_or_a_huge_one_runs(user_module, write_spec, invoke, value):
+    user_module(USER)
+    spec(write_spec, "Square")
+    assert invoke("specs/", "--timeout", value, "-j", "1").exit_code == 0
+
+
+def test_junit_into_a_missing_folder_is_refused_before_the_run(user_module, write_spec, invoke):
+    user_module(USER)
+    spec(write_spec, "Square")
+    result = invoke("specs/", "--junit-xml", "missing/folder/junit.xml")
+    assert result.exit_code == 2 and "missing/folder" in result.output and "mkdir -p" in result.output
+
+
+def test_jobs_are_capped_at_the_usable_cores(user_module, write_spec, invoke, monkeypatch):
+    user_module(USER)
+    spec(write_spec, "Square", "Square", "Square")
+    monkeypatch.setattr(pool, "usable_cores", lambda: 2)
+    assert pool.workers_for(1000, 3) == 2 and pool.workers_for(1000, 1) == 1 and pool.workers_for(1, 3) == 1
+    result = invoke("specs/", "-j", "1000")
+    assert result.exit_code == 0 and "-j 1000: using at most 2 workers" in result.stderr
