@@ -159,7 +159,8 @@ def _terminate_raises() -> Iterator[None]:
 @click.option("--fail-fast", is_flag=True, help="Start no new case after the first failure or error.")
 @click.option("--shard", callback=_parse_shard, metavar="I/N",
               help="Check only shard I of N (1-based; stable across machines), for CI matrix jobs.")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="Use this seed for every case.")
+@click.option("--seed", type=click.IntRange(min=0, max=2**64 - 1), default=None,
+              help="Use this seed for every case (0 to 2**64 - 1; --trials' next seeds wrap around to 0).")
 @click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
               help="Check each case with N seeds (seed, seed+1, ...); the first seed that fails is reported.")
 @click.option("--device", "devices", multiple=True, callback=_check_devices, metavar="DEVICE",

@@ -29,11 +29,12 @@ def nbytes(values: Any) -> int:
     return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
 
 
-def memory_problem(values: list[Any], outputs: tuple[Any, ...], device: str) -> Optional[str]:
-    """On a CUDA device: a refusal when a check will likely not fit in free GPU memory."""
+def memory_problem(values: list[Any], outputs: tuple[Any, ...], device: str, batch: int = 0) -> Optional[str]:
+    """On a CUDA device: a refusal when a check will likely not fit in free GPU memory (its
+    arguments, outputs and their copies, and ``batch`` bytes of batched calls)."""
     if not device.startswith("cuda"):
         return None
-    need = MEMORY_FACTOR * (nbytes(values) + nbytes(outputs))
+    need = MEMORY_FACTOR * (nbytes(values) + nbytes(outputs)) + batch
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     if need <= free:
         return None

@@ -36,6 +36,7 @@ class ErrorKind(str, enum.Enum):
     DEVICE = "device"  # a required device is not available (--require-device)
     CUDA = "cuda"  # a CUDA error (the worker's context is replaced)
     OUT_OF_MEMORY = "out_of_memory"
+    TOO_LARGE = "too_large"  # an element-by-element check that would not finish in reasonable time, not started
     CRASH = "crash"  # the worker process died (a segfault, os._exit)
     TIMEOUT = "timeout"  # --timeout stopped the case
     INTERNAL = "internal"  # a bug of gradcheck-cli (exit 4)

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from .spec import SEEDS
+
 
 class Stream(enum.IntEnum):
     """The random streams (the numbers are part of the reproducibility: a seed replays a run)."""
@@ -28,6 +30,13 @@ class Stream(enum.IntEnum):
     BATCHED = 20  # batched's stack of grad_outputs
     UNDEFINED_GRAD = 21  # undefined_grad's grad_outputs
     MODULE_INIT = 100  # an nn.Module's parameters
+
+
+def seed_plus(seed: int, step: int) -> int:
+    """The seed ``step`` after ``seed`` (--trials' seed + 1, ..., resampling's), wrapped around
+    within the seeds torch takes (0 <= seed < 2**64): a valid seed never leads to an invalid one,
+    and the seed reported replays the draw."""
+    return (seed + step) % SEEDS
 
 
 def generator(seed: int, stream: Stream) -> torch.Generator:

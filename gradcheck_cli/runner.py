@@ -19,6 +19,7 @@ from .errors import BindError, LoadError, UserCodeError, device_kind, guarded
 from .nn_module import init_target
 from .plan import RunOptions, Task
 from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Status, overall
+from .rng import seed_plus
 from .spec import Case, SpecError
 from .target import Target
 
@@ -55,10 +56,10 @@ def _trials(task: Task) -> CaseResult:
     for t in range(1, trials):
         if result.status is not Status.PASS:
             break
-        result = _resampled(task, task.seed + t)
+        result = _resampled(task, seed_plus(task.seed, t))
         if result.status is not Status.PASS:
-            result.warnings.append(f"seed {task.seed + t} (trial {t + 1} of {trials}) did not pass; "
-                                   f"seeds {task.seed}..{task.seed + t - 1} passed")
+            result.warnings.append(f"seed {seed_plus(task.seed, t)} (trial {t + 1} of {trials}) did not pass; "
+                                   f"seeds {task.seed}..{seed_plus(task.seed, t - 1)} passed")
     return result
 
 
@@ -66,7 +67,7 @@ def _resampled(task: Task, seed: int) -> CaseResult:
     """Check with ``seed``; with ``resample: true``, draw again while an input sits on a kink."""
     notes: list[str] = []
     for k in range(RESAMPLES + 1):
-        case = replace(task.case, seed=seed + k * RESAMPLE_STRIDE)
+        case = replace(task.case, seed=seed_plus(seed, k * RESAMPLE_STRIDE))
         drawn: set[str] = set()  # the arguments drawn at random (not literal data), which a new seed moves
 
         def body(r: CaseResult, case: Case = case, drawn: set[str] = drawn) -> None:
@@ -79,7 +80,7 @@ def _resampled(task: Task, seed: int) -> CaseResult:
         if not (task.case.resample and at) or k == RESAMPLES:
             return result
         notes.append(f"seed {case.seed} put {', '.join(dict.fromkeys(at))} on a kink, tie or domain edge: "
-                     f"drew again with seed {case.seed + RESAMPLE_STRIDE} (resample: true)")
+                     f"drew again with seed {seed_plus(case.seed, RESAMPLE_STRIDE)} (resample: true)")
     raise AssertionError("unreachable: the last draw returns")
 
 

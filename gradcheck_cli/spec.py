@@ -25,6 +25,8 @@ DTYPES = {
 }
 DISTS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "randint": ("low", "high")}
 DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
+MAX_DIMS = 64  # dimensions of a torch tensor, at most
+SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
 TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
             "resample", "inputs", "kwargs", "init", "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
@@ -304,7 +306,7 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["description"] = str(doc["description"] or "")
     if "seed" in doc:
         seed = doc["seed"]
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 64:
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEEDS:
             raise ctx.fail(key + ("seed",), f"expected a non-negative integer below 2**64, got {_show(seed)}")
         changes["seed"] = seed
     if "device" in doc:
@@ -467,14 +469,28 @@ def _arg(entry: Any, key: Key, ctx: _Ctx, name: Optional[str] = None) -> Arg:
     return replace(_tensor(entry, name, key, keystr, ctx), line=line)
 
 
+def _depth(data: Any) -> int:
+    """How deep the first elements of nested lists go: the dimensions of a tensor made from ``data``."""
+    depth = 0
+    while isinstance(data, list):
+        depth += 1
+        data = data[0] if data else None
+    return depth
+
+
 def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, keystr: str, ctx: _Ctx) -> TensorArg:
     shape = entry.get("shape")
     if "shape" in entry and (
         not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
     ):
         raise ctx.fail(key + ("shape",), f"expected a list of non-negative ints, got {_show(shape)}")
+    if shape is not None and len(shape) > MAX_DIMS:
+        raise ctx.fail(key + ("shape",), f"{len(shape)} dimensions: torch tensors have at most {MAX_DIMS}")
     if "data" in entry and not isinstance(entry["data"], (list, int, float, bool)):
         raise ctx.fail(key + ("data",), f"expected a number or a (nested) list of numbers, got {_show(entry['data'])}")
+    if "data" in entry and _depth(entry["data"]) > MAX_DIMS:
+        raise ctx.fail(key + ("data",), f"lists nested {_depth(entry['data'])} deep: torch tensors have at most "
+                                        f"{MAX_DIMS} dimensions")
     dtype = _dtype(entry["dtype"], key + ("dtype",), ctx) if "dtype" in entry else None
     dist = entry.get("dist")
     if dist is not None and (not isinstance(dist, str) or dist not in DISTS):

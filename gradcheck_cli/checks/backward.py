@@ -15,7 +15,7 @@ from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator, signed_uniform
 from ..spec import Tolerance
 from . import contract
-from .base import CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big
+from .base import CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import fill_jacobian
 from .verdict import begin, conclude
@@ -73,7 +73,9 @@ def run(ctx: CheckContext) -> CheckResult:
     if todo:  # element by element: every argument, or under --fast those whose probes failed
         layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in todo], plain,
                                   [plain_inputs[k] for k in todo], eps=tol.eps, atol=tol.atol, rtol=tol.rtol,
-                                  memory_bytes=opts.memory_bytes, grad=backward, seed=opts.seed, batched=batched)
+                                  memory_bytes=opts.memory_bytes, grad=backward, seed=opts.seed, batched=batched,
+                                  budget=work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions,
+                                                    fast=True))
         for k, entry in zip(todo, entries):
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
@@ -98,7 +100,7 @@ def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[A
     at_x = all(p.dtype == g.dtype for p, g in zip(plain_inputs, grad_inputs))  # not taken in another dtype
     stats = probes.decide(forward, outputs, positions, grad_inputs, plain, plain_inputs, eps=tol.eps,
                           atol=tol.atol, rtol=tol.rtol, probes=opts.probes, seed=opts.seed, grad=backward,
-                          batched=batched, given=given, at_x=at_x)
+                          batched=batched, given=given, at_x=at_x, memory_bytes=opts.memory_bytes)
     failed = [k for k, s in enumerate(stats) if s.failed]
     if failed:
         names = ", ".join(repr(bound.names[checked[k]]) for k in failed)

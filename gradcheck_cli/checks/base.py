@@ -11,7 +11,8 @@ import torch
 from ..binding import Bound
 from ..devices import memory_problem
 from ..errors import UserCodeError, guarded
-from ..numerics import as_tuple, is_float_tensor
+from ..numerics import as_tuple, is_float_tensor, real_numel
+from ..numerics.batching import stage_budget
 from ..results import ErrorKind
 from ..rng import RngFork, signed_uniform
 from ..spec import Tolerance
@@ -19,6 +20,7 @@ from ..target import Target
 from .rows import short
 
 MEMORY_BYTES = 512 * 2**20  # Jacobian entries held at once, unless --max-memory says otherwise
+WORK_LIMIT = 10**11  # calls x tensor elements per call: an element-by-element check beyond this takes hours
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,42 @@ def graph_forward(target: Target, bound: Bound) -> tuple[list[Any], tuple[Any, .
 
 
 def refuse_if_too_big(ctx: CheckContext, outputs: tuple[Any, ...]) -> None:
-    """On a GPU: an out_of_memory error result, before starting, when the check will not fit."""
-    refusal = memory_problem(ctx.bound.values, outputs, ctx.device)
+    """On a GPU: an out_of_memory error result, before starting, when the check will not fit in
+    free GPU memory: its arguments and outputs with their copies, and a stage of batched calls
+    (one-hot grad_outputs, perturbed arguments: on the device, within their share of
+    --max-memory). The Jacobian entries are held on the CPU, within --max-memory; work that would
+    not finish in reasonable time is refused by ``work_limit``."""
+    refusal = memory_problem(ctx.bound.values, outputs, ctx.device, stage_budget(ctx.options.memory_bytes))
     if refusal:
         raise UserCodeError(ErrorKind.OUT_OF_MEMORY, refusal)
+
+
+def work_limit(ctx: CheckContext, check: str, checked: Sequence[int], outputs: tuple[Any, ...],
+               positions: Sequence[int], fast: bool = False) -> Callable[[int, int], None]:
+    """The ``budget`` of ``numerics.compare`` (``calls`` of forward and backward, ``passes`` over
+    the analytical rows): an element-by-element comparison whose calls, each over all the
+    arguments' and outputs' elements, come to more than WORK_LIMIT element visits would not finish
+    in reasonable time; ``check`` is refused before it starts, with the sizes and what to do
+    (``fast``: the check has --fast's random probes)."""
+    bound = ctx.bound
+    size = sum(real_numel(v) for v in bound.values if isinstance(v, torch.Tensor))
+    size += sum(real_numel(o) for o in outputs if isinstance(o, torch.Tensor))
+    shapes = ", ".join(f"'{bound.names[i]}' {list(bound.values[i].shape)}" for i in checked)
+    outs = ", ".join(str(list(outputs[p].shape)) for p in positions)
+    remedy = ("use --fast (a few random probes v^T J u per argument, element by element only where one fails), "
+              "or smaller shapes in the spec" if fast else
+              f"give {check} smaller shapes (a case of its own in the spec), or leave it out for these shapes")
+
+    def budget(calls: int, passes: int) -> None:
+        if calls * size <= WORK_LIMIT:
+            return
+        memory = (f", as the analytical rows do not fit in --max-memory {ctx.options.memory_bytes / 2**20:g} MB and "
+                  f"are recomputed for each of {passes:,} blocks of columns (a larger --max-memory needs fewer)"
+                  if passes > 1 else "")
+        raise UserCodeError(ErrorKind.TOO_LARGE, (
+            f"the {check} check was not started: comparing {shapes} with output{'s' * (len(positions) != 1)} {outs} "
+            f"element by element takes about {calls:,} calls, each over {size:,} tensor elements{memory}: "
+            f"{calls * size:.1e} element visits, beyond the {WORK_LIMIT:.0e} that finish in reasonable time; "
+            f"{remedy}"))
+
+    return budget

@@ -16,7 +16,7 @@ from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator
-from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like, refuse_if_too_big
+from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like, refuse_if_too_big, work_limit
 from .rows import fill_jacobian
 from .verdict import begin, conclude, label, labels, reword, skip, unsupported
 
@@ -66,7 +66,8 @@ def run(ctx: CheckContext) -> CheckResult:
     try:
         layout, entries = compare(grad_of, grads, list(range(len(grads))), [leaves[i] for i in checked] + v_leaves,
                                   plain, [plain[i] for i in checked] + plain[n:], eps=tol.eps, atol=tol.atol,
-                                  rtol=tol.rtol, memory_bytes=opts.memory_bytes, grad=second, seed=opts.seed)
+                                  rtol=tol.rtol, memory_bytes=opts.memory_bytes, grad=second, seed=opts.seed,
+                                  budget=work_limit(ctx, "double_backward", checked, outputs, live))
     except UserCodeError as exc:
         if ONCE in str(exc):  # a once_differentiable Function called inside a plain callable
             return unsupported(result, ONCE_SKIP, start, ctx.named)

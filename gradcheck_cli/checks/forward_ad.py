@@ -19,7 +19,7 @@ from ..numerics import Entry, as_tuple, central_difference, make_layout, real_fl
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator, signed_uniform
 from ..target import Target
-from .base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big
+from .base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big, work_limit
 from .rows import fill_jacobian
 from .verdict import begin, conclude, labels, reword, skip, unsupported
 
@@ -45,7 +45,8 @@ def run(ctx: CheckContext) -> CheckResult:
                             "there is no tangent to compare", start)
     plain = fresh_leaves(bound.values, grad=False)
     try:
-        layout, entries = _compare(ctx, plain, [plain[i] for i in checked], outputs, positions)
+        layout, entries = _compare(ctx, plain, [plain[i] for i in checked], outputs, positions,
+                                   work_limit(ctx, "forward_ad", checked, outputs, positions))
     except UserCodeError as exc:
         named = _named_mistake(exc, target, bound, plain, checked)
         if named is None:
@@ -68,12 +69,16 @@ def _wrong(row: InputReport) -> str:
 
 
 def _compare(ctx: CheckContext, values: list[Any], inputs: list[torch.Tensor], outputs: tuple[Any, ...],
-             positions: list[int]) -> tuple[Any, list[Entry]]:
-    """Fold jvp columns and central difference columns into one Entry per checked argument."""
+             positions: list[int], budget: Callable[[int, int], None]) -> tuple[Any, list[Entry]]:
+    """Fold jvp columns and central difference columns into one Entry per checked argument;
+    ``budget`` is told the calls first (see ``numerics.compare``)."""
     opts, tol = ctx.options, ctx.tolerance
     layout = make_layout(inputs, outputs, positions)
+    budget(3 * layout.n_cols, 1)  # a dual-number forward and two perturbed forwards per column
     probe = signed_uniform((layout.n_rows,), generator(opts.seed, Stream.FORWARD_AD))
-    entries = [Entry(layout.col_starts[i + 1] - layout.col_starts[i], tol.atol, tol.rtol) for i in range(len(inputs))]
+    keep = opts.memory_bytes // 16 // max(1, len(inputs))  # mismatching columns kept whole, per argument
+    entries = [Entry(layout.col_starts[i + 1] - layout.col_starts[i], tol.atol, tol.rtol, keep_bytes=keep)
+               for i in range(len(inputs))]
     chunk = max(1, opts.memory_bytes // 8 // 8 // max(1, layout.n_rows))  # columns held at once (both sides)
     jvp = _jvp_call(ctx)
     forward = lambda vals: call_forward(ctx.target, ctx.bound, vals)  # noqa: E731

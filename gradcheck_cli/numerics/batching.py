@@ -21,6 +21,8 @@ ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered
 COL_STAGE = 256  # perturbations per batched forward
 STAGE_BYTES = 64 * 2**20  # at most this much of perturbed arguments and outputs per batched forward
 BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward of probes
+STAGE_SHARE = 8  # and a stage (of rows, columns or probes) holds at most this share of the memory budget
+SLACK = 2  # the user's forward or backward makes temporaries about as large as the batch it is given
 
 T = TypeVar("T")
 Batches = dict[int, tuple[torch.Tensor, torch.Tensor]]  # id(argument) -> (argument, its batch as flat real rows)
@@ -58,17 +60,30 @@ def try_batched(state: bool | None, batched: Callable[[], T], verify: Callable[[
     return (got if kept else None), kept
 
 
-def column_stages(layout: Layout, col0: int, col1: int) -> Iterator[list[tuple[int, int, int]]]:
+def stage_budget(memory_bytes: int, cap: int = STAGE_BYTES) -> int:
+    """Bytes one stage of batched calls may hold: its share of the memory budget, at most ``cap``."""
+    return max(1, min(cap, memory_bytes // STAGE_SHARE))
+
+
+def stage_size(most: int, row_bytes: int, memory_bytes: int) -> int:
+    """How many rows (one-hot grad_outputs, perturbed arguments) one batched call takes: at most
+    ``most``, within the stage's budget at ``row_bytes`` each plus the user code's temporaries
+    (SLACK); at least one, as a single call holds that much anyway."""
+    return max(1, min(most, stage_budget(memory_bytes) // max(1, SLACK * row_bytes)))
+
+
+def column_stages(layout: Layout, col0: int, col1: int, memory_bytes: int) -> Iterator[list[tuple[int, int, int]]]:
     """Columns col0..col1 in stages of at most COL_STAGE, as spans (argument, first and last
     column within it); a stage may span several small arguments. A stage's batch (2 rows per
-    column, each a copy of the arguments it moves and of the outputs) stays within STAGE_BYTES."""
+    column, each a copy of the arguments it moves and two of the outputs: vmap's and the float64
+    one) stays within its share of ``memory_bytes`` (see ``stage_size``)."""
     stage: list[tuple[int, int, int]] = []
     starts, size, moved = layout.col_starts, 0, 0  # moved: elements of the stage's arguments
     for i, x in enumerate(layout.inputs):
         lo, hi = max(col0, starts[i]), min(col1, starts[i + 1])
         while lo < hi:
-            row_bytes = 16 * (moved + real_numel(x) + layout.n_rows)  # both signs, float64
-            limit = max(1, min(COL_STAGE, STAGE_BYTES // row_bytes))
+            row_bytes = 16 * (moved + real_numel(x) + 2 * layout.n_rows)  # both signs, float64
+            limit = stage_size(COL_STAGE, row_bytes, memory_bytes)
             if stage and size >= limit:
                 yield stage
                 stage, size, moved = [], 0, 0

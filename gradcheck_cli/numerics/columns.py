@@ -26,8 +26,10 @@ class Columns:
     place and restored), batching decided once. ``batched``: the same forward in a form
     torch.func.vmap may batch (None: none may be)."""
 
-    def __init__(self, call: Call, values: list[Any], layout: Layout, eps: float, batched: Call | None) -> None:
+    def __init__(self, call: Call, values: list[Any], layout: Layout, eps: float, batched: Call | None,
+                 memory_bytes: int) -> None:
         self.call, self.values, self.layout, self.eps = call, values, layout, eps
+        self.memory_bytes = memory_bytes  # a stage of columns holds at most its share (see ``batching``)
         self.batched = batched  # the forward that vmap batches (None: none may be)
         self.segments = layout.segments()
         self.batched_cols: bool | None = None if batched else False
@@ -46,7 +48,7 @@ class Columns:
 
     def _column_stages(self, col0: int, col1: int) -> Iterator[list[tuple[int, int, int]]]:
         """Columns col0..col1 in stages (see ``batching.column_stages``)."""
-        return column_stages(self.layout, col0, col1)
+        return column_stages(self.layout, col0, col1, self.memory_bytes)
 
     def _column_stage(self, stage: list[tuple[int, int, int]], out: torch.Tensor) -> None:
         """A stage of columns into ``out`` (not yet divided by 2 eps): batched, or two calls each."""

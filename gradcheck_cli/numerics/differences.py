@@ -14,7 +14,7 @@ from typing import Any, Callable, Protocol, TypeVar
 
 import torch
 
-from .realify import Call, as_tuple, element_ref, outputs_vector
+from .realify import Call, as_tuple, element_ref, outputs_vector, real_view
 
 T = TypeVar("T")
 
@@ -126,7 +126,7 @@ def _into(row: torch.Tensor, outputs: tuple[Any, ...], segments: Sequence[tuple[
     """The realified outputs into their segments of ``row``, or, with ``subtract``, minus what is there."""
     for p, lo, hi in segments:
         o, seg = outputs[p], row[lo:hi]
-        flat = (torch.view_as_real(o) if o.is_complex() else o).reshape(-1)  # no grad here: no detach
+        flat = real_view(o).reshape(-1)  # no grad here: no detach
         if subtract:
             torch.sub(flat, seg, out=seg)
         else:

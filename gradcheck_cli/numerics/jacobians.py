@@ -8,7 +8,7 @@ comparison serves real and complex functions alike. Pure torch.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -26,9 +26,12 @@ class Jacobians(Rows, Columns):
 
     def __init__(self, call: Call, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
                  values: list[Any], layout: Layout, eps: float, batched: Call | None, memory_bytes: int) -> None:
-        Rows.__init__(self, grad, outputs, grad_inputs, layout)
-        Columns.__init__(self, call, values, layout, eps, batched)
-        self.memory_bytes = memory_bytes
+        Rows.__init__(self, grad, outputs, grad_inputs, layout, memory_bytes)
+        Columns.__init__(self, call, values, layout, eps, batched, memory_bytes)
+
+
+def no_limit(calls: int, passes: int) -> None:
+    """``compare``'s default ``budget``: any amount of work is done."""
 
 
 def projection(layout: Layout, seed: int) -> torch.Tensor:
@@ -51,6 +54,7 @@ def compare(
     grad: Vjp = vjp,
     seed: int = 0,
     batched: Call | None = None,
+    budget: Callable[[int, int], None] = no_limit,
 ) -> tuple[Layout, list[Entry]]:
     """Compare analytical and numerical Jacobians entry by entry, block of columns by block.
 
@@ -66,15 +70,24 @@ def compare(
     ``seed``, so that patterns across a whole gradient (e.g. a transpose) can be named.
     ``batched``, the same forward as ``call`` in a form torch.func.vmap may batch, lets the finite
     differences be batched; see ``columns``.
+    ``budget(calls, passes)`` is told the calls of forward and of backward the comparison will make
+    (2 per column, one per row and pass over the rows) before they are made: up front for one pass,
+    and again when the dense rows must be recomputed for each of ``passes`` blocks of columns. It
+    raises to stop the comparison (work that would not finish in reasonable time).
     """
     layout = make_layout(plain_inputs, outputs, positions)
     jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
                     batched, memory_bytes)
     probe = projection(layout, seed)
-    entries = [Entry(real_numel(t), atol, rtol) for t in plain_inputs]
+    keep = memory_bytes // 16 // max(1, len(plain_inputs))  # mismatching columns kept whole, per argument
+    entries = [Entry(real_numel(t), atol, rtol, keep_bytes=keep) for t in plain_inputs]
+    budget(2 * layout.n_cols + layout.n_rows, 1)
     per_col = 8 * max(1, layout.n_rows)
-    block = max(1, memory_bytes * 7 // 8 // per_col)  # analytical rows held at once
-    chunk = max(1, min(block, memory_bytes // 8 // 8 // per_col))  # numerical columns and temporaries
+    # the memory budget: analytical rows held at once (3/4), a stage of batched calls (1/8, see
+    # ``batching``), mismatching columns kept whole (1/16), numerical columns and temporaries
+    # (1/64); a column of each is held anyway
+    block = max(1, memory_bytes * 3 // 4 // per_col)
+    chunk = max(1, min(block, memory_bytes // 8 // 8 // per_col))
     # The non-zero entries, from one pass of backward calls, are kept instead of the dense rows
     # when they fit in a quarter of the memory and, if the dense rows fit too, are at most an
     # eighth of the entries: each chunk of numerical columns is then compared at those entries
@@ -85,6 +98,9 @@ def compare(
     store = jac.sparse_rows(min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit, early=fits)
     if store is not None:
         block = max(1, layout.n_cols)  # no rows held: one pass over the chunks
+    elif block < layout.n_cols:
+        passes = -(-layout.n_cols // block)  # after the pass that looked for the non-zero entries
+        budget(2 * layout.n_cols + (passes + 1) * layout.n_rows, passes)
     for col0 in range(0, layout.n_cols, block):
         col1 = min(layout.n_cols, col0 + block)
         a_block = jac.rows(col0, col1) if store is None else None

@@ -9,7 +9,8 @@ offset, a missing term) add up; the others are signed (see ``signed_uniform``), 
 argument's error from drowning in a large one's tolerance.
 
 Where a batched forward is given (see ``columns``), the 2 x arguments x probes perturbed
-forwards are one vmapped call (several if they do not fit in BATCH_BYTES), each used when one
+forwards are one vmapped call (several if they do not fit in BATCH_BYTES, or in a stage's share of
+the memory budget: see ``batching``), each used when one
 of its rows gives a single call's difference quotient. Backward's contract has already called backward
 with one signed random grad_output; where autograd would pass its return on unchanged, that
 call is one of the probes.
@@ -35,6 +36,7 @@ from .batching import (
     argument_groups,
     copies,
     same,
+    stage_budget,
     try_batched,
     vmapped,
 )
@@ -64,13 +66,14 @@ def decide(
     call: Call, outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor],
     plain_values: list[Any], plain_inputs: list[torch.Tensor], *, eps: float, atol: float, rtol: float,
     probes: int, seed: int, grad: Vjp = vjp, batched: Call | None = None,
-    given: tuple[list[Any], list[Any]] | None = None, at_x: bool = False,
+    given: tuple[list[Any], list[Any]] | None = None, at_x: bool = False, memory_bytes: int = BATCH_BYTES * 8,
 ) -> list[ProbeStats]:
     """Probe every argument ``probes`` times: |a - n| <= atol + rtol |n| for each (unit u and v).
     ``batched``: the same forward as ``call``, in a form torch.func.vmap may batch. ``given``: one
     signed probe's backward already called, (g for every output, J^T g for every argument in
     ``grad_inputs``, as autograd gives it): it is the last probe (v = g / |g|), and saves a backward.
-    ``at_x``: ``outputs`` are what ``call`` gives for ``plain_values`` (not taken in another dtype)."""
+    ``at_x``: ``outputs`` are what ``call`` gives for ``plain_values`` (not taken in another dtype).
+    ``memory_bytes``: the memory budget, of which one vmapped forward takes at most a stage's share."""
     gen = generator(seed, Stream.PROBES)
     diff_outputs = [outputs[p] for p in positions]
     live = [o for o in diff_outputs if o.requires_grad]
@@ -88,7 +91,8 @@ def decide(
         norm = torch.linalg.vector_norm(g)
         vs = torch.cat([vs, (g / norm).view(1, -1)])
     centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
-    numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre) if n_rows
+    numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre,
+                            stage_budget(memory_bytes, BATCH_BYTES)) if n_rows
                  else torch.zeros(len(plain_inputs), probes, dtype=torch.float64))
     grads: Sequence[Any]
     for p, v in enumerate(vs):
@@ -127,11 +131,12 @@ def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tens
 
 def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list[torch.Tensor],
                us: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor,
-               centre: torch.Tensor | None = None) -> torch.Tensor:
+               centre: torch.Tensor | None = None, budget: int | None = None) -> torch.Tensor:
     """v_p^T (f(x_i + eps u_ip) - f(x_i - eps u_ip)) / 2 eps for every argument i and probe p
     (arguments x probes): one vmapped forward per group of arguments where ``batched`` gives the
     single calls' outputs (checked on every group, see ``_agrees``; ``centre``: the outputs at x,
-    as one row, if known), else two forwards each."""
+    as one row, if known; each group's batch within ``budget`` bytes, default BATCH_BYTES), else two
+    forwards each."""
     out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
     todo = set(range(len(inputs)))
 
@@ -145,7 +150,7 @@ def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list
         return _agrees(got[1], len(vs), centre, _perturbed(call, values, x, eps * u, positions), eps)
 
     if batched is not None:  # arguments batched in groups, each group verified, until one is not
-        for group in argument_groups(inputs, len(vs), len(vs[0]), BATCH_BYTES):
+        for group in argument_groups(inputs, len(vs), len(vs[0]), BATCH_BYTES if budget is None else budget):
             batch = partial(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
                             positions, vs)
             got, _ = try_batched(None, batch, partial(agrees, group))

@@ -16,8 +16,11 @@ Vjp = Callable[..., tuple[Any, ...]]  # signature of torch.autograd.grad
 
 def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
         grad_outputs: Sequence[torch.Tensor]) -> tuple[Any, ...]:
-    """Vector-Jacobian product through the graph (kept for more calls); None for unused inputs."""
-    return torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True)
+    """Vector-Jacobian product through the graph (kept for more calls); None for unused inputs.
+    Values only: a gradient that requires grad (backward computed it with grad mode on, or returned
+    a parameter) is detached, as the tool only reads it."""
+    grads: tuple[Any, ...] = torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True)
+    return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in grads)
 
 
 def as_tuple(out: Any) -> tuple[Any, ...]:
@@ -30,9 +33,16 @@ def is_float_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())
 
 
+def real_view(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as real numbers: complex elements as (re, im) pairs, a view of ``t``, except for a
+    lazily conjugated tensor (``z.conj()``, as a correct complex backward returns), which has no
+    real view and is resolved into a copy first."""
+    return torch.view_as_real(t.resolve_conj()) if t.is_complex() else t
+
+
 def real_flat(t: torch.Tensor) -> torch.Tensor:
-    """A flat real view of contiguous ``t`` (no copy): complex elements become (re, im) pairs."""
-    return (torch.view_as_real(t) if t.is_complex() else t).view(-1)
+    """A flat real view of contiguous ``t`` (no copy, unless ``t`` is lazily conjugated: see ``real_view``)."""
+    return real_view(t).view(-1)
 
 
 def unravel(flat: int, shape: Sequence[int]) -> list[int]:
@@ -63,6 +73,6 @@ def outputs_vector(outputs: tuple[Any, ...], positions: Sequence[int], copy: boo
     ``copy=False``, a view of the output where there is only one and it is float64."""
     if not positions:
         return torch.zeros(0, dtype=torch.float64)
-    parts = [(torch.view_as_real(o) if o.is_complex() else o).detach().reshape(-1).to(torch.float64)
+    parts = [real_view(o.detach()).reshape(-1).to(torch.float64)
              for o in (outputs[p] for p in positions)]
     return parts[0] if len(parts) == 1 and not copy else torch.cat(parts)

@@ -2,7 +2,8 @@
 
 Rows are built transposed (C x M: a row per real input element), so that a block of columns is
 contiguous. A row is one backward call, as torch.autograd.gradcheck makes it, or, where vmap gives
-the same numbers, a stage of ROW_STAGE rows is one backward over a batch of one-hot grad_outputs
+the same numbers, a stage of rows (at most ROW_STAGE, and within its share of the memory budget:
+see ``batching.stage_size``) is one backward over a batch of one-hot grad_outputs
 (``torch.func.vmap`` over ``torch.autograd.grad``). The first batched stage is compared with single
 calls on a few rows; any difference or error turns batching off for the rest of the check. Where
 the Jacobian is sparse, its non-zero entries can be kept instead of the dense rows (``SparseRows``).
@@ -16,9 +17,9 @@ from typing import Any
 
 import torch
 
-from .batching import ROW_STAGE, same, try_batched
+from .batching import ROW_STAGE, same, stage_size, try_batched
 from .layout import Layout
-from .realify import Vjp, real_flat, real_numel
+from .realify import Vjp, real_flat, real_numel, real_view
 
 
 @dataclass
@@ -46,9 +47,13 @@ class Rows:
     """Analytical rows of one check's Jacobian, by backward calls through ``grad``, batching decided once."""
 
     def __init__(self, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
-                 layout: Layout) -> None:
+                 layout: Layout, memory_bytes: int) -> None:
         self.grad, self.outputs, self.grad_inputs, self.layout = grad, outputs, grad_inputs, layout
         self.live = [o for o in outputs if o.requires_grad]
+        # a row of a stage: its one-hot grad_outputs, and the gradients as backward gives them and in float64
+        row_bytes = (sum(o.numel() * o.element_size() for o in self.live)
+                     + sum(x.numel() * x.element_size() + 8 * real_numel(x) for x in grad_inputs))
+        self.stage = stage_size(ROW_STAGE, row_bytes, memory_bytes)  # rows per batched backward
         self.wanted = list(range(len(grad_inputs)))  # the arguments whose gradients the rows need
         self.batched_rows: bool | None = None if self.live else False  # None: not tried yet
         self.one_hot: list[torch.Tensor] | None = None  # batched grad_outputs, reused from stage to stage
@@ -94,8 +99,8 @@ class Rows:
         k = 0
         for out in self.outputs:
             size = real_numel(out)
-            for j0 in range(0, size if out.requires_grad else 0, ROW_STAGE):
-                yield k, out, j0, min(size, j0 + ROW_STAGE)
+            for j0 in range(0, size if out.requires_grad else 0, self.stage):
+                yield k, out, j0, min(size, j0 + self.stage)
             k += size
 
     def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
@@ -113,7 +118,7 @@ class Rows:
 
     def _flat_grads(self, grads: tuple[Any, ...], batch: int) -> list[torch.Tensor]:
         return [torch.zeros(batch, real_numel(x), dtype=torch.float64) if g is None else
-                (torch.view_as_real(g) if g.is_complex() else g).reshape(batch, -1).to(torch.float64)
+                real_view(g.detach()).reshape(batch, -1).to(torch.float64)
                 for g, x in zip(grads, self._wanted_inputs())]
 
     def _wanted_inputs(self) -> list[torch.Tensor]:
@@ -135,7 +140,7 @@ class Rows:
     def _batched_rows(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
         n = j1 - j0
         if self.one_hot is None:  # one buffer: fresh zeros per stage cost page faults
-            self.one_hot = [torch.empty((ROW_STAGE,) + o.shape, dtype=o.dtype, device=o.device) for o in self.live]
+            self.one_hot = [torch.empty((self.stage,) + o.shape, dtype=o.dtype, device=o.device) for o in self.live]
         # zeroed in full, as a backward that writes grad_output (a contract failure) may have written
         # anywhere; the last stage's gradients, which may be views of it, are read by now
         grad_outs = [z[:n].zero_() for z in self.one_hot]

@@ -7,12 +7,59 @@ sides at a time, so no more than a block is ever held.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Optional, Union, overload
 
 import torch
 
 KEEP_BAD = 16  # mismatching columns kept whole, to re-examine (kinks, domain edges)
+KEEP_BYTES = 64 * 2**20  # at most this much of them per argument (the first is always kept), unless told
+
+Column = tuple[int, torch.Tensor, torch.Tensor]  # (column, analytical column, numerical column)
+
+
+class KeptColumns(Sequence[Column]):
+    """Mismatching columns kept whole, each held as its non-zero entries where that is smaller (a
+    sparse Jacobian's column, e.g. an elementwise function's), and read back dense one at a time."""
+
+    def __init__(self) -> None:
+        self._kept: list[tuple[int, int, Optional[torch.Tensor], torch.Tensor, torch.Tensor]] = []
+        self.nbytes = 0
+
+    def add(self, col: int, a: torch.Tensor, n: torch.Tensor, limit: int) -> bool:
+        """Keep column ``col`` (``a`` and ``n`` are copied) unless it would take the kept bytes
+        past ``limit`` (the first column is always kept); whether it was kept."""
+        nonzero = torch.logical_or(a, n)  # NaN counts as non-zero
+        k = int(torch.count_nonzero(nonzero))
+        sparse = 24 * k < 16 * len(a)  # an index and two values per entry, against two values
+        size = 24 * k if sparse else 16 * len(a)
+        if self._kept and self.nbytes + size > limit:
+            return False
+        at = nonzero.nonzero().view(-1) if sparse else None
+        self._kept.append((col, len(a), at, a[at] if at is not None else a.clone(),
+                           n[at] if at is not None else n.clone()))
+        self.nbytes += size
+        return True
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @overload
+    def __getitem__(self, i: int) -> Column: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Column]: ...
+
+    def __getitem__(self, i: Union[int, slice]) -> Union[Column, Sequence[Column]]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(len(self))[i]]
+        col, size, at, a, n = self._kept[i]
+        if at is None:
+            return col, a, n
+        dense = torch.zeros(2, size, dtype=a.dtype)
+        dense[0, at], dense[1, at] = a, n
+        return col, dense[0], dense[1]
 
 
 @dataclass
@@ -36,8 +83,9 @@ class Entry:
     sum_aa: float = 0.0
     proj_a: torch.Tensor = field(init=False)  # u^T J for one random probe u over the outputs
     proj_n: torch.Tensor = field(init=False)
+    keep_bytes: int = field(default=KEEP_BYTES, kw_only=True)  # at most this much of bad_columns
     # (column, analytical column, numerical column) of the first mismatching input elements
-    bad_columns: list[tuple[int, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    bad_columns: KeptColumns = field(default_factory=KeptColumns, init=False)
 
     def __post_init__(self) -> None:
         self.bad = torch.zeros(self.real_numel, dtype=torch.bool)
@@ -59,7 +107,7 @@ class Entry:
         nonzero = torch.logical_or(a, n)  # NaN counts as non-zero
 
         def column(c: int) -> torch.Tensor:
-            return a[c].clone()
+            return a[c]  # copied where it is kept
 
         if int(torch.count_nonzero(nonzero)) * 4 < a.numel():  # (faster than a bool .sum())
             at = nonzero.nonzero(as_tuple=True)
@@ -120,7 +168,8 @@ class Entry:
                torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True))
         self.bad[col0 : col0 + n_cols] |= bad
         for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
-            self.bad_columns.append((col0 + c, a_column(c), n[c].clone()))  # kept whole, to re-examine
+            if not self.bad_columns.add(col0 + c, a_column(c), n[c], self.keep_bytes):  # to re-examine
+                break
         excess = torch.div(diff, tol, out=tol)
         if diff.numel():
             k = int(torch.argmax(excess))
