@@ -234,6 +234,9 @@ def _node_lines(node: yaml.Node, key: Key, ctx: _Ctx, sizes: Optional[dict[int, 
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):  # `? [a, b]: ...` or `? {a: 1}: ...`, a complex key
+                raise SpecError(ctx.path, _keystr(key), "a key must be a plain name, not a list or a mapping "
+                                "(a line that starts with `? ` writes a complex key)", k.start_mark.line + 1)
             name = k.value
             if name in seen:
                 also = "; to merge several mappings, list them: `<<: [*a, *b]`" if k.tag == MERGE_TAG else ""

@@ -410,6 +410,14 @@ def test_duplicate_top_level_key_is_refused(write_spec):
     assert_error(error_of(path), path, "seed", "duplicate", line=3)
 
 
+@pytest.mark.parametrize("text", ["? function: pkg.mod:Fn\n: 1\n", "? [a, b]\n: 1\nfunction: pkg.mod:Fn\n"])
+def test_a_complex_key_is_a_spec_error(write_spec, text):
+    # it crashed the loader (TypeError: unhashable type: 'list'), found by test_spec_fuzz
+    path = write_spec(text)
+    error = error_of(path)
+    assert "a key must be a plain name" in str(error) and error.line == 1
+
+
 def test_duplicate_key_in_a_nested_mapping_is_refused(write_spec):
     path = write_spec("""\
         function: pkg.mod:Fn
