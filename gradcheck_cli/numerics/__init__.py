@@ -13,6 +13,10 @@ Submodules, bottom up:
 - ``probes``: the fast decision from random probes v^T J u
 - ``kinks``: a mismatch at a kink, a tie or a domain edge told apart from a wrong gradient
 
+Devices: the arguments, the outputs and the user's gradients stay on the case's device; the
+Jacobians, their columns and every comparison buffer are float64 on the CPU, and a value from the
+device is moved there (``.to("cpu")``) where it enters one.
+
 This module re-exports the names the checks use.
 """
 from __future__ import annotations

@@ -91,5 +91,5 @@ class Columns:
             batch[rows, cols] -= eps
             batch[rows + n, cols] += eps
             c += j1 - j0
-        flat = vmapped(self.batched, self.values, batches, self.layout.outputs)
+        flat = vmapped(self.batched, self.values, batches, self.layout.outputs).to(out.device)  # columns: CPU
         return torch.sub(flat[n:], flat[:n], out=out)

@@ -123,10 +123,11 @@ def difference_into(row: torch.Tensor, call: Call, values: Sequence[Any], elemen
 
 def _into(row: torch.Tensor, outputs: tuple[Any, ...], segments: Sequence[tuple[int, int, int]],
           subtract: bool) -> None:
-    """The realified outputs into their segments of ``row``, or, with ``subtract``, minus what is there."""
+    """The realified outputs into their segments of ``row`` (moved to its device, the CPU), or, with
+    ``subtract``, minus what is there."""
     for p, lo, hi in segments:
         o, seg = outputs[p], row[lo:hi]
-        flat = real_view(o).reshape(-1)  # no grad here: no detach
+        flat = real_view(o).reshape(-1).to(seg.device)  # no grad here: no detach
         if subtract:
             torch.sub(flat, seg, out=seg)
         else:

@@ -83,7 +83,6 @@ class Rows:
         vals, count = torch.empty(limit, dtype=torch.float64), 0
         for k, out, j0, j1 in self._stages():
             for start, grad in zip(self.layout.col_starts, self._row_stage(out, j0, j1)):
-                grad = grad.cpu()  # the store is on the CPU, as dense rows are
                 r, c = grad.nonzero(as_tuple=True)  # NaN counts as non-zero
                 if count + len(r) > (min(limit, 2 * limit * (k + j1) // self.layout.n_rows) if early else limit):
                     return None
@@ -117,8 +116,9 @@ class Rows:
         return all(same(g[picks], torch.cat(s)) for g, s in zip(batched, zip(*single)))
 
     def _flat_grads(self, grads: tuple[Any, ...], batch: int) -> list[torch.Tensor]:
+        """The gradients as float64 rows (batch x real numel) on the CPU, where the Jacobians are held."""
         return [torch.zeros(batch, real_numel(x), dtype=torch.float64) if g is None else
-                real_view(g.detach()).reshape(batch, -1).to(torch.float64)
+                real_view(g.detach()).reshape(batch, -1).to("cpu", torch.float64)
                 for g, x in zip(grads, self._wanted_inputs())]
 
     def _wanted_inputs(self) -> list[torch.Tensor]:
