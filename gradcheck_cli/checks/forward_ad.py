@@ -103,8 +103,8 @@ def _real(t: torch.Tensor) -> torch.Tensor:
 
 
 def _flat(tensors: list[Optional[torch.Tensor]], like: list[torch.Tensor]) -> torch.Tensor:
-    """Realified float64 concatenation; a missing tangent (None) is zeros of its output's size."""
-    parts = [real_flat((t if t is not None else torch.zeros_like(o)).detach().contiguous()).to(torch.float64)
+    """Realified float64 concatenation on the CPU; a missing tangent (None) is zeros of its output's size."""
+    parts = [real_flat((t if t is not None else torch.zeros_like(o)).detach().contiguous()).to("cpu", torch.float64)
              for t, o in zip(tensors, like)]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 

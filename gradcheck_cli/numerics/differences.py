@@ -137,9 +137,9 @@ def _into(row: torch.Tensor, outputs: tuple[Any, ...], segments: Sequence[tuple[
 def central_difference(call: Call, values: Sequence[Any], x: torch.Tensor, j: int, eps: float,
                        positions: Sequence[int]) -> torch.Tensor:
     """(f(x + eps e_j) - f(x - eps e_j)) / 2 eps: a column of the numerical Jacobian, the realified
-    float64 outputs at ``positions`` (on their device), real element ``j`` of ``x`` (a tensor in
+    float64 outputs at ``positions`` (on the CPU), real element ``j`` of ``x`` (a tensor in
     ``values``) moved in place and put back."""
     element = elements(x)(j)
-    minus = call_moved(call, values, element.to(-eps), lambda outputs: outputs_vector(outputs, positions))
-    plus = call_moved(call, values, element.to(eps), lambda outputs: outputs_vector(outputs, positions))
+    minus = call_moved(call, values, element.to(-eps), lambda outputs: outputs_vector(outputs, positions).cpu())
+    plus = call_moved(call, values, element.to(eps), lambda outputs: outputs_vector(outputs, positions).cpu())
     return (plus - minus) / (2 * eps)
