@@ -193,6 +193,7 @@ def _documents(text: str, path: str) -> tuple[list[tuple[int, Union[_Ctx, SpecEr
             except SpecError as exc:
                 docs.append((index, exc, None))
                 continue
+            _resolve_merges(node, set())
             try:
                 data = loader.construct_document(node)
             except (ValueError, TypeError, LookupError, ArithmeticError, AttributeError) as exc:
@@ -256,6 +257,36 @@ def _node_lines(node: yaml.Node, key: Key, ctx: _Ctx, sizes: Optional[dict[int, 
         lines.setdefault(key + (merged_key.value,), merged_key.start_mark.line + 1)  # where its value is written
     sizes[id(node)] = size
     return size
+
+
+def _resolve_merges(node: yaml.Node, done: set[int]) -> None:
+    """Replace every merge key (<<) by the pairs it brings, in place, as YAML 1.1 says: a mapping's own
+    keys win, then the earlier mapping of a list. Not left to PyYAML: its 6.0.4 lets a later mapping of
+    the list win where the earlier one merged the same keys. ``node`` was walked by _node_lines (no cycle,
+    merge values are mappings)."""
+    if id(node) in done:
+        return
+    done.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for value in node.value:
+            _resolve_merges(value, done)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for _, value in node.value:
+        _resolve_merges(value, done)  # merged mappings first lose their own merge keys
+    if not any(k.tag == MERGE_TAG for k, _ in node.value):
+        return
+    pairs = [(k, v) for k, v in node.value if k.tag != MERGE_TAG]
+    names = {k.value for k, _ in pairs}
+    for k, value in node.value:
+        if k.tag != MERGE_TAG:
+            continue
+        for mapping in value.value if isinstance(value, yaml.SequenceNode) else [value]:
+            for mk, mv in mapping.value:
+                if mk.value not in names:
+                    names.add(mk.value)
+                    pairs.append((mk, mv))
+    node.value = pairs
 
 
 def _merged(value: yaml.Node, key: Key, ctx: _Ctx) -> list[tuple[yaml.Node, yaml.Node]]:
