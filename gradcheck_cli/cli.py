@@ -5,7 +5,6 @@ torch is imported only once there is something to check, so --help and --version
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import sys
@@ -21,6 +20,7 @@ from . import FAST_PROBES, __version__
 from .checks import NAMES as CHECKS
 from .reporters import FORMATS as REPORTERS
 from .results import ExitCode
+from .session import DEFAULT_TIMEOUT
 
 PROGRESS_MIN = 3  # more cases than this get a progress bar
 FORMATS = (*REPORTERS, "auto")  # the reporters' registry (no torch behind it), plus auto
@@ -59,17 +59,13 @@ def _parse_shard(ctx: click.Context, param: click.Parameter, value: Optional[str
     return int(index), int(count)
 
 
-DEFAULT_TIMEOUT = 300  # seconds a case may take; a hung or runaway Function costs at most this
-
-
 def _parse_timeout(ctx: click.Context, param: click.Parameter, value: str) -> Optional[float]:
+    from .session import timeout_seconds
+
     try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if math.isnan(seconds) or seconds < 0:
-        raise click.BadParameter(f"expected a number of seconds >= 0 (0 or inf: no limit), got {value!r}")
-    return None if seconds in (0, math.inf) else seconds
+        return timeout_seconds(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
 
 
 def _check_junit(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:

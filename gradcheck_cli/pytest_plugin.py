@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import io
-import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pytest
+
+from .session import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from .pool import Pool
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 DEFAULT_MAX_MEMORY_MB = 512  # as the command line's --max-memory
-DEFAULT_TIMEOUT = 300.0  # seconds, as the command line's --timeout
 _POOL = pytest.StashKey["Pool"]()
 
 
@@ -36,9 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gradcheck", "gradcheck-cli")
     group.addoption("--gradcheck", action="store_true", default=False,
                     help="collect gradcheck-cli spec files (*.yaml, *.yml) given as arguments as tests")
-    group.addoption("--gradcheck-timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                    help=f"stop a case that runs longer: it fails, the session goes on (default: {DEFAULT_TIMEOUT}; "
-                         "0 for none)")
+    group.addoption("--gradcheck-timeout", type=_seconds, default=str(DEFAULT_TIMEOUT), metavar="SECONDS",
+                    help="stop a case that runs longer: it fails, the session goes on (default: "
+                         f"{DEFAULT_TIMEOUT}; 0 for none)")
     group.addoption("--gradcheck-no-isolate", action="store_true", default=False,
                     help="check in pytest's own process (for a debugger); by default each case runs in a worker "
                          "process, so a crash or a hang in it fails that item alone")
@@ -58,13 +58,12 @@ def _megabytes(text: str) -> int:
 
 
 def _seconds(text: str) -> Optional[float]:
+    from .session import timeout_seconds
+
     try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if math.isnan(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0 (0 or inf: no limit), got {text!r}")
-    return None if value in (0, math.inf) else value
+        return timeout_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _pool(config: pytest.Config) -> Pool:

@@ -5,6 +5,7 @@ No torch here: with isolation (the default) only the workers import it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -16,6 +17,19 @@ from . import plan
 from .plan import RunOptions, Task
 from .results import CaseResult, Report, Status
 from .spec import Case, SpecError
+
+DEFAULT_TIMEOUT = 300  # seconds a case may take (--timeout, --gradcheck-timeout): a hung Function costs at most this
+
+
+def timeout_seconds(text: str) -> Optional[float]:
+    """A timeout option's value: seconds, or None for no limit (0 or inf); ValueError for anything else."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"expected a number of seconds >= 0 (0 or inf: no limit), got {text!r}")
+    return None if seconds in (0, math.inf) else seconds
 
 
 class Terminated(BaseException):
