@@ -60,6 +60,7 @@ def _serve(conn: Connection, threads: int) -> None:
         index, task = message
         conn.send(("started", me, index, None))  # the timeout counts from here, not from the worker's start-up
         result = run_task(task)  # a process forked by the code under test never comes back from it
+        processes.end(processes.started())  # what the case started ends with it (state.py named it)
         # a CUDA error leaves the context unusable, and some global state cannot be put back: a fresh
         # worker takes the next task
         retire = (result.error is not None and result.error.kind is ErrorKind.CUDA) or bool(tainted())

@@ -25,10 +25,10 @@ def _table() -> dict[int, tuple[int, int]]:
             continue
         try:
             stat = (PROC / name / "stat").read_bytes()
-        except OSError:  # it ended meanwhile
+            fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (command) ": state, ppid, pgrp, ...
+            table[int(name)] = (int(fields[1]), int(fields[2]))
+        except (OSError, ValueError, IndexError):  # it ended meanwhile (an empty or cut read)
             continue
-        fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (command) ": state, ppid, pgrp, ...
-        table[int(name)] = (int(fields[1]), int(fields[2]))
     return table
 
 

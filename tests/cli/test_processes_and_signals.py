@@ -145,7 +145,8 @@ def test_processes_the_code_under_test_starts_end_with_its_case(user_module, wri
         assert not alive(pids[0])
         os.kill(pids[1], signal.SIGKILL)
     else:
-        assert not any(alive(p) for p in pids)
+        left = {p: Path(f"/proc/{p}/stat").read_text() for p in pids if alive(p)}
+        assert not left, left
     warnings = json.loads(result.stdout)["results"][0]["warnings"]
     assert any("processes left running" in w for w in warnings), warnings
 
