@@ -222,12 +222,27 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     if fmt == "auto":
         fmt = reporters.choose_auto(os.environ)
-    reporters.get(fmt)(report, sys.stdout, color)
-    if junit_xml:
-        from .reporters import junit
+    with _signals_held():  # a report cut in half by a late Ctrl-C or SIGTERM would lose what finished
+        reporters.get(fmt)(report, sys.stdout, color)
+        if junit_xml:
+            from .reporters import junit
 
-        junit.write(report, junit_xml)
+            junit.write(report, junit_xml)
     sys.exit(report.exit_code())
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM are ignored while the report is written (a moment), so it is written whole."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def main(argv: Optional[list[str]] = None) -> Any:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from .results import ErrorKind
+from .state import kept_for_call
 
 
 class UserCodeError(Exception):
@@ -67,9 +68,12 @@ def device_kind(exc: BaseException) -> Optional[ErrorKind]:
 def guarded(kind: ErrorKind, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call user code; turn any exception into a UserCodeError that says ``what`` raised and where."""
     try:
-        return fn(*args, **kwargs)
+        with kept_for_call():
+            return fn(*args, **kwargs)
     except UserCodeError:
         raise
-    except (Exception, SystemExit) as exc:
+    except KeyboardInterrupt:  # Ctrl-C in this process: the run stops (an isolated worker never gets one)
+        raise
+    except BaseException as exc:
         raise UserCodeError(device_kind(exc) or kind, f"{what} raised {type(exc).__name__}: {exc}",
                             user_frame(exc)) from exc

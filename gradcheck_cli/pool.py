@@ -41,6 +41,7 @@ def _serve(conn: Connection, threads: int) -> None:
     Every message carries this process's pid and the task's index, so the parent files a result
     under its task and knows a message from a process the code under test forked."""
     processes.lead_group()
+    multiprocessing.current_process().daemon = False  # user code may start processes of its own (a Pool)
     os.dup2(2, 1)  # what user code prints goes to stderr, so stdout stays the report
     keep_freed_memory()
     import torch
@@ -59,8 +60,12 @@ def _serve(conn: Connection, threads: int) -> None:
             return
         index, task = message
         conn.send(("started", me, index, None))  # the timeout counts from here, not from the worker's start-up
-        result = run_task(task)  # a process forked by the code under test never comes back from it
+        try:
+            result = run_task(task)  # a process forked by the code under test never comes back from it
+        except KeyboardInterrupt:  # no Ctrl-C reaches a worker (its own process group): the code under test raised it
+            result = failed_result(task, ErrorKind.FORWARD, "the code under test raised KeyboardInterrupt")
         processes.end(processes.started())  # what the case started ends with it (state.py named it)
+        processes.reap()
         # a CUDA error leaves the context unusable, and some global state cannot be put back: a fresh
         # worker takes the next task
         retire = (result.error is not None and result.error.kind is ErrorKind.CUDA) or bool(tainted())
@@ -207,6 +212,8 @@ class Pool:
                         yield index, result
                         continue
                     if not alive or worker.proc.sentinel in ready:
+                        if worker.stray is None:
+                            worker.proc.join(timeout=2)  # its own exit code, not the SIGKILL of stop()
                         worker.stop(force=True)
                         failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker))
                     elif worker.overdue(timeout):

@@ -26,7 +26,8 @@ def _table() -> dict[int, tuple[int, int]]:
         try:
             stat = (PROC / name / "stat").read_bytes()
             fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (command) ": state, ppid, pgrp, ...
-            table[int(name)] = (int(fields[1]), int(fields[2]))
+            if fields[0] != b"Z":  # a zombie runs no more: it only waits to be reaped
+                table[int(name)] = (int(fields[1]), int(fields[2]))
         except (OSError, ValueError, IndexError):  # it ended meanwhile (an empty or cut read)
             continue
     return table
@@ -72,9 +73,21 @@ def lead_group() -> None:
     it also dies with its parent."""
     if hasattr(os, "setpgrp"):
         os.setpgrp()
-    try:  # Linux: die with the parent, even when it is killed (SIGKILL) and cannot stop its workers
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    try:  # Linux: die with the parent, even when it is killed (SIGKILL) and cannot stop its workers;
+        # and adopt the orphans of what user code starts (a daemon that forked twice and left the group)
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
+        pass
+
+
+def reap() -> None:
+    """Collect every child of this process that has ended (a worker's adopted orphans)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except (ChildProcessError, OSError):
         pass
 
 

@@ -114,5 +114,6 @@ def _stdout_to_stderr() -> Iterator[None]:
         with contextlib.suppress(OSError, ValueError):
             sys.stdout.flush()
         if saved is not None:
-            os.dup2(saved, 1)
-            os.close(saved)
+            with contextlib.suppress(OSError):  # user code closed our copy (os.closerange): fd 1 stays stderr
+                os.dup2(saved, 1)
+                os.close(saved)

@@ -164,7 +164,7 @@ def _numpy_random() -> Optional[ModuleType]:
     return getattr(numpy, "random", None)
 
 
-def _switches() -> list[Switch]:
+def _switches(only: Optional[tuple[str, ...]] = None) -> list[Switch]:
     c = torch._C
     out = [
         Switch("torch.set_grad_enabled", torch.is_grad_enabled, torch._C._set_grad_enabled),
@@ -212,7 +212,7 @@ def _switches() -> list[Switch]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out.append(Switch("torch.cuda's random states", torch.cuda.get_rng_state_all, torch.cuda.set_rng_state_all,
                           quiet=True))
-    return out
+    return out if only is None else [s for s in out if s.name in only]
 
 
 _UNREADABLE = object()
@@ -232,6 +232,30 @@ def _unchanged(switch: Switch, before: Any, after: Any) -> bool:
 
 
 Snapshot = list[tuple[Switch, Any]]
+
+# What a single call into user code may not leave changed, because gradcheck-cli's own computation
+# right after it depends on it (a default device of "meta" breaks the comparison): cheap to read,
+# put back after every call, and told once in the case's warnings.
+_PER_CALL = ("torch.set_grad_enabled", "torch.set_default_dtype", "torch.set_default_device",
+             "a torch function mode left active", "a torch dispatch mode left active")
+_noticed: list[str] = []
+
+
+@contextmanager
+def kept_for_call() -> Iterator[None]:
+    """Around one call into user code: put back the state gradcheck-cli's next step relies on."""
+    saved = [(s, _read(s)) for s in _switches(_PER_CALL)]
+    try:
+        yield
+    finally:
+        for switch, before in saved:
+            after = _read(switch)
+            if not _unchanged(switch, before, after) and switch.put is not None and before is not _UNREADABLE:
+                try:
+                    switch.put(before)
+                except Exception:  # noqa: BLE001 - the case-level restore names what is left
+                    continue
+                _noticed.append(switch.name + switch.show(before, after))
 
 
 def snapshot() -> Snapshot:
@@ -256,6 +280,11 @@ def apply(values: Snapshot) -> None:
         switch.put(value)
 
 
+def _note(notes: list[str], text: str) -> None:
+    if text not in notes:  # a check's note, and the same again from its case
+        notes.append(text)
+
+
 @contextmanager
 def preserved(notes: list[str]) -> Iterator[None]:
     """Save the global state, run the body, put the state back; append to ``notes`` what the body changed
@@ -264,7 +293,8 @@ def preserved(notes: list[str]) -> Iterator[None]:
     try:
         yield
     finally:
-        changed, stuck = [], []
+        changed, stuck = list(dict.fromkeys(_noticed)), []
+        _noticed.clear()
         for switch, before in saved:
             after = _read(switch)
             if _unchanged(switch, before, after):
@@ -280,11 +310,11 @@ def preserved(notes: list[str]) -> Iterator[None]:
             elif not switch.quiet:
                 changed.append(words)
         if changed:
-            notes.append(f"the code under test changed global state and left it changed: {'; '.join(changed)}. "
+            _note(notes, f"the code under test changed global state and left it changed: {'; '.join(changed)}. "
                          "gradcheck-cli put it back after the case, so other cases do not see it; a Function "
                          "should restore what it changes (use the context-manager forms)")
         if stuck:
             _tainted.extend(stuck)
-            notes.append(f"the code under test changed global state that cannot be put back: {'; '.join(stuck)}. "
+            _note(notes, f"the code under test changed global state that cannot be put back: {'; '.join(stuck)}. "
                          "Cases checked after it in the same process may be affected (isolated workers are "
                          "replaced before their next case)")

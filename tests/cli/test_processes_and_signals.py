@@ -96,6 +96,57 @@ class RaisesKeyboardInterrupt(Square):
     @staticmethod
     def forward(ctx, x):
         raise KeyboardInterrupt
+
+
+class MyBase(BaseException):
+    pass
+
+
+class RaisesBaseException(Square):
+    @staticmethod
+    def forward(ctx, x):
+        raise MyBase("not an Exception")
+
+
+class RaisesGeneratorExit(Square):
+    @staticmethod
+    def forward(ctx, x):
+        raise GeneratorExit
+
+
+class DefaultDeviceMeta(Square):  # leaves a default device under which gradcheck-cli's own tensors break
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        torch.set_default_device("meta")
+        return 2 * x * g
+
+
+def _sleep():
+    time.sleep(600)
+
+
+class UsesMultiprocessing(Square):  # a worker of ours is no daemon: user code may start processes
+    @staticmethod
+    def forward(ctx, x):
+        import multiprocessing
+        p = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0.1,))
+        p.start()
+        p.join()
+        ctx.save_for_backward(x)
+        return x * x
+
+
+class SetsidDaemon(Square):  # forks twice and leaves the process group: adopted by the worker, then ended
+    @staticmethod
+    def forward(ctx, x):
+        if not (HERE / "daemon.pid").exists():
+            subprocess.Popen(["sh", "-c", "setsid sh -c 'echo $$ > daemon.pid; exec sleep 600' & exit 0"],
+                             cwd=HERE).wait()
+            while not (HERE / "daemon.pid").exists() or not (HERE / "daemon.pid").read_text().strip():
+                time.sleep(0.01)
+        ctx.save_for_backward(x)
+        return x * x
 '''
 
 
@@ -237,3 +288,56 @@ def test_jobs_are_capped_at_the_usable_cores(user_module, write_spec, invoke, mo
     assert pool.workers_for(1000, 3) == 2 and pool.workers_for(1000, 1) == 1 and pool.workers_for(1, 3) == 1
     result = invoke("specs/", "-j", "1000")
     assert result.exit_code == 0 and "-j 1000: using at most 2 workers" in result.stderr
+
+
+@pytest.mark.parametrize("name, said", [("RaisesBaseException", "raised MyBase"),
+                                        ("RaisesGeneratorExit", "raised GeneratorExit")])
+@pytest.mark.parametrize("mode", [["-j", "1"], ["--no-isolate"]])
+def test_a_base_exception_from_user_code_is_that_cases_error(user_module, write_spec, invoke, name, said, mode):
+    # --no-isolate: a traceback, no report, exit 1
+    user_module(USER)
+    spec(write_spec, name, "Square")
+    result = invoke("specs/", "--format", "json", *mode)
+    first, second = json.loads(result.stdout)["results"]
+    assert result.exit_code == 3 and said in first["error"]["message"] and second["status"] == "pass"
+
+
+def test_keyboard_interrupt_raised_in_a_worker_is_that_cases_error_not_a_kill(user_module, write_spec, invoke):
+    # it read "killed by SIGKILL (out of memory?)": our own kill, sent before the exit code was read
+    user_module(USER)
+    spec(write_spec, "RaisesKeyboardInterrupt", "Square")
+    result = invoke("specs/", "--format", "json", "-j", "1")
+    first, second = json.loads(result.stdout)["results"]
+    assert "raised KeyboardInterrupt" in first["error"]["message"] and second["status"] == "pass"
+
+
+@pytest.mark.parametrize("mode", [["-j", "1"], ["--no-isolate"]])
+def test_a_default_device_set_inside_backward_is_no_internal_error(user_module, write_spec, invoke, mode):
+    user_module(USER)
+    spec(write_spec, "DefaultDeviceMeta", "Square")
+    result = invoke("specs/", "--format", "json", *mode)
+    first, second = json.loads(result.stdout)["results"]
+    assert result.exit_code != 4 and second["status"] == "pass", result.stdout
+    assert any("torch.set_default_device" in w for w in first["warnings"]), first
+
+
+def test_user_code_in_a_worker_may_start_processes(user_module, write_spec, invoke):
+    # "daemonic processes are not allowed to have children": a pass in-process, an error isolated
+    user_module(USER)
+    spec(write_spec, "UsesMultiprocessing")
+    result = invoke("specs/", "--format", "json", "-j", "1")
+    assert result.exit_code == 0, result.stdout
+
+
+def test_a_daemon_that_left_the_process_group_ends_with_its_case(user_module, write_spec, invoke, tmp_path):
+    user_module(USER)
+    spec(write_spec, "SetsidDaemon")
+    result = invoke("specs/", "--format", "json", "-j", "1")
+    assert result.exit_code == 0, result.stdout
+    pid = int((tmp_path / "daemon.pid").read_text())
+    deadline = time.monotonic() + 10
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail("the daemon outlived its case")
