@@ -239,12 +239,15 @@ Snapshot = list[tuple[Switch, Any]]
 _PER_CALL = ("torch.set_grad_enabled", "torch.set_default_dtype", "torch.set_default_device",
              "a torch function mode left active", "a torch dispatch mode left active")
 _noticed: list[str] = []
+_per_call: list[Switch] = []  # the switches of _PER_CALL, made once
 
 
 @contextmanager
 def kept_for_call() -> Iterator[None]:
     """Around one call into user code: put back the state gradcheck-cli's next step relies on."""
-    saved = [(s, _read(s)) for s in _switches(_PER_CALL)]
+    if not _per_call:
+        _per_call.extend(_switches(_PER_CALL))
+    saved = [(s, _read(s)) for s in _per_call]
     try:
         yield
     finally:
