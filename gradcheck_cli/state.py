@@ -240,6 +240,7 @@ _PER_CALL = ("torch.set_grad_enabled", "torch.set_default_dtype", "torch.set_def
              "a torch function mode left active", "a torch dispatch mode left active")
 _noticed: list[str] = []
 _per_call: list[Switch] = []  # the switches of _PER_CALL, made once
+_open: list[int] = []  # one entry per preserved() block being run
 
 
 @contextmanager
@@ -258,7 +259,8 @@ def kept_for_call() -> Iterator[None]:
                     switch.put(before)
                 except Exception:  # noqa: BLE001 - the case-level restore names what is left
                     continue
-                _noticed.append(switch.name + switch.show(before, after))
+                if _open:  # told in the warnings of the case (or check) being preserved
+                    _noticed.append(switch.name + switch.show(before, after))
 
 
 def snapshot() -> Snapshot:
@@ -293,11 +295,13 @@ def preserved(notes: list[str]) -> Iterator[None]:
     """Save the global state, run the body, put the state back; append to ``notes`` what the body changed
     (it is restored) and what could not be put back (this process is then ``tainted()``)."""
     saved = snapshot()
+    _open.append(len(_noticed))
     try:
         yield
     finally:
-        changed, stuck = list(dict.fromkeys(_noticed)), []
-        _noticed.clear()
+        mark = _open.pop()
+        changed, stuck = list(dict.fromkeys(_noticed[mark:])), []
+        del _noticed[mark:]
         for switch, before in saved:
             after = _read(switch)
             if _unchanged(switch, before, after):

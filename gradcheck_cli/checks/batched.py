@@ -28,9 +28,10 @@ from ..rng import Stream, generator, signed_uniform
 from ..target import Target
 from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like
 from .rows import agreement, fill, tolerance, zeros_if_none
-from .verdict import begin, conclude, skip
+from .verdict import begin, conclude, skip, unsupported
 
 BATCH = 3  # batch elements per vmapped call
+MAX_DIMS = 64  # torch's limit on a tensor's dimensions
 JITTER = 0.01  # batch members 1.. of the inputs: the input times (1 + JITTER * noise)
 METHODS = ("forward", "backward", "setup_context", "vmap", "jvp")  # a Function's methods, to say which one failed
 
@@ -110,6 +111,11 @@ def run(ctx: CheckContext) -> CheckResult:
     if not checked or not positions:
         return skip(result, "no argument requires grad: nothing to batch" if not checked else
                     "no output requires grad: there is no backward to batch", start)
+    deepest = max((t.dim() for t in [leaves[i] for i in checked] + [outputs[p] for p in positions]), default=0)
+    if deepest >= MAX_DIMS:  # torch's assert in its batching code, not a fault of the Function
+        return unsupported(result, f"vmap adds a batch dimension, and a tensor of this case already has {deepest} "
+                                   f"(torch allows at most {MAX_DIMS}): batched gradients cannot be checked here",
+                           start, ctx.named)
     gen = generator(opts.seed, Stream.BATCHED)
     found = Stacks()
     with warnings.catch_warnings():

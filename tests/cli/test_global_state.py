@@ -137,11 +137,12 @@ def test_state_set_by_importing_a_module_holds_for_each_of_its_cases_and_no_othe
 def test_preserved_puts_back_what_the_body_changed(change, restored):
     global THREADS, RNG
     THREADS, RNG = torch.get_num_threads(), torch.get_rng_state()
+    tainted = state.tainted()
     notes: list[str] = []
     with state.preserved(notes):
         change()
     assert restored()
-    assert not state.tainted()
+    assert state.tainted() == tainted
 
 
 THREADS = 0
@@ -166,3 +167,19 @@ def test_the_random_state_is_put_back_without_a_word():
     with state.preserved(notes):
         torch.rand(3)
     assert notes == []
+
+
+def test_a_call_that_changes_the_default_device_is_put_back_and_told_once():
+    from gradcheck_cli.errors import guarded
+    from gradcheck_cli.results import ErrorKind
+
+    notes: list[str] = []
+    with state.preserved(notes):
+        guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, "meta")
+        assert torch.empty(1).device.type == "cpu"  # put back at once: the next step of the check works
+    assert len(notes) == 1 and "torch.set_default_device" in notes[0]
+    guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, "meta")  # outside any case: nothing kept
+    assert torch.empty(1).device.type == "cpu"
+    with state.preserved(notes):
+        pass
+    assert len(notes) == 1

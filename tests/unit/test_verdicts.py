@@ -221,3 +221,15 @@ def test_a_backward_that_always_raises_is_still_an_error(user_module, write_spec
     result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 3, result.output
     assert json.loads(result.stdout)["results"][0]["error"]["kind"] == "backward"
+
+
+def test_batched_on_a_64_dimensional_tensor_is_unsupported_not_a_wrong_gradient():
+    # vmap's extra dimension made 65: torch's internal assert read as "batched backward failed", a
+    # correct Function failed under `checks: all`
+    x = torch.rand([1] * 64, dtype=torch.float64, requires_grad=True)
+    every = check(lambda x: x * 2, [x], checks=["all"])
+    assert every.status is Status.PASS, [(c.check, c.message) for c in every.checks]
+    batched = next(c for c in every.checks if c.check == "batched")
+    assert batched.status is Status.SKIP and "at most 64" in batched.message
+    named = check(lambda x: x * 2, [x], checks=["batched"])
+    assert named.status is Status.FAIL and "named explicitly" in named.checks[0].message
