@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any, Optional
 
 __version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it from here
 FAST_PROBES = 3  # random probes per argument for --fast (the first non-negative, the others signed)
+DEFAULT_TIMEOUT = 300  # seconds a case may take (--timeout, --gradcheck-timeout): a hung Function costs at most this
 
 if TYPE_CHECKING:
     from .results import CaseResult
 
-__all__ = ["FAST_PROBES", "__version__", "assert_gradients", "check"]
+__all__ = ["DEFAULT_TIMEOUT", "FAST_PROBES", "__version__", "assert_gradients", "check"]
 
 
 def check(

@@ -16,11 +16,10 @@ from typing import Any, Callable, Optional
 
 import click
 
-from . import FAST_PROBES, __version__
+from . import DEFAULT_TIMEOUT, FAST_PROBES, __version__
 from .checks import NAMES as CHECKS
 from .reporters import FORMATS as REPORTERS
 from .results import ExitCode
-from .session import DEFAULT_TIMEOUT
 
 PROGRESS_MIN = 3  # more cases than this get a progress bar
 FORMATS = (*REPORTERS, "auto")  # the reporters' registry (no torch behind it), plus auto
@@ -110,23 +109,26 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
         yield lambda result: bar.update(job, advance=1, description=f"{result.status.value} {result.id}")
 
 
-@contextlib.contextmanager
-def _terminate_raises() -> Iterator[None]:
-    """While checking, SIGTERM raises ``session.Terminated`` (as SIGINT raises KeyboardInterrupt), so the run
-    stops its workers and reports what finished (exit 143)."""
+def _terminate(signum: int, frame: Any) -> None:
+    """While checking, SIGTERM raises ``session.Terminated`` (as SIGINT raises KeyboardInterrupt), so the
+    run stops its workers and reports what finished (exit 143)."""
     from .session import Terminated
 
-    def terminate(signum: int, frame: Any) -> None:
-        raise Terminated()
+    raise Terminated()
 
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+
+@contextlib.contextmanager
+def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
+    """These signal handlers for a while, then the previous ones (only the main thread may set them)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, terminate)
+    previous = {number: signal.signal(number, handler) for number, handler in handlers.items()}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 @cli.command("check")
@@ -215,34 +217,21 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         click.echo(f"gradcheck: -j {jobs}: using at most {cores} workers, one per usable core (a worker is a "
                    "torch process that computes flat out; more would only compete for the cores)", err=True)
     settings = session.BatchOptions(jobs=jobs or cores, timeout=timeout, fail_fast=fail_fast, isolate=not no_isolate)
-    with _progress(len(planned)) as on_result, _terminate_raises():
+    with _progress(len(planned)) as on_result, _handling({signal.SIGTERM: _terminate}):
         report = session.execute(items, opts, settings, on_result)
     replay.attach(report.results, planned)
     if color is None:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     if fmt == "auto":
         fmt = reporters.choose_auto(os.environ)
-    with _signals_held():  # a report cut in half by a late Ctrl-C or SIGTERM would lose what finished
+    # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
+    with _handling({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
         reporters.get(fmt)(report, sys.stdout, color)
         if junit_xml:
             from .reporters import junit
 
             junit.write(report, junit_xml)
     sys.exit(report.exit_code())
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM are ignored while the report is written (a moment), so it is written whole."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {number: signal.signal(number, signal.SIG_IGN) for number in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def main(argv: Optional[list[str]] = None) -> Any:

@@ -113,7 +113,7 @@ class _Worker:
         return time.monotonic() - (self.started if self.started is not None else self.given)
 
     def overdue(self, timeout: Optional[float]) -> bool:
-        return timeout is not None and self.started is not None and time.monotonic() - self.started >= timeout
+        return timeout is not None and self.started is not None and self.spent() >= timeout
 
     def stop(self, force: bool = False) -> None:
         """End the worker; ``force``: at once, with every process it or the code under test started."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pytest
 
-from .session import DEFAULT_TIMEOUT
+from . import DEFAULT_TIMEOUT
 
 if TYPE_CHECKING:
     from .pool import Pool

@@ -18,8 +18,6 @@ from .plan import RunOptions, Task
 from .results import CaseResult, Report, Status
 from .spec import Case, SpecError
 
-DEFAULT_TIMEOUT = 300  # seconds a case may take (--timeout, --gradcheck-timeout): a hung Function costs at most this
-
 
 def timeout_seconds(text: str) -> Optional[float]:
     """A timeout option's value: seconds, or None for no limit (0 or inf); ValueError for anything else."""

@@ -83,7 +83,7 @@ class Entry:
     sum_aa: float = 0.0
     proj_a: torch.Tensor = field(init=False)  # u^T J for one random probe u over the outputs
     proj_n: torch.Tensor = field(init=False)
-    keep_bytes: int = field(default=KEEP_BYTES, kw_only=True)  # at most this much of bad_columns
+    keep_bytes: int = KEEP_BYTES  # at most this much of bad_columns (give it by name)
     # (column, analytical column, numerical column) of the first mismatching input elements
     bad_columns: KeptColumns = field(default_factory=KeptColumns, init=False)
 
