@@ -1048,3 +1048,12 @@ CORPUS: list[Case] = [
 _names = [c.name for c in CORPUS]
 assert len(_names) == len(set(_names)), "duplicate case names"
 del _names
+
+
+def module_source(*functions: type) -> str:
+    """The text of a module that defines ``functions`` (classes of this corpus) as written here: for the
+    user modules that tests write, so a test's module starts from these definitions, not a copy of them."""
+    import inspect
+
+    return "import torch\nfrom torch.autograd import Function\n\n\n" + "\n\n".join(
+        inspect.getsource(f) for f in functions)

@@ -19,25 +19,13 @@ from pathlib import Path
 import pytest
 
 from gradcheck_cli import pool
+from tests.corpus import Square, module_source
 
-USER = '''
+USER = module_source(Square) + '''
 import os, subprocess, sys, time
 from pathlib import Path
-import torch
 
 HERE = Path(__file__).parent
-
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return 2 * x * g
 
 
 class Wrong(Square):

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.corpus import Square, module_source
+
 REPO = Path(__file__).resolve().parents[2]
 GOOD_IDS = [  # some of the shipped specs' node ids (all must pass)
     "specs/devices.yaml::#1::default[cpu]",
@@ -338,20 +340,8 @@ def test_entry_with_file_names_as_pre_commit_calls_it() -> None:
     assert "analytical is 2.00x numerical" in proc.stdout
 
 
-CRASHERS = textwrap.dedent('''\
+CRASHERS = module_source(Square) + textwrap.dedent('''
     import ctypes, time
-    import torch
-
-    class Square(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x * x
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return 2 * x * g
 
     class Segfault(Square):
         @staticmethod
