@@ -65,6 +65,9 @@ class Pattern(str, enum.Enum):
         return self.value
 
 
+EXPECTABLE = tuple(p.value for p in Pattern if p not in (Pattern.SYSTEMATIC, Pattern.KINK))  # patterns `expect:` names
+
+
 class Status(str, enum.Enum):
     """Outcome of a check, of one argument in a check, or of a whole case."""
 
@@ -111,6 +114,9 @@ class InputReport:
     ratio: Optional[float] = None  # analytical / numerical, where the pattern is a constant ratio (or a sign flip)
     at_kinks: int = 0  # elements whose mismatch a kink, tie or domain edge explains (not counted as wrong)
     line: Optional[int] = None  # line of the argument's entry in the spec file, where known
+    role: str = "argument"  # "output": a forward output's row (the reference check compares outputs too)
+    baseline_err: Optional[float] = None  # reference check: the reference's own max abs error in the target's dtype
+    factor: Optional[float] = None  # reference check, rule relative: max_abs_err may be factor x baseline_err + atol
 
 
 @dataclass

@@ -15,6 +15,7 @@ from typing import Any, Optional, Union
 import yaml
 
 from .checks import NAMES as CHECKS
+from .results import EXPECTABLE
 
 DTYPES = {
     "float64": "float64", "double": "float64", "float32": "float32", "float": "float32",
@@ -28,10 +29,14 @@ DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
 MAX_DIMS = 64  # dimensions of a torch tensor, at most
 SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
 TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
-            "resample", "inputs", "kwargs", "init", "cases")
+            "resample", "inputs", "kwargs", "init", "reference", "reference_dtype", "reference_backward", "expect",
+            "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
-TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol")
+TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol", "reference")
+RULES = {"relative": ("rule", "factor", "atol"), "allclose": ("rule", "atol", "rtol")}  # tolerance.reference: its keys
+REFERENCE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # reference_dtype: complex inputs take its complex kind
+EXPECT_KEYS = ("reason", "checks")  # the other keys of `expect` are argument names
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
 FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")  # likewise
 MAX_NODES = 1_000_000  # aliases may repeat a node: refuse documents that expand past this ("billion laughs")
@@ -88,6 +93,22 @@ Arg = Union[TensorArg, ValueArg, AliasArg]
 
 
 @dataclass(frozen=True)
+class ReferenceRule:
+    """``tolerance.reference``: how the reference check compares the target with the reference.
+
+    ``relative`` (flash-attention's rule): the target's max error against the reference run in
+    ``reference_dtype`` is at most ``factor`` times the reference's own error when run in the
+    target's dtype, plus ``atol``. ``allclose``: ``|target - reference| <= atol + rtol * |reference|``
+    elementwise. None: the defaults (``relative`` where the target runs in a lower precision than the
+    reference, else ``allclose``; atol and rtol per dtype)."""
+
+    rule: Optional[str] = None
+    factor: float = 2.0
+    atol: Optional[float] = None
+    rtol: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class Tolerance:
     eps: float = 1e-6
     atol: float = 1e-5
@@ -98,6 +119,35 @@ class Tolerance:
     # `strict: true` / --strict: a constant factor within tolerance but well beyond the finite
     # differences' own error estimate fails (by default it is a warning, as torch.autograd.gradcheck passes it)
     strict: bool = False
+    reference: ReferenceRule = ReferenceRule()
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One argument's documented mismatch: any failure (``pattern`` None), or a pattern (``sign_flip``,
+    ``constant_ratio``, ...), with the constant ``ratio`` analytical / numerical where given."""
+
+    arg: str
+    pattern: Optional[str] = None
+    ratio: Optional[float] = None
+    key: str = ""
+    line: Optional[int] = None
+
+    def __str__(self) -> str:
+        what = "a failure" if self.pattern is None else self.pattern
+        return what + (f" with ratio {self.ratio:g}" if self.ratio is not None else "")
+
+
+@dataclass(frozen=True)
+class Expect:
+    """``expect:``: mismatches the spec documents as intended (a straight-through estimator, gradient
+    reversal), with the ``reason``, in the rows of ``checks``."""
+
+    reason: str
+    args: tuple[Expected, ...]
+    checks: tuple[str, ...] = ("backward",)
+    key: str = "expect"
+    line: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +163,7 @@ class Case:
     dtype: str = "float64"
     tolerance: Tolerance = Tolerance()
     checks: tuple[str, ...] = ("backward",)
+    checks_given: bool = False  # `checks` was written (else: backward, or reference where one is given)
     all_checks: bool = False  # `checks: all`: every applicable check (an unsupported one skips, a named one fails)
     repeat: int = 3  # backward calls with the same grad_output that must agree (determinism)
     resample: bool = False  # draw again (next seed) when an input sits on a kink or domain edge
@@ -120,6 +171,10 @@ class Case:
     kwargs: tuple[tuple[str, Arg], ...] = ()
     init_args: tuple[Any, ...] = ()
     init_kwargs: tuple[tuple[str, Any], ...] = ()
+    reference: Optional[str] = None  # import path of a reference implementation
+    reference_dtype: str = "float64"  # the reference runs on copies of the inputs in this dtype
+    reference_backward: Optional[str] = None  # import path of fn(inputs, grad_outputs) -> the intended gradients
+    expect: Optional[Expect] = None
     line: Optional[int] = None
     doc: int = 1  # 1-based document number within the file
     n_docs: int = 1
@@ -313,7 +368,7 @@ def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> 
     base = _apply(base, doc, (), ctx)
     cases = doc.get("cases")
     if cases is None:
-        return [base]
+        return [_default_checks(base)]
     if not isinstance(cases, list) or not cases:
         raise ctx.fail(("cases",), f"expected a non-empty list of cases, got {_show(cases)}")
     out, names = [], set()
@@ -327,8 +382,16 @@ def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> 
             raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {_show(name)}")
         names.add(str(name))
         case = replace(base, label=str(name), line=ctx.lines.get(("cases", i)))
-        out.append(_apply(case, entry, ("cases", i), ctx))
+        out.append(_default_checks(_apply(case, entry, ("cases", i), ctx)))
     return out
+
+
+def _default_checks(case: Case) -> Case:
+    """Without `checks`: the reference check where the spec gives a reference (the oracle it chose;
+    finite differences on request), else backward."""
+    if case.checks_given or not (case.reference or case.reference_backward):
+        return case
+    return replace(case, checks=("reference",))
 
 
 def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
@@ -356,6 +419,7 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["tolerance"] = replace(changes.get("tolerance", case.tolerance), strict=doc["strict"])
     if "checks" in doc:
         changes["checks"] = _checks(doc["checks"], key + ("checks",), ctx)
+        changes["checks_given"] = True
         changes["all_checks"] = doc["checks"] in ("all", ["all"])
     if "repeat" in doc:
         repeat = doc["repeat"]
@@ -386,6 +450,17 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         if not isinstance(kwargs, dict):
             raise ctx.fail(key + ("init", "kwargs"), f"expected a mapping, got {_show(kwargs)}")
         changes["init_args"], changes["init_kwargs"] = tuple(args), tuple((str(k), v) for k, v in kwargs.items())
+    for name in ("reference", "reference_backward"):
+        if name in doc:
+            changes[name] = None if doc[name] is None else _function(doc[name], key + (name,), ctx)
+    if "reference_dtype" in doc:
+        dtype = _dtype(doc["reference_dtype"], key + ("reference_dtype",), ctx)
+        if dtype not in REFERENCE_DTYPES:
+            raise ctx.fail(key + ("reference_dtype",), f"expected a floating dtype ({', '.join(REFERENCE_DTYPES)}), "
+                                                       f"got {dtype}; complex inputs take its complex kind")
+        changes["reference_dtype"] = dtype
+    if "expect" in doc:
+        changes["expect"] = None if doc["expect"] is None else _expect(doc["expect"], key + ("expect",), ctx)
     return replace(case, **changes)
 
 
@@ -457,11 +532,72 @@ def number(value: Any, key: Key, ctx: _Ctx, positive: bool = False) -> float:
 
 def _tolerance(value: Any, base: Tolerance, key: Key, ctx: _Ctx) -> Tolerance:
     _mapping(value, key, TOLERANCE_KEYS, ctx)
-    vals: dict[str, Any] = {k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items()}
+    vals: dict[str, Any] = {k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items()
+                            if k != "reference"}
     for k, v in vals.items():
         if v < 0:
             raise ctx.fail(key + (k,), f"expected a non-negative number, got {v}")
+    if "reference" in value:
+        vals["reference"] = _rule(value["reference"], key + ("reference",), ctx)
     return replace(base, **vals, given=tuple(sorted(set(base.given) | set(vals))))
+
+
+def _rule(value: Any, key: Key, ctx: _Ctx) -> ReferenceRule:
+    """``tolerance.reference``: ``{rule: relative, factor, atol}`` or ``{rule: allclose, atol, rtol}``."""
+    _mapping(value, key, tuple(dict.fromkeys(k for keys in RULES.values() for k in keys)), ctx)
+    rule = value.get("rule")
+    if rule is not None and rule not in RULES:
+        raise ctx.fail(key + ("rule",), f"unknown rule {_show(rule)}; use relative (the target's error at most "
+                                        "`factor` times the reference's own in the target's dtype) or allclose")
+    for k in value:
+        if rule is not None and k not in RULES[rule]:
+            raise ctx.fail(key + (k,), f"`{k}` does not apply to rule {rule}; it takes {', '.join(RULES[rule][1:])}")
+    nums = {k: number(v, key + (k,), ctx, positive=k == "factor") for k, v in value.items() if k != "rule"}
+    for k, v in nums.items():
+        if v < 0:
+            raise ctx.fail(key + (k,), f"expected a non-negative number, got {v}")
+    if rule is None and "factor" in nums and "rtol" in nums:
+        raise ctx.fail(key, "`factor` belongs to rule relative, `rtol` to rule allclose: give `rule:` and its keys")
+    rule = rule or ("relative" if "factor" in nums else "allclose" if "rtol" in nums else None)
+    return ReferenceRule(rule, **nums)
+
+
+def _expect(value: Any, key: Key, ctx: _Ctx) -> Expect:
+    """``expect: {reason: ..., checks: [...], ARG: fail | PATTERN | {pattern: ..., ratio: ...}}``."""
+    if not isinstance(value, dict):
+        raise ctx.fail(key, f"expected a mapping: `reason:` and the arguments whose mismatch is intended, e.g. "
+                            f"`expect: {{x: sign_flip, reason: gradient reversal}}`; got {_show(value)}")
+    reason = value.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ctx.fail(key + ("reason",), "required: say why the mismatch is intended (a sentence a reviewer reads), "
+                                          f"e.g. `reason: straight-through estimator`; got {_show(reason)}")
+    checks = _checks(value.get("checks", ["backward"]), key + ("checks",), ctx)
+    args = tuple(_expected(str(k), v, key + (k,), ctx) for k, v in value.items() if k not in EXPECT_KEYS)
+    if not args:
+        raise ctx.fail(key, "names no argument: add `NAME: fail` (or a pattern such as sign_flip) for each argument "
+                            "whose mismatch is intended")
+    return Expect(reason.strip(), args, checks, _keystr(key), ctx.lines.get(ctx.prefix + key))
+
+
+def _expected(arg: str, value: Any, key: Key, ctx: _Ctx) -> Expected:
+    line = ctx.lines.get(ctx.prefix + key)
+    allowed = f"fail, one of {', '.join(EXPECTABLE)}, or {{ratio: R}}"
+    if value == "fail":
+        return Expected(arg, None, None, _keystr(key), line)
+    if isinstance(value, str):
+        if value not in EXPECTABLE:
+            raise ctx.fail(key, f"unknown expectation {_show(value)}; use {allowed}")
+        return Expected(arg, value, None, _keystr(key), line)
+    if not isinstance(value, dict):
+        raise ctx.fail(key, f"expected {allowed}; got {_show(value)}")
+    _mapping(value, key, ("pattern", "ratio"), ctx)
+    pattern = value.get("pattern", "constant_ratio" if "ratio" in value else None)
+    if pattern is not None and pattern not in EXPECTABLE:
+        raise ctx.fail(key + ("pattern",), f"unknown pattern {_show(pattern)}; use one of {', '.join(EXPECTABLE)}")
+    ratio = number(value["ratio"], key + ("ratio",), ctx) if "ratio" in value else None
+    if ratio is not None and pattern not in ("constant_ratio", "sign_flip"):
+        raise ctx.fail(key + ("ratio",), f"a ratio belongs to pattern constant_ratio or sign_flip, not {pattern}")
+    return Expected(arg, pattern, ratio, _keystr(key), line)
 
 
 def _checks(value: Any, key: Key, ctx: _Ctx) -> tuple[str, ...]:

@@ -262,8 +262,17 @@ def check_case(case: Case, path: str) -> None:
     assert case.dtype in spec.DTYPES.values()
     for k in spec.TOLERANCE_KEYS:
         v = getattr(case.tolerance, k)
+        if k == "reference":
+            assert v.rule in (None, *spec.RULES) and v.factor > 0
+            assert all(t is None or (isinstance(t, float) and math.isfinite(t) and t >= 0) for t in (v.atol, v.rtol))
+            continue
         assert isinstance(v, float) and math.isfinite(v) and v >= 0
     assert case.tolerance.eps > 0
+    assert case.reference_dtype in spec.REFERENCE_DTYPES
+    for path in (case.reference, case.reference_backward):
+        assert path is None or spec.is_import_path(path)
+    if case.expect is not None:
+        assert case.expect.reason.strip() and case.expect.args and set(case.expect.checks) <= set(spec.CHECKS)
     assert case.checks and set(case.checks) <= set(spec.CHECKS)
     for arg in list(case.inputs) + [a for _, a in case.kwargs]:
         assert isinstance(arg, (TensorArg, ValueArg, AliasArg)) and arg.key
