@@ -109,6 +109,14 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
         yield lambda result: bar.update(job, advance=1, description=f"{result.status.value} {result.id}")
 
 
+def _check_reference(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    from .spec import is_import_path
+
+    if value is not None and not is_import_path(value):
+        raise click.BadParameter(f"expected an import path like 'pkg.mod:fn' or 'pkg.mod.fn', got {value!r}")
+    return value
+
+
 def _terminate(signum: int, frame: Any) -> None:
     """While checking, SIGTERM raises ``session.Terminated`` (as SIGINT raises KeyboardInterrupt), so the
     run stops its workers and reports what finished (exit 143)."""
@@ -165,6 +173,9 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
               help="Check on this device instead of the specs' (cpu, cuda, cuda:N). Repeat for several.")
 @click.option("--check", "checks", multiple=True, callback=_check_names, metavar="NAME",
               help=f"Run this check instead of the specs' ({', '.join(CHECKS)}, or all). Repeat for several.")
+@click.option("--reference", callback=_check_reference, metavar="PKG.MOD:FN",
+              help="Compare with this reference implementation (same signature), as `reference:` in every spec; "
+                   "without --check (or the spec's `checks`), runs the reference check alone.")
 @click.option("--strict", is_flag=True, help="Fail a gradient off by a constant factor within the tolerance "
                                              "(e.g. 1.001x) when that is well beyond the finite differences' own "
                                              "error (by default a warning); as `strict: true` in every spec.")
@@ -185,7 +196,8 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
               select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int],
               timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
-              checks: tuple[str, ...], strict: bool, require_device: bool, no_isolate: bool, probes: int,
+              checks: tuple[str, ...], reference: Optional[str], strict: bool, require_device: bool,
+              no_isolate: bool, probes: int,
               max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
     from .discovery import TargetError, matching, resolve
@@ -210,7 +222,7 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
     opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
                            devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
                            probes=probes, checks=(CHECKS if all_checks else checks) or None, all_checks=all_checks,
-                           strict=strict)
+                           strict=strict, reference=reference)
     planned = plan.expand(items, opts)
     cores = pool.usable_cores()
     if jobs and jobs > cores and not no_isolate:

@@ -25,11 +25,11 @@ class UserCodeError(Exception):
 
 
 class LoadError(Exception):
-    """The target cannot be imported or is not something we can check."""
+    """The target (or what spec key ``key`` names) cannot be imported or is not something we can check."""
 
-    def __init__(self, message: str, where: Optional[str] = None) -> None:
+    def __init__(self, message: str, where: Optional[str] = None, key: str = "function") -> None:
         super().__init__(message)
-        self.where = where
+        self.where, self.key = where, key
 
 
 class BindError(Exception):

@@ -25,6 +25,7 @@ class RunOptions:
     checks: Optional[tuple[str, ...]] = None  # overrides every case's checks (--check)
     all_checks: bool = False  # --check all: every applicable check
     strict: bool = False  # --strict: as `strict: true` in every case
+    reference: Optional[str] = None  # --reference: as `reference:` in every case
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ def expand(items: list[Union[Case, SpecError]], opts: RunOptions) -> list[Union[
         case = item if opts.devices is None else replace(item, devices=opts.devices)
         case = case if opts.checks is None else replace(case, checks=opts.checks, all_checks=opts.all_checks)
         case = replace(case, tolerance=replace(case.tolerance, strict=True)) if opts.strict else case
+        if opts.reference:  # as the key in the spec: without `checks` (or --check), the reference check
+            case = replace(case, reference=opts.reference,
+                           checks=case.checks if case.checks_given or opts.checks else ("reference",))
         out += [Task(case, d, opts) for d in case.devices]
     return out
 

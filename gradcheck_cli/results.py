@@ -200,10 +200,17 @@ def cells(row: InputReport) -> list[str]:
     worst = str(row.worst_index) if row.worst_index is not None else "-"
     if row.worst_output and row.status is Status.FAIL:
         worst += f" ({row.worst_output})"
-    return [f"{row.index}: {row.name}", str(row.shape), row.dtype, status, num(row.max_abs_err),
-            num(row.max_rel_err), worst, f"{row.mismatched} / {row.numel}" if compared else "-",
+    return [row.name if row.role == "output" else f"{row.index}: {row.name}", str(row.shape), row.dtype, status,
+            num(row.max_abs_err), num(row.max_rel_err), worst, f"{row.mismatched} / {row.numel}" if compared else "-",
             f"{num(row.analytical)} / {num(row.numerical)}" if row.analytical is not None else "-",
-            f"atol {row.atol:g}, rtol {row.rtol:g}" if compared and row.atol is not None else "-"]
+            _tolerance(row) if compared else "-"]
+
+
+def _tolerance(row: InputReport) -> str:
+    """The tolerance cell: atol and rtol, or the relative rule's bound (``2x 0.0039 + 0``)."""
+    if row.factor is not None and row.baseline_err is not None:
+        return f"{row.factor:g}x ref. error {row.baseline_err:.3g} + {row.atol or 0:g}"
+    return f"atol {row.atol:g}, rtol {row.rtol:g}" if row.atol is not None and row.rtol is not None else "-"
 
 
 def num(value: Optional[float]) -> str:

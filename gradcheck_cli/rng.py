@@ -29,6 +29,7 @@ class Stream(enum.IntEnum):
     FORWARD_AD = 11  # forward_ad's projection
     BATCHED = 20  # batched's stack of grad_outputs
     UNDEFINED_GRAD = 21  # undefined_grad's grad_outputs
+    REFERENCE = 30  # the reference check's grad_outputs
     MODULE_INIT = 100  # an nn.Module's parameters
 
 

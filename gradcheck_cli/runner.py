@@ -11,7 +11,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from . import checks, inputs, loader, plan, state
+from . import checks, inputs, loader, oracle, plan, state
 from .binding import Bound, bind
 from .checks.base import MEMORY_BYTES, CheckContext, Options
 from .devices import device_problem
@@ -92,7 +92,7 @@ def guard(result: CaseResult, body: Callable[[CaseResult], None], where: str = "
     except SpecError as exc:
         result.error = ErrorInfo(ErrorKind.SPEC, str(exc))
     except LoadError as exc:
-        result.error = ErrorInfo(ErrorKind.IMPORT, f"{where}: function: {exc}" if where else str(exc), exc.where)
+        result.error = ErrorInfo(ErrorKind.IMPORT, f"{where}: {exc.key}: {exc}" if where else str(exc), exc.where)
     except (BindError, inputs.InputError) as exc:
         result.error = ErrorInfo(ErrorKind.SPEC, f"{where}: {exc.key}: {exc}" if where else f"{exc.key}: {exc}")
     except UserCodeError as exc:
@@ -133,7 +133,8 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
     options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat)
     ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
-                       named=not case.all_checks)
+                       named=not case.all_checks,
+                       oracle=oracle.load(case, target, device) if "reference" in case.checks else None)
     for name in case.checks:
         with state.preserved(result.warnings):  # no check sees what another one's calls changed
             check: CheckResult = checks.get(name)(ctx)

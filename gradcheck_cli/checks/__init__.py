@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 REGISTRY: dict[str, str] = {  # check name -> its module in this package; `checks: all` runs them in this order
     "backward": "backward",
+    "reference": "reference",
     "double_backward": "double_backward",
     "forward_ad": "forward_ad",
     "batched": "batched",

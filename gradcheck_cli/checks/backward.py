@@ -18,13 +18,14 @@ from . import contract
 from .base import CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import fill_jacobian
-from .verdict import begin, conclude
+from .verdict import begin, conclude, skip
 
 REFERENCE = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bfloat16: torch.float64,
              torch.complex64: torch.complex128}  # the dtype finite differences are taken in
 LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3, 1e-3), torch.complex64: (1e-4, 1e-3, 1e-3),
                  torch.float16: (1e-2, 1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2, 5e-2)}
 # (atol, rtol) unless the spec sets them; eps for finite differences in the low dtype itself
+HALF = (torch.float16, torch.bfloat16)  # finite differences are never taken in these
 STRICT_MARGIN = 10  # --strict fails a constant factor off 1 by this many times the finite differences' own error
 
 
@@ -60,6 +61,8 @@ def run(ctx: CheckContext) -> CheckResult:
     # directly (apply's vmap machinery costs more than the forward of a 128 x 128 Linear layer)
     batched: Callable[[Sequence[Any]], Any] = forward if not target.is_function or target.own_vmap else target.body
     plain, tol, notes = _reference(forward, fresh_leaves(bound.values, grad=False), bound, checked, tol)
+    if plain is None:  # half precision only: finite differences there measure rounding
+        return _half_only(ctx, result, notes[0], start)
     result.warnings += notes
     backward = lambda *args: guarded(ErrorKind.BACKWARD, "backward", vjp, *args)  # noqa: E731
     grad_inputs, plain_inputs = [leaves[i] for i in checked], [plain[i] for i in checked]
@@ -116,10 +119,11 @@ def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[A
 
 
 def _reference(forward: Any, plain: list[Any], bound: Bound, checked: list[int],
-               tol: Tolerance) -> tuple[list[Any], Tolerance, list[str]]:
+               tol: Tolerance) -> tuple[Optional[list[Any]], Tolerance, list[str]]:
     """Finite differences of a low-precision Function are taken in double precision (its forward
     run on float64/complex128 copies), with tolerances for the low dtype unless the spec set its
-    own. If forward fails in double precision, they are taken in the low dtype with a larger step."""
+    own. If forward fails in double precision, they are taken in float32 itself with a larger step;
+    in float16 or bfloat16 they are not taken at all (None, and why)."""
     low = [i for i in checked if bound.values[i].dtype in REFERENCE]
     if not low:
         return plain, tol, []
@@ -135,13 +139,34 @@ def _reference(forward: Any, plain: list[Any], bound: Bound, checked: list[int],
     try:
         forward(upcast)
     except UserCodeError as exc:
+        half = sorted({str(bound.values[i].dtype)[6:] for i in low if bound.values[i].dtype in HALF})
+        if half:
+            return None, tol, [f"{subject}, and forward fails in {refs} ({exc}): finite differences in "
+                               f"{' / '.join(half)} measure its rounding (about "
+                               f"{max(torch.finfo(getattr(torch, h)).eps for h in half):.0e} relative), not the "
+                               "derivative, so they cannot judge backward"]
         tol = replace(tol, **adapted, **({"eps": eps} if "eps" not in tol.given else {}))
         return plain, tol, [f"{subject}, and forward fails in {refs} ({exc}): finite differences are "
                             f"taken in {dtypes} with eps {tol.eps:g} and atol {tol.atol:g}, rtol {tol.rtol:g}; "
-                            "they are unreliable there, so check in float64 if you can"]
+                            "they are unreliable there: check in float64 if you can, or against a plain PyTorch "
+                            "implementation with `reference: pkg.mod:fn` (the reference check)"]
     tol = replace(tol, **adapted)
     return upcast, tol, [f"{subject}: the numerical gradient comes from forward run in {refs} (the "
                          f"reference), with tolerances for {dtypes}: atol {tol.atol:g}, rtol {tol.rtol:g}"]
+
+
+def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -> CheckResult:
+    """A Function that runs only in half precision: finite differences cannot judge it. The reference
+    check does, where the spec gives a reference (a skip here); else an error that says how to give one
+    (a skip under `checks: all`)."""
+    if ctx.oracle is not None:
+        return skip(result, f"{why}; the reference check judges it", start, row_reason="half precision only")
+    advice = ("; compare it with a plain PyTorch implementation instead: add `reference: pkg.mod:fn` (same "
+              "signature; it runs on float64 copies of the same inputs) and `checks: [reference]` to the spec, "
+              "or pass --reference pkg.mod:fn (README: Checking kernels and surrogate gradients)")
+    if not ctx.named:
+        return skip(result, why + advice, start, row_reason="half precision only")
+    raise UserCodeError(ErrorKind.SPEC, f"backward cannot be checked: {why}{advice}")
 
 
 def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: torch.Tensor,

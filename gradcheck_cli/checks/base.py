@@ -13,6 +13,7 @@ from ..devices import memory_problem
 from ..errors import UserCodeError, guarded
 from ..numerics import as_tuple, is_float_tensor, real_numel
 from ..numerics.batching import stage_budget
+from ..oracle import Oracle
 from ..results import ErrorKind
 from ..rng import RngFork, signed_uniform
 from ..spec import Tolerance
@@ -42,7 +43,8 @@ class CheckContext:
     ``devices`` are all the devices the case lists (the first is the reference of
     device_consistency); ``rebind(device)`` gives the same arguments, drawn again from the seed,
     on another device (None where there is no spec to draw from). A check the Function cannot
-    support fails when it was ``named`` and skips under ``checks: all``.
+    support fails when it was ``named`` and skips under ``checks: all``. ``oracle`` is what the
+    spec's ``reference``/``reference_backward`` name, loaded when the case runs the reference check.
     """
 
     target: Target
@@ -52,6 +54,7 @@ class CheckContext:
     devices: tuple[str, ...] = ()
     rebind: Optional[Callable[[str], Bound]] = None
     named: bool = True  # the check was named (`checks: [...]`, --check NAME), not run under `all`
+    oracle: Optional[Oracle] = None  # the reference implementation the spec names, for the reference check
 
     @property
     def tolerance(self) -> Tolerance:
