@@ -24,7 +24,7 @@ def check(
     args: Sequence[Any],
     kwargs: Optional[dict[str, Any]] = None,
     *,
-    checks: Sequence[str] = ("backward",),
+    checks: Optional[Sequence[str]] = None,
     device: Optional[str] = None,
     devices: Sequence[str] = (),
     eps: float = 1e-6,
@@ -36,9 +36,14 @@ def check(
     repeat: int = 3,
     memory_bytes: Optional[int] = None,
     strict: bool = False,
+    reference: Any = None,
+    reference_backward: Any = None,
+    reference_dtype: str = "float64",
+    reference_tolerance: Optional[dict[str, Any]] = None,
 ) -> CaseResult:
     """Check ``fn`` (an autograd.Function class or any callable) at ``args`` with the named
-    ``checks`` (default: backward; any of ``gradcheck_cli.checks.NAMES``, or ``"all"``).
+    ``checks`` (default: backward, or reference when a reference is given; any of
+    ``gradcheck_cli.checks.NAMES``, or ``"all"``).
 
     ``kwargs`` are bound to forward's signature by name. ``device`` moves the tensor arguments
     there first (default: where they are); ``devices`` lists the devices ``device_consistency``
@@ -46,6 +51,10 @@ def check(
     ``probes > 0`` decides with that many random probes first and compares element by element
     only the arguments where one fails. ``strict`` fails a constant factor within the tolerance
     (e.g. 1.001x) that is well beyond the finite differences' own error (else a warning).
+    ``reference`` (a plain PyTorch implementation with fn's signature) and ``reference_backward``
+    (``f(inputs, grad_outputs) -> gradients``, the intended ones) are what the reference check
+    compares with, in ``reference_dtype``, by ``reference_tolerance`` (``{"rule": "relative",
+    "factor": 2.0, "atol": ...}`` or ``{"rule": "allclose", "atol": ..., "rtol": ...}``).
     Returns a CaseResult: ``.status`` is a Status,
     ``.checks`` one CheckResult per check with one ``InputReport`` per argument; it is true
     only when it passed (``assert check(fn, args)``), and ``str()`` of it is the per-argument
@@ -57,10 +66,13 @@ def check(
     from .binding import bind
     from .checks import NAMES, get
     from .checks.base import MEMORY_BYTES, CheckContext, Options
+    from .oracle import Oracle
     from .results import CaseResult, Status
-    from .spec import Tolerance
+    from .spec import REFERENCE_DTYPES, ReferenceRule, Tolerance
     from .target import Target
 
+    if checks is None:
+        checks = ("reference",) if reference is not None or reference_backward is not None else ("backward",)
     names = list(NAMES) if list(checks) == ["all"] else list(checks)
     unknown = [n for n in names if n not in NAMES]
     if unknown:
@@ -71,7 +83,16 @@ def check(
     result = CaseResult(id=name, spec=None, case=None, function=name, device="", seed=seed, status=Status.PASS)
     default = Tolerance()
     given = tuple(k for k, v in (("eps", eps), ("atol", atol), ("rtol", rtol)) if v != getattr(default, k))
-    tolerance = Tolerance(eps, atol, rtol, nondet_tol, given, strict)
+    if reference_dtype not in REFERENCE_DTYPES:
+        raise ValueError(f"reference_dtype {reference_dtype!r}: use one of {', '.join(REFERENCE_DTYPES)}")
+    tolerance = Tolerance(eps, atol, rtol, nondet_tol, given, strict, ReferenceRule(**(reference_tolerance or {})))
+    oracle = None
+    if reference is not None or reference_backward is not None:
+        ref = None if reference is None else Target(
+            f"{getattr(reference, '__module__', '')}.{getattr(reference, '__qualname__', repr(reference))}", reference,
+            isinstance(reference, type) and issubclass(reference, torch.autograd.Function))
+        oracle = Oracle(getattr(torch, reference_dtype), ref, ref, reference_backward,
+                        ref.path if ref else None, getattr(reference_backward, "__qualname__", None))
     opts = Options(tolerance, seed, memory_bytes or MEMORY_BYTES, probes, repeat)
 
     given_values = [*args, *(kwargs or {}).values()]
@@ -91,7 +112,7 @@ def check(
         here = [str(v.device) for v in bound.values if isinstance(v, torch.Tensor)]
         result.device = ",".join(sorted(set(here))) or "cpu"
         ctx = CheckContext(target, bound, device or (here[0] if here else "cpu"), opts, tuple(devices), on,
-                           named=list(checks) != ["all"])
+                           named=list(checks) != ["all"], oracle=oracle)
         result.checks.extend(get(n)(ctx) for n in names)
 
     return runner.guard(result, body)

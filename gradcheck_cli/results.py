@@ -176,7 +176,7 @@ class CaseResult:
         for check in self.checks:
             if check.inputs:
                 lines.append(f"  {check.check} ({check.mode})" if check.mode else f"  {check.check}")
-                lines += ["    " + row for row in _aligned([list(COLUMNS)] + [cells(r) for r in check.inputs])]
+                lines += ["    " + row for row in _aligned([titles(check)] + [cells(r) for r in check.inputs])]
             lines += [f"  {check.check}: {check.message}"] if check.message else []
             lines += [f"  warning: {w}" for w in check.warnings]
         lines += [f"  warning: {w}" for w in self.warnings]
@@ -186,6 +186,13 @@ class CaseResult:
 
 COLUMNS = {"argument": "<", "shape": "<", "dtype": "<", "status": "<", "max abs err": ">", "max rel err": ">",
            "worst at": "<", "mismatched": ">", "analytical / numerical": ">", "tolerance": "<"}  # title: alignment
+
+
+def titles(check: CheckResult) -> list[str]:
+    """The column titles of a check's table: the reference check compares the target with the reference."""
+    names = list(COLUMNS)
+    return [t.replace("analytical / numerical", "target / reference") for t in names] if check.check == "reference" \
+        else names
 
 
 def cells(row: InputReport) -> list[str]:

@@ -6,6 +6,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from gradcheck_cli.examples.kernels import FusedGELU, RoundSTE, gelu_grad
 from gradcheck_cli.examples.linear import LinearFunction
 from gradcheck_cli.examples.max_pool import GlobalMaxPool
 from gradcheck_cli.examples.mul_constant import MulConstant
@@ -100,3 +101,27 @@ class GlobalMaxPoolWrongIndex(GlobalMaxPool):
         row_start = torch.arange(rows, device=indices.device) * rows  # BUG: should be * shape[-1]
         grad_flat[row_start + indices.reshape(-1)] = grad_values.reshape(-1)
         return grad_flat.reshape(shape)
+
+
+class GELUWrongGrad(FusedGELU):
+    """BROKEN: FusedGELU whose backward is 4% too large (a wrong constant in the kernel)."""
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return (grad.float() * gelu_grad(x.float()) * 1.04).to(x.dtype)  # BUG: * 1.04
+
+
+class RoundSTEClipped(RoundSTE):
+    """BROKEN (against ``round_ste_intended``): zeroes the gradient where |x| > 1 (a clipped STE, not the
+    identity surrogate the spec asks for)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        return torch.round(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * (x.abs() <= 1)  # BUG: the intended surrogate passes every gradient through

@@ -5,13 +5,13 @@
   Finite differences cannot judge it (forward fails in float64, and in bfloat16 they measure
   rounding); ``gelu_reference`` (plain PyTorch) can.
 - ``GELUBf16Inside``: a correct GELU that computes in bfloat16 inside whatever dtype it is given.
-- ``GELUWrongGrad`` (broken): FusedGELU with a backward 4% too large, which finite differences in
-  bfloat16 let pass.
 - ``RoundSTE``: rounding with a straight-through backward (gradient passed through unchanged), and
-  ``round_ste_intended``, the surrogate it means to implement; ``RoundSTEClipped`` (broken) zeroes
-  the gradient beyond |x| > 1, which is not the intended surrogate.
+  ``round_ste_intended``, the surrogate it means to implement.
 - ``GradReverse``: the gradient reversal layer of domain-adversarial training (DANN): identity
   forward, backward ``-lambd * grad``, deliberately not the derivative.
+
+The broken variants (a 4%-wrong kernel backward, a clipped straight-through estimator) are in
+``broken.py``.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def _gelu(x: Tensor) -> Tensor:
     return 0.5 * x * (1 + torch.erf(x * _SQRT1_2))
 
 
-def _gelu_grad(x: Tensor) -> Tensor:
+def gelu_grad(x: Tensor) -> Tensor:
+    """d GELU(x) / dx (erf form)."""
     return 0.5 * (1 + torch.erf(x * _SQRT1_2)) + x * _INV_SQRT_2PI * torch.exp(-0.5 * x * x)
 
 
@@ -52,7 +53,7 @@ class FusedGELU(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
         (x,) = ctx.saved_tensors
-        return (grad.float() * _gelu_grad(x.float())).to(x.dtype)
+        return (grad.float() * gelu_grad(x.float())).to(x.dtype)
 
 
 class GELUBf16Inside(torch.autograd.Function):
@@ -66,16 +67,7 @@ class GELUBf16Inside(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
         (x,) = ctx.saved_tensors
-        return (grad.to(torch.bfloat16) * _gelu_grad(x.to(torch.bfloat16))).to(x.dtype)
-
-
-class GELUWrongGrad(FusedGELU):
-    """BROKEN: FusedGELU whose backward is 4% too large (a wrong constant in the kernel)."""
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tensor:
-        (x,) = ctx.saved_tensors
-        return (grad.float() * _gelu_grad(x.float()) * 1.04).to(x.dtype)  # BUG: * 1.04
+        return (grad.to(torch.bfloat16) * gelu_grad(x.to(torch.bfloat16))).to(x.dtype)
 
 
 class RoundSTE(torch.autograd.Function):
@@ -94,21 +86,6 @@ def round_ste_intended(inputs: tuple[Any, ...], grad_outputs: tuple[Optional[Ten
     """The surrogate gradient a straight-through rounding means: d round(x) / dx taken as 1."""
     (grad,) = grad_outputs
     return (grad,)
-
-
-class RoundSTEClipped(RoundSTE):
-    """BROKEN (against ``round_ste_intended``): zeroes the gradient where |x| > 1 (a clipped STE, not the
-    identity surrogate the spec asks for)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor) -> Tensor:
-        ctx.save_for_backward(x)
-        return torch.round(x)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> Tensor:
-        (x,) = ctx.saved_tensors
-        return grad * (x.abs() <= 1)  # BUG: the intended surrogate passes every gradient through
 
 
 class GradReverse(torch.autograd.Function):

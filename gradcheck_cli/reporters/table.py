@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..printable import printable
-from ..results import COLUMNS, CaseResult, CheckResult, Report, Status, cells
+from ..results import COLUMNS, CaseResult, CheckResult, Report, Status, cells, titles
 from . import writable
 
 STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.ERROR: "bold magenta", Status.SKIP: "yellow"}
@@ -18,7 +18,7 @@ LABEL = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status
 def check_table(check: CheckResult) -> Table:
     table = Table(title=f"{check.check} ({check.mode})" if check.mode else check.check, title_justify="left",
                   show_edge=False, pad_edge=False, header_style="bold")
-    for col, align in COLUMNS.items():
+    for col, align in zip(titles(check), COLUMNS.values()):
         table.add_column(col, justify="right" if align == ">" else "left")
     for row in check.inputs:
         values = cells(row)
