@@ -35,7 +35,8 @@ CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol", "reference")
 RULES = {"relative": ("rule", "factor", "atol"), "allclose": ("rule", "atol", "rtol")}  # tolerance.reference: its keys
-REFERENCE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # reference_dtype: complex inputs take its complex kind
+# reference_dtype: complex inputs take its complex kind
+REFERENCE_DTYPES = ("float64", "float32", "float16", "bfloat16")
 EXPECT_KEYS = ("reason", "checks")  # the other keys of `expect` are argument names
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
 FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")  # likewise
