@@ -75,6 +75,7 @@ class Status(str, enum.Enum):
     FAIL = "fail"
     ERROR = "error"
     SKIP = "skip"
+    XFAIL = "xfail"  # a mismatch the spec's `expect:` documents as intended (exit 0, as a pass)
 
     def __str__(self) -> str:
         return self.value
@@ -98,7 +99,7 @@ class InputReport:
     shape: list[int]
     dtype: str
     status: Status
-    reason: Optional[str] = None  # why it was not checked (status skip) or what is wrong
+    reason: Optional[str] = None  # why it was not checked (skip), what is wrong (fail) or why it is intended (xfail)
     numel: int = 0
     mismatched: Optional[int] = None  # elements with at least one entry out of tolerance
     max_abs_err: Optional[float] = None
@@ -130,6 +131,7 @@ class CheckResult:
     inputs: list[InputReport] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    problems: list[str] = field(default_factory=list)  # what failed besides the rows (in the message too)
 
 
 @dataclass
@@ -151,9 +153,10 @@ class CaseResult:
     line: Optional[int] = None  # line of the case in the spec file, where known
 
     def __bool__(self) -> bool:
-        """The verdict: true only when it passed (``assert check(MyFunction, args)``). A skip proves
-        nothing, so it is false too; warnings (a systematic error within tolerance) do not change it."""
-        return self.status is Status.PASS
+        """The verdict: true when it passed (``assert check(MyFunction, args)``), or when its only
+        mismatches are the ones the spec's ``expect:`` documents as intended (XFAIL). A skip proves
+        nothing, so it is false; warnings (a systematic error within tolerance) do not change it."""
+        return self.status in (Status.PASS, Status.XFAIL)
 
     def __repr__(self) -> str:
         """Short: the status, the id and why, e.g. ``<CaseResult FAIL mod.F: backward: gradient of 'x' ...>``."""
@@ -205,7 +208,7 @@ def cells(row: InputReport) -> list[str]:
     else:
         status = row.status.value
     worst = str(row.worst_index) if row.worst_index is not None else "-"
-    if row.worst_output and row.status is Status.FAIL:
+    if row.worst_output and row.status in (Status.FAIL, Status.XFAIL):
         worst += f" ({row.worst_output})"
     return [row.name if row.role == "output" else f"{row.index}: {row.name}", str(row.shape), row.dtype, status,
             num(row.max_abs_err), num(row.max_rel_err), worst, f"{row.mismatched} / {row.numel}" if compared else "-",
@@ -218,6 +221,13 @@ def _tolerance(row: InputReport) -> str:
     if row.factor is not None and row.baseline_err is not None:
         return f"{row.factor:g}x ref. error {row.baseline_err:.3g} + {row.atol or 0:g}"
     return f"atol {row.atol:g}, rtol {row.rtol:g}" if row.atol is not None and row.rtol is not None else "-"
+
+
+def expected_reason(result: CaseResult) -> str:
+    """Why the mismatches of a result are intended (the ``reason`` of ``expect:``), from its xfail rows."""
+    reasons = [row.reason for check in result.checks for row in check.inputs
+               if row.status is Status.XFAIL and row.reason]
+    return "; ".join(dict.fromkeys(reasons))
 
 
 def num(value: Optional[float]) -> str:
@@ -236,8 +246,8 @@ def _clip(text: str, limit: int) -> str:
 
 
 def overall(statuses: list[Status]) -> Status:
-    """Combine statuses: error beats fail beats pass beats skip (all skipped -> skip)."""
-    for status in (Status.ERROR, Status.FAIL, Status.PASS):
+    """Combine statuses: error beats fail beats xfail beats pass beats skip (all skipped -> skip)."""
+    for status in (Status.ERROR, Status.FAIL, Status.XFAIL, Status.PASS):
         if status in statuses:
             return status
     return Status.SKIP
@@ -262,6 +272,7 @@ class Report:
             "failed": count[Status.FAIL],
             "errors": count[Status.ERROR],
             "skipped": count[Status.SKIP],
+            "xfailed": count[Status.XFAIL],
             "not_run": self.not_run,
             "interrupted": self.interrupted,
             "duration_s": round(self.duration_s, 3),
@@ -269,7 +280,7 @@ class Report:
 
     def exit_code(self) -> ExitCode:
         """Exit code of the contract: an interrupt beats internal beats could not check beats failed beats passed
-        (an interrupted run is incomplete, whatever finished)."""
+        (an interrupted run is incomplete, whatever finished); an expected failure (xfail) counts as passed."""
         if self.interrupted:
             return ExitCode.TERMINATED if self.interrupted == "SIGTERM" else ExitCode.INTERRUPTED
         if any(r.error is not None and r.error.kind == ErrorKind.INTERNAL for r in self.results):

@@ -11,7 +11,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from . import checks, inputs, loader, oracle, plan, state
+from . import checks, expectations, inputs, loader, oracle, plan, state
 from .binding import Bound, bind
 from .checks.base import MEMORY_BYTES, CheckContext, Options
 from .devices import device_problem
@@ -130,6 +130,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
                                   f"and {case.function} was not called: give it a floating-point tensor argument "
                                   "(`shape: [...]`, which requires grad by default). A spec names code to import "
                                   "and run: review spec files as you review code")
+    expectations.validate(case.expect, bound.names, case.checks)
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
     options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat)
     ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
@@ -141,6 +142,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         result.checks.append(check)
+    expectations.apply(result, case.expect, bound.names)  # before guard() combines the checks' statuses
 
 
 _IMPORTED: dict[str, state.Snapshot] = {}  # module -> the global state its import set

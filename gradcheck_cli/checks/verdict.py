@@ -62,6 +62,7 @@ def conclude(result: CheckResult, start: float, problems: list[str], wrong: Call
     failing = [r for r in result.inputs if r.status is Status.FAIL]
     right = [r for r in result.inputs if r.status is Status.PASS]
     parts = list(problems) + [s for s in map(wrong, failing) if s]
+    result.problems = list(problems)
     if problems or failing:
         result.status = Status.FAIL
         if name_right and right and failing:

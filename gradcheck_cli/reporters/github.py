@@ -1,7 +1,8 @@
 """GitHub Actions report: the plain table for the log, then one workflow command per problem.
 
-``::error`` for each failing or error result and ``::warning`` for each warning; GitHub shows
-them as annotations on the spec file, at the line of the failing argument where known.
+``::error`` for each failing or error result, ``::notice`` for each expected failure (xfail) and
+``::warning`` for each warning; GitHub shows them as annotations on the spec file, at the line of
+the failing argument where known.
 See https://docs.github.com/actions/reference/workflow-commands-for-github-actions.
 """
 from __future__ import annotations
@@ -11,7 +12,7 @@ import io
 from typing import Optional, TextIO
 
 from ..printable import printable
-from ..results import CaseResult, CheckResult, InputReport, Report, Status, num
+from ..results import CaseResult, CheckResult, InputReport, Report, Status, expected_reason, num
 from . import spec_file, table, writable
 
 
@@ -95,6 +96,9 @@ def commands(report: Report) -> list[str]:
             kind = result.error.kind if result.error else "unknown"
             message = _error_message(result) if result.error else "could not be checked"
             out.append(command("error", message, file, result.line, f"gradcheck {kind} error: {result.id}"))
+        elif result.status is Status.XFAIL:
+            out.append(command("notice", f"expected failure: {expected_reason(result)}", file, result.line,
+                               f"gradcheck xfail: {result.id}"))
         warnings = [f"{c.check}: {w}" for c in result.checks for w in c.warnings] + result.warnings
         out += [command("warning", w, file, result.line, f"gradcheck warning: {result.id}") for w in warnings]
     return out

@@ -18,7 +18,7 @@ from typing import Optional, TextIO, Union
 from rich.console import Console
 
 from ..printable import printable
-from ..results import CaseResult, Report, Status
+from ..results import CaseResult, Report, Status, expected_reason
 from . import spec_file, table
 
 # characters XML 1.0 cannot hold at all (not even escaped), and terminal colour codes
@@ -91,6 +91,8 @@ def _testcase(suite: ET.Element, result: CaseResult, locations: bool) -> None:
         kind = result.error.kind if result.error else "unknown"
         message = result.error.message if result.error else "could not be checked"
         _child(case, "error", case_text(result), message=f"{kind} error: {message}", type=f"gradcheck.{kind}")
+    elif result.status is Status.XFAIL:  # as pytest writes an xfail
+        _child(case, "skipped", message=f"expected failure: {expected_reason(result)}", type="xfail")
     elif result.status is Status.SKIP:
         reasons = [f"{c.check}: {c.message}" if c.message else f"{c.check} skipped" for c in result.checks]
         _child(case, "skipped", message="; ".join(dict.fromkeys(reasons)) or "skipped")
@@ -106,7 +108,7 @@ def build(report: Report, locations: bool = False) -> ET.Element:
     s = report.summary()
     counts = {"tests": str(s["total"]), "failures": str(s["failed"]), "errors": str(s["errors"])}
     root = ET.Element("testsuites", {"name": "gradcheck-cli", **counts, "time": _seconds(report.duration_s)})
-    suite = _child(root, "testsuite", name="gradcheck", **counts, skipped=str(s["skipped"]),
+    suite = _child(root, "testsuite", name="gradcheck", **counts, skipped=str(s["skipped"] + s["xfailed"]),
                    time=_seconds(report.duration_s))
     for result in report.results:
         _testcase(suite, result, locations)

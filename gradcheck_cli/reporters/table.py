@@ -11,8 +11,9 @@ from ..printable import printable
 from ..results import COLUMNS, CaseResult, CheckResult, Report, Status, cells, titles
 from . import writable
 
-STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.ERROR: "bold magenta", Status.SKIP: "yellow"}
-LABEL = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "SKIP"}
+STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.ERROR: "bold magenta", Status.SKIP: "yellow",
+         Status.XFAIL: "cyan"}
+LABEL = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "SKIP", Status.XFAIL: "XFAIL"}
 
 
 def check_table(check: CheckResult) -> Table:
@@ -60,6 +61,7 @@ def summary_line(report: Report) -> Text:
     parts = [(s["passed"], "passed", Status.PASS), (s["failed"], "failed", Status.FAIL),
              (s["errors"], "errors" if s["errors"] != 1 else "error", Status.ERROR),
              (s["skipped"], "skipped", Status.SKIP)]
+    parts += [(s["xfailed"], "xfailed", Status.XFAIL)] if s["xfailed"] else []  # as pytest: only when there are some
     for i, (n, word, status) in enumerate(parts):
         text.append(f"{n} {word}", style=STYLE[status] if n else "")
         text.append(", " if i < len(parts) - 1 else "")

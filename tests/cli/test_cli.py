@@ -197,7 +197,8 @@ def test_json_report_follows_the_contract(project, write_spec, invoke):
     report = json.loads(result.stdout)  # stdout holds the JSON and nothing else
     assert report["schema_version"] == 1
     assert report["tool"]["name"] == "gradcheck-cli"
-    assert report["summary"] == {"total": 1, "passed": 0, "failed": 1, "errors": 0, "skipped": 0, "not_run": 0, "interrupted": None,
+    assert report["summary"] == {"total": 1, "passed": 0, "failed": 1, "errors": 0, "skipped": 0, "xfailed": 0, "not_run": 0,
+                                 "interrupted": None,
                                  "duration_s": report["summary"]["duration_s"]}
     (res,) = report["results"]
     assert res["id"] == "specs/wrong.yaml::default[cpu]"

@@ -99,7 +99,8 @@ def test_json_top_level():
     assert data["schema_version"] == 1
     assert data["tool"] == {"name": "gradcheck-cli", "version": gradcheck_cli.__version__,
                             "torch": torch.__version__.split("+")[0]}
-    assert data["summary"] == {"total": 3, "passed": 1, "failed": 1, "errors": 1, "skipped": 0, "not_run": 0, "interrupted": None,
+    assert data["summary"] == {"total": 3, "passed": 1, "failed": 1, "errors": 1, "skipped": 0, "xfailed": 0, "not_run": 0,
+                               "interrupted": None,
                                "duration_s": pytest.approx(1.235, abs=1e-3)}
     assert [r["status"] for r in data["results"]] == ["pass", "fail", "error"]
 
@@ -365,12 +366,13 @@ def test_overall(statuses, expected):
 
 
 def test_status_strings():
-    assert [str(s) for s in Status] == ["pass", "fail", "error", "skip"]
+    assert [str(s) for s in Status] == ["pass", "fail", "error", "skip", "xfail"]
     assert Status("fail") is Status.FAIL
     assert f"{Status.ERROR}" == "error"
 
 
 def test_summary_dict():
     s = Report([passed(), failed(), failed("b"), errored(), skipped()], duration_s=2.00049).summary()
-    assert s == {"total": 5, "passed": 1, "failed": 2, "errors": 1, "skipped": 1, "not_run": 0, "interrupted": None,
+    assert s == {"total": 5, "passed": 1, "failed": 2, "errors": 1, "skipped": 1, "xfailed": 0, "not_run": 0,
+                 "interrupted": None,
                  "duration_s": 2.0}
