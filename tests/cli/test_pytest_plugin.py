@@ -49,6 +49,11 @@ def shipped_items() -> int:
     return sum(len(case.devices) for path in (REPO / "specs").glob("*.yaml") for case in load_file(path))
 
 
+def broken_items() -> int:
+    """How many items the repo's broken-specs/ make (each fails)."""
+    return len(list((REPO / "broken-specs").glob("*.yaml")))
+
+
 EXTRA = {  # more specs, in a folder of their own so that specs/ stays the repo's
     # YAML syntax error: nothing of the file is usable
     "more/bad_syntax.yaml": "function: gradcheck_cli.examples.relu:ReLU\ninputs: [{shape: [3]\n",
@@ -227,7 +232,7 @@ def test_xdist_gives_the_same_outcomes(project: Path, full_run: Run) -> None:
     parallel = pytest_in(project, *ALL, "-n", "2")
     assert "2 workers" in parallel.stdout
     assert parallel.outcomes == full_run.outcomes
-    assert len(parallel.outcomes) == shipped_items() + 7 + len(EXTRA_OUTCOMES)
+    assert len(parallel.outcomes) == shipped_items() + broken_items() + len(EXTRA_OUTCOMES)
     assert "analytical is 2.00x numerical" in parallel.failure("broken-specs/linear_double_bias.yaml::default[cpu]")
     assert parallel.ret == full_run.ret == 1
 
@@ -245,7 +250,7 @@ def test_k_and_node_id_selection(project: Path) -> None:
 
 def test_last_failed_selects_the_failed_items(project: Path, full_run: Run) -> None:
     failed = [nodeid for nodeid, outcome in full_run.outcomes.items() if outcome == "failed"]
-    assert len(failed) == 7 + 4
+    assert len(failed) == broken_items() + 4
     r = pytest_in(project, *ALL, "--lf", "--collect-only", "-q", cache=True)
     assert sorted(r.collected()) == sorted(failed)
 
