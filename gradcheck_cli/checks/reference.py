@@ -207,7 +207,7 @@ def _compare(row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Optio
     relative, the reference's own ``own`` in the target's dtype). Elementwise, in float64 on the CPU
     (complex as pairs of reals); equal non-finite values agree."""
     a, n = _real64(got), _real64(want)
-    real = got.real.dtype if got.is_complex() else got.dtype
+    real = _real_dtype(got)
     if rule.rule == "relative":
         assert own is not None
         baseline = _max_abs(_real64(own) - n)
@@ -215,7 +215,8 @@ def _compare(row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Optio
         row.atol, row.rtol = rule.atol or 0.0, None
         atol, rtol = rule.factor * row.baseline_err + row.atol, 0.0
     else:
-        rtol, atol = ALLCLOSE.get(real, ALLCLOSE[torch.float32])
+        coarser = max(real, _real_dtype(want), key=_eps)  # a reference in a lower precision sets the defaults
+        rtol, atol = ALLCLOSE.get(coarser, ALLCLOSE[torch.float32])
         row.rtol = rtol = rule.rtol if rule.rtol is not None else rtol
         row.atol = atol = rule.atol if rule.atol is not None else atol
     diff = torch.sub(a, n).abs_()
@@ -248,6 +249,10 @@ def _compare(row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Optio
         row.status = Status.FAIL
         tol_t = tol if isinstance(tol, torch.Tensor) else torch.full_like(diff, tol)
         _pattern(a, n, tol_t, int(broken.sum()), row.mismatched, row.numel, what).put(row)
+
+
+def _real_dtype(t: torch.Tensor) -> torch.dtype:
+    return t.real.dtype if t.is_complex() else t.dtype
 
 
 def _real64(t: torch.Tensor) -> torch.Tensor:

@@ -139,6 +139,16 @@ def test_the_reference_check_named_without_a_reference_is_a_spec_error_and_skips
     assert ref.status is Status.SKIP and under_all.status is Status.PASS
 
 
+def test_a_reference_in_a_lower_precision_sets_the_allclose_defaults():
+    # a float64 target against a float32 reference: float64's 1e-7 would fail a correct target
+    result = check(kernels.GELUBf16Inside, [x(8, 16, dtype=torch.float32)], reference=kernels.gelu_reference,
+                   reference_dtype="float64")
+    assert result.status is Status.FAIL  # bfloat16 inside a float32 kernel: float32's rtol 1.3e-6 catches it
+    exact = check(corpus.Square, [x(8, 16, dtype=torch.float64)], reference=lambda t: t * t, reference_dtype="float32")
+    assert exact.status is Status.PASS, str(exact)
+    assert rows(exact)["x"].rtol == 1.3e-6
+
+
 def test_nan_where_the_reference_has_nan_agrees_and_nan_elsewhere_fails():
     def log_kernel(t: torch.Tensor) -> torch.Tensor:
         return torch.log(t)
