@@ -249,6 +249,25 @@ def _compare(row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Optio
         row.status = Status.FAIL
         tol_t = tol if isinstance(tol, torch.Tensor) else torch.full_like(diff, tol)
         _pattern(a, n, tol_t, int(broken.sum()), row.mismatched, row.numel, what).put(row)
+        if row.pattern in (Pattern.SOME_ELEMENTS, Pattern.NO_PATTERN):
+            row.diagnosis = "; ".join(filter(None, [row.diagnosis, _coarser(rel[big], real)]))
+
+
+def _coarser(rel: torch.Tensor, dtype: torch.dtype) -> Optional[str]:
+    """Relative errors typical of rounding to a lower precision than ``dtype``: say which (a target that
+    computes in bfloat16 inside, given float64)."""
+    if not rel.numel():
+        return None
+    typical = float(rel.median())  # rounding to a dtype makes a median relative error of about eps / 4
+    lower = [d for d in (torch.float32, torch.float16, torch.bfloat16) if _eps(d) > _eps(dtype)]
+    if not lower or not typical > 0:
+        return None
+    low = min(lower, key=lambda d: abs(math.log(typical / (_eps(d) / 4))))
+    if abs(math.log(typical / (_eps(low) / 4))) > math.log(4):
+        return None
+    name = str(low).replace("torch.", "")
+    return (f"its typical relative error {typical:.1g} is {name}'s rounding: does it compute in {name} inside? "
+            f"Check it in {name} (`dtype: {name}`), where the reference's own error sets the bar")
 
 
 def _real_dtype(t: torch.Tensor) -> torch.dtype:

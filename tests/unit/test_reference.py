@@ -139,6 +139,14 @@ def test_the_reference_check_named_without_a_reference_is_a_spec_error_and_skips
     assert ref.status is Status.SKIP and under_all.status is Status.PASS
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_target_that_computes_in_bfloat16_inside_is_named_so(dtype):
+    result = check(kernels.GELUBf16Inside, [x(8, 256, dtype=dtype)], reference=kernels.gelu_reference)
+    assert result.status is Status.FAIL
+    assert "is bfloat16's rounding: does it compute in bfloat16 inside?" in rows(result)["x"].diagnosis
+    assert "dtype: bfloat16" in result.checks[0].message
+
+
 def test_a_reference_in_a_lower_precision_sets_the_allclose_defaults():
     # a float64 target against a float32 reference: float64's 1e-7 would fail a correct target
     result = check(kernels.GELUBf16Inside, [x(8, 16, dtype=torch.float32)], reference=kernels.gelu_reference,
