@@ -569,8 +569,9 @@ def _expect(value: Any, key: Key, ctx: _Ctx) -> Expect:
                             f"`expect: {{x: sign_flip, reason: gradient reversal}}`; got {_show(value)}")
     reason = value.get("reason")
     if not isinstance(reason, str) or not reason.strip():
-        raise ctx.fail(key + ("reason",), "required: say why the mismatch is intended (a sentence a reviewer reads), "
-                                          f"e.g. `reason: straight-through estimator`; got {_show(reason)}")
+        said = "missing" if "reason" not in value else "required"
+        raise ctx.fail(key + ("reason",), f"{said}: say why the mismatch is intended (a sentence a reviewer "
+                                          f"reads), e.g. `reason: straight-through estimator`; got {_show(reason)}")
     checks = _checks(value.get("checks", ["backward"]), key + ("checks",), ctx)
     args = tuple(_expected(str(k), v, key + (k,), ctx) for k, v in value.items() if k not in EXPECT_KEYS)
     if not args:
@@ -581,7 +582,7 @@ def _expect(value: Any, key: Key, ctx: _Ctx) -> Expect:
 
 def _expected(arg: str, value: Any, key: Key, ctx: _Ctx) -> Expected:
     line = ctx.lines.get(ctx.prefix + key)
-    allowed = f"fail, one of {', '.join(EXPECTABLE)}, or {{ratio: R}}"
+    allowed = f"`fail` (any mismatch), a pattern ({', '.join(EXPECTABLE)}), or {{ratio: R}}"
     if value == "fail":
         return Expected(arg, None, None, _keystr(key), line)
     if isinstance(value, str):

@@ -137,7 +137,8 @@ def _intended(oracle: Oracle, bound: Bound, values: list[Any], checked: list[int
     out = guarded(ErrorKind.BACKWARD, what, oracle.backward, plain, grad_outputs)
     grads = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
     if grads is None or len(grads) != len(values):
-        got = f"{len(grads)} values" if grads is not None else f"a {type(out).__name__}"
+        got = (f"{len(grads)} value{'s' * (len(grads) != 1)}" if grads is not None
+               else f"a {type(out).__name__}")
         raise BindError("reference_backward", f"{oracle.backward_path} returned {got} for {len(values)} "
                         f"argument{'s' * (len(values) != 1)} ({', '.join(bound.names)}): return one gradient per "
                         "argument, in order (None where there is none), as a backward does")

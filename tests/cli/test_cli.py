@@ -75,6 +75,9 @@ def test_python_dash_m_runs_the_same_cli():
     assert "1 result: 1 passed" in proc.stdout
 
 
+XFAIL_ID = "specs/kernels.yaml#3::finite_differences[cpu]"
+
+
 @pytest.mark.slow
 def test_exit_0_on_the_shipped_examples(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
@@ -86,7 +89,9 @@ def test_exit_0_on_the_shipped_examples(monkeypatch, invoke):
     report = json.loads(invoke("specs/", "--format", "json").stdout)
     cuda = [r for r in report["results"] if r["device"].startswith("cuda")]
     assert cuda and all(r["status"] == ("pass" if torch.cuda.is_available() else "skip") for r in cuda)
-    assert all(r["status"] == "pass" for r in report["results"] if r not in cuda)
+    # the one expected mismatch the shipped specs document (gradient reversal under finite differences)
+    assert {r["id"] for r in report["results"] if r["status"] == "xfail"} == {XFAIL_ID}
+    assert all(r["status"] == "pass" for r in report["results"] if r not in cuda and r["id"] != XFAIL_ID)
     assert result.stdout.index("specs/linear.yaml") < result.stdout.index("specs/styles.yaml")  # sorted
 
 

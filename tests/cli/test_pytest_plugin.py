@@ -170,7 +170,10 @@ def test_repo_specs_all_pass_with_their_node_ids(full_run: Run) -> None:
 
     got = {k: v for k, v in full_run.outcomes.items() if k.startswith("specs/")}
     gpu = torch.cuda.is_available()  # without one, the cuda items of specs/devices.yaml are skips
-    assert got == {nodeid: "passed" if gpu or "[cuda]" not in nodeid else "skipped" for nodeid in got}
+    # xfail: the one expected mismatch the shipped specs document; a skip: a cuda item without a GPU
+    xfail = "specs/kernels.yaml::#3::finite_differences[cpu]"
+    assert got == {nodeid: "passed" if (gpu or "[cuda]" not in nodeid) and nodeid != xfail else "skipped"
+                   for nodeid in got}
     assert [k for k in got if k in GOOD_IDS] == GOOD_IDS  # these ids, in file, document and case order
     assert len({k.split("::")[0] for k in got}) == len(list((REPO / "specs").glob("*.yaml")))  # every file
     assert "errors" not in full_run.stdout.splitlines()[-1]  # no collection errors

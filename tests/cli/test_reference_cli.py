@@ -90,6 +90,7 @@ def test_the_table_names_the_target_and_the_reference(monkeypatch, invoke):
     assert "the target's gradient is 1.04x the reference's" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_kernel_sized_bfloat16_case_runs_through_the_cli(write_spec, invoke):
     path = write_spec(f"""
         function: {KERNELS}:FusedGELU

@@ -122,7 +122,7 @@ def test_reference_backward_must_return_one_gradient_per_argument():
     result = check(kernels.GradReverse, [x(3, dtype=torch.float64), 0.5],
                    reference_backward=lambda inputs, grads: (grads[0],))
     assert result.status is Status.ERROR and result.error.kind is ErrorKind.SPEC
-    assert "reference_backward" in result.error.message and "1 values for 2 arguments" in result.error.message
+    assert "reference_backward" in result.error.message and "1 value for 2 arguments" in result.error.message
 
 
 def test_a_reference_with_other_outputs_is_an_error_that_says_so():
