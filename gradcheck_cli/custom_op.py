@@ -71,11 +71,14 @@ def vmap_fallback_quiet() -> Iterator[None]:
     not yet implemented the batching rule for ns::op") to stderr, once per vmapped call of an op without a
     batching rule: the batched check says it once instead. (torch exposes no reading of the switch: it is
     left on after, its default.)"""
-    torch._C._functorch._set_vmap_fallback_warning_enabled(False)
+    switch = getattr(torch._C._functorch, "_set_vmap_fallback_warning_enabled", None)
+    if switch is not None:
+        switch(False)
     try:
         yield
     finally:
-        torch._C._functorch._set_vmap_fallback_warning_enabled(True)
+        if switch is not None:
+            switch(True)
 
 
 def arg_type(arg: Any) -> str:

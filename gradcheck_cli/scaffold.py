@@ -85,7 +85,8 @@ def _op_lines(target: OpTarget) -> list[str]:
             entry, note = f"value: {_flow(PLACEHOLDER_VALUES.get(kind))}", f"{kind}; placeholder: set it"
         elif _literal(p.default):
             entry = f"value: {_flow(p.default)}"
-            note = f"{kind}, its default" + ("; give a shape to check its gradient" if kind.startswith("Tensor") else "")
+            tensor = kind.startswith("Tensor")
+            note = f"{kind}, its default" + ("; give a shape to check its gradient" if tensor else "")
         else:
             continue
         if required and p.kind is not p.KEYWORD_ONLY:

@@ -508,7 +508,8 @@ def _modules(value: Any, key: Key, ctx: _Ctx) -> tuple[str, ...]:
     """``import``: one module name or a list of them (``null`` or ``[]``: none)."""
     items = [] if value is None else [value] if isinstance(value, str) else value
     if not isinstance(items, list):
-        raise ctx.fail(key, f"expected a module name or a list of them, e.g. `import: [my_pkg.ops]`, got {_show(value)}")
+        raise ctx.fail(key, f"expected a module name or a list of them, e.g. `import: [my_pkg.ops]`, "
+                            f"got {_show(value)}")
     for i, name in enumerate(items):
         if not isinstance(name, str) or not is_module_name(name):
             raise ctx.fail(key if isinstance(value, str) else key + (i,),
