@@ -41,7 +41,7 @@ def check(
     reference_dtype: str = "float64",
     reference_tolerance: Optional[dict[str, Any]] = None,
 ) -> CaseResult:
-    """Check ``fn`` (an autograd.Function class or any callable) at ``args`` with the named
+    """Check ``fn`` (an autograd.Function class, a custom op or any callable) at ``args`` with the named
     ``checks`` (default: backward, or reference when a reference is given; any of
     ``gradcheck_cli.checks.NAMES``, or ``"all"``).
 
@@ -66,6 +66,7 @@ def check(
     from .binding import bind
     from .checks import NAMES, get
     from .checks.base import MEMORY_BYTES, CheckContext, Options
+    from .custom_op import as_op, vmap_fallback_quiet
     from .oracle import Oracle
     from .results import CaseResult, Status
     from .spec import REFERENCE_DTYPES, ReferenceRule, Tolerance
@@ -79,7 +80,7 @@ def check(
         raise ValueError(f"unknown check {unknown[0]!r}; known checks: {', '.join(NAMES)}, or 'all'")
     is_function = isinstance(fn, type) and issubclass(fn, torch.autograd.Function)
     name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
-    target = Target(name, fn, is_function)
+    target = as_op(fn, getattr(fn, "_qualname", None) or str(fn)) or Target(name, fn, is_function)
     result = CaseResult(id=name, spec=None, case=None, function=name, device="", seed=seed, status=Status.PASS)
     default = Tolerance()
     given = tuple(k for k, v in (("eps", eps), ("atol", atol), ("rtol", rtol)) if v != getattr(default, k))
@@ -113,7 +114,8 @@ def check(
         result.device = ",".join(sorted(set(here))) or "cpu"
         ctx = CheckContext(target, bound, device or (here[0] if here else "cpu"), opts, tuple(devices), on,
                            named=list(checks) != ["all"], oracle=oracle)
-        result.checks.extend(get(n)(ctx) for n in names)
+        with vmap_fallback_quiet():
+            result.checks.extend(get(n)(ctx) for n in names)
 
     return runner.guard(result, body)
 

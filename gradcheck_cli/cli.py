@@ -117,6 +117,19 @@ def _check_reference(ctx: click.Context, param: click.Parameter, value: Optional
     return value
 
 
+def _check_modules(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    from .spec import is_module_name
+
+    for name in value:
+        if not is_module_name(name):
+            raise click.BadParameter(f"expected a module name like 'my_pkg.ops', got {name!r}")
+    return tuple(dict.fromkeys(value))
+
+
+IMPORT_HELP = ("Import this module before resolving the targets (e.g. the module whose @torch.library.custom_op "
+               "registers torch.ops.ns.op), as `import:` in every spec. Repeat for several.")
+
+
 def _terminate(signum: int, frame: Any) -> None:
     """While checking, SIGTERM raises ``session.Terminated`` (as SIGINT raises KeyboardInterrupt), so the
     run stops its workers and reports what finished (exit 143)."""
@@ -176,6 +189,7 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 @click.option("--reference", callback=_check_reference, metavar="PKG.MOD:FN",
               help="Compare with this reference implementation (same signature), as `reference:` in every spec; "
                    "without --check (or the spec's `checks`), runs the reference check alone.")
+@click.option("--import", "imports", multiple=True, callback=_check_modules, metavar="MODULE", help=IMPORT_HELP)
 @click.option("--strict", is_flag=True, help="Fail a gradient off by a constant factor within the tolerance "
                                              "(e.g. 1.001x) when that is well beyond the finite differences' own "
                                              "error (by default a warning); as `strict: true` in every spec.")
@@ -196,7 +210,8 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
               select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int],
               timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
-              checks: tuple[str, ...], reference: Optional[str], strict: bool, require_device: bool,
+              checks: tuple[str, ...], reference: Optional[str], imports: tuple[str, ...], strict: bool,
+              require_device: bool,
               no_isolate: bool, probes: int,
               max_memory: int, color: Optional[bool]) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path."""
@@ -222,7 +237,7 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
     opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
                            devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
                            probes=probes, checks=(CHECKS if all_checks else checks) or None, all_checks=all_checks,
-                           strict=strict, reference=reference)
+                           strict=strict, reference=reference, imports=imports)
     planned = plan.expand(items, opts)
     cores = pool.usable_cores()
     if jobs and jobs > cores and not no_isolate:
@@ -262,15 +277,20 @@ def main(argv: Optional[list[str]] = None) -> Any:
 @click.argument("function")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the spec here (default: stdout).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
-def init_cmd(function: str, output: Optional[str], force: bool) -> None:
-    """Write a spec skeleton for FUNCTION (pkg.mod.MyFunction) from its forward signature."""
+@click.option("--import", "imports", multiple=True, callback=_check_modules, metavar="MODULE",
+              help="Import this module first (it registers the op FUNCTION names); the spec gets `import:` too. "
+                   "Repeat for several.")
+def init_cmd(function: str, output: Optional[str], force: bool, imports: tuple[str, ...]) -> None:
+    """Write a spec skeleton for FUNCTION (pkg.mod.MyFunction, or a custom op torch.ops.ns.op) from its
+    forward signature (an op's schema)."""
     from .errors import LoadError
     from .scaffold import skeleton
 
     try:
-        text = skeleton(function)
+        text = skeleton(function, imports)
     except LoadError as exc:
-        click.echo(f"gradcheck init: {exc}" + (f" (at {exc.where})" if exc.where else ""), err=True)
+        key = f"{exc.key}: " if exc.key != "function" else ""
+        click.echo(f"gradcheck init: {key}{exc}" + (f" (at {exc.where})" if exc.where else ""), err=True)
         sys.exit(ExitCode.NOT_CHECKED)
     if output is None:
         click.echo(text, nl=False)

@@ -1,7 +1,8 @@
-"""Import path -> the thing to check: a Function class, an nn.Module class or a callable.
+"""Import path -> the thing to check: a Function class, an nn.Module class, a custom op or a callable;
+and the modules a spec imports first (``import:``, ``--import``: they register ops).
 
 One precise message per failure: module not importable (with the user's real error), no such
-attribute, not callable, a Function without backward, a module without forward.
+attribute, not callable, a Function without backward, a module without forward, an op not registered.
 """
 from __future__ import annotations
 
@@ -9,23 +10,37 @@ import difflib
 import importlib
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from .custom_op import TORCH_OPS, as_op, load_op
 from .errors import LoadError, user_frame
 from .nn_module import ModuleTarget
 from .target import Target
 
 
+def import_modules(names: Sequence[str], key: str) -> None:
+    """Import the modules that spec key (or option) ``key`` lists, in order; a LoadError names ``key``."""
+    _importable_cwd()
+    for name in names:
+        try:
+            _import(name, f"listed in `{key}`")
+        except LoadError as exc:
+            raise LoadError(str(exc), exc.where, key) from exc
+
+
 def load(path: str) -> Target:
-    """Import ``pkg.mod:Name`` or ``pkg.mod.Name`` (the current directory is importable)."""
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    """Import ``pkg.mod:Name`` or ``pkg.mod.Name`` (the current directory is importable), or look up
+    ``torch.ops.ns.op[.overload]`` (registered by a module imported before)."""
+    _importable_cwd()
+    if path.replace(":", ".").startswith(TORCH_OPS):
+        return load_op(path)
     module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
     if not module_name or not attr:
         raise LoadError(f"'{path}' is not an import path; write it as 'pkg.mod:Name' or 'pkg.mod.Name'")
-    module = _import(module_name, path)
+    module = _import(module_name, f"for '{path}'")
     obj: Any = module
     for i, part in enumerate(attr.split(".")):
         if not hasattr(obj, part):
@@ -44,18 +59,26 @@ def load(path: str) -> Target:
             raise LoadError(f"'{path}' is an nn.Module class without a forward(); define "
                             "`def forward(self, ...)`")
         return ModuleTarget(path, obj, False)
+    op = as_op(obj, path)  # what @torch.library.custom_op returns, or torch.ops.ns.op kept in a module
+    if op is not None:
+        return op
     if isinstance(obj, type) or not callable(obj):
         kind = "a class" if isinstance(obj, type) else f"a value of type {type(obj).__name__}"
         raise LoadError(f"'{path}' is {kind}, not an autograd.Function subclass or a callable")
     return Target(path, obj, False)
 
 
-def _import(module_name: str, path: str) -> Any:
+def _importable_cwd() -> None:
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+def _import(module_name: str, why: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name) and module_name[len(exc.name):][:1] in ("", "."):
-            raise LoadError(f"cannot import '{module_name}' (for '{path}'): no module named '{exc.name}'; "
+            raise LoadError(f"cannot import '{module_name}' ({why}): no module named '{exc.name}'; "
                             "check the spelling, run from the project root, or install the package") from exc
         raise LoadError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}", user_frame(exc)) from exc
     except SyntaxError as exc:

@@ -26,6 +26,7 @@ class RunOptions:
     all_checks: bool = False  # --check all: every applicable check
     strict: bool = False  # --strict: as `strict: true` in every case
     reference: Optional[str] = None  # --reference: as `reference:` in every case
+    imports: tuple[str, ...] = ()  # --import: modules imported before every case's `import` and `function`
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ class InputReport:
     ratio: Optional[float] = None  # analytical / numerical, where the pattern is a constant ratio (or a sign flip)
     at_kinks: int = 0  # elements whose mismatch a kink, tie or domain edge explains (not counted as wrong)
     line: Optional[int] = None  # line of the argument's entry in the spec file, where known
-    role: str = "argument"  # "output": a forward output's row (the reference check compares outputs too)
+    role: str = "argument"  # "output": a forward output's row (the reference check); "test": an opcheck test's
     baseline_err: Optional[float] = None  # reference check: the reference's own max abs error in the target's dtype
     factor: Optional[float] = None  # reference check, rule relative: max_abs_err may be factor x baseline_err + atol
 
@@ -210,7 +210,8 @@ def cells(row: InputReport) -> list[str]:
     worst = str(row.worst_index) if row.worst_index is not None else "-"
     if row.worst_output and row.status in (Status.FAIL, Status.XFAIL):
         worst += f" ({row.worst_output})"
-    return [row.name if row.role == "output" else f"{row.index}: {row.name}", str(row.shape), row.dtype, status,
+    return [row.name if row.role in ("output", "test") else f"{row.index}: {row.name}",
+            "-" if row.role == "test" else str(row.shape), row.dtype, status,
             num(row.max_abs_err), num(row.max_rel_err), worst, f"{row.mismatched} / {row.numel}" if compared else "-",
             f"{num(row.analytical)} / {num(row.numerical)}" if row.analytical is not None else "-",
             _tolerance(row) if compared else "-"]

@@ -14,6 +14,7 @@ import torch
 from . import checks, expectations, inputs, loader, oracle, plan, state
 from .binding import Bound, bind
 from .checks.base import MEMORY_BYTES, CheckContext, Options
+from .custom_op import vmap_fallback_quiet
 from .devices import device_problem
 from .errors import BindError, LoadError, UserCodeError, device_kind, guarded
 from .nn_module import init_target
@@ -121,8 +122,10 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
         result.checks = [CheckResult(name, Status.SKIP, message=problem) for name in case.checks]
         return
     before, known = state.snapshot(), set(sys.modules)
+    loader.import_modules(opts.imports, "--import")
+    loader.import_modules(case.imports, "import")
     target = loader.load(case.function)
-    _import_effects(case.function, set(sys.modules) - known, state.changes(before))
+    _import_effects([*opts.imports, *case.imports, case.function], set(sys.modules) - known, state.changes(before))
     init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device)
     bound = bind_case(target, case, device)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
@@ -137,7 +140,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
                        named=not case.all_checks,
                        oracle=oracle.load(case, target, device) if "reference" in case.checks else None)
     for name in case.checks:
-        with state.preserved(result.warnings):  # no check sees what another one's calls changed
+        with state.preserved(result.warnings), vmap_fallback_quiet():  # no check sees what another one's calls changed
             check: CheckResult = checks.get(name)(ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
@@ -148,15 +151,18 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
 _IMPORTED: dict[str, state.Snapshot] = {}  # module -> the global state its import set
 
 
-def _import_effects(function: str, imported: set[str], effects: state.Snapshot) -> None:
-    """Global state set by importing the target's module (``torch.set_default_dtype`` at module level) is
-    set again for every later case of that module in this process, as if each case imported it afresh;
-    every case's changes are undone after it."""
+def _import_effects(names: list[str], imported: set[str], effects: state.Snapshot) -> None:
+    """Global state set by importing the target's module or the modules of ``import`` (``names``: module
+    names, then the target's import path; ``torch.set_default_dtype`` at module level) is set again for
+    every later case of those modules in this process, as if each case imported them afresh; every case's
+    changes are undone after it."""
     for name in imported:  # what the modules imported now set (nothing, perhaps: it replaces older records)
         _IMPORTED[name] = effects
     if not imported:
-        module = function.partition(":")[0] if ":" in function else function.rpartition(".")[0]
-        state.apply(_IMPORTED.get(module, []))
+        function = names[-1]
+        modules = names[:-1] + [function.partition(":")[0] if ":" in function else function.rpartition(".")[0]]
+        for module in dict.fromkeys(modules):
+            state.apply(_IMPORTED.get(module, []))
 
 
 def bind_case(target: Target, case: Case, device: str) -> Bound:

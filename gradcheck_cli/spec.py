@@ -28,7 +28,7 @@ DISTS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "randint": ("low
 DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
 MAX_DIMS = 64  # dimensions of a torch tensor, at most
 SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
-TOP_KEYS = ("function", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
+TOP_KEYS = ("function", "import", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
             "resample", "inputs", "kwargs", "init", "reference", "reference_dtype", "reference_backward", "expect",
             "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
@@ -39,6 +39,7 @@ REFERENCE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # reference_dt
 EXPECT_KEYS = ("reason", "checks")  # the other keys of `expect` are argument names
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
 FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")  # likewise
+MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # a module name for `import`; likewise
 MAX_NODES = 1_000_000  # aliases may repeat a node: refuse documents that expand past this ("billion laughs")
 MERGE_TAG = "tag:yaml.org,2002:merge"  # the tag of a plain `<<` key
 Key = tuple[Union[str, int], ...]  # a key path into a document: mapping keys and list positions
@@ -157,6 +158,7 @@ class Case:
     path: str
     label: str  # the case name, or "default"
     function: str
+    imports: tuple[str, ...] = ()  # `import`: modules imported before `function` is resolved (they register ops)
     description: str = ""
     seed: int = 0
     devices: tuple[str, ...] = ("cpu",)
@@ -399,6 +401,8 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
     changes: dict[str, Any] = {}
     if "function" in doc:
         changes["function"] = _function(doc["function"], key + ("function",), ctx)
+    if "import" in doc:
+        changes["imports"] = _modules(doc["import"], key + ("import",), ctx)
     if "description" in doc:
         changes["description"] = str(doc["description"] or "")
     if "seed" in doc:
@@ -498,6 +502,24 @@ def _function(value: Any, key: Key, ctx: _Ctx) -> str:
         raise ctx.fail(key, "expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', "
                             f"got {_show(value)}")
     return value
+
+
+def _modules(value: Any, key: Key, ctx: _Ctx) -> tuple[str, ...]:
+    """``import``: one module name or a list of them (``null`` or ``[]``: none)."""
+    items = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise ctx.fail(key, f"expected a module name or a list of them, e.g. `import: [my_pkg.ops]`, "
+                            f"got {_show(value)}")
+    for i, name in enumerate(items):
+        if not isinstance(name, str) or not is_module_name(name):
+            raise ctx.fail(key if isinstance(value, str) else key + (i,),
+                           f"expected a module name like 'my_pkg.ops' (no ':' and no attribute), got {_show(name)}")
+    return tuple(dict.fromkeys(items))
+
+
+def is_module_name(text: str) -> bool:
+    """'pkg' or 'pkg.mod', exactly."""
+    return MODULE_RE.fullmatch(text) is not None
 
 
 def _devices(value: Any, key: Key, ctx: _Ctx) -> tuple[str, ...]:

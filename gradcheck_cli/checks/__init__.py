@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {  # check name -> its module in this package; `check
     "batched": "batched",
     "undefined_grad": "undefined_grad",
     "device_consistency": "device_consistency",
+    "opcheck": "opcheck",
 }
 NAMES = tuple(REGISTRY)
 

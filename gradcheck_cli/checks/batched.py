@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from ..binding import Bound
+from ..custom_op import OpTarget
 from ..errors import UserCodeError, guarded, user_frame
 from ..numerics import as_tuple, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
@@ -127,6 +128,10 @@ def run(ctx: CheckContext) -> CheckResult:
             found.notes.append(f"forward not vmapped: {target.obj.__name__} declares no vmap support (add "
                                "`generate_vmap_rule = True` with setup_context, or a `vmap` staticmethod, to use "
                                "it under torch.func.vmap)")
+    if isinstance(target, OpTarget) and not target.declares_vmap:
+        result.warnings.append(f"vmap has no batching rule for {target.name}: under torch.func.vmap torch runs it once "
+                               "per batch element (its fallback: right, but slow; torch's 'performance drop' warning "
+                               "for it is not printed); register one with @torch.library.register_vmap")
     return _finish(result, start, bound, checked, found, opts.tolerance.nondet_tol)
 
 

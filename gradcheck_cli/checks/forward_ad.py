@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.autograd.forward_ad as fwAD
 
+from ..custom_op import OpTarget
 from ..errors import UserCodeError
 from ..numerics import Entry, as_tuple, central_difference, make_layout, real_flat, unravel
 from ..results import CheckResult, ErrorKind, InputReport, Status
@@ -35,6 +36,12 @@ def run(ctx: CheckContext) -> CheckResult:
         return unsupported(result, f"{name} defines no jvp(): forward-mode AD is not supported; to support it, "
                                    "define `@staticmethod def jvp(ctx, *tangents)` and save what it needs with "
                                    "ctx.save_for_forward(...)", start, ctx.named)
+    if isinstance(target, OpTarget) and not target.forward_ad_rule():
+        return unsupported(result, f"the custom op {target.name} has no forward-AD rule: register_autograd gives "
+                                   "it a backward only, so forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) "
+                                   "cannot go through it; to support it, implement the op in PyTorch ops "
+                                   "(CompositeImplicitAutograd) or call it through an autograd.Function with a jvp",
+                           start, ctx.named)
     if not checked:
         return skip(result, "no argument requires grad: there is no tangent to push forward", start)
     outputs = as_tuple(call_forward(target, bound, fresh_leaves(bound.values)))
