@@ -190,8 +190,9 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
               help="Decide with N random probes per argument first (0: element by element).")
 @click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
               help="Jacobian entries held in memory at once; larger checks recompute in blocks.")
-@click.option("--color/--no-color", default=None, help="Colour the table (default: when stdout is a terminal "
-                                                        "and NO_COLOR is unset).")
+@click.option("--color/--no-color", default=None,
+              help="Colour the table, also into a pipe or a file (--color, e.g. for less -R), or never (default: "
+                   "NO_COLOR set: no; FORCE_COLOR set: yes; else when stdout is a terminal). json and github: never.")
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
               select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int],
               timeout: Optional[float], fail_fast: bool,
@@ -232,10 +233,9 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
     with _progress(len(planned)) as on_result, _handling({signal.SIGTERM: _terminate}):
         report = session.execute(items, opts, settings, on_result)
     replay.attach(report.results, planned)
-    if color is None:
-        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     if fmt == "auto":
         fmt = reporters.choose_auto(os.environ)
+    color = reporters.use_color(color, fmt, os.environ, sys.stdout.isatty())
     # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
     with _handling({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
         reporters.get(fmt)(report, sys.stdout, color)

@@ -75,8 +75,12 @@ def summary_line(report: Report) -> Text:
 def render(report: Report, stream: TextIO, color: bool = True) -> None:
     # without colour (a file, a pipe, CI logs) never wrap: one line per argument, greppable
     report = printable(report)
+    # colour decided by the caller (reporters.use_color), never by rich from FORCE_COLOR, NO_COLOR or a tty
     console = Console(file=writable(stream), no_color=not color, highlight=False, soft_wrap=False,
-                      width=None if color else 1000)
+                      width=None if color else 1000, force_terminal=color, color_system="auto" if color else None)
+    if color and console.color_system is None:  # TERM=dumb: colour was asked for all the same
+        console = Console(file=writable(stream), highlight=False, soft_wrap=False, force_terminal=True,
+                          color_system="standard")
     for result in report.results:
         render_case(result, console)
     console.print(summary_line(report))
