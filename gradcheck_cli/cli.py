@@ -156,6 +156,9 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
               help="Report format on stdout.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False), callback=_check_junit, metavar="PATH",
               help="Also write a JUnit XML report (one testcase per spec, case and device) to PATH.")
+@click.option("--junit-locations", is_flag=True,
+              help="Give each testcase file and line attributes (GitLab, action-junit-report read them; the "
+                   "Jenkins xUnit schema rejects them, so they are off by default).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes (default: the number of cores). Results are the same and in the same "
                    "order for any N.")
@@ -194,7 +197,8 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
               help="Colour the table, also into a pipe or a file (--color, e.g. for less -R), or never (default: "
                    "NO_COLOR set: no; FORCE_COLOR set: yes; else when stdout is a terminal). json and github: never.")
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
-              select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int],
+              select: Optional[str], fmt: str, junit_xml: Optional[str], junit_locations: bool,
+              jobs: Optional[int],
               timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
               checks: tuple[str, ...], reference: Optional[str], strict: bool, require_device: bool,
@@ -209,6 +213,8 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         raise click.UsageError(str(exc)) from exc
     if not items:
         raise click.UsageError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
+    if junit_locations and not junit_xml:
+        raise click.UsageError("--junit-locations: give --junit-xml PATH too (the locations go into that file)")
     if select is not None:
         items = matching(items, select)
         if not items:
@@ -242,7 +248,7 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         if junit_xml:
             from .reporters import junit
 
-            junit.write(report, junit_xml)
+            junit.write(report, junit_xml, locations=junit_locations)
     sys.exit(report.exit_code())
 
 

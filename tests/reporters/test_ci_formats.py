@@ -3,8 +3,10 @@ JSON Schemas of the JSON report and of spec files, on real runs and on hand-buil
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import io
 import json
+import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ import jsonschema
 import pytest
 import yaml
 
+import gradcheck_cli
 from gradcheck_cli import reporters, runner, schemas, spec
 from gradcheck_cli.reporters import github, json_, junit
 from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputReport, Report, Status
@@ -396,25 +399,26 @@ def test_junit_of_real_runs_is_valid_and_counts_match(shipped_report, problem_re
     s = report.summary()
     assert suite.get("name") == "gradcheck"
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
-        str(s["total"]), str(s["failed"]), str(s["errors"]), str(s["skipped"]))
+        str(s["total"]), str(s["failed"]), str(s["errors"]), str(s["skipped"] + s["xfailed"]))  # xfail: <skipped>
     assert s["failed"] and s["errors"] and s["skipped"]
     assert suite.get("time") == "1.235"
     cases = suite.findall("testcase")
     assert len(cases) == len(report.results)
     assert len(suite.findall("testcase/failure")) == s["failed"]
     assert len(suite.findall("testcase/error")) == s["errors"]
-    assert len(suite.findall("testcase/skipped")) == s["skipped"]
+    assert len(suite.findall("testcase/skipped")) == s["skipped"] + s["xfailed"]
     keys = [(c.get("classname"), c.get("name")) for c in cases]
     assert len(set(keys)) == len(keys)  # unique, also for files with several documents
-    assert ("specs.max_pool", "#1::default[cpu]") in keys and ("specs.max_pool", "#2::default[cpu]") in keys
-    assert ("specs.linear", "with_bias[cpu]") in keys and ("specs.linear", "no_bias[cpu]") in keys
+    # as pytest's --junitxml names the plugin's items (specs/max_pool.yaml::#1::default[cpu])
+    assert ("specs.max_pool.yaml.#1", "default[cpu]") in keys and ("specs.max_pool.yaml.#2", "default[cpu]") in keys
+    assert ("specs.linear.yaml", "with_bias[cpu]") in keys and ("specs.linear.yaml", "no_bias[cpu]") in keys
 
 
 def test_junit_failure_of_linear_double_bias(shipped_report, tmp_path):
     (result,) = [r for r in shipped_report.results if r.spec == "broken-specs/linear_double_bias.yaml"]
     _, root = junit_tree(Report([result]), tmp_path)
     (case,) = root.iter("testcase")
-    assert (case.get("classname"), case.get("name")) == ("broken-specs.linear_double_bias", "default[cpu]")
+    assert (case.get("classname"), case.get("name")) == ("broken-specs.linear_double_bias.yaml", "default[cpu]")
     assert case.get("file") is None and case.get("line") is None  # not in the XSD
     (failure,) = case.findall("failure")
     assert failure.get("type") == "gradcheck.fail"
@@ -430,7 +434,7 @@ def test_junit_errors_and_skips(problem_report, tmp_path):
     _, root = junit_tree(problem_report, tmp_path)
     cases = root.findall("testsuite/testcase")
     spec_case, import_case, forward_case, skip_case = cases
-    assert (spec_case.get("classname"), spec_case.get("name")) == ("bad_key", "spec:4")
+    assert (spec_case.get("classname"), spec_case.get("name")) == ("bad_key.yaml", "spec_error[line 4]")
     assert spec_case.find("error").get("type") == "gradcheck.spec"
     assert "colour" in spec_case.find("error").get("message")
     err = import_case.find("error")
@@ -469,8 +473,8 @@ def test_junit_time_and_inline_names(xsd, tmp_path):
 
 
 @pytest.mark.parametrize("path, expected", [
-    ("specs/linear.yaml", "specs.linear"), ("./specs/sub/a.yml", "specs.sub.a"), ("/abs/dir/b.yaml", "abs.dir.b"),
-    ("c.yaml", "c"), ("<command line>", "pkg.mod.Lin"),
+    ("specs/linear.yaml", "specs.linear.yaml"), ("./specs/sub/a.yml", "specs.sub.a.yml"),
+    ("/abs/dir/b.yaml", "abs.dir.b.yaml"), ("c.yaml", "c.yaml"), ("<command line>", "pkg.mod.Lin"),
 ])
 def test_junit_classname(path, expected):
     assert junit.classname(failing(spec_path=path)) == expected
@@ -602,3 +606,37 @@ def test_github_on_real_runs(shipped_report, problem_report):
     assert problems[1].startswith("::error file=no_module.yaml,line=2,title=gradcheck import error%3A ")
     assert problems[2].startswith("::error file=boom.yaml,line=2,title=gradcheck forward error%3A ")
     assert len(problems) == 3
+
+
+def test_junit_suite_has_timestamp_hostname_and_properties(xsd, tmp_path):
+    other = failing(spec_path="specs/other.yaml")
+    other.seed, other.device, other.function = 7, "cuda", "pkg.other:G"
+    report = Report([failing(), other, failing(spec_path="specs/third.yaml"), errored()], duration_s=2.0)
+    path, root = junit_tree(report, tmp_path)
+    xsd.validate(str(path))  # still valid against the Jenkins schema
+    suite = root.find("testsuite")
+    stamp = datetime.datetime.fromisoformat(suite.get("timestamp"))
+    assert stamp.tzinfo is not None  # local time with its offset, as pytest writes it
+    assert abs((datetime.datetime.now().astimezone() - stamp).total_seconds()) < 600
+    assert suite.get("hostname") == socket.gethostname()
+    props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
+    assert props == {"gradcheck-cli": gradcheck_cli.__version__, "torch": json_.torch_version(),
+                     "seed": "0, 7", "device": "cpu, cuda", "function": "pkg.mod:Lin, pkg.other:G, nope:F"}
+    assert suite.find("testcase/properties") is None  # the Jenkins schema has none on a testcase
+
+
+def test_junit_timestamp_and_hostname_can_be_given():
+    root = junit.build(Report([failing()]), timestamp="2024-01-02T03:04:05+00:00", hostname="ci-7")
+    suite = root.find("testsuite")
+    assert (suite.get("timestamp"), suite.get("hostname")) == ("2024-01-02T03:04:05+00:00", "ci-7")
+
+
+@pytest.mark.parametrize("rid, spec_path, case, expected", [
+    ("specs/l.yaml::with_bias[cpu]", "specs/l.yaml", "with_bias", ("specs.l.yaml", "with_bias[cpu]")),
+    ("specs/m.yaml#2::default[cuda:1]", "specs/m.yaml", "default", ("specs.m.yaml.#2", "default[cuda:1]")),
+    ("./specs/l.yaml::a.b[cpu]", "./specs/l.yaml", "a.b", ("specs.l.yaml", "a.b[cpu]")),
+    ("specs/bad.yaml:4", "specs/bad.yaml", None, ("specs.bad.yaml", "spec_error[line 4]")),
+])
+def test_junit_names_are_pytests_names_of_the_plugins_items(rid, spec_path, case, expected):
+    result = CaseResult(rid, spec_path, case, "m:F", "cpu" if "cpu" in rid else "cuda:1", 0, Status.PASS, line=4)
+    assert junit.names(result) == expected
