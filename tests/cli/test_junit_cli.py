@@ -6,7 +6,6 @@ import json
 import shutil
 import subprocess
 import sys
-import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
