@@ -245,6 +245,10 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
     # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
     with _handling({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
         reporters.get(fmt)(report, sys.stdout, color)
+        if fmt == "github" and os.environ.get("GITHUB_STEP_SUMMARY"):  # the job's summary page
+            from .reporters import github
+
+            github.append_step_summary(report, os.environ["GITHUB_STEP_SUMMARY"])
         if junit_xml:
             from .reporters import junit
 

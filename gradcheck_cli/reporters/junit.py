@@ -12,15 +12,12 @@ column, action-junit-report, junitparser), as pytest's ``xunit1`` output does.
 from __future__ import annotations
 
 import datetime
-import io
 import os
 import re
 import socket
 import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
 from typing import Optional, TextIO, Union
-
-from rich.console import Console
 
 from .. import __version__
 from ..printable import printable
@@ -90,15 +87,6 @@ def testcase_name(result: CaseResult) -> str:
     return names(result)[1]
 
 
-def case_text(result: CaseResult) -> str:
-    """The plain table of one result (the same text as the table report), no trailing blanks."""
-    buffer = io.StringIO()
-    console = Console(file=buffer, no_color=True, highlight=False, soft_wrap=False, width=1000,
-                      force_terminal=False, color_system=None)
-    table.render_case(result, console)
-    return "\n".join(line.rstrip() for line in buffer.getvalue().strip("\n").splitlines()) + "\n"
-
-
 def _child(parent: ET.Element, tag: str, text: Optional[str] = None, **attrs: str) -> ET.Element:
     elem = ET.SubElement(parent, tag, {k: clean(v) for k, v in attrs.items()})
     if text is not None:
@@ -117,11 +105,11 @@ def _testcase(suite: ET.Element, result: CaseResult, locations: bool) -> None:
     if result.status is Status.FAIL:
         messages = [f"{c.check}: {c.message}" if c.message else f"{c.check} failed"
                     for c in result.checks if c.status is Status.FAIL]
-        _child(case, "failure", case_text(result), message="; ".join(messages) or "failed", type="gradcheck.fail")
+        _child(case, "failure", table.case_text(result), message="; ".join(messages) or "failed", type="gradcheck.fail")
     elif result.status is Status.ERROR:
         kind = result.error.kind if result.error else "unknown"
         message = result.error.message if result.error else "could not be checked"
-        _child(case, "error", case_text(result), message=f"{kind} error: {message}", type=f"gradcheck.{kind}")
+        _child(case, "error", table.case_text(result), message=f"{kind} error: {message}", type=f"gradcheck.{kind}")
     elif result.status is Status.XFAIL:  # as pytest writes an xfail
         _child(case, "skipped", message=f"expected failure: {expected_reason(result)}", type="xfail")
     elif result.status is Status.SKIP:

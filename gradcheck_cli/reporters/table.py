@@ -1,6 +1,7 @@
 """Human report: one rich table per (spec, case, device) and check, one row per argument."""
 from __future__ import annotations
 
+import io
 from typing import TextIO
 
 from rich.console import Console
@@ -53,6 +54,15 @@ def render_case(result: CaseResult, console: Console) -> None:
     if result.replay and result.status in (Status.FAIL, Status.ERROR):
         console.print(Text(f"  replay: {result.replay}", style="cyan"))
     console.print()
+
+
+def case_text(result: CaseResult) -> str:
+    """The plain table of one result (as ``render`` writes it without colour), no trailing blanks."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, no_color=True, highlight=False, soft_wrap=False, width=1000,
+                      force_terminal=False, color_system=None)
+    render_case(result, console)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().strip("\n").splitlines()) + "\n"
 
 
 def summary_line(report: Report) -> Text:

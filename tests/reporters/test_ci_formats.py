@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import io
 import json
+import shutil
 import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -18,8 +19,8 @@ import yaml
 
 import gradcheck_cli
 from gradcheck_cli import reporters, runner, schemas, spec
-from gradcheck_cli.reporters import github, json_, junit
-from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputReport, Report, Status
+from gradcheck_cli.reporters import github, json_, junit, table
+from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputReport, Pattern, Report, Status
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -546,6 +547,8 @@ def test_github_error_results():
     assert github.commands(Report([result, spec_err])) == [
         "::error file=specs/e.yaml,line=1,title=gradcheck forward error%3A specs/e.yaml%3A%3Adefault[cpu]::"
         "forward error: forward raised ValueError: 100%25 bad%0Aat mod.py:3%0Areplay: gradcheck specs/e.yaml",
+        "::error file=mod.py,line=3,title=gradcheck forward error%3A specs/e.yaml%3A%3Adefault[cpu]::"
+        "forward error: forward raised ValueError: 100%25 bad%0Awhile checking specs/e.yaml::default[cpu]",
         "::error file=specs/s.yaml,line=4,title=gradcheck spec error%3A specs/s.yaml%3A%3Adefault[cpu]::"
         "spec error: specs/s.yaml:4: inputs[0].shape: expected a list",
     ]
@@ -576,20 +579,82 @@ def test_github_inline_results_have_no_file():
     assert not any("file=" in line for line in lines)
 
 
-def test_github_render_is_the_plain_table_then_the_commands():
+def test_github_render_groups_each_case_then_the_summary_and_the_commands():
     report = Report([failing(), skipped_result(), errored()])
     out = io.StringIO()
     github.render(report, out, color=True)  # colour is ignored: Actions logs get the plain table
-    text = out.getvalue()
-    table_part = io.StringIO()
-    reporters.get("table")(report, table_part, False)
-    first, rest = text.split("\n", 1)
-    assert first.startswith("::stop-commands::")  # the table is fenced: text in it never runs as a command
-    token = first[len("::stop-commands::"):]
-    assert rest.startswith(table_part.getvalue() + f"::{token}::\n")
-    tail = rest[len(table_part.getvalue() + f"::{token}::\n"):].splitlines()
-    assert tail == github.commands(report) and len(tail) == 2  # nothing for the skip
-    assert "\x1b" not in text
+    lines = out.getvalue().splitlines()
+    assert "\x1b" not in out.getvalue()
+    groups = [i for i, line in enumerate(lines) if line.startswith("::group::")]
+    assert [lines[i] for i in groups] == ["::group::FAIL specs/lin.yaml::default[cpu]",
+                                          "::group::SKIP specs/gpu.yaml::default[cuda]",
+                                          "::group::ERROR specs/e.yaml::default[cpu]"]
+    for i, result in zip(groups, report.results):
+        # in each group, the case's plain table, fenced: text in it never runs as a command
+        token = lines[i + 1].removeprefix("::stop-commands::")
+        assert lines[i + 1].startswith("::stop-commands::") and len(token) == 16
+        end = lines.index(f"::{token}::", i)
+        assert "\n".join(lines[i + 2:end]) + "\n" == table.case_text(result)
+        assert lines[end + 1] == "::endgroup::"
+    tail = lines[lines.index("::endgroup::", groups[-1]) + 1:]
+    assert tail[0] == "3 results: 0 passed, 1 failed, 1 error, 1 skipped in 0.00s"
+    assert tail[1:] == github.commands(report) and len(tail[1:]) == 2  # nothing for the skip
+
+
+def test_github_group_titles_are_escaped_as_actions_core_does():
+    result = failing(spec_path="specs/a%b.yaml")
+    result.id = "specs/a%b.yaml::x\ny[cpu]"
+    out = io.StringIO()
+    github.render(Report([result]), out)
+    assert out.getvalue().startswith("::group::FAIL specs/a%25b.yaml::x%0Ay[cpu]\n")
+
+
+def test_github_user_location():
+    assert github.user_location("pkg/mod.py:42 (raise ValueError(x))") == ("pkg/mod.py", 42)
+    assert github.user_location("mod.py:3") == ("mod.py", 3)
+    assert github.user_location("../elsewhere/mod.py:3 (x)") is None  # outside the workspace: no annotation
+    assert github.user_location("/usr/lib/python3/site.py:3") is None
+    assert github.user_location("Traceback:\n  File x.py, line 3") is None
+    assert github.user_location(None) is None
+
+
+STEP_SUMMARY = """\
+### gradcheck: 3 results: 0 passed, 1 failed, 1 error, 1 skipped in 0.00s
+
+| case | check | argument | pattern | ratio | replay |
+|---|---|---|---|---|---|
+| specs/lin.yaml::default[cpu] | backward | 2: bias | constant_ratio: analytical is 2.00x numerical | 2 | \
+`` gradcheck specs/lin.yaml -k 'a`b\\|c' `` |
+
+| case | error | replay |
+|---|---|---|
+| specs/e.yaml::default[cpu] | import error: specs/e.yaml:1: function: no module named &lt;nope&gt; |  |
+"""
+
+
+def test_github_step_summary_markdown():
+    fail = failing()
+    fail.checks[0].inputs[1].pattern, fail.checks[0].inputs[1].ratio = Pattern.CONSTANT_RATIO, 2.0
+    fail.replay = "gradcheck specs/lin.yaml -k 'a`b|c'"
+    report = Report([fail, skipped_result(), errored(message="specs/e.yaml:1: function: no module named <nope>")])
+    assert github.step_summary(report) == STEP_SUMMARY
+
+
+def test_github_step_summary_is_appended_by_the_command_line(write_spec, invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "summary.md").write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    shutil.copy(REPO / "broken-specs/linear_double_bias.yaml", tmp_path / "double_bias.yaml")
+    result = invoke("double_bias.yaml", "--no-isolate", "--format", "github")
+    assert result.exit_code == 1, result.output
+    text = (tmp_path / "summary.md").read_text()
+    assert text.startswith("earlier step\n### gradcheck: 1 result: 0 passed, 1 failed, 0 errors, 0 skipped in ")
+    (row,) = [line for line in text.splitlines() if line.startswith("| double_bias.yaml")]
+    assert row.startswith("| double_bias.yaml::default[cpu] | backward | 2: bias | constant_ratio: analytical is "
+                          "2.00x numerical | 2 | ` gradcheck double_bias.yaml -k double_bias.yaml::default ` |")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    invoke("double_bias.yaml", "--no-isolate", "--format", "table")  # only with --format github (or auto)
+    assert (tmp_path / "summary.md").read_text() == text
 
 
 def test_github_on_real_runs(shipped_report, problem_report):
@@ -602,10 +667,14 @@ def test_github_on_real_runs(shipped_report, problem_report):
     assert "2.00x" in double_bias
     problems = github.commands(problem_report)
     assert problems[0].startswith("::error file=bad_key.yaml,line=4,title=gradcheck spec error%3A ")
+    # the forward that raised: at the spec's case, and at the line of the user's module that raised
+    assert problems[2].startswith("::error file=boom.yaml,line=2,title=gradcheck forward error%3A ")
+    assert problems[3].startswith("::error file=boommod.py,line=6,title=gradcheck forward error%3A boom.yaml")
+    assert problems[3].endswith("%0Awhile checking boom.yaml::default[cpu]")
+    assert (Path("boommod.py").read_text().splitlines()[5].strip() == 'raise ValueError("boom <&> \\"quoted\\"")')
     # (the written files start with a blank line: the document begins on line 2)
     assert problems[1].startswith("::error file=no_module.yaml,line=2,title=gradcheck import error%3A ")
-    assert problems[2].startswith("::error file=boom.yaml,line=2,title=gradcheck forward error%3A ")
-    assert len(problems) == 3
+    assert len(problems) == 4  # the forward error twice: in the spec and in the user's module
 
 
 def test_junit_suite_has_timestamp_hostname_and_properties(xsd, tmp_path):
