@@ -222,14 +222,9 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
 
     from . import plan, pool, replay, reporters, session
 
-    all_checks = checks == ("all",)
-
     if shard is not None:
         items = plan.shard(items, *shard)
-    opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
-                           devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
-                           probes=probes, checks=(CHECKS if all_checks else checks) or None, all_checks=all_checks,
-                           strict=strict, reference=reference)
+    opts = plan.run_options(max_memory, seed, trials, devices, checks, probes, strict, reference, require_device)
     planned = plan.expand(items, opts)
     cores = pool.usable_cores()
     if jobs and jobs > cores and not no_isolate:
