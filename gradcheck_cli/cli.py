@@ -169,6 +169,9 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
               help="Report format on stdout.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False), callback=_check_junit, metavar="PATH",
               help="Also write a JUnit XML report (one testcase per spec, case and device) to PATH.")
+@click.option("--junit-locations", is_flag=True,
+              help="Give each testcase file and line attributes (GitLab, action-junit-report read them; the "
+                   "Jenkins xUnit schema rejects them, so they are off by default).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes (default: the number of cores). Results are the same and in the same "
                    "order for any N.")
@@ -204,10 +207,12 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
               help="Decide with N random probes per argument first (0: element by element).")
 @click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
               help="Jacobian entries held in memory at once; larger checks recompute in blocks.")
-@click.option("--color/--no-color", default=None, help="Colour the table (default: when stdout is a terminal "
-                                                        "and NO_COLOR is unset).")
+@click.option("--color/--no-color", default=None,
+              help="Colour the table, also into a pipe or a file (--color, e.g. for less -R), or never (default: "
+                   "NO_COLOR set: no; FORCE_COLOR set: yes; else when stdout is a terminal). json and github: never.")
 def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
-              select: Optional[str], fmt: str, junit_xml: Optional[str], jobs: Optional[int],
+              select: Optional[str], fmt: str, junit_xml: Optional[str], junit_locations: bool,
+              jobs: Optional[int],
               timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
               checks: tuple[str, ...], reference: Optional[str], imports: tuple[str, ...], strict: bool,
@@ -223,6 +228,8 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
         raise click.UsageError(str(exc)) from exc
     if not items:
         raise click.UsageError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
+    if junit_locations and not junit_xml:
+        raise click.UsageError("--junit-locations: give --junit-xml PATH too (the locations go into that file)")
     if select is not None:
         items = matching(items, select)
         if not items:
@@ -230,14 +237,10 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
 
     from . import plan, pool, replay, reporters, session
 
-    all_checks = checks == ("all",)
-
     if shard is not None:
         items = plan.shard(items, *shard)
-    opts = plan.RunOptions(memory_bytes=max_memory * 2**20, seed=seed, trials=trials,
-                           devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device,
-                           probes=probes, checks=(CHECKS if all_checks else checks) or None, all_checks=all_checks,
-                           strict=strict, reference=reference, imports=imports)
+    opts = plan.run_options(max_memory, seed, trials, devices, checks, probes, strict, reference, require_device,
+                            imports)
     planned = plan.expand(items, opts)
     cores = pool.usable_cores()
     if jobs and jobs > cores and not no_isolate:
@@ -247,17 +250,20 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
     with _progress(len(planned)) as on_result, _handling({signal.SIGTERM: _terminate}):
         report = session.execute(items, opts, settings, on_result)
     replay.attach(report.results, planned)
-    if color is None:
-        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
     if fmt == "auto":
         fmt = reporters.choose_auto(os.environ)
+    color = reporters.use_color(color, fmt, os.environ, sys.stdout.isatty())
     # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
     with _handling({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
         reporters.get(fmt)(report, sys.stdout, color)
+        if fmt == "github" and os.environ.get("GITHUB_STEP_SUMMARY"):  # the job's summary page
+            from .reporters import github
+
+            github.append_step_summary(report, os.environ["GITHUB_STEP_SUMMARY"])
         if junit_xml:
             from .reporters import junit
 
-            junit.write(report, junit_xml)
+            junit.write(report, junit_xml, locations=junit_locations)
     sys.exit(report.exit_code())
 
 

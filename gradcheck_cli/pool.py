@@ -46,10 +46,11 @@ def _serve(conn: Connection, threads: int) -> None:
     keep_freed_memory()
     import torch
 
-    from .runner import run_task
+    from .runner import run_task, warm_up
     from .state import tainted
 
     torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
+    warm_up()  # before the first task: its duration and its timeout count from "started"
     me = os.getpid()
     while True:
         try:

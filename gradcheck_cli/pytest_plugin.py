@@ -12,6 +12,7 @@ Importing this module, and collecting, read YAML only; torch is imported when a 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import io
 import os
 from collections.abc import Iterator
@@ -20,14 +21,17 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pytest
 
-from . import DEFAULT_TIMEOUT
+from . import DEFAULT_TIMEOUT, FAST_PROBES
+from .checks import NAMES as CHECKS
 
 if TYPE_CHECKING:
+    from .plan import RunOptions
     from .pool import Pool
     from .results import CaseResult
     from .spec import Case, SpecError
 
 SPEC_SUFFIXES = (".yaml", ".yml")
+DEFAULT_PATTERN = ("*.yaml", "*.yml")
 DEFAULT_MAX_MEMORY_MB = 512  # as the command line's --max-memory
 _POOL = pytest.StashKey["Pool"]()
 
@@ -45,6 +49,65 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--gradcheck-max-memory", type=_megabytes, default=DEFAULT_MAX_MEMORY_MB, metavar="MB",
                     help="Jacobian entries held in memory at once by each check (default: "
                          f"{DEFAULT_MAX_MEMORY_MB}); larger checks recompute in blocks")
+    # the command line's options of the same names, mapped to RunOptions as it maps them (plan.run_options)
+    group.addoption("--gradcheck-fast", dest="gradcheck_probes", action="store_const", const=FAST_PROBES, default=0,
+                    help=f"decide with {FAST_PROBES} random probes per argument (as gradcheck --fast)")
+    group.addoption("--gradcheck-strict", action="store_true", default=False,
+                    help="fail a gradient off by a constant factor within the tolerance (as gradcheck --strict)")
+    group.addoption("--gradcheck-check", action="append", type=_check_name, default=[], metavar="NAME",
+                    help=f"run this check instead of the specs' ({', '.join(CHECKS)}, or all); repeat for several")
+    group.addoption("--gradcheck-seed", type=_seed, default=None, metavar="N",
+                    help="use this seed for every case (as gradcheck --seed)")
+    group.addoption("--gradcheck-trials", type=_positive, default=1, metavar="N",
+                    help="check each case with N seeds: seed, seed+1, ... (as gradcheck --trials)")
+    group.addoption("--gradcheck-device", action="append", type=_device, default=[], metavar="DEVICE",
+                    help="check on this device instead of the specs' (cpu, cuda, cuda:N); repeat for several")
+    parser.addini("gradcheck_paths", type="paths", default=[],
+                  help="gradcheck: the folders whose spec files are tests (default: every folder pytest walks); "
+                       "YAML elsewhere is not collected unless named on the command line")
+    parser.addini("gradcheck_pattern", type="args", default=list(DEFAULT_PATTERN),
+                  help="gradcheck: glob patterns of spec file names (default: *.yaml *.yml)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gradcheck: a gradcheck-cli spec case (select with -m gradcheck)")
+
+
+def _check_name(text: str) -> str:
+    if text != "all" and text not in CHECKS:
+        raise argparse.ArgumentTypeError(f"unknown check {text!r}; known checks: {', '.join(CHECKS)}, or all")
+    return text
+
+
+def _device(text: str) -> str:
+    from .spec import is_device
+
+    if not is_device(text):
+        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
+    return text
+
+
+def _seed(text: str) -> int:
+    if not text.isdigit() or int(text) >= 2**64:
+        raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2**64 - 1, got {text!r}")
+    return int(text)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number, 1 or more, got {text!r}")
+    return int(text)
+
+
+def run_options(config: pytest.Config) -> RunOptions:
+    """The plugin's options as the checks' RunOptions, mapped as the command line maps its own."""
+    from .plan import run_options as options
+
+    checks = tuple(config.getoption("gradcheck_check"))
+    return options(config.getoption("gradcheck_max_memory"), config.getoption("gradcheck_seed"),
+                   config.getoption("gradcheck_trials"), tuple(config.getoption("gradcheck_device")),
+                   ("all",) if "all" in checks else checks, config.getoption("gradcheck_probes"),
+                   config.getoption("gradcheck_strict"))
 
 
 def _megabytes(text: str) -> int:
@@ -88,13 +151,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
     """Spec files become SpecFile nodes, only with --gradcheck.
 
-    Dot-files (``.pre-commit-config.yaml``, ``.pre-commit-hooks.yaml``) found while walking a
-    directory are not specs; name one explicitly to collect it anyway.
+    A file pytest finds while walking a directory is a spec when its name matches ``gradcheck_pattern``,
+    it lies under one of ``gradcheck_paths`` (when that is set) and it is not a dot-file
+    (``.pre-commit-config.yaml``). A YAML file named on the command line is collected anyway.
     """
     config = parent.config
-    if not config.getoption("gradcheck") or file_path.suffix not in SPEC_SUFFIXES:
+    if not config.getoption("gradcheck"):
         return None
-    if file_path.name.startswith(".") and not _named_explicitly(config, file_path):
+    if _named_explicitly(config, file_path):
+        return SpecFile.from_parent(parent, path=file_path) if file_path.suffix in SPEC_SUFFIXES else None
+    patterns = config.getini("gradcheck_pattern") or DEFAULT_PATTERN
+    if file_path.name.startswith(".") or not any(fnmatch.fnmatch(file_path.name, p) for p in patterns):
+        return None
+    folders = config.getini("gradcheck_paths")
+    if folders and not any(file_path.resolve().is_relative_to(Path(f).resolve()) for f in folders):
         return None
     return SpecFile.from_parent(parent, path=file_path)
 
@@ -139,7 +209,9 @@ class SpecFile(pytest.File):
             if name in seen:
                 name = f"{name}-{len(seen)}"
             seen.add(name)
-            yield SpecErrorItem.from_parent(self, name=name, nodeid=_child_id(self, name), error=error)
+            item = SpecErrorItem.from_parent(self, name=name, nodeid=_child_id(self, name), error=error)
+            item.add_marker("gradcheck")
+            yield item
 
 
 class SpecDocument(pytest.Collector):
@@ -154,10 +226,13 @@ class SpecDocument(pytest.Collector):
 
 
 def _case_items(parent: pytest.Collector, cases: list[Case]) -> Iterator[pytest.Item]:
+    override = tuple(dict.fromkeys(parent.config.getoption("gradcheck_device")))  # --gradcheck-device
     for case in cases:
-        for device in case.devices:
+        for device in override or case.devices:
             name = f"{case.label}[{device}]"
-            yield CaseItem.from_parent(parent, name=name, nodeid=_child_id(parent, name), case=case, device=device)
+            item = CaseItem.from_parent(parent, name=name, nodeid=_child_id(parent, name), case=case, device=device)
+            item.add_marker("gradcheck")
+            yield item
 
 
 def _child_id(parent: pytest.Collector, name: str) -> str:
@@ -185,11 +260,12 @@ class CaseItem(pytest.Item):
 
     def runtest(self) -> None:
         from . import replay
-        from .plan import RunOptions, Task
+        from .plan import Task, expand
         from .results import Status, expected_reason
 
-        mb = self.config.getoption("gradcheck_max_memory")
-        task = Task(self.case, self.device, RunOptions(memory_bytes=mb * 2**20))
+        # the case as the options change it (checks, strict, devices), as the command line plans it
+        (task,) = [t for t in expand([self.case], run_options(self.config))
+                   if isinstance(t, Task) and t.device == self.device]
         if self.config.getoption("gradcheck_no_isolate"):
             from .runner import run_task
 

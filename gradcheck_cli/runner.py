@@ -33,6 +33,21 @@ RESAMPLES = 3  # extra draws with `resample: true`
 RESAMPLE_STRIDE = 1_000_003  # resampled seeds stay clear of --trials' seed, seed + 1, ...
 
 
+def warm_up() -> None:
+    """Pay this process's one-time costs before its first case: the checks' modules, and what torch
+    loads on the first ``vmap`` of ``autograd.grad`` (functorch, sympy: most of a first case's time).
+    Otherwise the first case of each worker carries them in its duration (and its timeout)."""
+    for name in checks.NAMES:
+        checks.get(name)
+    x = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    y = x * x
+
+    def vjp(v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.autograd.grad(y, x, v, retain_graph=True)
+
+    torch.func.vmap(vjp)(torch.eye(2, dtype=torch.float64))
+
+
 def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseResult:
     """Check one case on one device."""
     return run_task(Task(case, device, opts))

@@ -11,6 +11,7 @@ from ..results import CaseResult, Report
 Render = Callable[[Report, TextIO, bool], None]  # (report, stream, color)
 
 FORMATS = {"table": "table", "json": "json_", "github": "github"}
+COLOURED = ("table",)  # the formats that may colour their output; json, github (and JUnit) never do
 
 
 def get(name: str) -> Render:
@@ -22,6 +23,22 @@ def choose_auto(env: Mapping[str, str]) -> str:
     """The format ``--format auto`` means in environment ``env`` (e.g. ``os.environ``):
     ``github`` inside a GitHub Actions job (``GITHUB_ACTIONS=true``), else ``table``."""
     return "github" if env.get("GITHUB_ACTIONS") == "true" else "table"
+
+
+def use_color(flag: Optional[bool], fmt: str, env: Mapping[str, str], isatty: bool) -> bool:
+    """Whether format ``fmt`` is coloured: never for a machine format (json, github, JUnit); else the
+    ``--color``/``--no-color`` flag (``flag``, None when neither was given); else ``NO_COLOR`` (any
+    non-empty value: no colour), then ``FORCE_COLOR`` (any non-empty value: colour); else whether stdout
+    is a terminal (``isatty``) that is not ``TERM=dumb``. As pytest decides, and https://no-color.org."""
+    if fmt not in COLOURED:
+        return False
+    if flag is not None:
+        return flag
+    if env.get("NO_COLOR"):
+        return False
+    if env.get("FORCE_COLOR"):
+        return True
+    return isatty and env.get("TERM") != "dumb"
 
 
 def spec_file(result: CaseResult) -> Optional[str]:

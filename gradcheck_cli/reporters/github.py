@@ -2,13 +2,17 @@
 
 ``::error`` for each failing or error result, ``::notice`` for each expected failure (xfail) and
 ``::warning`` for each warning; GitHub shows them as annotations on the spec file, at the line of
-the failing argument where known.
+the failing argument where known, and for an exception in user code also at the line of the
+user's ``.py`` file that raised. Each case's table sits in a ``::group::`` (folded in the log).
+``step_summary`` is the Markdown the command line appends to ``$GITHUB_STEP_SUMMARY``.
 See https://docs.github.com/actions/reference/workflow-commands-for-github-actions.
 """
 from __future__ import annotations
 
 import hashlib
-import io
+import html
+import os
+import re
 from typing import Optional, TextIO
 
 from ..printable import printable
@@ -83,6 +87,27 @@ def _error_message(result: CaseResult) -> str:
     return "\n".join(lines)
 
 
+_WHERE = re.compile(r"(?P<path>[^\n]+?):(?P<line>\d+)(?: \(.*\))?")
+
+
+def user_location(where: Optional[str]) -> Optional[tuple[str, int]]:
+    """(file, line) of ``ErrorInfo.where`` (``path:line (code)``) when it is a file inside the working
+    directory (the workspace: GitHub places annotations on the repository's files only)."""
+    match = _WHERE.fullmatch(where or "")
+    if match is None:
+        return None
+    path = match["path"]
+    if os.path.isabs(path):
+        try:
+            path = os.path.relpath(path)
+        except ValueError:  # another drive (Windows)
+            return None
+    path = path.replace("\\", "/")
+    if path == ".." or path.startswith("../") or os.path.isabs(path):
+        return None
+    return path, int(match["line"])
+
+
 def commands(report: Report) -> list[str]:
     """The workflow commands for ``report``, one per line, in result order."""
     out = []
@@ -95,7 +120,12 @@ def commands(report: Report) -> list[str]:
         elif result.status is Status.ERROR:
             kind = result.error.kind if result.error else "unknown"
             message = _error_message(result) if result.error else "could not be checked"
-            out.append(command("error", message, file, result.line, f"gradcheck {kind} error: {result.id}"))
+            title = f"gradcheck {kind} error: {result.id}"
+            out.append(command("error", message, file, result.line, title))
+            at = user_location(result.error.where if result.error else None)
+            if at is not None and result.error is not None:  # and at the user's line that raised
+                out.append(command("error", f"{kind} error: {result.error.message}\nwhile checking {result.id}",
+                                   at[0], at[1], title))
         elif result.status is Status.XFAIL:
             out.append(command("notice", f"expected failure: {expected_reason(result)}", file, result.line,
                                f"gradcheck xfail: {result.id}"))
@@ -104,16 +134,74 @@ def commands(report: Report) -> list[str]:
     return out
 
 
-def render(report: Report, stream: TextIO, color: bool = False) -> None:
-    """The plain table (never coloured: Actions logs), then the annotations.
+def _fenced(text: str) -> str:
+    """``text`` between ``::stop-commands::`` and its end token, so text from user code in it (an exception
+    message starting with ``::``) can never run as a workflow command."""
+    token = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return f"::stop-commands::{token}\n{text}::{token}::\n"
 
-    The table is fenced with ``::stop-commands::``, so text from user code in it (an exception
-    message starting with ``::``) can never run as a workflow command.
-    """
+
+def render(report: Report, stream: TextIO, color: bool = False) -> None:
+    """The plain table (never coloured: Actions logs), one folded group per case, then the summary line
+    and the annotations. Each case's text is fenced (``_fenced``); its group's title is escaped as
+    @actions/core's ``startGroup`` escapes it."""
     report, stream = printable(report), writable(stream)  # user text: lone surrogates, a narrow encoding
-    text = io.StringIO()
-    table.render(report, text, color=False)
-    token = hashlib.sha256(text.getvalue().encode("utf-8")).hexdigest()[:16]
-    stream.write(f"::stop-commands::{token}\n{text.getvalue()}::{token}::\n")
+    for result in report.results:
+        stream.write(command("group", f"{table.LABEL[result.status]} {result.id}") + "\n")
+        stream.write(_fenced(table.case_text(result)))
+        stream.write("::endgroup::\n")
+    stream.write(table.summary_line(report).plain + "\n")
     for line in commands(report):
         stream.write(line + "\n")
+
+
+def _cell(text: object) -> str:
+    """A Markdown table cell: one line, ``|`` escaped, HTML's special characters as entities."""
+    text = html.escape(str(text), quote=False).replace("|", "\\|")
+    return " ".join(text.split())
+
+
+def _code(text: str) -> str:
+    """A code span in a Markdown table cell (backticks longer than any run inside, ``|`` escaped)."""
+    ticks = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    return f"{ticks} {' '.join(text.split())} {ticks}".replace("|", "\\|")
+
+
+def step_summary(report: Report) -> str:
+    """The Markdown summary of a run for ``$GITHUB_STEP_SUMMARY``: the counts, a table of the failing
+    arguments (case, check, argument, pattern, ratio, replay command), and the cases not checked."""
+    report = printable(report)
+    lines = [f"### gradcheck: {_cell(table.summary_line(report).plain)}", ""]
+    failures = []
+    for result in report.results:
+        replay = _code(result.replay) if result.replay else ""
+        for check in result.checks:
+            if check.status is not Status.FAIL:
+                continue
+            rows = [row for row in check.inputs if row.status is Status.FAIL]
+            for row in rows:
+                pattern = row.pattern.value if row.pattern else ""
+                words = row.diagnosis or row.reason or ""
+                failures.append([_cell(result.id), _cell(check.check), _cell(f"{row.index}: {row.name}"),
+                                 _cell(f"{pattern}: {words}" if pattern and words else pattern or words),
+                                 _cell(num(row.ratio)) if row.ratio is not None else "", replay])
+            if not rows:  # a contract problem, not an argument's values
+                failures.append([_cell(result.id), _cell(check.check), "", _cell(check.message), "", replay])
+    if failures:
+        lines += ["| case | check | argument | pattern | ratio | replay |", "|---|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(cells) + " |" for cells in failures]
+        lines.append("")
+    errors = [r for r in report.results if r.status is Status.ERROR and r.error is not None]
+    if errors:
+        lines += ["| case | error | replay |", "|---|---|---|"]
+        lines += [f"| {_cell(r.id)} | {_cell(f'{r.error.kind} error: {r.error.message}')} | "
+                  f"{_code(r.replay) if r.replay else ''} |" for r in errors if r.error is not None]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def append_step_summary(report: Report, path: str) -> None:
+    """Append the run's Markdown summary to ``path`` (``$GITHUB_STEP_SUMMARY``), as @actions/core's
+    ``summary.write()`` does (UTF-8, appended: several steps may write it)."""
+    with open(path, "a", encoding="utf-8", newline="\n") as stream:
+        stream.write(step_summary(report))

@@ -1,25 +1,29 @@
 """JUnit XML report, for CI services that show test results (Jenkins, GitLab, Azure, ...).
 
-One ``<testsuite name="gradcheck">`` with one ``<testcase>`` per (spec, case, device). By
-default the output is valid against the Jenkins xUnit plugin's ``junit-10.xsd`` (the schema
+One ``<testsuite name="gradcheck">`` with one ``<testcase>`` per (spec, case, device). A testcase's
+classname and name are those pytest's ``--junitxml`` gives the pytest plugin's item of the same
+case (``specs.linear.yaml`` / ``with_bias[cpu]``), so CI test history follows a case from one
+front end to the other. The testsuite carries ``timestamp``, ``hostname`` and ``<properties>``.
+By default the output is valid against the Jenkins xUnit plugin's ``junit-10.xsd`` (the schema
 pytest's ``xunit2`` output follows), which has no ``file``/``line`` attributes on a testcase;
-``locations=True`` adds them for tools that read them (GitLab's file column,
-action-junit-report), as pytest's ``xunit1`` output does.
+``locations=True`` (``--junit-locations``) adds them for tools that read them (GitLab's file
+column, action-junit-report, junitparser), as pytest's ``xunit1`` output does.
 """
 from __future__ import annotations
 
-import io
+import datetime
 import os
 import re
+import socket
 import xml.etree.ElementTree as ET
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Optional, TextIO, Union
 
-from rich.console import Console
-
+from .. import __version__
 from ..printable import printable
 from ..results import CaseResult, Report, Status, expected_reason
 from . import spec_file, table
+from .json_ import torch_version
 
 # characters XML 1.0 cannot hold at all (not even escaped), and terminal colour codes
 _ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
@@ -37,36 +41,50 @@ def _seconds(value: float) -> str:
     return f"{max(value, 0.0):.3f}"
 
 
+def node_id(result: CaseResult) -> str:
+    """The pytest plugin's node id of the same case: ``specs/linear.yaml::with_bias[cpu]``,
+    ``specs/max_pool.yaml::#2::default[cpu]``, ``specs/bad.yaml::spec_error[line 4]``; the path relative
+    to the working directory (pytest's rootdir when run from the project root), with ``/``."""
+    path = spec_file(result) or ""
+    resolved = Path(path).resolve()
+    cwd = Path.cwd().resolve()
+    if resolved.is_relative_to(cwd):
+        path = resolved.relative_to(cwd).as_posix()
+    else:
+        path = "/".join(p for p in PurePosixPath(path.replace("\\", "/")).parts if p not in ("/", ".", ".."))
+    if result.case is None:  # a spec that could not be read: the plugin's spec_error item
+        return f"{path}::spec_error[line {result.line}]" if result.line else f"{path}::spec_error"
+    rest = result.id[len(result.spec or ""):] if result.spec and result.id.startswith(result.spec) else ""
+    if rest.startswith("#"):  # the id of a case in a file of several documents: path#N::case[device]
+        rest = "::" + rest
+    return path + (rest if rest.startswith("::") else f"::{result.case}[{result.device}]")
+
+
+def names(result: CaseResult) -> tuple[str, str]:
+    """(classname, name) of a result's testcase: for a spec file's case, what pytest's ``--junitxml``
+    writes for the plugin's item of that case (CI services key test history on the pair):
+    ``specs/linear.yaml::with_bias[cpu]`` -> (``specs.linear.yaml``, ``with_bias[cpu]``); a result without
+    a spec file (inline, library) is named by its function."""
+    if not spec_file(result):
+        name = result.id if result.case is None else f"{result.case}[{result.device}]"
+        return result.function.replace(":", ".") or "gradcheck", name
+    # pytest's junitxml.mangle_test_address: split the node id before its parameters at '::'
+    path, bracket, params = node_id(result).partition("[")
+    parts = path.split("::")
+    parts[0] = parts[0].replace("/", ".")
+    parts[-1] += bracket + params
+    return ".".join(parts[:-1]), parts[-1]
+
+
 def classname(result: CaseResult) -> str:
-    """``specs/linear.yaml`` -> ``specs.linear`` (CI services split a classname at its dots into
-    package and class); a result without a spec file is named by its function."""
-    path = spec_file(result)
-    if path:
-        parts = [p for p in PurePosixPath(path.replace("\\", "/")).parts if p not in ("/", ".", "..")]
-        return _SUFFIX.sub("", ".".join(parts))
-    return result.function.replace(":", ".") or "gradcheck"
+    """``specs/linear.yaml`` -> ``specs.linear.yaml`` (CI services split a classname at its dots into
+    package and class), as pytest names the plugin's items."""
+    return names(result)[0]
 
 
 def testcase_name(result: CaseResult) -> str:
-    """``case[device]``; ``#N::case[device]`` when the file holds several documents (as in the
-    result id, so the name is unique); ``spec`` for a spec that could not be read at all."""
-    if result.case is None:
-        if not spec_file(result):
-            return result.id
-        return f"spec:{result.line}" if result.line else "spec"
-    if result.spec and result.id.startswith(result.spec):
-        rest = result.id[len(result.spec):]
-        return rest[2:] if rest.startswith("::") else rest
-    return f"{result.case}[{result.device}]" if result.device else result.case
-
-
-def case_text(result: CaseResult) -> str:
-    """The plain table of one result (the same text as the table report), no trailing blanks."""
-    buffer = io.StringIO()
-    console = Console(file=buffer, no_color=True, highlight=False, soft_wrap=False, width=1000,
-                      force_terminal=False, color_system=None)
-    table.render_case(result, console)
-    return "\n".join(line.rstrip() for line in buffer.getvalue().strip("\n").splitlines()) + "\n"
+    """``case[device]``, as pytest names the plugin's item."""
+    return names(result)[1]
 
 
 def _child(parent: ET.Element, tag: str, text: Optional[str] = None, **attrs: str) -> ET.Element:
@@ -77,7 +95,8 @@ def _child(parent: ET.Element, tag: str, text: Optional[str] = None, **attrs: st
 
 
 def _testcase(suite: ET.Element, result: CaseResult, locations: bool) -> None:
-    attrs = {"classname": classname(result), "name": testcase_name(result), "time": _seconds(result.duration_s)}
+    cls, name = names(result)
+    attrs = {"classname": cls, "name": name, "time": _seconds(result.duration_s)}
     if locations and spec_file(result):
         attrs["file"] = str(result.spec)
         if result.line:
@@ -86,11 +105,11 @@ def _testcase(suite: ET.Element, result: CaseResult, locations: bool) -> None:
     if result.status is Status.FAIL:
         messages = [f"{c.check}: {c.message}" if c.message else f"{c.check} failed"
                     for c in result.checks if c.status is Status.FAIL]
-        _child(case, "failure", case_text(result), message="; ".join(messages) or "failed", type="gradcheck.fail")
+        _child(case, "failure", table.case_text(result), message="; ".join(messages) or "failed", type="gradcheck.fail")
     elif result.status is Status.ERROR:
         kind = result.error.kind if result.error else "unknown"
         message = result.error.message if result.error else "could not be checked"
-        _child(case, "error", case_text(result), message=f"{kind} error: {message}", type=f"gradcheck.{kind}")
+        _child(case, "error", table.case_text(result), message=f"{kind} error: {message}", type=f"gradcheck.{kind}")
     elif result.status is Status.XFAIL:  # as pytest writes an xfail
         _child(case, "skipped", message=f"expected failure: {expected_reason(result)}", type="xfail")
     elif result.status is Status.SKIP:
@@ -102,14 +121,36 @@ def _testcase(suite: ET.Element, result: CaseResult, locations: bool) -> None:
         _child(case, "system-out", "\n".join(warnings) + "\n")
 
 
-def build(report: Report, locations: bool = False) -> ET.Element:
-    """The ``<testsuites>`` element of ``report``."""
+def properties(report: Report) -> dict[str, str]:
+    """The suite's ``<properties>``: the versions, and the seeds, devices and functions of its cases
+    (each distinct value once, in result order). The Jenkins schema has no properties on a testcase; a
+    case's own seed and function are in its failure text, its device in its name."""
+    def distinct(values: list[str]) -> str:
+        return ", ".join(dict.fromkeys(v for v in values if v))
+
+    checked = [r for r in report.results if r.case is not None]
+    return {"gradcheck-cli": __version__, "torch": torch_version(),
+            "seed": distinct([str(r.seed) for r in checked]), "device": distinct([r.device for r in checked]),
+            "function": distinct([r.function for r in checked])}
+
+
+def build(report: Report, locations: bool = False, timestamp: Optional[str] = None,
+          hostname: Optional[str] = None) -> ET.Element:
+    """The ``<testsuites>`` element of ``report``; ``timestamp`` (ISO 8601) defaults to when the run
+    started (now minus its duration), ``hostname`` to this machine's name."""
     report = printable(report)  # lone surrogates as escapes, before clean() drops what XML cannot hold
     s = report.summary()
+    if timestamp is None:
+        started = datetime.datetime.now().astimezone() - datetime.timedelta(seconds=report.duration_s)
+        timestamp = started.isoformat(timespec="seconds")
     counts = {"tests": str(s["total"]), "failures": str(s["failed"]), "errors": str(s["errors"])}
     root = ET.Element("testsuites", {"name": "gradcheck-cli", **counts, "time": _seconds(report.duration_s)})
     suite = _child(root, "testsuite", name="gradcheck", **counts, skipped=str(s["skipped"] + s["xfailed"]),
-                   time=_seconds(report.duration_s))
+                   time=_seconds(report.duration_s), timestamp=timestamp,
+                   hostname=socket.gethostname() if hostname is None else hostname)
+    props = _child(suite, "properties")
+    for name, value in properties(report).items():
+        _child(props, "property", name=name, value=value)
     for result in report.results:
         _testcase(suite, result, locations)
     not_run = s.get("not_run", 0)

@@ -1,6 +1,7 @@
 """Human report: one rich table per (spec, case, device) and check, one row per argument."""
 from __future__ import annotations
 
+import io
 from typing import TextIO
 
 from rich.console import Console
@@ -55,6 +56,15 @@ def render_case(result: CaseResult, console: Console) -> None:
     console.print()
 
 
+def case_text(result: CaseResult) -> str:
+    """The plain table of one result (as ``render`` writes it without colour), no trailing blanks."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, no_color=True, highlight=False, soft_wrap=False, width=1000,
+                      force_terminal=False, color_system=None)
+    render_case(result, console)
+    return "\n".join(line.rstrip() for line in buffer.getvalue().strip("\n").splitlines()) + "\n"
+
+
 def summary_line(report: Report) -> Text:
     s = report.summary()
     text = Text(f"{s['total']} result{'s' * (s['total'] != 1)}: ")
@@ -75,8 +85,12 @@ def summary_line(report: Report) -> Text:
 def render(report: Report, stream: TextIO, color: bool = True) -> None:
     # without colour (a file, a pipe, CI logs) never wrap: one line per argument, greppable
     report = printable(report)
+    # colour decided by the caller (reporters.use_color), never by rich from FORCE_COLOR, NO_COLOR or a tty
     console = Console(file=writable(stream), no_color=not color, highlight=False, soft_wrap=False,
-                      width=None if color else 1000)
+                      width=None if color else 1000, force_terminal=color, color_system="auto" if color else None)
+    if color and console.color_system is None:  # TERM=dumb: colour was asked for all the same
+        console = Console(file=writable(stream), highlight=False, soft_wrap=False, force_terminal=True,
+                          color_system="standard")
     for result in report.results:
         render_case(result, console)
     console.print(summary_line(report))

@@ -3,8 +3,11 @@ JSON Schemas of the JSON report and of spec files, on real runs and on hand-buil
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import io
 import json
+import shutil
+import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +17,10 @@ import jsonschema
 import pytest
 import yaml
 
+import gradcheck_cli
 from gradcheck_cli import reporters, runner, schemas, spec
-from gradcheck_cli.reporters import github, json_, junit
-from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputReport, Report, Status
+from gradcheck_cli.reporters import github, json_, junit, table
+from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputReport, Pattern, Report, Status
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -406,15 +410,16 @@ def test_junit_of_real_runs_is_valid_and_counts_match(shipped_report, problem_re
     assert len(suite.findall("testcase/skipped")) == s["skipped"] + s["xfailed"]  # an xfail is skipped, as pytest
     keys = [(c.get("classname"), c.get("name")) for c in cases]
     assert len(set(keys)) == len(keys)  # unique, also for files with several documents
-    assert ("specs.max_pool", "#1::default[cpu]") in keys and ("specs.max_pool", "#2::default[cpu]") in keys
-    assert ("specs.linear", "with_bias[cpu]") in keys and ("specs.linear", "no_bias[cpu]") in keys
+    # as pytest's --junitxml names the plugin's items (specs/max_pool.yaml::#1::default[cpu])
+    assert ("specs.max_pool.yaml.#1", "default[cpu]") in keys and ("specs.max_pool.yaml.#2", "default[cpu]") in keys
+    assert ("specs.linear.yaml", "with_bias[cpu]") in keys and ("specs.linear.yaml", "no_bias[cpu]") in keys
 
 
 def test_junit_failure_of_linear_double_bias(shipped_report, tmp_path):
     (result,) = [r for r in shipped_report.results if r.spec == "broken-specs/linear_double_bias.yaml"]
     _, root = junit_tree(Report([result]), tmp_path)
     (case,) = root.iter("testcase")
-    assert (case.get("classname"), case.get("name")) == ("broken-specs.linear_double_bias", "default[cpu]")
+    assert (case.get("classname"), case.get("name")) == ("broken-specs.linear_double_bias.yaml", "default[cpu]")
     assert case.get("file") is None and case.get("line") is None  # not in the XSD
     (failure,) = case.findall("failure")
     assert failure.get("type") == "gradcheck.fail"
@@ -430,7 +435,7 @@ def test_junit_errors_and_skips(problem_report, tmp_path):
     _, root = junit_tree(problem_report, tmp_path)
     cases = root.findall("testsuite/testcase")
     spec_case, import_case, forward_case, skip_case = cases
-    assert (spec_case.get("classname"), spec_case.get("name")) == ("bad_key", "spec:4")
+    assert (spec_case.get("classname"), spec_case.get("name")) == ("bad_key.yaml", "spec_error[line 4]")
     assert spec_case.find("error").get("type") == "gradcheck.spec"
     assert "colour" in spec_case.find("error").get("message")
     err = import_case.find("error")
@@ -469,8 +474,8 @@ def test_junit_time_and_inline_names(xsd, tmp_path):
 
 
 @pytest.mark.parametrize("path, expected", [
-    ("specs/linear.yaml", "specs.linear"), ("./specs/sub/a.yml", "specs.sub.a"), ("/abs/dir/b.yaml", "abs.dir.b"),
-    ("c.yaml", "c"), ("<command line>", "pkg.mod.Lin"),
+    ("specs/linear.yaml", "specs.linear.yaml"), ("./specs/sub/a.yml", "specs.sub.a.yml"),
+    ("/abs/dir/b.yaml", "abs.dir.b.yaml"), ("c.yaml", "c.yaml"), ("<command line>", "pkg.mod.Lin"),
 ])
 def test_junit_classname(path, expected):
     assert junit.classname(failing(spec_path=path)) == expected
@@ -542,6 +547,8 @@ def test_github_error_results():
     assert github.commands(Report([result, spec_err])) == [
         "::error file=specs/e.yaml,line=1,title=gradcheck forward error%3A specs/e.yaml%3A%3Adefault[cpu]::"
         "forward error: forward raised ValueError: 100%25 bad%0Aat mod.py:3%0Areplay: gradcheck specs/e.yaml",
+        "::error file=mod.py,line=3,title=gradcheck forward error%3A specs/e.yaml%3A%3Adefault[cpu]::"
+        "forward error: forward raised ValueError: 100%25 bad%0Awhile checking specs/e.yaml::default[cpu]",
         "::error file=specs/s.yaml,line=4,title=gradcheck spec error%3A specs/s.yaml%3A%3Adefault[cpu]::"
         "spec error: specs/s.yaml:4: inputs[0].shape: expected a list",
     ]
@@ -572,20 +579,82 @@ def test_github_inline_results_have_no_file():
     assert not any("file=" in line for line in lines)
 
 
-def test_github_render_is_the_plain_table_then_the_commands():
+def test_github_render_groups_each_case_then_the_summary_and_the_commands():
     report = Report([failing(), skipped_result(), errored()])
     out = io.StringIO()
     github.render(report, out, color=True)  # colour is ignored: Actions logs get the plain table
-    text = out.getvalue()
-    table_part = io.StringIO()
-    reporters.get("table")(report, table_part, False)
-    first, rest = text.split("\n", 1)
-    assert first.startswith("::stop-commands::")  # the table is fenced: text in it never runs as a command
-    token = first[len("::stop-commands::"):]
-    assert rest.startswith(table_part.getvalue() + f"::{token}::\n")
-    tail = rest[len(table_part.getvalue() + f"::{token}::\n"):].splitlines()
-    assert tail == github.commands(report) and len(tail) == 2  # nothing for the skip
-    assert "\x1b" not in text
+    lines = out.getvalue().splitlines()
+    assert "\x1b" not in out.getvalue()
+    groups = [i for i, line in enumerate(lines) if line.startswith("::group::")]
+    assert [lines[i] for i in groups] == ["::group::FAIL specs/lin.yaml::default[cpu]",
+                                          "::group::SKIP specs/gpu.yaml::default[cuda]",
+                                          "::group::ERROR specs/e.yaml::default[cpu]"]
+    for i, result in zip(groups, report.results):
+        # in each group, the case's plain table, fenced: text in it never runs as a command
+        token = lines[i + 1].removeprefix("::stop-commands::")
+        assert lines[i + 1].startswith("::stop-commands::") and len(token) == 16
+        end = lines.index(f"::{token}::", i)
+        assert "\n".join(lines[i + 2:end]) + "\n" == table.case_text(result)
+        assert lines[end + 1] == "::endgroup::"
+    tail = lines[lines.index("::endgroup::", groups[-1]) + 1:]
+    assert tail[0] == "3 results: 0 passed, 1 failed, 1 error, 1 skipped in 0.00s"
+    assert tail[1:] == github.commands(report) and len(tail[1:]) == 2  # nothing for the skip
+
+
+def test_github_group_titles_are_escaped_as_actions_core_does():
+    result = failing(spec_path="specs/a%b.yaml")
+    result.id = "specs/a%b.yaml::x\ny[cpu]"
+    out = io.StringIO()
+    github.render(Report([result]), out)
+    assert out.getvalue().startswith("::group::FAIL specs/a%25b.yaml::x%0Ay[cpu]\n")
+
+
+def test_github_user_location():
+    assert github.user_location("pkg/mod.py:42 (raise ValueError(x))") == ("pkg/mod.py", 42)
+    assert github.user_location("mod.py:3") == ("mod.py", 3)
+    assert github.user_location("../elsewhere/mod.py:3 (x)") is None  # outside the workspace: no annotation
+    assert github.user_location("/usr/lib/python3/site.py:3") is None
+    assert github.user_location("Traceback:\n  File x.py, line 3") is None
+    assert github.user_location(None) is None
+
+
+STEP_SUMMARY = """\
+### gradcheck: 3 results: 0 passed, 1 failed, 1 error, 1 skipped in 0.00s
+
+| case | check | argument | pattern | ratio | replay |
+|---|---|---|---|---|---|
+| specs/lin.yaml::default[cpu] | backward | 2: bias | constant_ratio: analytical is 2.00x numerical | 2 | \
+`` gradcheck specs/lin.yaml -k 'a`b\\|c' `` |
+
+| case | error | replay |
+|---|---|---|
+| specs/e.yaml::default[cpu] | import error: specs/e.yaml:1: function: no module named &lt;nope&gt; |  |
+"""
+
+
+def test_github_step_summary_markdown():
+    fail = failing()
+    fail.checks[0].inputs[1].pattern, fail.checks[0].inputs[1].ratio = Pattern.CONSTANT_RATIO, 2.0
+    fail.replay = "gradcheck specs/lin.yaml -k 'a`b|c'"
+    report = Report([fail, skipped_result(), errored(message="specs/e.yaml:1: function: no module named <nope>")])
+    assert github.step_summary(report) == STEP_SUMMARY
+
+
+def test_github_step_summary_is_appended_by_the_command_line(write_spec, invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "summary.md").write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "summary.md"))
+    shutil.copy(REPO / "broken-specs/linear_double_bias.yaml", tmp_path / "double_bias.yaml")
+    result = invoke("double_bias.yaml", "--no-isolate", "--format", "github")
+    assert result.exit_code == 1, result.output
+    text = (tmp_path / "summary.md").read_text()
+    assert text.startswith("earlier step\n### gradcheck: 1 result: 0 passed, 1 failed, 0 errors, 0 skipped in ")
+    (row,) = [line for line in text.splitlines() if line.startswith("| double_bias.yaml")]
+    assert row.startswith("| double_bias.yaml::default[cpu] | backward | 2: bias | constant_ratio: analytical is "
+                          "2.00x numerical | 2 | ` gradcheck double_bias.yaml -k double_bias.yaml::default ` |")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY")
+    invoke("double_bias.yaml", "--no-isolate", "--format", "table")  # only with --format github (or auto)
+    assert (tmp_path / "summary.md").read_text() == text
 
 
 def test_github_on_real_runs(shipped_report, problem_report):
@@ -598,7 +667,45 @@ def test_github_on_real_runs(shipped_report, problem_report):
     assert "2.00x" in double_bias
     problems = github.commands(problem_report)
     assert problems[0].startswith("::error file=bad_key.yaml,line=4,title=gradcheck spec error%3A ")
+    # the forward that raised: at the spec's case, and at the line of the user's module that raised
+    assert problems[2].startswith("::error file=boom.yaml,line=2,title=gradcheck forward error%3A ")
+    assert problems[3].startswith("::error file=boommod.py,line=6,title=gradcheck forward error%3A boom.yaml")
+    assert problems[3].endswith("%0Awhile checking boom.yaml::default[cpu]")
+    assert (Path("boommod.py").read_text().splitlines()[5].strip() == 'raise ValueError("boom <&> \\"quoted\\"")')
     # (the written files start with a blank line: the document begins on line 2)
     assert problems[1].startswith("::error file=no_module.yaml,line=2,title=gradcheck import error%3A ")
-    assert problems[2].startswith("::error file=boom.yaml,line=2,title=gradcheck forward error%3A ")
-    assert len(problems) == 3
+    assert len(problems) == 4  # the forward error twice: in the spec and in the user's module
+
+
+def test_junit_suite_has_timestamp_hostname_and_properties(xsd, tmp_path):
+    other = failing(spec_path="specs/other.yaml")
+    other.seed, other.device, other.function = 7, "cuda", "pkg.other:G"
+    report = Report([failing(), other, failing(spec_path="specs/third.yaml"), errored()], duration_s=2.0)
+    path, root = junit_tree(report, tmp_path)
+    xsd.validate(str(path))  # still valid against the Jenkins schema
+    suite = root.find("testsuite")
+    stamp = datetime.datetime.fromisoformat(suite.get("timestamp"))
+    assert stamp.tzinfo is not None  # local time with its offset, as pytest writes it
+    assert abs((datetime.datetime.now().astimezone() - stamp).total_seconds()) < 600
+    assert suite.get("hostname") == socket.gethostname()
+    props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
+    assert props == {"gradcheck-cli": gradcheck_cli.__version__, "torch": json_.torch_version(),
+                     "seed": "0, 7", "device": "cpu, cuda", "function": "pkg.mod:Lin, pkg.other:G, nope:F"}
+    assert suite.find("testcase/properties") is None  # the Jenkins schema has none on a testcase
+
+
+def test_junit_timestamp_and_hostname_can_be_given():
+    root = junit.build(Report([failing()]), timestamp="2024-01-02T03:04:05+00:00", hostname="ci-7")
+    suite = root.find("testsuite")
+    assert (suite.get("timestamp"), suite.get("hostname")) == ("2024-01-02T03:04:05+00:00", "ci-7")
+
+
+@pytest.mark.parametrize("rid, spec_path, case, expected", [
+    ("specs/l.yaml::with_bias[cpu]", "specs/l.yaml", "with_bias", ("specs.l.yaml", "with_bias[cpu]")),
+    ("specs/m.yaml#2::default[cuda:1]", "specs/m.yaml", "default", ("specs.m.yaml.#2", "default[cuda:1]")),
+    ("./specs/l.yaml::a.b[cpu]", "./specs/l.yaml", "a.b", ("specs.l.yaml", "a.b[cpu]")),
+    ("specs/bad.yaml:4", "specs/bad.yaml", None, ("specs.bad.yaml", "spec_error[line 4]")),
+])
+def test_junit_names_are_pytests_names_of_the_plugins_items(rid, spec_path, case, expected):
+    result = CaseResult(rid, spec_path, case, "m:F", "cpu" if "cpu" in rid else "cuda:1", 0, Status.PASS, line=4)
+    assert junit.names(result) == expected
