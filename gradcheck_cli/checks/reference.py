@@ -117,6 +117,12 @@ def _reference(oracle: Oracle, bound: Bound, checked: list[int], probes: dict[in
     else:
         side = Side((), [values[i] for i in checked])
     if oracle.backward is None:
+        cut = [p for p in probes if is_float_tensor(side.outputs[p]) and not side.outputs[p].requires_grad]
+        if cut and side.leaves:
+            raise UserCodeError(ErrorKind.FORWARD, (
+                f"output {cut[0]} of the reference {oracle.forward_path} does not require grad, so it gives no "
+                "gradient to compare with (a .detach(), torch.no_grad() or a non-differentiable op inside?); "
+                "make it differentiable, or give the intended gradients with `reference_backward:`"))
         side.grads = _gradients(side, probes, f"backward of the reference {oracle.forward_path} (in {written})")
         return side
     zeros = _upcast([torch.zeros_like(o.detach()) if is_float_tensor(o) else None for o in like], dtype) if dtype \

@@ -131,6 +131,12 @@ def test_a_reference_with_other_outputs_is_an_error_that_says_so():
     assert "[3]" in result.error.message and "[4, 3]" in result.error.message
 
 
+def test_a_reference_whose_output_does_not_require_grad_is_an_error_not_a_wrong_fail():
+    result = check(kernels.GELUBf16Inside, [x(4, 3)], reference=lambda t: kernels.gelu_reference(t).detach())
+    assert result.status is Status.ERROR and "does not require grad" in result.error.message
+    assert "reference_backward" in result.error.message
+
+
 def test_the_reference_check_named_without_a_reference_is_a_spec_error_and_skips_under_all():
     named = check(corpus.Square, [x(3, dtype=torch.float64)], checks=["reference"])
     assert named.status is Status.ERROR and "reference: pkg.mod:fn" in named.error.message
