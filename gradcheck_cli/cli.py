@@ -34,6 +34,8 @@ class DefaultGroup(click.Group):
     """A group whose default subcommand is ``check``: ``gradcheck specs/`` = ``gradcheck check specs/``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and ctx.resilient_parsing:  # shell completion of the first word: commands and paths
+            return super().parse_args(ctx, args)
         if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version", "-V")):
             args = ["check", *args]  # bare `gradcheck`: the paths of [tool.gradcheck], or a hint
         return super().parse_args(ctx, args)
