@@ -5,7 +5,9 @@ torch is imported only once there is something to check, so --help and --version
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
+import platform
 import signal
 import sys
 import threading
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import click
+from click.core import ParameterSource
+from click.shell_completion import CompletionItem
 
 from . import DEFAULT_TIMEOUT, FAST_PROBES, __version__
 from .checks import NAMES as CHECKS
@@ -23,21 +27,64 @@ from .results import ExitCode
 
 PROGRESS_MIN = 3  # more cases than this get a progress bar
 FORMATS = (*REPORTERS, "auto")  # the reporters' registry (no torch behind it), plus auto
+CONFIG = "gradcheck.config"  # ctx.meta key of the check command's Config
 
 
 class DefaultGroup(click.Group):
     """A group whose default subcommand is ``check``: ``gradcheck specs/`` = ``gradcheck check specs/``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
-            args = ["check", *args]
+        if not args and ctx.resilient_parsing:  # shell completion of the first word: commands and paths
+            return super().parse_args(ctx, args)
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h", "--version", "-V")):
+            args = ["check", *args]  # bare `gradcheck`: the paths of [tool.gradcheck], or a hint
         return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """``gradcheck sp<TAB>``: file paths (the default command's targets), and the commands that match."""
+        if incomplete.startswith("-"):
+            return super().shell_complete(ctx, incomplete)
+        return [CompletionItem(incomplete, type="file"), *super().shell_complete(ctx, incomplete)]
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``gradcheck-cli 0.1.0 (torch 2.13.0, Python 3.11.7)``, without importing torch."""
+    if not value or ctx.resilient_parsing:
+        return
+    try:
+        torch = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch = "not installed"
+    click.echo(f"gradcheck-cli {__version__} (torch {torch}, Python {platform.python_version()})")
+    ctx.exit()
+
+
+class ConfiguredCommand(click.Command):
+    """A command whose defaults come from [tool.gradcheck] of the nearest pyproject.toml (the command
+    line wins: click's default map); the configuration is kept in ``ctx.meta[CONFIG]``."""
+
+    def make_context(self, info_name: Optional[str], args: list[str], parent: Optional[click.Context] = None,
+                     **extra: Any) -> click.Context:
+        from .config import Config, ConfigError, load
+
+        try:
+            found = load()
+        except ConfigError as exc:
+            if extra.get("resilient_parsing") or (parent is not None and parent.resilient_parsing):
+                found = Config()  # shell completion: no error messages
+            else:
+                raise click.UsageError(str(exc)) from exc
+        extra["default_map"] = {**found.defaults, **(extra.get("default_map") or {})}
+        ctx = super().make_context(info_name, args, parent, **extra)
+        ctx.meta[CONFIG] = found
+        return ctx
 
 
 @click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog="Exit codes: 0 passed, 1 a check failed, 2 usage error, 3 a spec could not be checked, "
                     "4 internal error. See `gradcheck check --help` for the options.")
-@click.version_option(__version__, "--version", prog_name="gradcheck-cli", message="%(prog)s %(version)s")
+@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version (and torch's) and exit.")
 def cli() -> None:
     """Check the hand-written backward of custom torch.autograd.Functions against finite differences.
 
@@ -152,8 +199,8 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
             signal.signal(number, handler)
 
 
-@cli.command("check")
-@click.argument("targets", nargs=-1, required=True)
+@cli.command("check", cls=ConfiguredCommand)
+@click.argument("targets", nargs=-1, type=click.Path())
 @click.option("-i", "--input", "inline", multiple=True, metavar="SHAPE[:DTYPE]|=VALUE",
               help="An inline positional argument for a Function target: a shape like 20x20 (float64 "
                    "normal values), 20x20:float32, scalar, or =VALUE for a non-tensor (=2.5, =null). Repeat.")
@@ -210,7 +257,17 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 @click.option("--color/--no-color", default=None,
               help="Colour the table, also into a pipe or a file (--color, e.g. for less -R), or never (default: "
                    "NO_COLOR set: no; FORCE_COLOR set: yes; else when stdout is a terminal). json and github: never.")
-def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...], specs_dir: str,
+@click.option("-q", "--quiet", "verbosity", flag_value="quiet",
+              help="Show failures, errors and the summary only (the table format).")
+@click.option("-v", "--verbose", "verbosity", flag_value="verbose",
+              help="Show every case in full (the table format); by default a case that did not fail is one "
+                   "line, a failure is in full. The last of -q and -v wins.")
+@click.option("--show-config", is_flag=True,
+              help="Print the effective settings and where each comes from (the command line, [tool.gradcheck] "
+                   "in pyproject.toml, or the default), and exit.")
+@click.pass_context
+def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...],
+              specs_dir: str,
               select: Optional[str], fmt: str, junit_xml: Optional[str], junit_locations: bool,
               jobs: Optional[int],
               timeout: Optional[float], fail_fast: bool,
@@ -218,9 +275,23 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
               checks: tuple[str, ...], reference: Optional[str], imports: tuple[str, ...], strict: bool,
               require_device: bool,
               no_isolate: bool, probes: int,
-              max_memory: int, color: Optional[bool]) -> None:
-    """Check spec files, directories of specs (recursively) and Functions named by import path."""
+              max_memory: int, color: Optional[bool], verbosity: Optional[str], show_config: bool) -> None:
+    """Check spec files, directories of specs (recursively) and Functions named by import path.
+
+    Defaults come from [tool.gradcheck] in the nearest pyproject.toml (see --show-config).
+    """
     from .discovery import TargetError, matching, resolve
+
+    if show_config:
+        from .config import describe
+
+        given = {name for name in ctx.params if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE}
+        click.echo(describe(ctx.meta[CONFIG], ctx.params, given), nl=False)
+        return
+    if not targets:
+        raise click.UsageError("no TARGETS: give spec files, folders or import paths (e.g. gradcheck specs/), "
+                               "or set the default in pyproject.toml: [tool.gradcheck] paths = [\"specs\"]; "
+                               "gradcheck --help lists the commands", ctx)
 
     try:
         items = resolve(list(targets), Path(specs_dir), list(inline), list(kwargs))
@@ -255,7 +326,13 @@ def check_cmd(targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[s
     color = reporters.use_color(color, fmt, os.environ, sys.stdout.isatty())
     # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
     with _handling({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
-        reporters.get(fmt)(report, sys.stdout, color)
+        if fmt == "table":  # -q / -v choose how much of it
+            from .reporters.table import Verbosity
+            from .reporters.table import render as render_table
+
+            render_table(report, sys.stdout, color, Verbosity[(verbosity or "normal").upper()])
+        else:
+            reporters.get(fmt)(report, sys.stdout, color)
         if fmt == "github" and os.environ.get("GITHUB_STEP_SUMMARY"):  # the job's summary page
             from .reporters import github
 

@@ -1,6 +1,11 @@
-"""Human report: one rich table per (spec, case, device) and check, one row per argument."""
+"""Human report: one rich table per (spec, case, device) and check, one row per argument.
+
+How much is shown is the verbosity (-q, the default, -v); a table wider than the terminal is folded
+into one block per argument, so no number is ever cut short.
+"""
 from __future__ import annotations
 
+import enum
 import io
 from typing import TextIO
 
@@ -9,16 +14,31 @@ from rich.table import Table
 from rich.text import Text
 
 from ..printable import printable
-from ..results import COLUMNS, CaseResult, CheckResult, Report, Status, cells, titles
+from ..results import COLUMNS, CaseResult, CheckResult, Report, Status, cells, expected_reason, titles
 from . import writable
+
+
+class Verbosity(enum.IntEnum):
+    """How much of a run the table shows: failing cases in full always, the others less or more."""
+
+    QUIET = -1    # failures and errors in full, then the summary; nothing about passing cases
+    NORMAL = 0    # also one line per other case (with its warnings, skip reasons, expect reasons)
+    VERBOSE = 1   # every case in full
+
+
+FULL = (Status.FAIL, Status.ERROR)  # shown in full at every verbosity
 
 STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.ERROR: "bold magenta", Status.SKIP: "yellow",
          Status.XFAIL: "cyan"}
 LABEL = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "SKIP", Status.XFAIL: "XFAIL"}
 
 
+def title(check: CheckResult) -> str:
+    return f"{check.check} ({check.mode})" if check.mode else check.check
+
+
 def check_table(check: CheckResult) -> Table:
-    table = Table(title=f"{check.check} ({check.mode})" if check.mode else check.check, title_justify="left",
+    table = Table(title=title(check), title_justify="left",
                   show_edge=False, pad_edge=False, header_style="bold")
     for col, align in zip(titles(check), COLUMNS.values()):
         table.add_column(col, justify="right" if align == ">" else "left")
@@ -29,21 +49,78 @@ def check_table(check: CheckResult) -> Table:
     return table
 
 
-def render_case(result: CaseResult, console: Console) -> None:
-    result = printable(result)  # text from user code may hold lone surrogates
+def folded(check: CheckResult, width: int) -> list[Text]:
+    """The table of ``check`` as one block per argument, for a terminal too narrow for the table: the
+    argument's name, shape, dtype and status, then "column: value" pairs, as many to a line as fit in
+    ``width`` (a pair is never split)."""
+    lines = [Text(title(check), style="bold")]
+    for row in check.inputs:
+        values = cells(row)
+        head = Text(f"  {'  '.join(values[:3])}  ")
+        head.append(values[3], style="dim" if row.status is Status.SKIP else STYLE[row.status])
+        lines.append(head)
+        line = Text()
+        for name, value in zip(titles(check)[4:], values[4:]):
+            if value == "-":
+                continue
+            if line and len(line) + 3 + len(name) + 2 + len(value) > width:
+                lines.append(line)
+                line = Text()
+            line.append("   " if line else "    ")
+            line.append(f"{name}: ", style="dim")
+            line.append(value)
+        if line:
+            lines.append(line)
+    return lines
+
+
+def print_check(check: CheckResult, console: Console) -> None:
+    """The table of ``check``, folded per argument when wider than the console."""
+    table = check_table(check)
+    natural = console.measure(table, options=console.options.update_width(2**16)).maximum  # unclamped
+    if natural <= console.width:
+        console.print(table)
+        return
+    for line in folded(check, console.width):
+        console.print(line)
+
+
+def head_line(result: CaseResult) -> Text:
+    """A result in one line: status, id, and (for a case that ran) function, seed and time."""
     head = Text()
     head.append(f"{LABEL[result.status]:5} ", style=STYLE[result.status])
     head.append(result.id, style="bold")
     if result.function:
         head.append(f"  {result.function}  seed {result.seed}  {result.duration_s:.2f}s", style="dim")
-    console.print(head)
+    return head
+
+
+def render_brief(result: CaseResult, console: Console) -> None:
+    """A case that did not fail in a line, and what still needs reading: its warnings, why it was
+    skipped, why its mismatch is expected."""
+    result = printable(result)
+    console.print(head_line(result))
+    if result.status is Status.SKIP:
+        reasons = [f"{c.check}: {c.message}" for c in result.checks if c.message]
+        for reason in reasons or ([result.error.message] if result.error else []):
+            console.print(Text(f"  {reason}", style=STYLE[Status.SKIP]))
+    if result.status is Status.XFAIL:
+        console.print(Text(f"  expected: {expected_reason(result)}", style=STYLE[Status.XFAIL]))
+    for warning in [w for c in result.checks for w in c.warnings] + result.warnings:
+        console.print(Text(f"  warning: {warning}", style="yellow"))
+
+
+def render_case(result: CaseResult, console: Console) -> None:
+    """A case in full: every check's table and message, warnings, and the replay command of a failure."""
+    result = printable(result)  # text from user code may hold lone surrogates
+    console.print(head_line(result))
     if result.error:
         console.print(Text(f"  {result.error.kind} error: {result.error.message}", style=STYLE[Status.ERROR]))
         if result.error.where:
             console.print(Text(f"  at {result.error.where}", style="dim"))
     for check in result.checks:
         if check.inputs:
-            console.print(check_table(check))
+            print_check(check, console)
         if check.message:
             style = STYLE[check.status] if check.status is not Status.PASS else "dim"
             console.print(Text(f"  {check.check}: {check.message}", style=style))
@@ -52,7 +129,8 @@ def render_case(result: CaseResult, console: Console) -> None:
     for warning in result.warnings:
         console.print(Text(f"  warning: {warning}", style="yellow"))
     if result.replay and result.status in (Status.FAIL, Status.ERROR):
-        console.print(Text(f"  replay: {result.replay}", style="cyan"))
+        # soft_wrap: a command longer than the line is never broken by a newline (pasted, it must run)
+        console.print(Text(f"  replay: {result.replay}", style="cyan"), soft_wrap=True)
     console.print()
 
 
@@ -82,7 +160,8 @@ def summary_line(report: Report) -> Text:
     return text
 
 
-def render(report: Report, stream: TextIO, color: bool = True) -> None:
+def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbosity = Verbosity.VERBOSE) -> None:
+    """The report on ``stream``: at ``verbosity`` (every case in full unless told otherwise), then the summary."""
     # without colour (a file, a pipe, CI logs) never wrap: one line per argument, greppable
     report = printable(report)
     # colour decided by the caller (reporters.use_color), never by rich from FORCE_COLOR, NO_COLOR or a tty
@@ -91,6 +170,16 @@ def render(report: Report, stream: TextIO, color: bool = True) -> None:
     if color and console.color_system is None:  # TERM=dumb: colour was asked for all the same
         console = Console(file=writable(stream), highlight=False, soft_wrap=False, force_terminal=True,
                           color_system="standard")
+    brief = False  # the last thing printed was a one-line result (a full one ends with a blank line)
     for result in report.results:
-        render_case(result, console)
+        if result.status in FULL or verbosity is Verbosity.VERBOSE:
+            if brief:
+                console.print()
+            render_case(result, console)
+            brief = False
+        elif verbosity is Verbosity.NORMAL:
+            render_brief(result, console)
+            brief = True
+    if brief:
+        console.print()
     console.print(summary_line(report))

@@ -277,7 +277,7 @@ def test_k_selects_cases_and_a_failure_prints_a_replay_command_that_reruns_it(pr
 
 def test_fast_mode_decides_with_probes_and_explains_failures_element_by_element(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
-    good = invoke("specs/linear.yaml", "--fast", "--no-color", "--no-isolate")
+    good = invoke("specs/linear.yaml", "--fast", "--no-color", "--no-isolate", "-v")  # -v: the table of a pass
     assert good.exit_code == 0
     assert "backward (probe)" in good.stdout and "random probes v^T J u" not in good.stdout  # a pass row's reason stays internal
     bad = invoke("broken-specs/linear_double_bias.yaml", "--fast", "--format", "json", "--no-isolate")

@@ -181,7 +181,7 @@ def test_a_real_process_with_an_ascii_stdout_writes_the_table(batch):
     (batch / "specs" / "accents.yaml").write_text('function: usermod:Square\ninputs: [{name: "é中", shape: [3]}]\n',
                                                   encoding="utf-8")
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs", "-j", "1"],
+    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs", "-j", "1", "-v"],  # -v: the passing table too
                           cwd=batch, env=env, capture_output=True, timeout=300)
     assert proc.returncode == 3, proc.stderr.decode("ascii", "replace")
     text = proc.stdout.decode("ascii")

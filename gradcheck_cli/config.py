@@ -1,0 +1,273 @@
+"""Project configuration: ``[tool.gradcheck]`` in the nearest pyproject.toml (no click, no torch).
+
+Each key is a ``Setting``: its name in the file (the long option's name), the ``check`` command's
+parameter whose default it replaces, and a parser from the file's value to the value the command
+line would give. The front end hands ``Config.defaults`` to click as the command's default map,
+so the command line wins over the file, and click records where each value came from.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import json
+import math
+import os
+import sys
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from . import FAST_PROBES
+from .checks import NAMES as CHECKS
+from .reporters import FORMATS as REPORTERS
+
+FILE = "pyproject.toml"
+TABLE = "[tool.gradcheck]"
+FORMATS = (*REPORTERS, "auto")
+VERBOSITIES = ("quiet", "normal", "verbose")
+
+
+class ConfigError(Exception):
+    """A pyproject.toml that cannot be used: a usage error (exit 2) naming the file and the key."""
+
+
+Parse = Callable[[Any, Path], Any]  # (the file's value, the file's folder) -> the parameter's value; ValueError
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str      # its name in [tool.gradcheck]: the long option's name
+    param: str    # the check command's parameter it gives the default of
+    option: str   # the command-line spelling, for messages and --show-config
+    parse: Parse
+
+
+def _integer(low: int) -> Parse:
+    def parse(value: Any, folder: Path) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"expected an integer >= {low}, got {_show(value)}")
+        return value
+    return parse
+
+
+def _boolean(value: Any, folder: Path) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {_show(value)}")
+    return value
+
+
+def _choice(choices: Sequence[str]) -> Parse:
+    def parse(value: Any, folder: Path) -> str:
+        if value not in choices or not isinstance(value, str):
+            raise ValueError(f"expected one of {', '.join(map(repr, choices))}, got {_show(value)}")
+        return value
+    return parse
+
+
+def _timeout(value: Any, folder: Path) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
+        raise ValueError(f"expected a number of seconds >= 0 (0 or inf: no limit), got {_show(value)}")
+    return str(value)  # the option's text: its callback turns it into seconds
+
+
+def _checks(value: Any, folder: Path) -> tuple[str, ...]:
+    names = [value] if value == "all" else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"expected a list of check names or \"all\", got {_show(value)}")
+    for name in names:
+        if name not in (*CHECKS, "all"):
+            raise ValueError(f"unknown check {name!r}; known checks: {', '.join(CHECKS)}, or \"all\"")
+    return ("all",) if "all" in names else tuple(dict.fromkeys(names))
+
+
+def _relative(path: str, folder: Path) -> str:
+    """``path`` as written in the file (relative to the file's folder), as seen from the current directory."""
+    full = folder / path
+    if not full.exists():
+        raise ValueError(f"{path!r} does not exist (paths are relative to the folder of {FILE}, {folder})")
+    return path if Path(path).is_absolute() else os.path.relpath(full)
+
+
+def _paths(value: Any, folder: Path) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
+        raise ValueError(f"expected a list of spec files or folders, e.g. [\"specs\"], got {_show(value)}")
+    return tuple(_relative(p, folder) for p in value)
+
+
+def _folder(value: Any, folder: Path) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a folder, e.g. \"specs\", got {_show(value)}")
+    if not (folder / value).is_dir():
+        raise ValueError(f"{value!r} is not a folder (relative to the folder of {FILE}, {folder})")
+    return _relative(value, folder)
+
+
+def _fast(value: Any, folder: Path) -> int:
+    return FAST_PROBES if _boolean(value, folder) else 0
+
+
+SETTINGS = (
+    Setting("paths", "targets", "TARGETS", _paths),
+    Setting("specs", "specs_dir", "--specs", _folder),
+    Setting("checks", "checks", "--check", _checks),
+    Setting("format", "fmt", "--format", _choice(FORMATS)),
+    Setting("verbosity", "verbosity", "-q/-v", _choice(VERBOSITIES)),
+    Setting("jobs", "jobs", "-j", _integer(1)),
+    Setting("timeout", "timeout", "--timeout", _timeout),
+    Setting("max-memory", "max_memory", "--max-memory", _integer(1)),
+    Setting("fast", "probes", "--fast", _fast),
+    Setting("probes", "probes", "--probes", _integer(0)),
+    Setting("strict", "strict", "--strict", _boolean),
+    Setting("trials", "trials", "--trials", _integer(1)),
+    Setting("fail-fast", "fail_fast", "--fail-fast", _boolean),
+)
+KEYS = {s.key: s for s in SETTINGS}
+ELSEWHERE = {  # options that are no project setting, and where they belong
+    "seed": "a spec's `seed:` key (each spec has its own; --seed is for replaying one run)",
+    "device": "a spec's `device:` key, or --device for one run (the devices depend on the machine)",
+    "require-device": "the command line of the CI job that has the device (--require-device)",
+    "junit-xml": "the command line of the CI job that writes it (--junit-xml)",
+    "shard": "the command line of each CI matrix job (--shard I/N)",
+    "color": "the NO_COLOR / FORCE_COLOR environment variables or --color/--no-color",
+    "no-isolate": "the command line, for one debugging run (--no-isolate)",
+    "reference": "a spec's `reference:` key",
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    """The settings of one pyproject.toml (or none: ``path`` None)."""
+
+    path: Optional[Path] = None
+    values: dict[str, Any] = field(default_factory=dict)    # key -> the value as written in the file
+    defaults: dict[str, Any] = field(default_factory=dict)  # parameter -> value: the check command's default map
+
+    def source(self, param: str) -> str:
+        """Where the file sets ``param``: the key, as ``path [tool.gradcheck] key``."""
+        keys = [s.key for s in SETTINGS if s.param == param and s.key in self.values]
+        return f"{self.path} {TABLE} {', '.join(keys)}"
+
+
+def _show(value: Any) -> str:
+    return repr(value) if not isinstance(value, bool) else str(value).lower()
+
+
+def _parse_toml(text: str) -> dict[str, Any]:
+    """TOML text -> a dict; ValueError (TOMLDecodeError) when it is not TOML."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+
+        return tomllib.loads(text)
+    try:  # Python 3.10: tomli, a dependency there (pyproject.toml), is what became tomllib
+        tomli = importlib.import_module("tomli")
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"reading {FILE} on Python 3.10 needs the tomli package: pip install tomli") from exc
+    table: dict[str, Any] = tomli.loads(text)
+    return table
+
+
+def _table(path: Path) -> Optional[Any]:
+    """The [tool.gradcheck] table of ``path`` (any value: checked later), or None when it has none."""
+    try:
+        document = _parse_toml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{_name(path)}: cannot be read as TOML: {exc}") from exc
+    tool = document.get("tool")
+    return tool.get("gradcheck") if isinstance(tool, dict) else None
+
+
+def find(start: Path) -> Optional[tuple[Path, Any]]:
+    """The nearest pyproject.toml at or above ``start`` that has a [tool.gradcheck] table, and that
+    table (as ruff and mypy pick theirs: a pyproject.toml without the table is passed over)."""
+    for folder in (start, *start.parents):
+        path = folder / FILE
+        if path.is_file():
+            table = _table(path)
+            if table is not None:
+                return path, table
+    return None
+
+
+def _name(path: Path) -> str:
+    """``path`` as a message names it: relative to the current directory when below it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _unknown(key: str) -> str:
+    if key in ELSEWHERE:
+        return f"not a project setting: it belongs in {ELSEWHERE[key]}"
+    close = difflib.get_close_matches(key.replace("_", "-"), KEYS, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key; {hint}known keys: {', '.join(KEYS)}"
+
+
+def parse(path: Path, table: Any) -> Config:
+    """Check every key of ``table`` (the [tool.gradcheck] table of ``path``) and turn it into defaults."""
+    where = f"{_name(path)}: {TABLE}"
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: expected a table of settings (key = value lines), got {_show(table)}")
+    defaults: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in KEYS:
+            raise ConfigError(f"{where} {key}: {_unknown(key)}")
+        try:
+            defaults[KEYS[key].param] = KEYS[key].parse(value, path.parent.resolve())
+        except ValueError as exc:
+            raise ConfigError(f"{where} {key}: {exc}") from exc
+    if "fast" in table and "probes" in table:
+        raise ConfigError(f"{where} fast, probes: set one of them (fast = true means probes = {FAST_PROBES})")
+    return Config(path=path.resolve(), values=dict(table), defaults=defaults)
+
+
+def load(start: Optional[Path] = None) -> Config:
+    """The configuration that applies in ``start`` (default: the current directory); ConfigError when it is bad."""
+    found = find((start or Path.cwd()).resolve())
+    return parse(*found) if found else Config()
+
+
+UNSET = {"targets": "none: give TARGETS on the command line", "jobs": "one worker per usable core",
+         "checks": "each spec's own `checks`"}
+
+
+def _toml(value: Any) -> str:
+    """A parameter's value as a TOML value (``inf`` for no limit)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return "inf" if value == math.inf else str(int(value)) if value.is_integer() else repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def describe(config: Config, params: Mapping[str, Any], given: Set[str]) -> str:
+    """``--show-config``: each setting's effective value as a line of [tool.gradcheck] (valid TOML), and
+    where it comes from. ``params`` are the check command's values, ``given`` those set on the command line."""
+    order = f"the command line wins over {config.path} {TABLE}, which wins over the defaults" if config.path else \
+        f"no {FILE} with {TABLE} at or above {Path.cwd()}: the command line wins over the defaults"
+    lines = [f"# gradcheck's settings ({order})", TABLE]
+    rows: list[tuple[str, str]] = []
+    for setting in SETTINGS:
+        if setting.key == "fast":  # shown as probes (fast = true is probes = 3)
+            continue
+        value = params.get(setting.param)
+        if setting.param == "timeout" and value is None:
+            value = math.inf
+        if setting.param == "verbosity" and value is None:
+            value = "normal"
+        key = "paths" if setting.param == "targets" else setting.key
+        text = f"{key} = {_toml(value)}" if value not in (None, ()) else \
+            f"# {key}: not set ({UNSET.get(setting.param, 'none')})"
+        if setting.param in given:
+            source = f"command line ({setting.option})"
+        elif setting.param in config.defaults:
+            source = config.source(setting.param)
+        else:
+            source = "default"
+        rows.append((text, source))
+    width = max(len(text) for text, _ in rows)
+    return "\n".join(lines + [f"{text:<{width}}  # {source}" for text, source in rows]) + "\n"

@@ -1,0 +1,56 @@
+"""-V / --version with torch's version (torch not imported), TARGETS completing as file paths, Python 3.10+."""
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.shell_completion import ShellComplete
+
+import gradcheck_cli
+from gradcheck_cli.cli import cli
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_version_names_torch_and_python_without_importing_torch(flag):
+    code = ("import sys\nfrom gradcheck_cli.cli import main\n"
+            f"try:\n    main([{flag!r}])\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "print('torch imported:', 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    torch = importlib.metadata.version("torch")
+    assert out.splitlines()[0] == (f"gradcheck-cli {gradcheck_cli.__version__} (torch {torch}, "
+                                   f"Python {platform.python_version()})")
+    assert out.strip().endswith("torch imported: False")
+
+
+def completions(args: list[str], incomplete: str) -> list[tuple[str, str]]:
+    complete = ShellComplete(cli, {}, "gradcheck", "_GRADCHECK_COMPLETE")
+    return [(item.type, item.value) for item in complete.get_completions(args, incomplete)]
+
+
+def test_targets_complete_as_file_paths():
+    assert ("file", "sp") in completions([], "sp")  # gradcheck sp<TAB>: the default command's targets
+    assert ("file", "sp") in completions(["check"], "sp")
+    assert ("file", "") in completions(["check", "specs/a.yaml"], "")
+    assert ("plain", "init") in completions([], "in")  # the commands still complete
+    assert all(kind == "plain" for kind, _ in completions(["check"], "--fa"))  # options are not paths
+
+
+def test_requires_python_is_torchs_and_the_readme_says_so():
+    ours = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["requires-python"]
+    torchs = importlib.metadata.metadata("torch")["Requires-Python"]
+    oldest = tuple(int(p) for p in re.fullmatch(r">=\s*(\d+\.\d+)", torchs.strip()).group(1).split("."))
+    assert ours == f">={oldest[0]}.{oldest[1]}"
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"Python {oldest[0]}.{oldest[1]}+" in readme and "3.9" not in readme
