@@ -81,6 +81,16 @@ def _checks(value: Any, folder: Path) -> tuple[str, ...]:
     return ("all",) if "all" in names else tuple(dict.fromkeys(names))
 
 
+def _modules(value: Any, folder: Path) -> tuple[str, ...]:
+    """Module names to import first (the modules that register custom ops)."""
+    from .spec import is_module_name
+
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) and is_module_name(n) for n in names):
+        raise ValueError(f"expected a list of module names such as [\"pkg.ops\"], got {_show(value)}")
+    return tuple(dict.fromkeys(names))
+
+
 def _relative(path: str, folder: Path) -> str:
     """``path`` as written in the file (relative to the file's folder), as seen from the current directory."""
     full = folder / path
@@ -111,6 +121,7 @@ SETTINGS = (
     Setting("paths", "targets", "TARGETS", _paths),
     Setting("specs", "specs_dir", "--specs", _folder),
     Setting("checks", "checks", "--check", _checks),
+    Setting("import", "imports", "--import", _modules),
     Setting("format", "fmt", "--format", _choice(FORMATS)),
     Setting("verbosity", "verbosity", "-q/-v", _choice(VERBOSITIES)),
     Setting("jobs", "jobs", "-j", _integer(1)),
@@ -132,6 +143,7 @@ ELSEWHERE = {  # options that are no project setting, and where they belong
     "color": "the NO_COLOR / FORCE_COLOR environment variables or --color/--no-color",
     "no-isolate": "the command line, for one debugging run (--no-isolate)",
     "reference": "a spec's `reference:` key",
+    "junit-locations": "the command line of the CI job that writes the JUnit file (--junit-locations)",
 }
 
 

@@ -63,6 +63,7 @@ EVERY_KEY = """
     paths = ["specs"]
     specs = "specs"
     checks = ["backward", "double_backward"]
+    import = ["json"]
     format = "json"
     verbosity = "quiet"
     jobs = 3
@@ -86,7 +87,7 @@ def test_every_key_of_the_file_is_the_default_and_show_config_names_the_file(pro
     path = project(EVERY_KEY)
     settings, sources = shown(invoke("--show-config"))
     assert settings == {"paths": ["specs"], "specs": "specs", "checks": ["backward", "double_backward"],
-                        "format": "json", "verbosity": "quiet", "jobs": 3, "timeout": 12.5, "max-memory": 64,
+                        "import": ["json"], "format": "json", "verbosity": "quiet", "jobs": 3, "timeout": 12.5, "max-memory": 64,
                         "probes": 5, "strict": True, "trials": 2, "fail-fast": True}
     for key in settings:
         assert sources[key] == f"{path} [tool.gradcheck] {key}"
@@ -163,6 +164,8 @@ def test_without_targets_or_configured_paths_it_says_how_to_give_them(project, i
     ('strict = "yes"', "[tool.gradcheck] strict: expected true or false, got 'yes'"),
     ("trials = 0", "[tool.gradcheck] trials: expected an integer >= 1, got 0"),
     ("fail-fast = 0", "[tool.gradcheck] fail-fast: expected true or false, got 0"),
+    ('import = ["my ops"]', "[tool.gradcheck] import: expected a list of module names such as [\"pkg.ops\"]"),
+    ("junit-locations = true", "[tool.gradcheck] junit-locations: not a project setting: it belongs in the command"),
 ])
 def test_a_bad_setting_is_a_usage_error_naming_the_file_and_key(project, invoke, text, message):
     project(f"[tool.gradcheck]\n{text}\n")
