@@ -323,3 +323,30 @@ def schema_cmd(kind: str) -> None:
     from . import schemas
 
     click.echo(schemas.text(kind), nl=False)
+
+
+@cli.command("validate")
+@click.argument("targets", nargs=-1, required=True, metavar="FILES...")
+def validate_cmd(targets: tuple[str, ...]) -> None:
+    """Check every document of spec files (and of the spec files under folders) against the rules a run
+    applies, without importing torch or the specs' code: one line per unusable document,
+    PATH:LINE: KEY: MESSAGE. Exit 0 when all are valid, 3 when any is not (as a run would), 2 for a
+    missing path.
+    """
+    from .discovery import TargetError, files_of
+    from .spec import SpecError, load_file
+
+    try:
+        files = [f for target in targets for f in files_of(target)]
+    except TargetError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not files:
+        raise click.UsageError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
+    items = [item for f in dict.fromkeys(files) for item in load_file(f)]
+    errors = [item for item in items if isinstance(item, SpecError)]
+    for error in errors:
+        click.echo(str(error))
+    cases = len(items) - len(errors)
+    click.echo(f"gradcheck validate: {len(files)} file{'s' * (len(files) != 1)}, {cases} case{'s' * (cases != 1)} "
+               f"valid, {len(errors)} invalid document{'s' * (len(errors) != 1)}", err=True)
+    sys.exit(ExitCode.NOT_CHECKED if errors else ExitCode.OK)
