@@ -317,8 +317,11 @@ def schema_cmd(kind: str) -> None:
     \b
     Editors validate and complete specs with it, e.g. with yaml-language-server:
       gradcheck schema > gradcheck.schema.json
-    and, as the first line of a spec file:
+    and, in the editor's settings (every document of the matching files):
+      "yaml.schemas": {"./gradcheck.schema.json": ["specs/**/*.yaml"]}
+    or, in each document of a spec file (after each ---):
       # yaml-language-server: $schema=gradcheck.schema.json
+    On the command line: gradcheck validate FILES...
     """
     from . import schemas
 
