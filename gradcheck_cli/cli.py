@@ -394,9 +394,39 @@ def schema_cmd(kind: str) -> None:
     \b
     Editors validate and complete specs with it, e.g. with yaml-language-server:
       gradcheck schema > gradcheck.schema.json
-    and, as the first line of a spec file:
+    and, in the editor's settings (every document of the matching files):
+      "yaml.schemas": {"./gradcheck.schema.json": ["specs/**/*.yaml"]}
+    or, in each document of a spec file (after each ---):
       # yaml-language-server: $schema=gradcheck.schema.json
+    On the command line: gradcheck validate FILES...
     """
     from . import schemas
 
     click.echo(schemas.text(kind), nl=False)
+
+
+@cli.command("validate")
+@click.argument("targets", nargs=-1, required=True, metavar="FILES...")
+def validate_cmd(targets: tuple[str, ...]) -> None:
+    """Check every document of spec files (and of the spec files under folders) against the rules a run
+    applies, without importing torch or the specs' code: one line per unusable document,
+    PATH:LINE: KEY: MESSAGE. Exit 0 when all are valid, 3 when any is not (as a run would), 2 for a
+    missing path.
+    """
+    from .discovery import TargetError, files_of
+    from .spec import SpecError, load_file
+
+    try:
+        files = [f for target in targets for f in files_of(target)]
+    except TargetError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if not files:
+        raise click.UsageError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
+    items = [item for f in dict.fromkeys(files) for item in load_file(f)]
+    errors = [item for item in items if isinstance(item, SpecError)]
+    for error in errors:
+        click.echo(str(error))
+    cases = len(items) - len(errors)
+    click.echo(f"gradcheck validate: {len(files)} file{'s' * (len(files) != 1)}, {cases} case{'s' * (cases != 1)} "
+               f"valid, {len(errors)} invalid document{'s' * (len(errors) != 1)}", err=True)
+    sys.exit(ExitCode.NOT_CHECKED if errors else ExitCode.OK)

@@ -55,17 +55,22 @@ def resolve(targets: list[str], specs_dir: Path, inline: list[str], kwargs: list
     """Turn each target into cases; files and directories are read, import paths looked up."""
     items: list[Item] = []
     for target in targets:
-        path = Path(target)
-        if path.is_dir():
-            for f in spec_files(path):
-                items.extend(load_file(_display(f)))
-        elif path.is_file():
-            items.extend(load_file(_display(path)))
-        elif looks_like_path(target):
-            raise TargetError(f"'{target}': no such file or directory")
+        if Path(target).exists() or looks_like_path(target):
+            items.extend(item for f in files_of(target) for item in load_file(f))
         else:
             items.extend(_for_function(target, specs_dir, inline, kwargs))
     return items
+
+
+def files_of(target: str) -> list[str]:
+    """The spec files a file or directory target names (a directory: every spec file under it), as
+    the user would write their paths."""
+    path = Path(target)
+    if path.is_dir():
+        return [_display(f) for f in spec_files(path)]
+    if path.is_file():
+        return [_display(path)]
+    raise TargetError(f"'{target}': no such file or directory")
 
 
 def _display(path: Path) -> str:

@@ -40,6 +40,9 @@ EXPECT_KEYS = ("reason", "checks")  # the other keys of `expect` are argument na
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
 FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")  # likewise
 MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # a module name for `import`; likewise
+# a number written as a string ('1e-6': YAML 1.1 reads an exponent without a dot as text); the JSON
+# Schema's `number` pattern is the same (a test compares them), so editors accept what runs accept
+NUMERIC_RE = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
 MAX_NODES = 1_000_000  # aliases may repeat a node: refuse documents that expand past this ("billion laughs")
 MERGE_TAG = "tag:yaml.org,2002:merge"  # the tag of a plain `<<` key
 Key = tuple[Union[str, int], ...]  # a key path into a document: mapping keys and list positions
@@ -377,11 +380,12 @@ def parse_document(doc: Any, ctx: _Ctx, doc_index: int = 1, n_docs: int = 1) -> 
     for i, entry in enumerate(cases):
         _mapping(entry, ("cases", i), CASE_KEYS, ctx)
         name = entry.get("name", f"case{i}")
+        name = name if isinstance(name, str) else whole(name)
         if "name" not in entry and name in names:
             raise ctx.fail(("cases", i),
                            f"its default name {name!r} is taken by another case; give it a unique `name:`")
-        if not isinstance(name, (str, int)) or str(name) in names:
-            raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {_show(name)}")
+        if name is None or str(name) in names:
+            raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {_show(entry['name'])}")
         names.add(str(name))
         case = replace(base, label=str(name), line=ctx.lines.get(("cases", i)))
         out.append(_default_checks(_apply(case, entry, ("cases", i), ctx)))
@@ -404,11 +408,13 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
     if "import" in doc:
         changes["imports"] = _modules(doc["import"], key + ("import",), ctx)
     if "description" in doc:
+        if isinstance(doc["description"], (list, dict)):
+            raise ctx.fail(key + ("description",), f"expected text, got {_show(doc['description'])}")
         changes["description"] = str(doc["description"] or "")
     if "seed" in doc:
-        seed = doc["seed"]
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEEDS:
-            raise ctx.fail(key + ("seed",), f"expected a non-negative integer below 2**64, got {_show(seed)}")
+        seed = whole(doc["seed"])
+        if seed is None or not 0 <= seed < SEEDS:
+            raise ctx.fail(key + ("seed",), f"expected a non-negative integer below 2**64, got {_show(doc['seed'])}")
         changes["seed"] = seed
     if "device" in doc:
         changes["devices"] = _devices(doc["device"], key + ("device",), ctx)
@@ -426,10 +432,10 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["checks_given"] = True
         changes["all_checks"] = doc["checks"] in ("all", ["all"])
     if "repeat" in doc:
-        repeat = doc["repeat"]
-        if not isinstance(repeat, int) or isinstance(repeat, bool) or not 2 <= repeat <= 1000:
+        repeat = whole(doc["repeat"])
+        if repeat is None or not 2 <= repeat <= 1000:
             raise ctx.fail(key + ("repeat",), f"expected an integer from 2 to 1000 (backward calls compared for "
-                                              f"determinism), got {_show(repeat)}")
+                                              f"determinism), got {_show(doc['repeat'])}")
         changes["repeat"] = repeat
     if "resample" in doc:
         if not isinstance(doc["resample"], bool):
@@ -441,14 +447,15 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
             raise ctx.fail(key + ("inputs",), f"expected a list of argument entries, got {_show(entries)}")
         changes["inputs"] = tuple(_arg(e, key + ("inputs", i), ctx) for i, e in enumerate(entries))
     if "kwargs" in doc:
-        kw = doc["kwargs"] or {}
+        kw = {} if doc["kwargs"] is None else doc["kwargs"]
         if not isinstance(kw, dict):
             raise ctx.fail(key + ("kwargs",), f"expected a mapping of name -> argument entry, got {_show(kw)}")
         changes["kwargs"] = tuple((str(k), _arg(v, key + ("kwargs", k), ctx, name=str(k))) for k, v in kw.items())
     if "init" in doc:
-        init = doc["init"] or {}
+        init = {} if doc["init"] is None else doc["init"]
         _mapping(init, key + ("init",), ("args", "kwargs"), ctx)
-        args, kwargs = init.get("args", []) or [], init.get("kwargs", {}) or {}
+        args, kwargs = init.get("args"), init.get("kwargs")
+        args, kwargs = [] if args is None else args, {} if kwargs is None else kwargs
         if not isinstance(args, list):
             raise ctx.fail(key + ("init", "args"), f"expected a list, got {_show(args)}")
         if not isinstance(kwargs, dict):
@@ -535,20 +542,26 @@ def _dtype(value: Any, key: Key, ctx: _Ctx) -> str:
     return DTYPES[value]
 
 
+def whole(value: Any) -> Optional[int]:
+    """An integer, also written as a whole float (``1.0``: JSON, and so the JSON Schema and editors, do
+    not tell 1.0 from 1); None for anything else (a bool, a fraction, text)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def number(value: Any, key: Key, ctx: _Ctx, positive: bool = False) -> float:
     """A YAML number; also a numeric string such as '1e-6' (YAML 1.1 reads that as text)."""
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            pass
+    written = value
+    if isinstance(value, str) and NUMERIC_RE.fullmatch(value):
+        value = float(value)
     try:
         bad = (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
                or (positive and not value > 0))
     except OverflowError:  # an int too large for a float
         bad = True
     if bad:
-        raise ctx.fail(key, f"expected a finite {'positive ' if positive else ''}number, got {_show(value)}")
+        raise ctx.fail(key, f"expected a finite {'positive ' if positive else ''}number, got {_show(written)}")
     return float(value)
 
 
@@ -673,10 +686,11 @@ def _depth(data: Any) -> int:
 
 def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, keystr: str, ctx: _Ctx) -> TensorArg:
     shape = entry.get("shape")
-    if "shape" in entry and (
-        not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
-    ):
-        raise ctx.fail(key + ("shape",), f"expected a list of non-negative ints, got {_show(shape)}")
+    if "shape" in entry:
+        dims = [whole(d) for d in shape] if isinstance(shape, list) else [None]
+        if not all(d is not None and d >= 0 for d in dims):
+            raise ctx.fail(key + ("shape",), f"expected a list of non-negative ints, got {_show(shape)}")
+        shape = dims
     if shape is not None and len(shape) > MAX_DIMS:
         raise ctx.fail(key + ("shape",), f"{len(shape)} dimensions: torch tensors have at most {MAX_DIMS}")
     if "data" in entry and not isinstance(entry["data"], (list, int, float, bool)):

@@ -1,8 +1,8 @@
 """JSON Schemas shipped with gradcheck-cli (draft 2020-12).
 
 ``report``: the JSON report (``--format json``, schema_version 1).
-``spec``: the YAML spec file format; point an editor at it with a first line
-``# yaml-language-server: $schema=<path or URL of spec.schema.json>``.
+``spec``: the YAML spec file format; point an editor at it with its ``yaml.schemas`` setting, or
+with ``# yaml-language-server: $schema=<path or URL of spec.schema.json>`` in each document.
 """
 from __future__ import annotations
 

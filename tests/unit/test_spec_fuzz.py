@@ -645,9 +645,10 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
             sure = spec._keystr(key)
         elif r == "tolerance" and (not finite or new < 0):
             sure = spec._keystr(key)
-        elif r in ("top", "case") and key[-1] == "seed" and (not isinstance(new, int) or new < 0 or new >= 2 ** 64):
+        elif r in ("top", "case") and key[-1] == "seed" and not (spec.whole(new) is not None and 0 <= new < 2 ** 64):
             sure = spec._keystr(key)
-        elif len(key) >= 2 and key[-2] == "shape" and role(doc, key[:-2]) == "arg" and not (isinstance(new, int) and new >= 0):
+        elif len(key) >= 2 and key[-2] == "shape" and role(doc, key[:-2]) == "arg" and not (
+                spec.whole(new) is not None and new >= 0):  # 1.0 is a whole number, as in JSON
             sure = spec._keystr(key[:-1])
         elif len(key) >= 3 and key[-3] == "avoid" and role(doc, key[:-3]) == "arg" and not finite:
             sure = spec._keystr(key)
