@@ -291,7 +291,7 @@ def _node_lines(node: yaml.Node, key: Key, ctx: _Ctx, sizes: Optional[dict[int, 
         return known
     sizes[id(node)] = None
     size = 1
-    merges: list[yaml.Node] = []  # the values of a mapping's merge key (<<)
+    merges: list[tuple[str, yaml.Node]] = []  # (the key as written, its value) of a mapping's merge keys (<<)
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for k, v in node.value:
@@ -307,13 +307,13 @@ def _node_lines(node: yaml.Node, key: Key, ctx: _Ctx, sizes: Optional[dict[int, 
             lines[key + (name,)] = k.start_mark.line + 1
             size += _node_lines(v, key + (name,), ctx, sizes)
             if k.tag == MERGE_TAG:
-                merges.append(v)
+                merges.append((name, v))
     elif isinstance(node, yaml.SequenceNode):
         for i, v in enumerate(node.value):
             size += _node_lines(v, key + (i,), ctx, sizes)
     if size > MAX_NODES:
         raise SpecError(ctx.path, _keystr(key), f"aliases expand this to more than {MAX_NODES} values", lines[key])
-    for merged_key, _ in (pair for v in merges for pair in _merged(v, key, ctx)):
+    for merged_key, _ in (pair for name, v in merges for pair in _merged(v, key, ctx, name)):
         lines.setdefault(key + (merged_key.value,), merged_key.start_mark.line + 1)  # where its value is written
     sizes[id(node)] = size
     return size
@@ -349,18 +349,19 @@ def _resolve_merges(node: yaml.Node, done: set[int]) -> None:
     node.value = pairs
 
 
-def _merged(value: yaml.Node, key: Key, ctx: _Ctx) -> list[tuple[yaml.Node, yaml.Node]]:
+def _merged(value: yaml.Node, key: Key, ctx: _Ctx, name: str = "<<") -> list[tuple[yaml.Node, yaml.Node]]:
     """The (key, value) pairs that ``<<: value`` brings into a mapping, the winner of each key
     first (YAML 1.1): a mapping's own keys before those it merges, an earlier mapping of a list
-    before a later one. The mapping's explicit keys beat them all. ``value`` was walked (no cycle)."""
+    before a later one. The mapping's explicit keys beat them all. ``value`` was walked (no cycle);
+    ``name`` is the merge key as written (`<<`, or `!!merge NAME`), for the message."""
     maps = value.value if isinstance(value, yaml.SequenceNode) else [value]
     pairs: list[tuple[yaml.Node, yaml.Node]] = []
     for m in maps:
         if not isinstance(m, yaml.MappingNode):
-            raise SpecError(ctx.path, _keystr(key + ("<<",)), "a merge key `<<` takes a mapping or a list of "
+            raise SpecError(ctx.path, _keystr(key + (name,)), "a merge key `<<` takes a mapping or a list of "
                             "mappings, e.g. `<<: *defaults` or `<<: [*a, *b]`", m.start_mark.line + 1)
         own = [(k, v) for k, v in m.value if k.tag != MERGE_TAG]
-        pairs += own + [pair for k, v in m.value if k.tag == MERGE_TAG for pair in _merged(v, key, ctx)]
+        pairs += own + [pair for k, v in m.value if k.tag == MERGE_TAG for pair in _merged(v, key, ctx, k.value)]
     return pairs
 
 

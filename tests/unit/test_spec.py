@@ -836,3 +836,12 @@ def test_tolerance_is_finite_in_a_valid_spec(write_spec):
     tol = only_case(write_spec(f"{GOOD}tolerance: {{atol: 0, rtol: 0, nondet_tol: 1.0e-9}}\n")).tolerance
     assert tol.atol == 0.0 and tol.rtol == 0.0 and tol.nondet_tol == 1e-9
     assert all(math.isfinite(v) for v in (tol.eps, tol.atol, tol.rtol, tol.nondet_tol))
+
+
+def test_a_merge_key_written_with_its_tag_is_named_as_written_when_its_value_is_no_mapping(tmp_path):
+    # found by test_spec_fuzz: `!!merge function: x` is a merge key named `function`; its error named `<<`,
+    # a key the document does not have
+    path = tmp_path / "spec.yaml"
+    path.write_text("!!merge function: pkg.mod:Fn\n", encoding="utf-8")
+    (err,) = load_file(path)
+    assert isinstance(err, SpecError) and err.key == "function" and "merge key" in str(err)
