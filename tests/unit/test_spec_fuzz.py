@@ -547,7 +547,7 @@ def type_class(value: Any) -> str:
 
 def related(err: str, mutated: tuple, doc: Any) -> bool:
     """An error key at the mutated key path, inside it, at most two levels above it, or (for
-    an argument entry, whose keys constrain each other) at a sibling key."""
+    an argument entry or an `expect`, whose keys constrain each other) at a sibling key."""
     if mutated == ():
         return True
     here = spec._keystr(mutated)
@@ -556,6 +556,8 @@ def related(err: str, mutated: tuple, doc: Any) -> bool:
     if err and err in {spec._keystr(mutated[:j]) for j in range(max(1, len(mutated) - 2), len(mutated))}:
         return True
     parent = mutated[:-1]
+    if parent and parent[-1] == "expect" and err in {spec._keystr(parent + (k,)) for k in spec.EXPECT_KEYS}:
+        return True  # renaming `reason` (or removing it) leaves `reason` missing
     try:
         is_arg = role(doc, parent) == "arg"
     except (KeyError, IndexError, TypeError):
