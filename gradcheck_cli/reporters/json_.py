@@ -19,6 +19,8 @@ def as_dict(report: Report, torch_version: str) -> dict[str, Any]:
         d["duration_s"] = round(r.duration_s, 4)
         for c in d["checks"]:
             c["duration_s"] = round(c["duration_s"], 4)
+            for i in c["inputs"]:
+                del i["error_map"]  # a picture's data (--html), downsampled: not part of the report
         results.append(d)
     return {
         "schema_version": SCHEMA_VERSION,
