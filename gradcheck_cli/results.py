@@ -148,7 +148,7 @@ class InputReport:
     factor: Optional[float] = None  # reference check, rule relative: max_abs_err may be factor x baseline_err + atol
     mismatched_indices: Optional[list[list[int]]] = None  # the first mismatching elements' multi-indices, in order
     mismatched_indices_cap: Optional[int] = None  # at most this many listed; ``mismatched`` is the true count
-    error_map: Optional[ErrorMap] = field(default=None, repr=False)  # for pictures; not in the JSON report
+    error_map: Optional[ErrorMap] = field(default=None, repr=False, metadata={"json": False})  # for pictures (--html)
 
     def __repr__(self) -> str:
         """Short: ``<InputReport 1: weight [30, 20] FAIL 600/600 mismatched, max abs err 0.31>``."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 from typing import TextIO
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -29,31 +29,46 @@ def check_table(check: CheckResult) -> Table:
     return table
 
 
-def render_case(result: CaseResult, console: Console) -> None:
+def case_parts(result: CaseResult) -> list[RenderableType]:
+    """What the report shows of one result, top to bottom: its head line, error, tables, messages,
+    warnings, replay command and a blank line."""
     result = printable(result)  # text from user code may hold lone surrogates
     head = Text()
     head.append(f"{LABEL[result.status]:5} ", style=STYLE[result.status])
     head.append(result.id, style="bold")
     if result.function:
         head.append(f"  {result.function}  seed {result.seed}  {result.duration_s:.2f}s", style="dim")
-    console.print(head)
+    parts: list[RenderableType] = [head]
     if result.error:
-        console.print(Text(f"  {result.error.kind} error: {result.error.message}", style=STYLE[Status.ERROR]))
+        parts.append(Text(f"  {result.error.kind} error: {result.error.message}", style=STYLE[Status.ERROR]))
         if result.error.where:
-            console.print(Text(f"  at {result.error.where}", style="dim"))
+            parts.append(Text(f"  at {result.error.where}", style="dim"))
     for check in result.checks:
         if check.inputs:
-            console.print(check_table(check))
+            parts.append(check_table(check))
         if check.message:
             style = STYLE[check.status] if check.status is not Status.PASS else "dim"
-            console.print(Text(f"  {check.check}: {check.message}", style=style))
-        for warning in check.warnings:
-            console.print(Text(f"  warning: {warning}", style="yellow"))
-    for warning in result.warnings:
-        console.print(Text(f"  warning: {warning}", style="yellow"))
+            parts.append(Text(f"  {check.check}: {check.message}", style=style))
+        parts += [Text(f"  warning: {warning}", style="yellow") for warning in check.warnings]
+    parts += [Text(f"  warning: {warning}", style="yellow") for warning in result.warnings]
     if result.replay and result.status in (Status.FAIL, Status.ERROR):
-        console.print(Text(f"  replay: {result.replay}", style="cyan"))
-    console.print()
+        parts.append(Text(f"  replay: {result.replay}", style="cyan"))
+    return [*parts, Text()]
+
+
+def render_case(result: CaseResult, console: Console) -> None:
+    for part in case_parts(result):
+        console.print(part)
+
+
+def case_group(result: CaseResult) -> Group:
+    """One result as one rich renderable (``CaseResult.__rich__``)."""
+    return Group(*case_parts(result)[:-1])
+
+
+def report_group(report: Report) -> Group:
+    """A whole report as one rich renderable (``Report.__rich__``): every result, then the summary line."""
+    return Group(*(part for result in report.results for part in case_parts(result)), summary_line(report))
 
 
 def case_text(result: CaseResult) -> str:
