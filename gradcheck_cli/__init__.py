@@ -1,22 +1,24 @@
 """gradcheck-cli: check the hand-written backward of custom autograd Functions.
 
-The library API is :func:`check` (its result is true only when it passed) and
-:func:`assert_gradients`; the command line is ``gradcheck`` (see ``gradcheck --help``).
+The library API is :func:`check` (its result is true only when it passed),
+:func:`assert_gradients` and :func:`check_spec` (spec files, as the command line checks them);
+the command line is ``gradcheck`` (see ``gradcheck --help``).
 Importing this package does not import torch.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 __version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it from here
 FAST_PROBES = 3  # random probes per argument for --fast (the first non-negative, the others signed)
 DEFAULT_TIMEOUT = 300  # seconds a case may take (--timeout, --gradcheck-timeout): a hung Function costs at most this
 
 if TYPE_CHECKING:
-    from .results import CaseResult
+    from .results import CaseResult, Report
 
-__all__ = ["DEFAULT_TIMEOUT", "FAST_PROBES", "__version__", "assert_gradients", "check"]
+__all__ = ["DEFAULT_TIMEOUT", "FAST_PROBES", "__version__", "assert_gradients", "check", "check_spec"]
 
 
 def check(
@@ -130,3 +132,66 @@ def assert_gradients(fn: Any, args: Sequence[Any], kwargs: Optional[dict[str, An
     if not result:
         raise AssertionError(f"gradients of {result.function} not shown right ({result.status}):\n{result}")
     return result
+
+
+Paths = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+
+
+def check_spec(
+    paths: Paths,
+    *,
+    select: Optional[str] = None,
+    specs_dir: Union[str, os.PathLike[str]] = "specs",
+    checks: Sequence[str] = (),
+    devices: Sequence[str] = (),
+    seed: Optional[int] = None,
+    trials: int = 1,
+    fast: bool = False,
+    probes: int = 0,
+    strict: bool = False,
+    reference: Optional[str] = None,
+    imports: Sequence[str] = (),
+    require_device: bool = False,
+    max_memory: Optional[int] = None,
+) -> Report:
+    """Check spec files in this process, as ``gradcheck PATHS`` does: ``paths`` is a spec file, a folder of
+    them (recursively) or a Function's import path (its specs in ``specs_dir``), or a list of these.
+
+    The options are the command line's: ``select`` (``-k``), ``checks`` (``--check``, or ``["all"]``),
+    ``devices`` (``--device``), ``seed``, ``trials``, ``fast`` / ``probes``, ``strict``, ``reference``,
+    ``imports`` (``--import``), ``require_device`` and ``max_memory`` (MB). Returns the Report: ``.results``
+    one CaseResult per (spec, case, device) with its replay command, ``.exit_code()`` what the command
+    would exit with; in a notebook it shows as the HTML report. A broken spec or Function is an error
+    result, as on the command line; ValueError for options or paths that name nothing to check.
+    """
+    from pathlib import Path
+
+    from . import plan, replay, runner
+    from .checks import NAMES
+    from .discovery import TargetError, matching, resolve
+    from .spec import is_device, is_import_path, is_module_name
+
+    targets = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
+    bad = ([f"checks: unknown check {c!r}; known checks: {', '.join(NAMES)}, or 'all'"
+            for c in checks if c not in NAMES and list(checks) != ["all"]]
+           + [f"devices: expected cpu, cuda or cuda:N, got {d!r}" for d in devices if not is_device(d)]
+           + [f"imports: expected a module name like 'my_pkg.ops', got {m!r}" for m in imports if not is_module_name(m)]
+           + ([f"reference: expected an import path like 'pkg.mod:fn', got {reference!r}"]
+              if reference is not None and not is_import_path(reference) else []))
+    if bad:
+        raise ValueError(bad[0])
+    try:
+        items = resolve(targets, Path(specs_dir), [], [])
+    except TargetError as exc:
+        raise ValueError(str(exc)) from exc
+    if not items:
+        raise ValueError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
+    if select is not None:
+        items = matching(items, select)
+        if not items:
+            raise ValueError(f"select={select!r}: no case name contains it")
+    opts = plan.run_options(max_memory, seed, trials, tuple(devices), tuple(checks), FAST_PROBES if fast else probes,
+                            strict, reference, require_device, tuple(imports))
+    report = runner.run_all(items, opts)
+    replay.attach(report.results, plan.expand(items, opts))
+    return report

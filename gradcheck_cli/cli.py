@@ -219,6 +219,9 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 @click.option("--junit-locations", is_flag=True,
               help="Give each testcase file and line attributes (GitLab, action-junit-report read them; the "
                    "Jenkins xUnit schema rejects them, so they are off by default).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False), callback=_check_junit, metavar="PATH",
+              help="Also write an HTML report to PATH: one self-contained page (no network) with the tables, a "
+                   "heatmap of the error of each mismatching argument, and the replay commands.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes (default: the number of cores). Results are the same and in the same "
                    "order for any N.")
@@ -269,6 +272,7 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...],
               specs_dir: str,
               select: Optional[str], fmt: str, junit_xml: Optional[str], junit_locations: bool,
+              html_path: Optional[str],
               jobs: Optional[int],
               timeout: Optional[float], fail_fast: bool,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
@@ -341,6 +345,10 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
             from .reporters import junit
 
             junit.write(report, junit_xml, locations=junit_locations)
+        if html_path:
+            from .reporters import html
+
+            html.write(report, html_path)
     sys.exit(report.exit_code())
 
 

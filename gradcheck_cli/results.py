@@ -91,6 +91,34 @@ class ErrorInfo:
 
 
 @dataclass
+class ErrorMap:
+    """Where one argument's error is, as a picture: |analytical - numerical| per element (a complex element:
+    the larger of its two parts' errors; inf where one side is not finite) over the argument's 2-D view, its
+    last dim across and the others flattened down. A larger argument is downsampled: each cell is then the
+    max over a ``block`` of elements. Small real arguments keep both sides too, one value per element."""
+
+    rows: int  # of the 2-D view: the product of the leading dims (1 for a 0-d or 1-d argument)
+    cols: int  # the last dim
+    block: list[int]  # [height, width] of the elements one cell stands for ([1, 1]: not downsampled)
+    error: list[float]  # row-major, ceil(rows / height) x ceil(cols / width) cells
+    analytical: Optional[list[float]] = None  # per element, row-major, where kept (reference check: the target's)
+    numerical: Optional[list[float]] = None  # (reference check: the reference's)
+    sides: str = ""  # what the two sides are, e.g. "gradients for one random grad_output"
+
+    @property
+    def height(self) -> int:
+        return -(-self.rows // self.block[0])
+
+    @property
+    def width(self) -> int:
+        return -(-self.cols // self.block[1])
+
+    def __repr__(self) -> str:
+        down = f", cells of {self.block[0]}x{self.block[1]}" if self.block != [1, 1] else ""
+        return f"<ErrorMap {self.rows}x{self.cols}{down}, max {num(max(self.error, default=None))}>"
+
+
+@dataclass
 class InputReport:
     """One argument of the checked callable, as seen by one check."""
 
@@ -118,6 +146,19 @@ class InputReport:
     role: str = "argument"  # "output": a forward output's row (the reference check); "test": an opcheck test's
     baseline_err: Optional[float] = None  # reference check: the reference's own max abs error in the target's dtype
     factor: Optional[float] = None  # reference check, rule relative: max_abs_err may be factor x baseline_err + atol
+    mismatched_indices: Optional[list[list[int]]] = None  # the first mismatching elements' multi-indices, in order
+    mismatched_indices_cap: Optional[int] = None  # at most this many listed; ``mismatched`` is the true count
+    error_map: Optional[ErrorMap] = field(default=None, repr=False, metadata={"json": False})  # for pictures (--html)
+
+    def __repr__(self) -> str:
+        """Short: ``<InputReport 1: weight [30, 20] FAIL 600/600 mismatched, max abs err 0.31>``."""
+        where = self.name if self.role in ("output", "test") else f"{self.index}: {self.name}"
+        text = f"<InputReport {where} {self.shape} {self.status.name}"
+        if self.mismatched is not None:
+            text += f" {self.mismatched}/{self.numel} mismatched, max abs err {num(self.max_abs_err)}"
+        elif self.reason:
+            text += f": {_clip(' '.join(self.reason.split()), 60)}"
+        return printable(text + ">")
 
 
 @dataclass
@@ -132,6 +173,11 @@ class CheckResult:
     warnings: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     problems: list[str] = field(default_factory=list)  # what failed besides the rows (in the message too)
+
+    def __repr__(self) -> str:
+        """Short: ``<CheckResult backward FAIL: gradient of 'weight' is 2x the numerical one>``."""
+        why = " ".join(self.message.split())
+        return printable(f"<CheckResult {self.check} {self.status.name}{': ' if why else ''}{_clip(why, 100)}>")
 
 
 @dataclass
@@ -166,6 +212,19 @@ class CaseResult:
                else ", ".join(f"{c.check} {c.status}" for c in self.checks))
         why = " ".join(why.split())
         return printable(f"<CaseResult {self.status.name} {self.id}{': ' if why else ''}{_clip(why, 100)}>")
+
+    def __rich__(self) -> Any:
+        """The case as the table report shows it (rich, e.g. ``rich.print(result)`` or IPython with rich)."""
+        from .reporters.table import case_group
+
+        return case_group(self)
+
+    def _repr_html_(self) -> str:
+        """The case as the HTML report shows it (a Jupyter notebook's display): per-argument tables and
+        error maps."""
+        from .reporters.html import fragment
+
+        return fragment([self])
 
     def __str__(self) -> str:
         """The report of this case in plain text, as the table format shows it: one table per check,
@@ -262,6 +321,26 @@ class Report:
     duration_s: float = 0.0
     not_run: int = 0  # tasks never started or never finished (--fail-fast, an interrupt)
     interrupted: Optional[str] = None  # "SIGINT" or "SIGTERM": the signal that stopped the run
+
+    def __repr__(self) -> str:
+        """Short: ``<Report 28 results: 27 passed, 1 failed, 0 errors, 0 skipped in 1.90s>``."""
+        s = self.summary()
+        counts = ", ".join(f"{s[k]} {k}" for k in ("passed", "failed", "errors", "skipped", "xfailed")
+                           if s[k] or k != "xfailed")
+        rest = f"; {s['not_run']} not run" if s["not_run"] else ""
+        return f"<Report {s['total']} result{'s' * (s['total'] != 1)}: {counts}{rest} in {s['duration_s']:.2f}s>"
+
+    def __rich__(self) -> Any:
+        """Every case and the summary line, as the table report shows them."""
+        from .reporters.table import report_group
+
+        return report_group(self)
+
+    def _repr_html_(self) -> str:
+        """Every case as the HTML report shows it, and the summary (a Jupyter notebook's display)."""
+        from .reporters.html import fragment
+
+        return fragment(self.results, self)
 
     def summary(self) -> dict[str, Any]:
         count = dict.fromkeys(Status, 0)

@@ -187,6 +187,9 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
         _imprecise(row, list(verdicts.values()), tol)
         return
     explained = [v for v in verdicts.values() if v.explained]
+    if row.mismatched_indices is not None:  # an explained element is not a mismatch
+        gone = [unravel(e, x.shape) for e, v in verdicts.items() if v.explained]
+        row.mismatched_indices = [ix for ix in row.mismatched_indices if ix not in gone]
     wrong_at_kinks = [v.text for v in verdicts.values() if v.kind != "smooth" and not v.explained]
     row.at_kinks = len(explained)
     if explained and len(explained) == row.mismatched:  # every mismatch was examined and explained

@@ -28,6 +28,7 @@ import torch
 from ..binding import Bound
 from ..errors import BindError, UserCodeError, guarded
 from ..numerics import as_tuple, is_float_tensor, unravel, vjp
+from ..numerics.maps import per_element
 from ..oracle import Oracle
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator
@@ -35,7 +36,7 @@ from ..spec import ReferenceRule
 from ..target import Target
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
 from .diagnosis import Diagnosis, ratio_text
-from .rows import dtype_name
+from .rows import dtype_name, locate
 from .verdict import begin, conclude, skip
 
 ALLCLOSE = {torch.float64: (1e-7, 1e-7), torch.float32: (1.3e-6, 1e-5), torch.float16: (1e-3, 1e-3),
@@ -254,6 +255,12 @@ def _compare(row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Optio
     row.analytical, row.numerical = float(a[k]), float(n[k])
     if row.mismatched:
         row.status = Status.FAIL
+        shape, complex_ = tuple(got.shape), got.is_complex()
+        sides = ("the gradients for one random grad_output" if what == "gradient" else "the outputs") + \
+            ": the target's, the reference's"
+        error = diff.masked_fill(broken, math.inf) if broken.numel() else diff
+        locate(row, per_element(bad, complex_), per_element(error, complex_), shape,
+               None if complex_ else (a, n, sides))
         tol_t = tol if isinstance(tol, torch.Tensor) else torch.full_like(diff, tol)
         _pattern(a, n, tol_t, int(broken.sum()), row.mismatched, row.numel, what).put(row)
         if row.pattern in (Pattern.SOME_ELEMENTS, Pattern.NO_PATTERN):

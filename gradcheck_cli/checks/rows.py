@@ -9,11 +9,15 @@ import torch
 
 from ..binding import Bound
 from ..numerics import Entry, Layout, is_float_tensor, real_numel, unravel
-from ..results import InputReport, Status
+from ..numerics.maps import downsample, first_indices, per_element, view_2d
+from ..results import ErrorMap, InputReport, Status
 from .diagnosis import CONJUGATE, conjugate, diagnose, systematic
 
 SYSTEMATIC = {torch.float16: 1e-2, torch.bfloat16: 5e-2}  # |ratio - 1| worth a warning; 1e-4 otherwise
 LOOSE = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}  # dtype -> (rtol, atol)
+INDEX_CAP = 100  # mismatching multi-indices listed per argument (the JSON's mismatched_indices)
+MAP_CELLS = 4096  # cells of an argument's error map at most (larger arguments are downsampled)
+SIDES = "gradients for one random grad_output (u^T J)"  # what a Jacobian check's error map sides are
 
 
 def skeleton(bound: Bound) -> list[InputReport]:
@@ -62,14 +66,30 @@ def short(value: Any, limit: int = 30) -> str:
 
 def mismatched(entry: Entry, value: torch.Tensor) -> int:
     """Elements of ``value`` with a mismatch (a complex element: in either part)."""
-    return int((entry.bad.view(-1, 2).any(1) if value.is_complex() else entry.bad).sum())
+    return int(per_element(entry.bad, value.is_complex()).sum())
+
+
+def locate(row: InputReport, bad: torch.Tensor, error: torch.Tensor, shape: tuple[int, ...],
+           sides: Optional[tuple[torch.Tensor, torch.Tensor, str]] = None) -> None:
+    """Where a mismatching row's mismatches are: its first mismatching multi-indices (``bad``, one per
+    element) and its error map (``error``, one per element); ``sides``: both sides per element and what
+    they are, kept where the map is not downsampled."""
+    row.mismatched_indices, row.mismatched_indices_cap = first_indices(bad, shape, INDEX_CAP), INDEX_CAP
+    grid, block = downsample(error, shape, MAP_CELLS)
+    picture = ErrorMap(*view_2d(shape), list(block), grid.reshape(-1).tolist())
+    if sides is not None and block == (1, 1):
+        picture.analytical, picture.numerical = (s.detach().reshape(-1).tolist() for s in sides[:2])
+        picture.sides = sides[2]
+    row.error_map = picture
 
 
 def fill(row: InputReport, entry: Entry, value: torch.Tensor, where: Callable[[int], Optional[str]],
-         parts: bool = False) -> None:
+         parts: bool = False, sides: bool = False) -> None:
     """Put ``entry``'s statistics in ``row`` (of argument ``value``); ``where(r)`` names the output
     row r of the compared Jacobian (or leading index r of two compared stacks), and with ``parts``
-    a complex argument's worst entry names its real or imaginary part. A row with a mismatch fails."""
+    a complex argument's worst entry names its real or imaginary part. A row with a mismatch fails,
+    and gets where its mismatches are (with ``sides``, a real argument's map keeps the entry's
+    projections ``u^T J`` too)."""
     row.mismatched, row.atol, row.rtol = mismatched(entry, value), entry.atol, entry.rtol
     if row.numel == 0:
         return
@@ -84,13 +104,16 @@ def fill(row: InputReport, entry: Entry, value: torch.Tensor, where: Callable[[i
             row.analytical, row.numerical = entry.analytical, entry.numerical
     if row.mismatched:
         row.status = Status.FAIL
+        shape, complex_ = tuple(value.shape), value.is_complex()
+        locate(row, per_element(entry.bad, complex_), per_element(entry.err, complex_), shape,
+               (entry.proj_a, entry.proj_n, SIDES) if sides and not complex_ else None)
 
 
 def fill_jacobian(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor,
                   outputs: tuple[Any, ...]) -> None:
     """The argument's row from its Jacobian's statistics, with the pattern of a mismatch or, for a
     passing argument, of a systematic factor the tolerance hides."""
-    fill(row, entry, value, output_at(layout, outputs), parts=True)
+    fill(row, entry, value, output_at(layout, outputs), parts=True, sides=True)
     if row.numel == 0:
         return
     diagnose(row, entry, tuple(value.shape))

@@ -81,6 +81,7 @@ class Entry:
     sum_an: float = 0.0
     sum_nn: float = 0.0
     sum_aa: float = 0.0
+    err: torch.Tensor = field(init=False)  # per column: max |a - n| over its entries (inf where one is not finite)
     proj_a: torch.Tensor = field(init=False)  # u^T J for one random probe u over the outputs
     proj_n: torch.Tensor = field(init=False)
     keep_bytes: int = KEEP_BYTES  # at most this much of bad_columns (give it by name)
@@ -89,6 +90,7 @@ class Entry:
 
     def __post_init__(self) -> None:
         self.bad = torch.zeros(self.real_numel, dtype=torch.bool)
+        self.err = torch.zeros(self.real_numel, dtype=torch.float64)
         self.proj_a = torch.zeros(self.real_numel, dtype=torch.float64)
         self.proj_n = torch.zeros(self.real_numel, dtype=torch.float64)
 
@@ -161,6 +163,7 @@ class Entry:
             diff = torch.sub(av, nv).abs_()
             top = float(diff.max())
         self.max_abs = max(self.max_abs, top)
+        self._column_errors(diff, broken, at, n_cols, n_rows, col0)
         n_abs = nv.abs()
         tol = n_abs.mul(self.rtol).add_(self.atol)
         wrong = (diff <= tol).logical_not_().logical_or_(broken)  # |a - n| <= atol + rtol |n|, as torch.allclose
@@ -187,3 +190,17 @@ class Entry:
         self.sum_an += float(av @ nv)
         self.sum_nn += float(nv @ nv)
         self.sum_aa += float(av @ av)
+
+    def _column_errors(self, diff: torch.Tensor, broken: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
+                       n_cols: int, n_rows: int, col0: int) -> None:
+        """Fold the entries' errors ``diff`` (non-finite ones: ``broken``) into ``err``, per column."""
+        if not diff.numel():
+            return
+        if broken.any():
+            diff = diff.masked_fill(broken, math.inf)
+        if at is None:
+            per = diff.view(n_cols, n_rows).amax(1)
+        else:
+            per = torch.zeros(n_cols, dtype=torch.float64).scatter_reduce_(0, at[0], diff, "amax")
+        cols = slice(col0, col0 + n_cols)
+        torch.maximum(self.err[cols], per, out=self.err[cols])

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+from dataclasses import fields
 from typing import Any, TextIO
 
 from .. import __version__
 from ..printable import printable
-from ..results import Report, to_dict
+from ..results import InputReport, Report, to_dict
 
 SCHEMA_VERSION = 1
+PICTURES = [f.name for f in fields(InputReport) if not f.metadata.get("json", True)]  # data for pictures (--html)
 
 
 def as_dict(report: Report, torch_version: str) -> dict[str, Any]:
@@ -19,6 +21,9 @@ def as_dict(report: Report, torch_version: str) -> dict[str, Any]:
         d["duration_s"] = round(r.duration_s, 4)
         for c in d["checks"]:
             c["duration_s"] = round(c["duration_s"], 4)
+            for i in c["inputs"]:
+                for name in PICTURES:
+                    del i[name]
         results.append(d)
     return {
         "schema_version": SCHEMA_VERSION,

@@ -9,7 +9,7 @@ import enum
 import io
 from typing import TextIO
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -74,15 +74,23 @@ def folded(check: CheckResult, width: int) -> list[Text]:
     return lines
 
 
-def print_check(check: CheckResult, console: Console) -> None:
-    """The table of ``check``, folded per argument when wider than the console."""
-    table = check_table(check)
-    natural = console.measure(table, options=console.options.update_width(2**16)).maximum  # unclamped
-    if natural <= console.width:
-        console.print(table)
-        return
-    for line in folded(check, console.width):
-        console.print(line)
+class CheckView:
+    """The table of a check, folded per argument when wider than where it is printed (a rich renderable)."""
+
+    def __init__(self, check: CheckResult) -> None:
+        self.check = check
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        table = check_table(self.check)
+        natural = console.measure(table, options=options.update_width(2**16)).maximum  # unclamped
+        if natural <= options.max_width:
+            yield table
+        else:
+            yield from folded(self.check, options.max_width)
+
+
+class Command(Text):
+    """A command to paste and run: printed on one line, however long."""
 
 
 def head_line(result: CaseResult) -> Text:
@@ -110,28 +118,43 @@ def render_brief(result: CaseResult, console: Console) -> None:
         console.print(Text(f"  warning: {warning}", style="yellow"))
 
 
-def render_case(result: CaseResult, console: Console) -> None:
-    """A case in full: every check's table and message, warnings, and the replay command of a failure."""
+def case_parts(result: CaseResult) -> list[RenderableType]:
+    """What the report shows of one result in full, top to bottom: its head line, error, tables,
+    messages, warnings, replay command and a blank line."""
     result = printable(result)  # text from user code may hold lone surrogates
-    console.print(head_line(result))
+    parts: list[RenderableType] = [head_line(result)]
     if result.error:
-        console.print(Text(f"  {result.error.kind} error: {result.error.message}", style=STYLE[Status.ERROR]))
+        parts.append(Text(f"  {result.error.kind} error: {result.error.message}", style=STYLE[Status.ERROR]))
         if result.error.where:
-            console.print(Text(f"  at {result.error.where}", style="dim"))
+            parts.append(Text(f"  at {result.error.where}", style="dim"))
     for check in result.checks:
         if check.inputs:
-            print_check(check, console)
+            parts.append(CheckView(check))
         if check.message:
             style = STYLE[check.status] if check.status is not Status.PASS else "dim"
-            console.print(Text(f"  {check.check}: {check.message}", style=style))
-        for warning in check.warnings:
-            console.print(Text(f"  warning: {warning}", style="yellow"))
-    for warning in result.warnings:
-        console.print(Text(f"  warning: {warning}", style="yellow"))
+            parts.append(Text(f"  {check.check}: {check.message}", style=style))
+        parts += [Text(f"  warning: {warning}", style="yellow") for warning in check.warnings]
+    parts += [Text(f"  warning: {warning}", style="yellow") for warning in result.warnings]
     if result.replay and result.status in (Status.FAIL, Status.ERROR):
-        # soft_wrap: a command longer than the line is never broken by a newline (pasted, it must run)
-        console.print(Text(f"  replay: {result.replay}", style="cyan"), soft_wrap=True)
-    console.print()
+        parts.append(Command(f"  replay: {result.replay}", style="cyan"))
+    return [*parts, Text()]
+
+
+def render_case(result: CaseResult, console: Console) -> None:
+    """A case in full: every check's table and message, warnings, and the replay command of a failure."""
+    for part in case_parts(result):
+        # soft_wrap: a command is never broken by a newline (pasted, it must run)
+        console.print(part, soft_wrap=isinstance(part, Command))
+
+
+def case_group(result: CaseResult) -> Group:
+    """One result as one rich renderable (``CaseResult.__rich__``)."""
+    return Group(*case_parts(result)[:-1])
+
+
+def report_group(report: Report) -> Group:
+    """A whole report as one rich renderable (``Report.__rich__``): every result, then the summary line."""
+    return Group(*(part for result in report.results for part in case_parts(result)), summary_line(report))
 
 
 def case_text(result: CaseResult) -> str:

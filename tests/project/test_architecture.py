@@ -64,8 +64,29 @@ def test_no_module_imports_a_private_name_of_another():
     assert private == []
 
 
+# the one allowed upward edge: a result shows itself (``__rich__``, ``_repr_html_``) as the reporters draw it,
+# importing them lazily, inside those methods only
+DISPLAYS = ("gradcheck_cli.results", ("gradcheck_cli.reporters.table", "gradcheck_cli.reporters.html"))
+
+
+def test_results_import_the_reporters_only_lazily_to_display_themselves():
+    path = PACKAGE / "results.py"
+    upward = {m for m, _ in _imports(path) if m.startswith("gradcheck_cli.reporters")}
+    assert upward == set(DISPLAYS[1])
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    inside = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) for n in ast.walk(f)}
+    naming = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and "reporters" in (n.module or "")]
+    assert naming and all(id(n) in inside for n in naming)
+    code = "import sys, gradcheck_cli.results; assert not any('reporters' in m or m == 'rich' for m in sys.modules)"
+    import subprocess
+    import sys
+
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
 def test_no_import_cycle_inside_the_package():
     graph = {_module_name(p): {m for m, _ in _imports(p) if m != _module_name(p)} for p in PACKAGE.rglob("*.py")}
+    graph[DISPLAYS[0]] -= set(DISPLAYS[1])
     # a package's __init__ is imported with each of its modules: importing pkg.mod imports pkg first
     state: dict[str, int] = {}
     cycle: list[str] = []
