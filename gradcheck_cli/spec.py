@@ -437,9 +437,13 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["resample"] = doc["resample"]
     if "inputs" in doc:
         entries = doc["inputs"]
-        if not isinstance(entries, list):
-            raise ctx.fail(key + ("inputs",), f"expected a list of argument entries, got {_show(entries)}")
-        changes["inputs"] = tuple(_arg(e, key + ("inputs", i), ctx) for i, e in enumerate(entries))
+        if isinstance(entries, dict) and key:  # a case: override the document's arguments by name
+            changes["inputs"] = _override(case.inputs, entries, key + ("inputs",), ctx)
+        elif not isinstance(entries, list):
+            also = " (or, in a case, a mapping NAME: entry that replaces the named ones)" if key else ""
+            raise ctx.fail(key + ("inputs",), f"expected a list of argument entries{also}, got {_show(entries)}")
+        else:
+            changes["inputs"] = tuple(_arg(e, key + ("inputs", i), ctx) for i, e in enumerate(entries))
     if "kwargs" in doc:
         kw = doc["kwargs"] or {}
         if not isinstance(kw, dict):
@@ -466,6 +470,26 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
     if "expect" in doc:
         changes["expect"] = None if doc["expect"] is None else _expect(doc["expect"], key + ("expect",), ctx)
     return replace(case, **changes)
+
+
+def _override(inputs: tuple[Arg, ...], entries: dict[Any, Any], key: Key, ctx: _Ctx) -> tuple[Arg, ...]:
+    """A case's ``inputs: {NAME: entry}``: the document's ``inputs`` with the arguments named NAME
+    (by their ``name:``) replaced by the case's entries, in place; the others are kept."""
+    named = [a.name for a in inputs]
+    out = list(inputs)
+    for raw, entry in entries.items():
+        name = str(raw)  # the key path as written (`0:` is a name here, not a position)
+        if name not in named:
+            known = ", ".join(n for n in named if n) or "none"
+            unnamed = sum(n is None for n in named)
+            hint = (f"; {unnamed} of them {'has' if unnamed == 1 else 'have'} no `name:` (give it one there to "
+                    "override it by name)" if unnamed else "")
+            raise ctx.fail(key + (name,), f"no argument named {name!r} in the document's inputs; the arguments "
+                                          f"are {known}{hint}")
+        if isinstance(entry, dict) and "name" in entry and entry["name"] != name:
+            raise ctx.fail(key + (name, "name"), f"the key names the argument ({name!r}): drop `name:` here")
+        out[named.index(name)] = _arg(entry, key + (name,), ctx, name=name)
+    return tuple(out)
 
 
 def _mapping(value: Any, key: Key, allowed: tuple[str, ...], ctx: _Ctx) -> None:
