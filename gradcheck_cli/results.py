@@ -118,6 +118,7 @@ class InputReport:
     role: str = "argument"  # "output": a forward output's row (the reference check); "test": an opcheck test's
     baseline_err: Optional[float] = None  # reference check: the reference's own max abs error in the target's dtype
     factor: Optional[float] = None  # reference check, rule relative: max_abs_err may be factor x baseline_err + atol
+    via: Optional[str] = None  # perturbed through this map: `sym` (along the symmetric matrices) or a `param:` path
 
 
 @dataclass
@@ -210,7 +211,8 @@ def cells(row: InputReport) -> list[str]:
     worst = str(row.worst_index) if row.worst_index is not None else "-"
     if row.worst_output and row.status in (Status.FAIL, Status.XFAIL):
         worst += f" ({row.worst_output})"
-    return [row.name if row.role in ("output", "test") else f"{row.index}: {row.name}",
+    via = f" (via {row.via})" if row.via else ""
+    return [row.name if row.role in ("output", "test") else f"{row.index}: {row.name}{via}",
             "-" if row.role == "test" else str(row.shape), row.dtype, status,
             num(row.max_abs_err), num(row.max_rel_err), worst, f"{row.mismatched} / {row.numel}" if compared else "-",
             f"{num(row.analytical)} / {num(row.numerical)}" if row.analytical is not None else "-",
