@@ -94,6 +94,7 @@ class ValueArg:
     name: Optional[str] = None
     key: str = ""
     line: Optional[int] = None
+    imported: Optional[str] = None  # `value: {import: pkg.mod:fn}`: the object that path names is passed
 
 
 @dataclass(frozen=True)
@@ -692,7 +693,11 @@ def _arg(entry: Any, key: Key, ctx: _Ctx, name: Optional[str] = None) -> Arg:
     line = ctx.lines.get(ctx.prefix + key)
     if kinds == ["value"]:
         _mapping(entry, key, ("name", "value"), ctx)
-        return ValueArg(entry["value"], name, keystr, line)
+        value = entry["value"]
+        if isinstance(value, dict) and "import" in value:  # a callable: `value: {import: pkg.mod:fn}`
+            _mapping(value, key + ("value",), ("import",), ctx)
+            return ValueArg(None, name, keystr, line, _function(value["import"], key + ("value", "import"), ctx))
+        return ValueArg(value, name, keystr, line)
     if kinds == ["same_as"]:
         _mapping(entry, key, ("name", "same_as"), ctx)
         if not isinstance(entry["same_as"], str):

@@ -1,9 +1,9 @@
 """Functions whose inputs live on a set, or are containers or callables: a Cholesky factor of an
 SPD matrix, interpolation on sorted knots, entropy on the probability simplex, rows gathered by
-indices bounded by another argument's size."""
+indices bounded by another argument's size; a checkpoint that takes the function it recomputes."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -100,3 +100,30 @@ class Gather(torch.autograd.Function):
         (index,) = ctx.saved_tensors
         out = grad.new_zeros((ctx.rows,) + grad.shape[1:])
         return out.index_add_(0, index, grad), None
+
+
+class Checkpoint(torch.autograd.Function):
+    """``run_function(x)`` without keeping its graph: backward runs it again (activation checkpointing)."""
+
+    @staticmethod
+    def forward(ctx: Any, run_function: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
+        ctx.run_function = run_function
+        ctx.save_for_backward(x)
+        with torch.no_grad():
+            return run_function(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor]:
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            leaf = x.detach().requires_grad_()
+            (grad_x,) = torch.autograd.grad(ctx.run_function(leaf), leaf, grad)
+        return None, grad_x
+
+
+class CheckpointStale(Checkpoint):
+    """Broken: backward recomputes with the identity instead of ``run_function``."""
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor]:
+        return None, grad
