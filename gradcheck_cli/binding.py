@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
@@ -38,6 +38,14 @@ class Bound:
     entries: list[Optional[Arg]] = field(default_factory=list)  # each value's spec entry, where it has one
     rng: Optional[RngFork] = field(default=None, repr=False, compare=False)
     seed: int = 0  # seeds the RNG state every forward starts from
+    # value i reaches the target as transforms[i](value) (`param:`, or sym for symmetric inputs): the
+    # checks perturb and differentiate the value itself, so they check f(param(X))
+    transforms: dict[int, Callable[[Any], Any]] = field(default_factory=dict, repr=False, compare=False)
+    via: dict[int, str] = field(default_factory=dict)  # value i -> what transforms it, said in its row
+
+    def arguments(self, values: Sequence[Any]) -> list[Any]:
+        """What the target is called with for the checks' ``values`` (in this Bound's order)."""
+        return [self.transforms[i](v) if i in self.transforms else v for i, v in enumerate(values)]
 
     def line(self, i: int) -> Optional[int]:
         """The spec line of value ``i``, where known."""

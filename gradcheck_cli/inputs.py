@@ -5,10 +5,12 @@ Drawing on the CPU and then moving makes the same seed give the same values on e
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import torch
 
+from . import structured
 from .spec import AliasArg, Arg, Case, TensorArg
 
 AVOID_TRIES = 100
@@ -58,13 +60,35 @@ def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dic
         return by_name[arg.same_as]
     if not isinstance(arg, TensorArg):
         return arg.value
-    t = _draw(arg, case, gen)
+    t = _draw(_tied(arg, by_name), case, gen)
     t = t.to(device)
     rg = arg.requires_grad if arg.requires_grad is not None else (t.is_floating_point() or t.is_complex())
     if rg and not (t.is_floating_point() or t.is_complex()):
         raise InputError(arg.key + ".requires_grad", f"{str(t.dtype)[6:]} tensors cannot require grad; "
                                                      "use a floating or complex dtype, or drop requires_grad")
     return t.requires_grad_(rg)
+
+
+def _tied(arg: TensorArg, by_name: dict[str, Any]) -> TensorArg:
+    """``arg`` with its bounds tied to another argument's size (``high: {size_of: x, dim: 0}``) made numbers."""
+    if not arg.size_of:
+        return arg
+    params = dict(arg.params)
+    for bound, other, dim in arg.size_of:
+        where = f"{arg.key}.{bound}.size_of"
+        value = by_name.get(other)
+        if not isinstance(value, torch.Tensor):
+            known = ", ".join(k for k, v in by_name.items() if isinstance(v, torch.Tensor)) or "none"
+            what = "is not a tensor" if other in by_name else "is not an earlier argument"
+            raise InputError(where, f"'{other}' {what}; a bound takes the size of an earlier tensor argument "
+                                    f"(the earlier tensors: {known})")
+        if not -max(value.dim(), 1) <= dim < max(value.dim(), 1) or value.dim() == 0:
+            raise InputError(f"{arg.key}.{bound}.dim", f"'{other}' has shape {list(value.shape)}: no dimension {dim}")
+        params[bound] = float(value.shape[dim])
+    if params["low"] >= params["high"]:
+        raise InputError(f"{arg.key}.high", f"expected high > low, got low={params['low']:g}, "
+                                            f"high={params['high']:g} (the size of '{arg.size_of[-1][1]}')")
+    return replace(arg, params=tuple(params.items()), size_of=())
 
 
 def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
@@ -77,9 +101,15 @@ def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
         if arg.dtype:
             return t.to(torch_dtype(arg.dtype))
         return t.to(torch_dtype(case.dtype)) if t.is_floating_point() else t
-    dtype = torch_dtype(arg.dtype or (case.dtype if arg.dist != "randint" else "int64"))
+    dtype = torch_dtype(arg.dtype or (case.dtype if arg.dist not in ("randint", "permutation") else "int64"))
     params = dict(arg.params)
     shape = arg.shape or ()
+    if arg.dist in structured.DRAW:
+        try:
+            return structured.DRAW[arg.dist](shape, params, arg.dim, gen).to(dtype)
+        except (RuntimeError, TypeError, OverflowError) as exc:
+            raise InputError(arg.key + ".shape", f"cannot draw a tensor of shape {list(shape)}: "
+                                                 f"{str(exc).splitlines()[0]}") from exc
 
     def sample(n: tuple[int, ...]) -> torch.Tensor:
         if arg.dist == "randint":

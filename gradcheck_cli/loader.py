@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Callable, cast
 
 import torch
 
@@ -37,18 +37,7 @@ def load(path: str) -> Target:
     _importable_cwd()
     if path.replace(":", ".").startswith(TORCH_OPS):
         return load_op(path)
-    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    if not module_name or not attr:
-        raise LoadError(f"'{path}' is not an import path; write it as 'pkg.mod:Name' or 'pkg.mod.Name'")
-    module = _import(module_name, f"for '{path}'")
-    obj: Any = module
-    for i, part in enumerate(attr.split(".")):
-        if not hasattr(obj, part):
-            owner = ".".join([module_name] + attr.split(".")[:i])
-            close = difflib.get_close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=3)
-            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise LoadError(f"'{owner}' has no attribute '{part}'{hint}")
-        obj = getattr(obj, part)
+    obj = load_object(path)
     if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
         if obj.backward is torch.autograd.Function.backward:
             raise LoadError(f"'{path}' is an autograd.Function without a backward(); define "
@@ -66,6 +55,39 @@ def load(path: str) -> Target:
         kind = "a class" if isinstance(obj, type) else f"a value of type {type(obj).__name__}"
         raise LoadError(f"'{path}' is {kind}, not an autograd.Function subclass or a callable")
     return Target(path, obj, False)
+
+
+def load_object(path: str, key: str = "function") -> Any:
+    """The object ``pkg.mod:Name`` or ``pkg.mod.Name`` names, as it is (the current directory is
+    importable); a LoadError names spec key ``key``."""
+    _importable_cwd()
+    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module_name or not attr:
+        raise LoadError(f"'{path}' is not an import path; write it as 'pkg.mod:Name' or 'pkg.mod.Name'", key=key)
+    try:
+        module = _import(module_name, f"for '{path}'")
+    except LoadError as exc:
+        raise LoadError(str(exc), exc.where, key) from exc
+    obj: Any = module
+    for i, part in enumerate(attr.split(".")):
+        if not hasattr(obj, part):
+            owner = ".".join([module_name] + attr.split(".")[:i])
+            close = difflib.get_close_matches(part, [n for n in dir(obj) if not n.startswith("_")], n=3)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise LoadError(f"'{owner}' has no attribute '{part}'{hint}", key=key)
+        obj = getattr(obj, part)
+    return obj
+
+
+def load_callable(path: str, key: str) -> Callable[..., Any]:
+    """What ``param:`` names: a function, or an autograd.Function class (called through ``apply``)."""
+    obj = load_object(path, key)
+    if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
+        return obj.apply
+    if isinstance(obj, type) or not callable(obj):
+        raise LoadError(f"'{path}' is {'a class' if isinstance(obj, type) else type(obj).__name__}, not a function "
+                        "of one tensor", key=key)
+    return cast(Callable[..., Any], obj)
 
 
 def _importable_cwd() -> None:

@@ -149,6 +149,7 @@ class InputReport:
     mismatched_indices: Optional[list[list[int]]] = None  # the first mismatching elements' multi-indices, in order
     mismatched_indices_cap: Optional[int] = None  # at most this many listed; ``mismatched`` is the true count
     error_map: Optional[ErrorMap] = field(default=None, repr=False, metadata={"json": False})  # for pictures (--html)
+    via: Optional[str] = None  # perturbed through this map: `sym` (along the symmetric matrices) or a `param:` path
 
     def __repr__(self) -> str:
         """Short: ``<InputReport 1: weight [30, 20] FAIL 600/600 mismatched, max abs err 0.31>``."""
@@ -269,7 +270,8 @@ def cells(row: InputReport) -> list[str]:
     worst = str(row.worst_index) if row.worst_index is not None else "-"
     if row.worst_output and row.status in (Status.FAIL, Status.XFAIL):
         worst += f" ({row.worst_output})"
-    return [row.name if row.role in ("output", "test") else f"{row.index}: {row.name}",
+    via = f" (via {row.via})" if row.via else ""
+    return [row.name if row.role in ("output", "test") else f"{row.index}: {row.name}{via}",
             "-" if row.role == "test" else str(row.shape), row.dtype, status,
             num(row.max_abs_err), num(row.max_rel_err), worst, f"{row.mismatched} / {row.numel}" if compared else "-",
             f"{num(row.analytical)} / {num(row.numerical)}" if row.analytical is not None else "-",

@@ -21,7 +21,8 @@ from .nn_module import init_target
 from .plan import RunOptions, Task
 from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Status, overall
 from .rng import seed_plus
-from .spec import Case, SpecError
+from .spec import Case, SpecError, TensorArg, ValueArg
+from .structured import symmetric_part
 from .target import Target
 
 
@@ -186,6 +187,13 @@ def bind_case(target: Target, case: Case, device: str) -> Bound:
     positional, keywords = inputs.build(case, device, [p.name for p in target.parameters() or []])
     bound = bind(target, positional, keywords, list(case.inputs) + [arg for _, arg in case.kwargs])
     bound.seed = case.seed
+    for i, entry in enumerate(bound.entries):
+        if isinstance(entry, ValueArg) and entry.imported:
+            bound.values[i] = loader.load_object(entry.imported, f"{entry.key}.value.import")
+        if isinstance(entry, TensorArg) and entry.via:
+            bound.via[i] = entry.via
+            bound.transforms[i] = (loader.load_callable(entry.param, f"{entry.key}.param") if entry.param
+                                   else symmetric_part)
     return bound
 
 

@@ -24,15 +24,22 @@ DTYPES = {
     "int64": "int64", "long": "int64", "int32": "int32", "int": "int32", "int16": "int16",
     "int8": "int8", "uint8": "uint8", "bool": "bool",
 }
-DISTS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "randint": ("low", "high")}
+DISTS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "randint": ("low", "high"),
+         "positive": ("low", "high"), "sorted": ("low", "high", "dim"), "simplex": ("dim",), "permutation": ("dim",),
+         "symmetric": (), "spd": (), "orthogonal": ()}  # dist -> the keys it takes
 DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
+BOUNDS = {"uniform": (0.0, 1.0), "sorted": (0.0, 1.0), "positive": (0.1, 10.0)}  # default (low, high); randint's below
+MATRIX_DISTS = ("symmetric", "spd", "orthogonal")  # the last two dimensions are a matrix
+SET_DISTS = MATRIX_DISTS + ("simplex", "sorted", "permutation")  # a set: `avoid` (redrawing values) would leave it
+SYMMETRIC_DISTS = ("symmetric", "spd")  # perturbed along the set: the check differentiates f(sym(X)), sym = (X + X^T)/2
 MAX_DIMS = 64  # dimensions of a torch tensor, at most
 SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
 TOP_KEYS = ("function", "import", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
             "resample", "inputs", "kwargs", "init", "reference", "reference_dtype", "reference_backward", "expect",
             "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
-TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
+TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "dim", "avoid", "requires_grad",
+               "param")
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol", "reference")
 RULES = {"relative": ("rule", "factor", "atol"), "allclose": ("rule", "atol", "rtol")}  # tolerance.reference: its keys
 REFERENCE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # reference_dtype (complex inputs: its complex kind)
@@ -71,6 +78,15 @@ class TensorArg:
     requires_grad: Optional[bool] = None
     key: str = ""  # key path in the spec, for messages
     line: Optional[int] = None
+    dim: int = -1  # simplex, sorted, permutation: along this dimension
+    size_of: tuple[tuple[str, str, int], ...] = ()  # (low | high, argument, dim): a bound that is that size
+    param: Optional[str] = None  # import path of fn: the target gets fn(X), the check perturbs X
+
+    @property
+    def via(self) -> Optional[str]:
+        """How the checks perturb it, where not element by element: through ``param``, or along the
+        symmetric matrices (``sym``)."""
+        return self.param or ("sym" if self.dist in SYMMETRIC_DISTS else None)
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,7 @@ class ValueArg:
     name: Optional[str] = None
     key: str = ""
     line: Optional[int] = None
+    imported: Optional[str] = None  # `value: {import: pkg.mod:fn}`: the object that path names is passed
 
 
 @dataclass(frozen=True)
@@ -444,9 +461,13 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["resample"] = doc["resample"]
     if "inputs" in doc:
         entries = doc["inputs"]
-        if not isinstance(entries, list):
-            raise ctx.fail(key + ("inputs",), f"expected a list of argument entries, got {_show(entries)}")
-        changes["inputs"] = tuple(_arg(e, key + ("inputs", i), ctx) for i, e in enumerate(entries))
+        if isinstance(entries, dict) and key:  # a case: override the document's arguments by name
+            changes["inputs"] = _override(case.inputs, entries, key + ("inputs",), ctx)
+        elif not isinstance(entries, list):
+            also = " (or, in a case, a mapping NAME: entry that replaces the named ones)" if key else ""
+            raise ctx.fail(key + ("inputs",), f"expected a list of argument entries{also}, got {_show(entries)}")
+        else:
+            changes["inputs"] = tuple(_arg(e, key + ("inputs", i), ctx) for i, e in enumerate(entries))
     if "kwargs" in doc:
         kw = {} if doc["kwargs"] is None else doc["kwargs"]
         if not isinstance(kw, dict):
@@ -474,6 +495,26 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
     if "expect" in doc:
         changes["expect"] = None if doc["expect"] is None else _expect(doc["expect"], key + ("expect",), ctx)
     return replace(case, **changes)
+
+
+def _override(inputs: tuple[Arg, ...], entries: dict[Any, Any], key: Key, ctx: _Ctx) -> tuple[Arg, ...]:
+    """A case's ``inputs: {NAME: entry}``: the document's ``inputs`` with the arguments named NAME
+    (by their ``name:``) replaced by the case's entries, in place; the others are kept."""
+    named = [a.name for a in inputs]
+    out = list(inputs)
+    for raw, entry in entries.items():
+        name = str(raw)  # the key path as written (`0:` is a name here, not a position)
+        if name not in named:
+            known = ", ".join(n for n in named if n) or "none"
+            unnamed = sum(n is None for n in named)
+            hint = (f"; {unnamed} of them {'has' if unnamed == 1 else 'have'} no `name:` (give it one there to "
+                    "override it by name)" if unnamed else "")
+            raise ctx.fail(key + (name,), f"no argument named {name!r} in the document's inputs; the arguments "
+                                          f"are {known}{hint}")
+        if isinstance(entry, dict) and "name" in entry and entry["name"] != name:
+            raise ctx.fail(key + (name, "name"), f"the key names the argument ({name!r}): drop `name:` here")
+        out[named.index(name)] = _arg(entry, key + (name,), ctx, name=name)
+    return tuple(out)
 
 
 def _mapping(value: Any, key: Key, allowed: tuple[str, ...], ctx: _Ctx) -> None:
@@ -666,7 +707,11 @@ def _arg(entry: Any, key: Key, ctx: _Ctx, name: Optional[str] = None) -> Arg:
     line = ctx.lines.get(ctx.prefix + key)
     if kinds == ["value"]:
         _mapping(entry, key, ("name", "value"), ctx)
-        return ValueArg(entry["value"], name, keystr, line)
+        value = entry["value"]
+        if isinstance(value, dict) and "import" in value:  # a callable: `value: {import: pkg.mod:fn}`
+            _mapping(value, key + ("value",), ("import",), ctx)
+            return ValueArg(None, name, keystr, line, _function(value["import"], key + ("value", "import"), ctx))
+        return ValueArg(value, name, keystr, line)
     if kinds == ["same_as"]:
         _mapping(entry, key, ("name", "same_as"), ctx)
         if not isinstance(entry["same_as"], str):
@@ -707,24 +752,39 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, keystr: str, c
         raise ctx.fail(key + ("dist",), "`dist` draws values, `data` gives them: use one or the other")
     dist = dist or ("randint" if dtype and (dtype.startswith(("int", "uint")) or dtype == "bool") else "normal")
     allowed = DISTS[dist]
-    for k in ("mean", "std", "low", "high"):
+    for k in ("mean", "std", "low", "high", "dim"):
         if k in entry and k not in allowed:
-            raise ctx.fail(key + (k,), f"`{k}` does not apply to dist {dist}; it takes {', '.join(allowed)}")
-    params = {k: number(entry[k], key + (k,), ctx) for k in allowed if k in entry}
+            takes = f"it takes {', '.join(allowed)}" if allowed else "it takes no parameters"
+            raise ctx.fail(key + (k,), f"`{k}` does not apply to dist {dist}; {takes}")
+    _structure(dist, shape, dtype, entry, key, ctx)
+    size_of = tuple(_size_of(k, entry[k], dist, key + (k,), ctx) for k in ("low", "high")
+                    if isinstance(entry.get(k), dict))
+    params = {k: number(entry[k], key + (k,), ctx) for k in allowed
+              if k in entry and k != "dim" and not isinstance(entry[k], dict)}
     if dist == "normal":
         params = {**DIST_DEFAULTS, **params}
         if params["std"] < 0:
             raise ctx.fail(key + ("std",), "expected a non-negative number")
-    elif dist == "uniform":
-        params = {"low": params.get("low", 0.0), "high": params.get("high", 1.0)}
-    else:
+    elif dist in BOUNDS:
+        low, high = BOUNDS[dist]
+        params = {"low": params.get("low", low), "high": params.get("high", high)}
+        if dist == "positive" and params["low"] <= 0:
+            raise ctx.fail(key + ("low",), f"dist positive draws values above low: expected low > 0, "
+                                           f"got {params['low']:g}")
+    elif dist == "randint":
         params = {"low": params.get("low", 0.0), "high": params.get("high", 2.0 if dtype == "bool" else 10.0)}
         for k, v in params.items():
+            if k in entry and isinstance(entry[k], dict):
+                continue
             if not (v.is_integer() and -2 ** 63 <= v < 2 ** 63):
                 raise ctx.fail(key + (k,), "randint draws integers: expected a whole number within int64, "
                                            f"got {_show(entry[k])}")
-    if params.get("low", 0) >= params.get("high", 1):
+    if not size_of and params.get("low", 0) >= params.get("high", 1):
         raise ctx.fail(key + ("high",), f"expected high > low, got low={params['low']}, high={params['high']}")
+    if "avoid" in entry and dist in SET_DISTS:
+        raise ctx.fail(key + ("avoid",), f"`avoid` redraws single values, which would leave the set dist {dist} "
+                                         "draws from: drop it")
+    param = _function(entry["param"], key + ("param",), ctx) if entry.get("param") is not None else None
     avoid = entry.get("avoid", [])
     if not isinstance(avoid, list) or not all(
         isinstance(iv, list) and len(iv) == 2 and all(isinstance(x, (int, float, str)) for x in iv) for iv in avoid
@@ -742,5 +802,48 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, keystr: str, c
     return TensorArg(
         name=name, shape=tuple(shape) if shape is not None else None, data=entry.get("data"), dtype=dtype,
         dist=None if "data" in entry else dist, params=tuple(params.items()), avoid=intervals,
-        requires_grad=rg, key=keystr,
+        requires_grad=rg, key=keystr, dim=_dim(entry, shape, key, ctx), size_of=size_of, param=param,
     )
+
+
+def _structure(dist: str, shape: Optional[list[int]], dtype: Optional[str], entry: dict[str, Any], key: Key,
+               ctx: _Ctx) -> None:
+    """What a structured dist asks of the shape and dtype: a (batch of) matrices, a real dtype."""
+    if dist not in SET_DISTS + ("positive",):
+        return
+    if dtype is not None and dtype.startswith("complex"):
+        raise ctx.fail(key + ("dtype",), f"dist {dist} draws real tensors; use a floating dtype")
+    if dist != "permutation" and dtype is not None and not dtype.startswith(("float", "bfloat")):
+        raise ctx.fail(key + ("dtype",), f"dist {dist} draws floating-point values; use a floating dtype "
+                                         "(randint or permutation draw integers)")
+    if dist in MATRIX_DISTS and shape is not None:
+        if len(shape) < 2:
+            raise ctx.fail(key + ("shape",), f"dist {dist} draws matrices: expected at least 2 dimensions "
+                                             f"(..., n, n), got {shape}")
+        if dist != "orthogonal" and shape[-1] != shape[-2]:
+            raise ctx.fail(key + ("shape",), f"dist {dist} draws square matrices: the last two dimensions must "
+                                             f"be equal, got {shape}")
+
+
+def _dim(entry: dict[str, Any], shape: Optional[list[int]], key: Key, ctx: _Ctx) -> int:
+    """``dim`` of simplex, sorted and permutation: an int within the shape's dimensions (default -1)."""
+    dim = entry.get("dim", -1)
+    n = len(shape) if shape is not None else None
+    if not isinstance(dim, int) or isinstance(dim, bool) or (n is not None and not -max(n, 1) <= dim < max(n, 1)):
+        within = f" within shape {shape}" if n is not None else ""
+        raise ctx.fail(key + ("dim",), f"expected a dimension (an int{within}, negative counts from the end), "
+                                       f"got {_show(dim)}")
+    return dim
+
+
+def _size_of(bound: str, value: dict[str, Any], dist: str, key: Key, ctx: _Ctx) -> tuple[str, str, int]:
+    """``high: {size_of: NAME, dim: D}``: the bound is the size of argument NAME along D (default 0)."""
+    if dist != "randint":
+        raise ctx.fail(key, f"a bound tied to another argument's size is for dist randint (indices), not {dist}")
+    _mapping(value, key, ("size_of", "dim"), ctx)
+    other, dim = value.get("size_of"), value.get("dim", 0)
+    if not isinstance(other, str) or not other:
+        raise ctx.fail(key + ("size_of",), f"expected the name of another argument, got {_show(other)}")
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise ctx.fail(key + ("dim",), f"expected a dimension of '{other}' (an int), got {_show(dim)}")
+    return bound, other, dim

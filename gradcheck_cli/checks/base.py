@@ -75,7 +75,7 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
         bound.rng = RngFork.capture(bound.values, bound.seed)
     bound.rng.restore()
     try:
-        out = guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
+        out = guarded(kind, what, target.call, bound.arguments(values), bound.n_positional, bound.kw_names)
     finally:
         bound.rng.release()
     if not isinstance(out, torch.Tensor) and not any(isinstance(o, torch.Tensor) for o in as_tuple(out)):

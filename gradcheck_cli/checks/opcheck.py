@@ -44,7 +44,7 @@ def run(ctx: CheckContext) -> CheckResult:
                                    "(torch.ops.ns.op, an overload of it, or what @torch.library.custom_op returns)",
                            start, ctx.named)
     for k, test in enumerate(TESTS):
-        values = fresh_leaves(bound.values)
+        values = bound.arguments(fresh_leaves(bound.values))
         args = values[:bound.n_positional]
         kwargs = dict(zip(bound.kw_names, values[bound.n_positional:bound.n_positional + len(bound.kw_names)]))
         with warnings.catch_warnings():  # anomaly mode's "Error detected in ..." of a failing test

@@ -30,6 +30,7 @@ def skeleton(bound: Bound) -> list[InputReport]:
             row = InputReport(index, name, [], type(v).__name__, Status.SKIP,  # shape [] = not a tensor
                               reason=f"not a tensor ({short(v)})")
         row.line = bound.line(i)
+        row.via = bound.via.get(i)
         rows.append(row)
     return rows
 
