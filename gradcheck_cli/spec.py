@@ -502,6 +502,10 @@ def _override(inputs: tuple[Arg, ...], entries: dict[Any, Any], key: Key, ctx: _
     (by their ``name:``) replaced by the case's entries, in place; the others are kept."""
     named = [a.name for a in inputs]
     out = list(inputs)
+    if entries and not inputs:  # the document's list is what a mapping overrides
+        raise ctx.fail(key[:-3] + ("inputs",), f"missing (or empty): {_keystr(key)} overrides arguments by name, "
+                                               "which needs the document's `inputs:` list; give the document one, "
+                                               "or give the case a list")
     for raw, entry in entries.items():
         name = str(raw)  # the key path as written (`0:` is a name here, not a position)
         if name not in named:

@@ -77,3 +77,11 @@ def test_the_override_is_checked_end_to_end(write_spec, invoke):
     rows = json.loads(result.stdout)["results"][0]["checks"][0]["inputs"]
     assert [(r["name"], r["status"], r["shape"]) for r in rows] == [
         ("x", "pass", [5, 4]), ("w", "pass", [3, 4]), ("b", "skip", [])]  # b is None in this case
+
+
+def test_an_override_without_the_documents_list_names_the_missing_list(write_spec):
+    # found by test_spec_fuzz: with the document's `inputs` deleted, the error named an argument of the case
+    path = write_spec("function: m:f\ncases:\n  - name: c\n    inputs: {x: {shape: [2]}}\n")
+    (err,) = load_file(path)
+    assert isinstance(err, SpecError) and err.key == "inputs"
+    assert "missing (or empty): cases[0].inputs overrides arguments by name" in str(err)

@@ -87,7 +87,7 @@ def test_import_key_and_option_import_before_the_target_is_resolved(user_module,
     """, "userops")
     write_spec(f"function: torch.ops.{ns}.twice\nimport: userops\ninputs: [{{shape: [3]}}]\n", "specs/twice.yaml")
     assert invoke("specs/twice.yaml", "--no-isolate").exit_code == 0
-    inline = invoke(f"torch.ops.{ns}.twice", "-i", "3", "--import", "userops", "--no-isolate", "--no-color")
+    inline = invoke(f"torch.ops.{ns}.twice", "-i", "3", "--import", "userops", "--no-isolate", "--no-color", "-v")
     assert inline.exit_code == 0, inline.output
     assert "0: x" in inline.stdout
 

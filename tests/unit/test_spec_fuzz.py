@@ -555,6 +555,8 @@ def related(err: str, mutated: tuple, doc: Any) -> bool:
         return True
     if err and err in {spec._keystr(mutated[:j]) for j in range(max(1, len(mutated) - 2), len(mutated))}:
         return True
+    if mutated[0] == "inputs" and re.fullmatch(r"cases\[\d+\]\.inputs(\..*)?", err):
+        return True  # a case's `inputs: {NAME: ...}` names entries of the document's list
     parent = mutated[:-1]
     if parent and parent[-1] == "expect" and err in {spec._keystr(parent + (k,)) for k in spec.EXPECT_KEYS}:
         return True  # renaming `reason` (or removing it) leaves `reason` missing
