@@ -34,6 +34,9 @@ class Options:
     memory_bytes: int = MEMORY_BYTES
     probes: int = 0  # > 0: decide with this many signed random probes, element by element only if one fails
     repeat: int = 3  # backward calls with the same grad_output that must agree
+    compile_backend: str = "aot_eager"  # the compile check's torch.compile backend
+    compile_atol: Optional[float] = None  # the compile check's tolerances (None: per dtype)
+    compile_rtol: Optional[float] = None
 
 
 @dataclass
