@@ -161,6 +161,10 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         result.checks.append(check)
+    if bound.found_in_place:
+        result.warnings.append("forward changes an argument in place and returns it (ctx.mark_dirty): every check "
+                               "called it on copies of the arguments (`clone_inputs: true` in the spec says so)")
+    result.warnings += target.notes()
     expectations.apply(result, case.expect, bound.names)  # before guard() combines the checks' statuses
 
 
@@ -187,6 +191,7 @@ def bind_case(target: Target, case: Case, device: str) -> Bound:
     positional, keywords = inputs.build(case, device, [p.name for p in target.parameters() or []])
     bound = bind(target, positional, keywords, list(case.inputs) + [arg for _, arg in case.kwargs])
     bound.seed = case.seed
+    bound.clone_inputs = True if case.clone_inputs else None  # None: the first forward finds out
     return bound
 
 

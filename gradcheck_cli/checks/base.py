@@ -78,13 +78,43 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
         bound.rng = RngFork.capture(bound.values, bound.seed)
     bound.rng.restore()
     try:
-        out = guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
+        if bound.clone_inputs is None:
+            out = _first_call(target, bound, values, kind, what)
+        else:
+            out = guarded(kind, what, target.call, copies(values) if bound.clone_inputs else values,
+                          bound.n_positional, bound.kw_names)
     finally:
         bound.rng.release()
     if not isinstance(out, torch.Tensor) and not any(isinstance(o, torch.Tensor) for o in as_tuple(out)):
         raise UserCodeError(ErrorKind.FORWARD, f"{what} returned {_returned(out)}, not a tensor or a tuple of tensors: "
                                                "there is no output to differentiate (a missing `return`?)")
     return out
+
+
+def _first_call(target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind, what: str) -> Any:
+    """The case's first forward, on copies of the tensors, to find an in-place target: one that changes
+    an argument and returns it (``ctx.mark_dirty``; autograd refuses that on a leaf that requires grad).
+    Then every later call is on copies too (``bound.clone_inputs``). A forward that changes an
+    argument without returning it is called again on the arguments themselves, so the backward
+    contract sees (and fails) that undeclared change."""
+    made = copies(values)
+    versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in made]
+    out = guarded(kind, what, target.call, made, bound.n_positional, bound.kw_names)
+    changed = [t for t, v in zip(made, versions) if isinstance(t, torch.Tensor) and t._version != v]
+    returned = any(o is t for o in as_tuple(out) for t in changed)
+    bound.clone_inputs = bound.found_in_place = returned
+    if changed and not returned:
+        if bound.rng:
+            bound.rng.restore()
+        out = guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
+    return out
+
+
+def copies(values: Sequence[Any]) -> list[Any]:
+    """The values with each tensor replaced by a clone (in the graph: its gradient flows to the
+    original), aliasing kept: what an in-place forward may change instead of the arguments."""
+    made: dict[int, Any] = {}
+    return [made.setdefault(id(v), v.clone()) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def _returned(value: Any) -> str:
