@@ -141,7 +141,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     loader.import_modules(case.imports, "import")
     target = loader.load(case.function)
     _import_effects([*opts.imports, *case.imports, case.function], set(sys.modules) - known, state.changes(before))
-    init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device)
+    init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device, case.init_mode)
     bound = bind_case(target, case, device)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
         raise BindError("inputs", f"no argument is a tensor that requires grad, so there is no gradient to check, "
