@@ -145,18 +145,15 @@ def snapshot_buffers(module: torch.nn.Module) -> list[Buffer]:
 
 def restore_buffers(buffers: list[Buffer]) -> list[str]:
     """Put back each buffer that a call replaced or changed in place (seen by its version counter, so
-    an unchanged one costs nothing); the names of those put back."""
+    an unchanged one costs nothing); the names of those put back. A changed buffer is replaced by a
+    fresh copy of its values as built, not written over: the graph of the call may have saved it."""
     changed = []
     for b in buffers:
-        if b.owner._buffers.get(b.attr) is not b.tensor:
+        if b.owner._buffers.get(b.attr) is not b.tensor or b.tensor._version != b.version:
+            b.tensor = b.values.clone()
             b.owner._buffers[b.attr] = b.tensor
-            changed.append(b.name)
-        if b.tensor._version != b.version:
-            with torch.no_grad():
-                b.tensor.copy_(b.values)
             b.version = b.tensor._version
-            if b.name not in changed:
-                changed.append(b.name)
+            changed.append(b.name)
     return changed
 
 
