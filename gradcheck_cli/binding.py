@@ -38,7 +38,7 @@ class Bound:
     entries: list[Optional[Arg]] = field(default_factory=list)  # each value's spec entry, where it has one
     rng: Optional[RngFork] = field(default=None, repr=False, compare=False)
     seed: int = 0  # seeds the RNG state every forward starts from
-    clone_inputs: Optional[bool] = None  # call forward on copies of the tensors (an in-place Function); None: not known yet
+    clone_inputs: Optional[bool] = None  # forward on copies of the tensors (an in-place Function); None: unknown yet
     found_in_place: bool = False  # clone_inputs was found (the first forward changed an argument and returned it)
 
     def line(self, i: int) -> Optional[int]:

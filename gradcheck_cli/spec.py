@@ -29,8 +29,8 @@ DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
 MAX_DIMS = 64  # dimensions of a torch tensor, at most
 SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
 TOP_KEYS = ("function", "import", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
-            "resample", "inputs", "kwargs", "init", "clone_inputs", "compile", "reference", "reference_dtype", "reference_backward", "expect",
-            "cases")
+            "resample", "inputs", "kwargs", "init", "clone_inputs", "compile", "reference", "reference_dtype",
+            "reference_backward", "expect", "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "avoid", "requires_grad")
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol", "reference")

@@ -16,6 +16,9 @@ class RunningNorm1d(torch.nn.Module):
     """y = (x - running_mean) / sqrt(running_var + eps) * weight + bias; in train mode the running
     statistics then move towards the batch's (momentum)."""
 
+    running_mean: Tensor
+    running_var: Tensor
+
     def __init__(self, features: int, momentum: float = 0.1, eps: float = 1e-5) -> None:
         super().__init__()
         self.momentum, self.eps = momentum, eps
