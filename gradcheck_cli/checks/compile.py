@@ -35,7 +35,7 @@ from ..spec import ReferenceRule
 from ..target import Target
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
 from .diagnosis import ratio_text
-from .reference import _compare, _gradients, _output_row, _side
+from .reference import compare, gradients, output_row, side
 from .verdict import begin, conclude, skip, unsupported
 
 VJP = "torch.func.vjp"
@@ -62,20 +62,20 @@ def run(ctx: CheckContext) -> CheckResult:
     missing = _unavailable()
     if missing:
         return skip(result, f"torch.compile is not available here: {missing}", start)
-    eager = _side(target, bound, bound.values, checked, "forward")
+    eager = side(target, bound, bound.values, checked, "forward")
     positions = differentiable(eager.outputs)
     gen = generator(ctx.options.seed, Stream.COMPILE)
     probes = {p: probe_like(eager.outputs[p], gen) for p in positions}
-    eager.grads = _gradients(eager, probes, "backward")
+    eager.grads = gradients(eager, probes, "backward")
     rule = ReferenceRule("allclose", 2.0, ctx.options.compile_atol, ctx.options.compile_rtol)
     breaks: dict[str, int] = {}
     n, kw = bound.n_positional, bound.kw_names
     plain = lambda *values: target.call(values, n, kw)  # noqa: E731
     try:
         with _compiling(breaks):
-            compiled = _side(_Calls(target.path, torch.compile(plain, backend=backend)), bound, bound.values,
+            compiled = side(_Calls(target.path, torch.compile(plain, backend=backend)), bound, bound.values,
                              checked, f"torch.compile(forward, backend={backend!r})")
-            outs = [_output_row(p, compiled.outputs, eager.outputs, None, rule) for p in range(len(eager.outputs))]
+            outs = [output_row(p, compiled.outputs, eager.outputs, None, rule) for p in range(len(eager.outputs))]
             for r in outs:
                 r.diagnosis = _words(r, ["forward"]) if r.status is Status.FAIL else None
             if any(r.status is Status.FAIL for r in outs) and _random(target, bound, eager.outputs):
@@ -83,7 +83,7 @@ def run(ctx: CheckContext) -> CheckResult:
                 return skip(result, f"RNG differs: forward draws random numbers (its outputs change with the seed) "
                                     f"and the code torch.compile (backend {backend!r}) makes draws other ones, so its "
                                     "outputs and gradients cannot be compared with eager's", start)
-            compiled.grads = _gradients(compiled, probes, f"backward of torch.compile(forward, backend={backend!r})")
+            compiled.grads = gradients(compiled, probes, f"backward of torch.compile(forward, backend={backend!r})")
     except UserCodeError as exc:
         result.warnings += _break_notes(breaks)
         return unsupported(result, f"torch.compile (backend {backend!r}) failed on it: {_first_line(exc)}", start,
@@ -144,7 +144,7 @@ def _against(row: InputReport, got: dict[str, torch.Tensor], want: torch.Tensor,
     filled = []
     for path, g in got.items():
         trial = replace(row)
-        _compare(trial, g, want, None, rule, "gradient")
+        compare(trial, g, want, None, rule, "gradient")
         filled.append((path, trial))
     failing = [(p, r) for p, r in filled if r.status is Status.FAIL]
     path, worst = failing[0] if failing else max(filled, key=lambda pr: pr[1].max_abs_err or 0.0)
