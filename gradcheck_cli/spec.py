@@ -36,6 +36,7 @@ TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol", "reference")
 RULES = {"relative": ("rule", "factor", "atol"), "allclose": ("rule", "atol", "rtol")}  # tolerance.reference: its keys
 REFERENCE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # reference_dtype (complex inputs: its complex kind)
+INIT_KEYS = ("args", "kwargs", "mode")  # init: constructor arguments, and train | eval
 INIT_MODES = ("train", "eval")  # init.mode: module.train() / module.eval() before checking
 COMPILE_KEYS = ("backend", "atol", "rtol")  # `compile`: the compile check's backend and tolerances
 COMPILE_BACKENDS = ("aot_eager", "inductor", "eager")
@@ -462,7 +463,7 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["kwargs"] = tuple((str(k), _arg(v, key + ("kwargs", k), ctx, name=str(k))) for k, v in kw.items())
     if "init" in doc:
         init = doc["init"] or {}
-        _mapping(init, key + ("init",), ("args", "kwargs", "mode"), ctx)
+        _mapping(init, key + ("init",), INIT_KEYS, ctx)
         mode = init.get("mode")
         if mode is not None and mode not in INIT_MODES:
             raise ctx.fail(key + ("init", "mode"), f"expected train or eval (module.train() / module.eval() before "

@@ -21,6 +21,7 @@ from ..target import Target
 from .rows import short
 
 MEMORY_BYTES = 512 * 2**20  # Jacobian entries held at once, unless --max-memory says otherwise
+IN_PLACE_ON_LEAF = "a leaf Variable that requires grad"  # autograd's error for an in-place change of a leaf
 WORK_LIMIT = 10**11  # calls x tensor elements per call: an element-by-element check beyond this takes hours
 
 
@@ -92,22 +93,32 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
 
 
 def _first_call(target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind, what: str) -> Any:
-    """The case's first forward, on copies of the tensors, to find an in-place target: one that changes
-    an argument and returns it (``ctx.mark_dirty``; autograd refuses that on a leaf that requires grad).
-    Then every later call is on copies too (``bound.clone_inputs``). A forward that changes an
-    argument without returning it is called again on the arguments themselves, so the backward
-    contract sees (and fails) that undeclared change."""
-    made = copies(values)
-    versions = [t._version if isinstance(t, torch.Tensor) else 0 for t in made]
-    out = guarded(kind, what, target.call, made, bound.n_positional, bound.kw_names)
-    changed = [t for t, v in zip(made, versions) if isinstance(t, torch.Tensor) and t._version != v]
-    returned = any(o is t for o in as_tuple(out) for t in changed)
-    bound.clone_inputs = bound.found_in_place = returned
-    if changed and not returned:
-        if bound.rng:
-            bound.rng.restore()
+    """The case's first forward, which finds an in-place target: one that changes an argument and
+    returns it (``ctx.mark_dirty``), which autograd refuses on a leaf that requires grad after forward
+    changed it. Its arguments are then put back as they were, and this and every later call is on
+    copies (``bound.clone_inputs``). A forward that changes an argument without returning it is left
+    to the backward contract, which fails that undeclared change."""
+    kept = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in values]
+    versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in values]
+    out: Any = None
+    try:
         out = guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
-    return out
+        changed = [v for v, n in zip(values, versions) if isinstance(v, torch.Tensor) and v._version != n]
+        in_place = any(o is v for o in as_tuple(out) for v in changed)
+    except UserCodeError as exc:
+        if IN_PLACE_ON_LEAF not in str(exc):
+            raise
+        in_place = True
+    bound.clone_inputs = bound.found_in_place = in_place
+    if not in_place:
+        return out
+    with torch.no_grad():
+        for v, k in zip(values, kept):
+            if isinstance(v, torch.Tensor) and k is not None and not torch.equal(v, k):
+                v.copy_(k)
+    if bound.rng:
+        bound.rng.restore()
+    return guarded(kind, what, target.call, copies(values), bound.n_positional, bound.kw_names)
 
 
 def copies(values: Sequence[Any]) -> list[Any]:
