@@ -38,6 +38,8 @@ class Bound:
     entries: list[Optional[Arg]] = field(default_factory=list)  # each value's spec entry, where it has one
     rng: Optional[RngFork] = field(default=None, repr=False, compare=False)
     seed: int = 0  # seeds the RNG state every forward starts from
+    clone_inputs: Optional[bool] = None  # forward on copies of the tensors (an in-place Function); None: unknown yet
+    found_in_place: bool = False  # clone_inputs was found (the first forward changed an argument and returned it)
     # value i reaches the target as transforms[i](value) (`param:`, or sym for symmetric inputs): the
     # checks perturb and differentiate the value itself, so they check f(param(X))
     transforms: dict[int, Callable[[Any], Any]] = field(default_factory=dict, repr=False, compare=False)

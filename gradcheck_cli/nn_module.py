@@ -31,6 +31,8 @@ class ModuleTarget(Target):
     module: Optional[torch.nn.Module] = None
     param_names: list[str] = field(default_factory=list)  # its named_parameters(), in order
     copies: dict[str, tuple[torch.nn.Module, Slots]] = field(default_factory=dict, repr=False)  # device -> copy
+    buffers: dict[int, list[Buffer]] = field(default_factory=dict, repr=False)  # id(module) -> its buffers as built
+    mutated: list[str] = field(default_factory=list)  # buffers a forward changed (put back after it)
 
     @property
     def is_module(self) -> bool:
@@ -54,7 +56,24 @@ class ModuleTarget(Target):
         kwargs = dict(zip(kw_names, values[n_positional:split]))
         params = values[split:]
         module, slots = self.on(str(params[0].device) if params else None)
-        return call_with(module, slots, list(params), list(values[:n_positional]), kwargs)
+        buffers = self.buffers.get(id(module))
+        if buffers is None:
+            buffers = self.buffers[id(module)] = snapshot_buffers(module)
+        try:
+            return call_with(module, slots, list(params), list(values[:n_positional]), kwargs)
+        finally:
+            for name in restore_buffers(buffers):
+                if name not in self.mutated:
+                    self.mutated.append(name)
+
+    def notes(self) -> list[str]:
+        """A warning naming the buffers a forward changed (running statistics), once."""
+        if not self.mutated:
+            return []
+        names = ", ".join(f"'{n}'" for n in self.mutated)
+        return [f"forward mutates buffer{'s' * (len(self.mutated) != 1)} {names} (running statistics?): "
+                "it was put back after every call, so each call saw the buffers as the module was built and "
+                "the gradients are those of one call; `init: {mode: eval}` checks the module as used in inference"]
 
     def extra_arguments(self, device: Optional[str]) -> list[tuple[str, torch.Tensor]]:
         """The module's parameters on ``device`` as fresh leaves, named as in named_parameters()."""
@@ -74,7 +93,8 @@ class ModuleTarget(Target):
             self.copies[key] = (copy, parameter_slots(copy))
         return self.copies[key]
 
-    def build(self, args: Sequence[Any], kwargs: dict[str, Any], seed: int, dtype: str, device: str) -> None:
+    def build(self, args: Sequence[Any], kwargs: dict[str, Any], seed: int, dtype: str, device: str,
+              mode: Optional[str] = None) -> None:
         """Build the module from the spec's ``init``: deterministic from ``seed`` (the global RNG is
         forked, not disturbed), in ``dtype`` (floating parameters and buffers), on ``device``.
 
@@ -95,9 +115,46 @@ class ModuleTarget(Target):
         wanted = getattr(torch, dtype)
         if wanted.is_floating_point or wanted.is_complex:
             module = module.to(wanted)
+        if mode is not None:
+            module.train(mode == "train")
         self.module = module.to(device)
         self.param_names = [n for n, _ in module.named_parameters()]
         self.copies = {device_key(device): (self.module, parameter_slots(self.module))}
+
+
+@dataclass
+class Buffer:
+    """A module's buffer as built: where it is held, the tensor, a copy of its values, its version."""
+
+    name: str  # qualified, as in named_buffers()
+    owner: torch.nn.Module
+    attr: str
+    tensor: torch.Tensor
+    values: torch.Tensor
+    version: int
+
+
+def snapshot_buffers(module: torch.nn.Module) -> list[Buffer]:
+    """Every buffer of ``module`` (and its submodules) as it is now."""
+    out = []
+    for name, b in module.named_buffers():
+        owner_name, _, attr = name.rpartition(".")
+        out.append(Buffer(name, module.get_submodule(owner_name), attr, b, b.detach().clone(), b._version))
+    return out
+
+
+def restore_buffers(buffers: list[Buffer]) -> list[str]:
+    """Put back each buffer that a call replaced or changed in place (seen by its version counter, so
+    an unchanged one costs nothing); the names of those put back. A changed buffer is replaced by a
+    fresh copy of its values as built, not written over: the graph of the call may have saved it."""
+    changed = []
+    for b in buffers:
+        if b.owner._buffers.get(b.attr) is not b.tensor or b.tensor._version != b.version:
+            b.tensor = b.values.clone()
+            b.owner._buffers[b.attr] = b.tensor
+            b.version = b.tensor._version
+            changed.append(b.name)
+    return changed
 
 
 def device_key(device: Any) -> str:
@@ -164,10 +221,14 @@ def _shown(p: inspect.Parameter) -> str:
 
 
 def init_target(target: Target, args: Sequence[Any], kwargs: dict[str, Any], seed: int, dtype: str,
-                device: str) -> None:
-    """Build a module target from the spec's ``init``; for any other target, ``init`` is an error."""
+                device: str, mode: Optional[str] = None) -> None:
+    """Build a module target from the spec's ``init`` (in ``mode`` train or eval, if given); for any
+    other target, ``init`` is an error."""
     if isinstance(target, ModuleTarget):
-        target.build(args, kwargs, seed, dtype, device)
+        target.build(args, kwargs, seed, dtype, device, mode)
+    elif mode is not None:
+        raise BindError("init.mode", f"{target.path} is not an nn.Module class: `init.mode` (train or eval) applies "
+                                     "to modules only; remove it")
     elif args or kwargs:
         raise BindError("init", f"{target.path} is not an nn.Module class: `init` (constructor "
                                 "arguments) applies to modules only; remove it")

@@ -30,6 +30,7 @@ class Stream(enum.IntEnum):
     BATCHED = 20  # batched's stack of grad_outputs
     UNDEFINED_GRAD = 21  # undefined_grad's grad_outputs
     REFERENCE = 30  # the reference check's grad_outputs
+    COMPILE = 31  # the compile check's grad_outputs
     MODULE_INIT = 100  # an nn.Module's parameters
 
 

@@ -142,7 +142,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     loader.import_modules(case.imports, "import")
     target = loader.load(case.function)
     _import_effects([*opts.imports, *case.imports, case.function], set(sys.modules) - known, state.changes(before))
-    init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device)
+    init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device, case.init_mode)
     bound = bind_case(target, case, device)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
         raise BindError("inputs", f"no argument is a tensor that requires grad, so there is no gradient to check, "
@@ -151,7 +151,8 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
                                   "and run: review spec files as you review code")
     expectations.validate(case.expect, bound.names, case.checks)
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
-    options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat)
+    options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat,
+                      case.compile.backend, case.compile.atol, case.compile.rtol)
     ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
                        named=not case.all_checks,
                        oracle=oracle.load(case, target, device) if "reference" in case.checks else None)
@@ -161,6 +162,10 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         result.checks.append(check)
+    if bound.found_in_place:
+        result.warnings.append("forward changes an argument in place and returns it (ctx.mark_dirty): every check "
+                               "called it on copies of the arguments (`clone_inputs: true` in the spec says so)")
+    result.warnings += target.notes()
     expectations.apply(result, case.expect, bound.names)  # before guard() combines the checks' statuses
 
 
@@ -194,6 +199,7 @@ def bind_case(target: Target, case: Case, device: str) -> Bound:
             bound.via[i] = entry.via
             bound.transforms[i] = (loader.load_callable(entry.param, f"{entry.key}.param") if entry.param
                                    else symmetric_part)
+    bound.clone_inputs = True if case.clone_inputs else None  # None: the first forward finds out
     return bound
 
 

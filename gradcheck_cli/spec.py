@@ -35,14 +35,18 @@ SYMMETRIC_DISTS = ("symmetric", "spd")  # perturbed along the set: the check dif
 MAX_DIMS = 64  # dimensions of a torch tensor, at most
 SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
 TOP_KEYS = ("function", "import", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
-            "resample", "inputs", "kwargs", "init", "reference", "reference_dtype", "reference_backward", "expect",
-            "cases")
+            "resample", "inputs", "kwargs", "init", "clone_inputs", "compile", "reference", "reference_dtype",
+            "reference_backward", "expect", "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "dim", "avoid", "requires_grad",
                "param")
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol", "reference")
 RULES = {"relative": ("rule", "factor", "atol"), "allclose": ("rule", "atol", "rtol")}  # tolerance.reference: its keys
 REFERENCE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # reference_dtype (complex inputs: its complex kind)
+INIT_KEYS = ("args", "kwargs", "mode")  # init: constructor arguments, and train | eval
+INIT_MODES = ("train", "eval")  # init.mode: module.train() / module.eval() before checking
+COMPILE_KEYS = ("backend", "atol", "rtol")  # `compile`: the compile check's backend and tolerances
+COMPILE_BACKENDS = ("aot_eager", "inductor", "eager")
 EXPECT_KEYS = ("reason", "checks")  # the other keys of `expect` are argument names
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
 FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")  # likewise
@@ -172,6 +176,15 @@ class Expect:
 
 
 @dataclass(frozen=True)
+class CompileOptions:
+    """`compile`: the compile check's torch.compile backend and tolerances (None: per dtype)."""
+
+    backend: str = "aot_eager"
+    atol: Optional[float] = None
+    rtol: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class Case:
     """One fully resolved case of one spec document: everything needed to check it."""
 
@@ -193,6 +206,9 @@ class Case:
     kwargs: tuple[tuple[str, Arg], ...] = ()
     init_args: tuple[Any, ...] = ()
     init_kwargs: tuple[tuple[str, Any], ...] = ()
+    init_mode: Optional[str] = None  # `init.mode`: train | eval (None: as the constructor leaves it)
+    clone_inputs: bool = False  # call the target on copies of its tensor arguments (an in-place Function)
+    compile: CompileOptions = CompileOptions()
     reference: Optional[str] = None  # import path of a reference implementation
     reference_dtype: str = "float64"  # the reference runs on copies of the inputs in this dtype
     reference_backward: Optional[str] = None  # import path of fn(inputs, grad_outputs) -> the intended gradients
@@ -475,7 +491,12 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["kwargs"] = tuple((str(k), _arg(v, key + ("kwargs", k), ctx, name=str(k))) for k, v in kw.items())
     if "init" in doc:
         init = {} if doc["init"] is None else doc["init"]
-        _mapping(init, key + ("init",), ("args", "kwargs"), ctx)
+        _mapping(init, key + ("init",), INIT_KEYS, ctx)
+        mode = init.get("mode")
+        if mode is not None and mode not in INIT_MODES:
+            raise ctx.fail(key + ("init", "mode"), f"expected train or eval (module.train() / module.eval() before "
+                                                   f"checking), got {_show(mode)}")
+        changes["init_mode"] = mode
         args, kwargs = init.get("args"), init.get("kwargs")
         args, kwargs = [] if args is None else args, {} if kwargs is None else kwargs
         if not isinstance(args, list):
@@ -483,6 +504,13 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         if not isinstance(kwargs, dict):
             raise ctx.fail(key + ("init", "kwargs"), f"expected a mapping, got {_show(kwargs)}")
         changes["init_args"], changes["init_kwargs"] = tuple(args), tuple((str(k), v) for k, v in kwargs.items())
+    if "clone_inputs" in doc:
+        if not isinstance(doc["clone_inputs"], bool):
+            raise ctx.fail(key + ("clone_inputs",), f"expected true or false (call the target on copies of its tensor "
+                                                    f"arguments), got {_show(doc['clone_inputs'])}")
+        changes["clone_inputs"] = doc["clone_inputs"]
+    if "compile" in doc:
+        changes["compile"] = _compile(doc["compile"], key + ("compile",), ctx)
     for name in ("reference", "reference_backward"):
         if name in doc:
             changes[name] = None if doc[name] is None else _function(doc[name], key + (name,), ctx)
@@ -519,6 +547,21 @@ def _override(inputs: tuple[Arg, ...], entries: dict[Any, Any], key: Key, ctx: _
             raise ctx.fail(key + (name, "name"), f"the key names the argument ({name!r}): drop `name:` here")
         out[named.index(name)] = _arg(entry, key + (name,), ctx, name=name)
     return tuple(out)
+
+
+def _compile(value: Any, key: Key, ctx: _Ctx) -> CompileOptions:
+    """`compile: {backend, atol, rtol}`."""
+    value = value or {}
+    _mapping(value, key, COMPILE_KEYS, ctx)
+    backend = value.get("backend", "aot_eager")
+    if backend not in COMPILE_BACKENDS:
+        raise ctx.fail(key + ("backend",), f"expected one of {', '.join(COMPILE_BACKENDS)} (torch.compile's backend), "
+                                           f"got {_show(backend)}")
+    tols = {k: number(value[k], key + (k,), ctx) for k in ("atol", "rtol") if value.get(k) is not None}
+    for k, v in tols.items():
+        if v < 0:
+            raise ctx.fail(key + (k,), f"expected a non-negative number, got {_show(value[k])}")
+    return CompileOptions(backend, tols.get("atol"), tols.get("rtol"))
 
 
 def _mapping(value: Any, key: Key, allowed: tuple[str, ...], ctx: _Ctx) -> None:

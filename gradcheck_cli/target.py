@@ -71,6 +71,10 @@ class Target:
         """Arguments the target adds after the spec's, as (name, fresh leaf) on ``device``: none here."""
         return []
 
+    def notes(self) -> list[str]:
+        """Warnings about what calling the target showed (a module's forward that changes its buffers): none here."""
+        return []
+
 
 class StandInCtx:
     """The ctx of a forward called without ``apply``: it keeps what forward stores on it and

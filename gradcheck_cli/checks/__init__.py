@@ -20,6 +20,7 @@ REGISTRY: dict[str, str] = {  # check name -> its module in this package; `check
     "undefined_grad": "undefined_grad",
     "device_consistency": "device_consistency",
     "opcheck": "opcheck",
+    "compile": "compile",
 }
 NAMES = tuple(REGISTRY)
 

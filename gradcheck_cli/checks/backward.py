@@ -59,7 +59,9 @@ def run(ctx: CheckContext) -> CheckResult:
 
     # what vmap may batch: a generated vmap rule runs forward itself under vmap, so forward is called
     # directly (apply's vmap machinery costs more than the forward of a 128 x 128 Linear layer)
-    batched: Callable[[Sequence[Any]], Any] = (forward if not target.is_function or target.own_vmap
+    # (an in-place forward runs on copies, through apply)
+    direct = not target.is_function or target.own_vmap or bool(bound.clone_inputs)
+    batched: Callable[[Sequence[Any]], Any] = (forward if direct
                                                else lambda vals: target.body(bound.arguments(vals)))
     plain, tol, notes = _reference(forward, fresh_leaves(bound.values, grad=False), bound, checked, tol)
     if plain is None:  # half precision only: finite differences there measure rounding

@@ -21,6 +21,7 @@ from ..target import Target
 from .rows import short
 
 MEMORY_BYTES = 512 * 2**20  # Jacobian entries held at once, unless --max-memory says otherwise
+IN_PLACE_ON_LEAF = "a leaf Variable that requires grad"  # autograd's error for an in-place change of a leaf
 WORK_LIMIT = 10**11  # calls x tensor elements per call: an element-by-element check beyond this takes hours
 
 
@@ -34,6 +35,9 @@ class Options:
     memory_bytes: int = MEMORY_BYTES
     probes: int = 0  # > 0: decide with this many signed random probes, element by element only if one fails
     repeat: int = 3  # backward calls with the same grad_output that must agree
+    compile_backend: str = "aot_eager"  # the compile check's torch.compile backend
+    compile_atol: Optional[float] = None  # the compile check's tolerances (None: per dtype)
+    compile_rtol: Optional[float] = None
 
 
 @dataclass
@@ -75,13 +79,54 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
         bound.rng = RngFork.capture(bound.values, bound.seed)
     bound.rng.restore()
     try:
-        out = guarded(kind, what, target.call, bound.arguments(values), bound.n_positional, bound.kw_names)
+        arguments = bound.arguments(values)  # `param:` / symmetric maps applied
+        if bound.clone_inputs is None:
+            out = _first_call(target, bound, arguments, kind, what)
+        else:
+            out = guarded(kind, what, target.call, copies(arguments) if bound.clone_inputs else arguments,
+                          bound.n_positional, bound.kw_names)
     finally:
         bound.rng.release()
     if not isinstance(out, torch.Tensor) and not any(isinstance(o, torch.Tensor) for o in as_tuple(out)):
         raise UserCodeError(ErrorKind.FORWARD, f"{what} returned {_returned(out)}, not a tensor or a tuple of tensors: "
                                                "there is no output to differentiate (a missing `return`?)")
     return out
+
+
+def _first_call(target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind, what: str) -> Any:
+    """The case's first forward, which finds an in-place target: one that changes an argument and
+    returns it (``ctx.mark_dirty``), which autograd refuses on a leaf that requires grad after forward
+    changed it. Its arguments are then put back as they were, and this and every later call is on
+    copies (``bound.clone_inputs``). A forward that changes an argument without returning it is left
+    to the backward contract, which fails that undeclared change."""
+    kept = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in values]
+    versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in values]
+    out: Any = None
+    try:
+        out = guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
+        changed = [v for v, n in zip(values, versions) if isinstance(v, torch.Tensor) and v._version != n]
+        in_place = any(o is v for o in as_tuple(out) for v in changed)
+    except UserCodeError as exc:
+        if IN_PLACE_ON_LEAF not in str(exc):
+            raise
+        in_place = True
+    bound.clone_inputs = bound.found_in_place = in_place
+    if not in_place:
+        return out
+    with torch.no_grad():
+        for v, k in zip(values, kept):
+            if isinstance(v, torch.Tensor) and k is not None and not torch.equal(v, k):
+                v.copy_(k)
+    if bound.rng:
+        bound.rng.restore()
+    return guarded(kind, what, target.call, copies(values), bound.n_positional, bound.kw_names)
+
+
+def copies(values: Sequence[Any]) -> list[Any]:
+    """The values with each tensor replaced by a clone (in the graph: its gradient flows to the
+    original), aliasing kept: what an in-place forward may change instead of the arguments."""
+    made: dict[int, Any] = {}
+    return [made.setdefault(id(v), v.clone()) if isinstance(v, torch.Tensor) else v for v in values]
 
 
 def _returned(value: Any) -> str:

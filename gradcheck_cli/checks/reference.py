@@ -362,3 +362,7 @@ def _passed(right: list[InputReport], rule: ReferenceRule, oracle: Oracle) -> st
     return (f"{' and '.join(parts)} {verb} with {side} ({rule.rule}: {how}"
             + (f"; worst {max(worst):.2g}x)" if worst else ")"))
 
+
+
+# shared with the compile check, which compares compiled against eager as this check compares against a reference
+compare, gradients, output_row, side = _compare, _gradients, _output_row, _side

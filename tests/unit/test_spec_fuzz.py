@@ -528,7 +528,7 @@ def allowed_keys(doc: Any, key: tuple) -> Optional[tuple]:
         entry = get(doc, key)
         return ("name", "value") if "value" in entry else ("name", "same_as") if "same_as" in entry else spec.TENSOR_KEYS
     return {"top": spec.TOP_KEYS, "case": spec.CASE_KEYS, "tolerance": spec.TOLERANCE_KEYS,
-            "init": ("args", "kwargs")}.get(r)
+            "init": spec.INIT_KEYS}.get(r)
 
 
 def near_misses(name: str) -> list[str]:

@@ -1,0 +1,275 @@
+"""The ``compile`` check: gradients under ``torch.compile`` against eager, on the same inputs and
+grad_outputs.
+
+Two compiled paths, each against eager autograd (one forward and one ``autograd.grad``):
+
+- ``backward``: ``torch.compile(fn)`` called on leaves, differentiated with ``autograd.grad`` (what
+  ``loss.backward()`` of a compiled model runs: AOTAutograd's compiled backward);
+- ``torch.func.vjp``: ``torch.compile`` of ``torch.func.vjp(fn, ...)`` applied to the grad_outputs (a
+  transform traced whole: ``torch.compile(torch.func.grad(loss))`` is the vjp of a scalar loss).
+
+Forward outputs are compared too. Backend ``aot_eager`` (default) runs the same kernels as eager, so
+float64 results agree to rounding; ``inductor`` generates code, and gets torch.testing.assert_close's
+per-dtype tolerances. A forward that draws random numbers draws different ones when compiled by a
+backend with its own RNG (inductor): that is a skip ("RNG differs"), not a wrong gradient. Graph
+breaks are warnings, with their reasons.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+
+from ..binding import Bound
+from ..errors import UserCodeError
+from ..numerics import as_tuple, is_float_tensor
+from ..results import CheckResult, InputReport, Pattern, Status
+from ..rng import Stream, generator, seed_plus
+from ..spec import ReferenceRule
+from ..target import Target
+from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
+from .diagnosis import ratio_text
+from .reference import compare, gradients, output_row, side
+from .verdict import begin, conclude, skip, unsupported
+
+VJP = "torch.func.vjp"
+_PATCHED = ("__init__", "__setstate__", "___needs_generation_tag_patch")  # what dynamo patches on nn.Module
+_MISSING = object()
+BREAKS_SHOWN = 3  # graph-break reasons named in the warning
+
+
+class _Calls(Target):
+    """A callable of all the bound values (module parameters included), called as a target is."""
+
+    def __init__(self, path: str, fn: Callable[..., Any]) -> None:
+        super().__init__(path, fn, False)
+
+    def call(self, values: Sequence[Any], n_positional: int, kw_names: list[str]) -> Any:
+        return self.obj(*values)
+
+
+def run(ctx: CheckContext) -> CheckResult:
+    """``compile``: outputs and gradients of the compiled target against eager."""
+    target, bound = ctx.target, ctx.bound
+    backend = ctx.options.compile_backend
+    start, rows, checked, result = begin(bound, "compile", backend)
+    missing = _unavailable()
+    if missing:
+        return skip(result, f"torch.compile is not available here: {missing}", start)
+    eager = side(target, bound, bound.values, checked, "forward")
+    positions = differentiable(eager.outputs)
+    gen = generator(ctx.options.seed, Stream.COMPILE)
+    probes = {p: probe_like(eager.outputs[p], gen) for p in positions}
+    eager.grads = gradients(eager, probes, "backward")
+    rule = ReferenceRule("allclose", 2.0, ctx.options.compile_atol, ctx.options.compile_rtol)
+    breaks: dict[str, int] = {}
+    n, kw = bound.n_positional, bound.kw_names
+    plain = lambda *values: target.call(values, n, kw)  # noqa: E731
+    try:
+        with _compiling(breaks):
+            compiled = side(_Calls(target.path, torch.compile(plain, backend=backend)), bound, bound.values,
+                             checked, f"torch.compile(forward, backend={backend!r})")
+            outs = [output_row(p, compiled.outputs, eager.outputs, None, rule) for p in range(len(eager.outputs))]
+            for r in outs:
+                r.diagnosis = _words(r, ["forward"]) if r.status is Status.FAIL else None
+            if any(r.status is Status.FAIL for r in outs) and _random(target, bound, eager.outputs):
+                result.warnings += _break_notes(breaks)
+                return skip(result, f"RNG differs: forward draws random numbers (its outputs change with the seed) "
+                                    f"and the code torch.compile (backend {backend!r}) makes draws other ones, so its "
+                                    "outputs and gradients cannot be compared with eager's", start)
+            compiled.grads = gradients(compiled, probes, f"backward of torch.compile(forward, backend={backend!r})")
+    except UserCodeError as exc:
+        result.warnings += _break_notes(breaks)
+        return unsupported(result, f"torch.compile (backend {backend!r}) failed on it: {_first_line(exc)}", start,
+                           ctx.named)
+    paths = ["backward"]
+    via_vjp, vjp_note = _vjp_path(target, bound, checked, positions, probes, backend, eager.grads, breaks)
+    if via_vjp is not None:
+        paths.append(VJP)
+    for k, i in enumerate(checked):
+        _against(rows[i], {"backward": compiled.grads[k], **({VJP: via_vjp[k]} if via_vjp else {})},
+                 eager.grads[k], rule)
+    rows += outs
+    result.mode = f"{backend}: {', '.join(paths)}"
+    result.warnings += _break_notes(breaks)
+    notes = [vjp_note] if vjp_note else []
+    return conclude(result, start, [], _wrong, lambda right: _passed(right, backend, paths), name_right=False,
+                    nothing="nothing to compare: no argument requires grad and no output", notes=notes)
+
+
+def _vjp_path(target: Target, bound: Bound, checked: list[int], positions: list[int],
+              probes: dict[int, torch.Tensor], backend: str, want: list[torch.Tensor],
+              breaks: dict[str, int]) -> tuple[Any, str]:
+    """The gradients from ``torch.compile(torch.func.vjp(...))``, or None and why that path was not run
+    (torch.func cannot run the target eagerly: an autograd.Function without ``setup_context``)."""
+    if not checked or not positions:
+        return None, ""
+    n, kw = bound.n_positional, bound.kw_names
+    cotangents = tuple(probes[p] for p in positions)
+
+    def pulled(*values: Any) -> Any:
+        def f(*xs: Any) -> tuple[Any, ...]:
+            full = list(values)
+            for i, x in zip(checked, xs):
+                full[i] = x
+            outs = as_tuple(target.call(full, n, kw))
+            return tuple(outs[p] for p in positions)
+
+        pull = torch.func.vjp(f, *(values[i] for i in checked))[1]
+        return pull(cotangents)
+
+    values = fresh_leaves(bound.values, grad=False)
+    try:
+        as_tuple(call_forward(_Calls(target.path, pulled), bound, values, what=f"{VJP} (eager)"))
+    except UserCodeError as exc:
+        return None, f"{VJP} not compared: it cannot run eagerly ({_first_line(exc)})"
+    try:
+        with _compiling(breaks):
+            got = as_tuple(call_forward(_Calls(target.path, torch.compile(pulled, backend=backend)), bound, values,
+                                        what=f"torch.compile({VJP}, backend={backend!r})"))
+    except UserCodeError as exc:
+        return None, f"{VJP} not compared: torch.compile (backend {backend!r}) failed on it: {_first_line(exc)}"
+    return [g.detach() if isinstance(g, torch.Tensor) else torch.zeros_like(w) for g, w in zip(got, want)], ""
+
+
+def _against(row: InputReport, got: dict[str, torch.Tensor], want: torch.Tensor, rule: ReferenceRule) -> None:
+    """Fill ``row`` with the worst of the compiled paths' gradients (path -> gradient) against eager's;
+    a failing path is named in the diagnosis."""
+    filled = []
+    for path, g in got.items():
+        trial = replace(row)
+        compare(trial, g, want, None, rule, "gradient")
+        filled.append((path, trial))
+    failing = [(p, r) for p, r in filled if r.status is Status.FAIL]
+    path, worst = failing[0] if failing else max(filled, key=lambda pr: pr[1].max_abs_err or 0.0)
+    worst.diagnosis = _words(worst, [p for p, _ in failing]) if failing else None
+    row.__dict__.update(worst.__dict__)
+
+
+def _words(row: InputReport, paths: list[str]) -> str:
+    """A failing row's pattern, compiled (``paths``) against eager."""
+    where = " and ".join(f"compiled {p}" for p in paths)
+    noun = "output" if row.role == "output" else "gradient"
+    if row.pattern is Pattern.ZERO_ANALYTICAL:
+        what = "is all zeros, eager's is not"
+    elif row.pattern is Pattern.ZERO_NUMERICAL:
+        what = "is not zero, eager's is"
+    elif row.pattern is Pattern.SIGN_FLIP:
+        what = "has the opposite sign of eager's"
+    elif row.pattern is Pattern.CONSTANT_RATIO and row.ratio is not None:
+        what = f"is {ratio_text(row.ratio, 1e-2)} eager's"
+    elif row.pattern is Pattern.SOME_ELEMENTS:
+        what = f"differs from eager's in {row.mismatched} of {row.numel} elements"
+    elif row.pattern is Pattern.NONFINITE:
+        what = "has NaN or infinite values where eager's has none (or the reverse)"
+    else:
+        what = "differs from eager's"
+    return f"{where}: its {noun} {what}"
+
+
+def _wrong(row: InputReport) -> str:
+    if row.role == "output":
+        return f"{row.name}: {row.diagnosis}"
+    return f"'{row.name}': {row.diagnosis}"
+
+
+def _passed(right: list[InputReport], backend: str, paths: list[str]) -> str:
+    grads = sum(r.role != "output" for r in right)
+    outs = len(right) - grads
+    parts = [f"{k} {w}{'s' * (k != 1)}" for k, w in ((grads, "gradient"), (outs, "output")) if k]
+    return (f"{' and '.join(parts)} under torch.compile (backend {backend!r}; {', '.join(paths)}) "
+            f"{'agrees' if len(right) == 1 else 'agree'} with eager")
+
+
+def _random(target: Target, bound: Bound, outputs: tuple[Any, ...]) -> bool:
+    """Whether forward draws random numbers: eager's outputs change when the RNG starts elsewhere."""
+    other = replace(bound, rng=None, seed=seed_plus(bound.seed, 1))
+    again = as_tuple(call_forward(target, other, fresh_leaves(bound.values)))
+    return any(is_float_tensor(a) and not torch.equal(a.detach(), b.detach())
+               for a, b in zip(again, outputs) if isinstance(b, torch.Tensor) and a.shape == b.shape)
+
+
+@contextmanager
+def _compiling(breaks: dict[str, int]) -> Iterator[None]:
+    """A fresh dynamo (no compiled code shared with another case or path) whose graph breaks are
+    added to ``breaks`` (reason -> count) instead of logged; inductor compiles in this process (no
+    pool of workers, which would end with the processes the code under test starts). What
+    compiling changes in the process (dynamo's patch of nn.Module.__init__, inductor's recursion
+    limit) is put back: it is the tool's doing, not the code under test's."""
+    from torch._dynamo.utils import counters
+
+    saved_env = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # read when inductor's config is first imported
+    import torch._inductor.config as inductor_config
+
+    module = torch.nn.Module
+    patched = {name: vars(module).get(name, _MISSING) for name in _PATCHED}
+    limit = sys.getrecursionlimit()
+    loggers = [logging.getLogger(name) for name in ("torch._dynamo", "torch._inductor")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        with inductor_config.patch(compile_threads=1):
+            yield
+    finally:
+        for reason, count in counters["graph_break"].items():
+            breaks[str(reason)] = breaks.get(str(reason), 0) + int(count)
+        torch._dynamo.reset()
+        counters.clear()
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+        sys.setrecursionlimit(limit)
+        for name, value in patched.items():
+            if value is _MISSING:
+                if name in vars(module):
+                    delattr(module, name)
+            else:
+                setattr(module, name, value)
+        if saved_env is None:
+            os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+        else:
+            os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = saved_env
+
+
+def _break_notes(breaks: dict[str, int]) -> list[str]:
+    """A warning naming the graph breaks and their reasons, if any."""
+    if not breaks:
+        return []
+    total = sum(breaks.values())
+    shown = "; ".join(_short(r) for r in list(breaks)[:BREAKS_SHOWN])
+    more = f"; and {len(breaks) - BREAKS_SHOWN} more" if len(breaks) > BREAKS_SHOWN else ""
+    return [f"torch.compile broke the graph {total} time{'s' * (total != 1)} (each break runs eagerly between "
+            f"compiled pieces): {shown}{more}"]
+
+
+def _short(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split()).split(" Explanation:")[0]  # dynamo's reasons go on with advice
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return _short(text.splitlines()[0] if text else type(exc).__name__, 300)
+
+
+def _unavailable() -> str:
+    """Why torch.compile cannot run here, or ''."""
+    try:
+        import torch._dynamo
+    except Exception as exc:  # noqa: BLE001 - any import failure means no compile here
+        return f"torch._dynamo cannot be imported ({type(exc).__name__}: {exc})"
+    try:
+        torch._dynamo.eval_frame.check_if_dynamo_supported()
+    except RuntimeError as exc:
+        return str(exc)
+    return ""
+

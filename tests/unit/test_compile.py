@@ -1,0 +1,132 @@
+"""The compile check (issue 16, item 2): torch.compile's gradients (backward of the compiled callable,
+and torch.compile(torch.func.vjp(...))) against eager; PyTorch issue 193279; RNG differs; graph breaks."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradcheck_cli import runner, spec
+from gradcheck_cli.checks import compile as compile_check
+from gradcheck_cli.examples.compiled import RoundSTE, ScaledTanh
+from gradcheck_cli.results import Pattern, Status
+
+COMPILED = "gradcheck_cli.examples.compiled"
+
+
+def run(write_spec, text):
+    (case,) = spec.load_file(write_spec(text))
+    assert not isinstance(case, spec.SpecError), case
+    result = runner.run_case(case, "cpu")
+    assert result.error is None, result.error
+    (found,) = [c for c in result.checks if c.check == "compile"]
+    return result, found, {r.name: r for r in found.inputs}
+
+
+def test_issue_193279_round_ste_is_1_eagerly_and_0_under_compiled_func_grad():
+    x = torch.tensor([0.3, 1.7, -0.2, 2.5], dtype=torch.float64)
+
+    def loss(x):
+        return RoundSTE.apply(x).sum()
+
+    assert torch.equal(torch.func.grad(loss)(x), torch.ones(4, dtype=torch.float64))
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(torch.func.grad(loss), backend="aot_eager")(x)
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(compiled, torch.zeros(4, dtype=torch.float64)), "torch fixed issue 193279: update the docs"
+
+
+def test_the_compile_check_fails_the_straight_through_function_of_issue_193279(write_spec):
+    result, found, rows = run(write_spec, f"""
+        function: {COMPILED}:RoundSTE
+        checks: [compile]
+        inputs: [{{name: x, shape: [4], std: 2.0}}]
+    """)
+    assert result.status is Status.FAIL and found.status is Status.FAIL
+    assert found.mode == "aot_eager: backward, torch.func.vjp"
+    assert rows["x"].pattern is Pattern.ZERO_ANALYTICAL and rows["x"].mismatched == 4
+    assert "'x': compiled torch.func.vjp: its gradient is all zeros, eager's is not" in found.message
+    assert rows["output"].status is Status.PASS  # the forward agrees: only the gradient is wrong
+
+
+def test_a_function_right_under_compile_passes_and_agrees_with_eager_autograd(write_spec):
+    result, found, rows = run(write_spec, f"""
+        function: {COMPILED}:ScaledTanh
+        checks: [compile]
+        inputs: [{{name: x, shape: [3, 4]}}, {{name: a, value: 2.0}}]
+    """)
+    assert result.status is Status.PASS, found.message
+    assert "1 gradient and 1 output under torch.compile (backend 'aot_eager'; backward, torch.func.vjp) agree" \
+        in found.message
+    assert rows["x"].max_abs_err is not None and rows["x"].max_abs_err < 1e-12
+    assert not result.warnings, result.warnings  # compiling changed no global state that the case is blamed for
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    (eager,) = torch.autograd.grad(ScaledTanh.apply(x, 2.0).sum(), x)
+    assert torch.allclose(eager, 2 * (1 - torch.tanh(x) ** 2))
+
+
+def test_an_old_style_function_is_compared_through_backward_only_and_says_why(write_spec):
+    result, found, _ = run(write_spec, """
+        function: gradcheck_cli.examples.kernels:RoundSTE
+        checks: [compile]
+        inputs: [{name: x, shape: [4]}]
+    """)
+    assert result.status is Status.PASS
+    assert found.mode == "aot_eager: backward"
+    assert "torch.func.vjp not compared: it cannot run eagerly" in found.message
+    assert "setup_context" in found.message
+
+
+def test_graph_breaks_are_a_warning_with_their_reason(write_spec):
+    result, found, _ = run(write_spec, f"""
+        function: {COMPILED}:log_item
+        checks: [compile]
+        inputs: [{{name: x, shape: [3]}}]
+    """)
+    assert found.status is Status.PASS
+    (warning,) = found.warnings
+    assert "torch.compile broke the graph" in warning and "Tensor.item()" in warning
+
+
+def test_a_random_forward_agrees_under_aot_eager_and_is_rng_differs_under_inductor(write_spec):
+    _, same, _ = run(write_spec, f"""
+        function: {COMPILED}:Dropout
+        checks: [compile]
+        inputs: [{{name: x, shape: [3, 4]}}]
+    """)
+    assert same.status is Status.PASS
+    _, other, rows = run(write_spec, f"""
+        function: {COMPILED}:Dropout
+        checks: [compile]
+        compile: {{backend: inductor}}
+        inputs: [{{name: x, shape: [3, 4]}}]
+    """)
+    assert other.status is Status.SKIP and other.message.startswith("RNG differs"), other.message
+    assert rows["x"].status is Status.SKIP
+
+
+def test_without_torch_compile_the_check_skips(write_spec, monkeypatch):
+    monkeypatch.setattr(compile_check, "_unavailable", lambda: "Python 3.99 is not supported")
+    _, found, _ = run(write_spec, f"""
+        function: {COMPILED}:ScaledTanh
+        checks: [compile]
+        inputs: [{{name: x, shape: [3]}}, {{name: a, value: 2.0}}]
+    """)
+    assert found.status is Status.SKIP
+    assert found.message == "torch.compile is not available here: Python 3.99 is not supported"
+
+
+@pytest.mark.parametrize("value,key,words", [
+    ("{backend: tvm}", "compile.backend", "expected one of aot_eager, inductor, eager"),
+    ("{atol: -1}", "compile.atol", "non-negative"),
+    ("{fullgraph: true}", "compile.fullgraph", "allowed keys here: backend, atol, rtol"),
+])
+def test_a_bad_compile_key_is_a_spec_error_naming_it(write_spec, value, key, words):
+    (err,) = spec.load_file(write_spec(f"""
+        function: {COMPILED}:ScaledTanh
+        compile: {value}
+        inputs: [{{shape: [3]}}, {{value: 2.0}}]
+    """))
+    assert isinstance(err, spec.SpecError)
+    assert f"{key}: " in str(err) and words in str(err)
