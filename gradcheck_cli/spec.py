@@ -817,7 +817,7 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, keystr: str, c
         params = {"low": params.get("low", low), "high": params.get("high", high)}
         if dist == "positive" and params["low"] <= 0:
             raise ctx.fail(key + ("low",), f"dist positive draws values above low: expected low > 0, "
-                                           f"got {params['low']:g}")
+                                           f"got {_show(entry.get('low', params['low']))}")
     elif dist == "randint":
         params = {"low": params.get("low", 0.0), "high": params.get("high", 2.0 if dtype == "bool" else 10.0)}
         for k, v in params.items():
@@ -828,7 +828,7 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, keystr: str, c
                                            f"got {_show(entry[k])}")
     if not size_of and params.get("low", 0) >= params.get("high", 1):
         raise ctx.fail(key + ("high",), f"expected high > low, got low={params['low']}, high={params['high']}")
-    if "avoid" in entry and dist in SET_DISTS:
+    if entry.get("avoid") and dist in SET_DISTS:  # an empty list avoids nothing
         raise ctx.fail(key + ("avoid",), f"`avoid` redraws single values, which would leave the set dist {dist} "
                                          "draws from: drop it")
     param = _function(entry["param"], key + ("param",), ctx) if entry.get("param") is not None else None

@@ -46,6 +46,7 @@ SCHEMA_CANNOT = {
                                                                         "range ('1e999') matches the pattern",
     r"randint draws integers: .*, got '": "whether a numeric string ('2.5', '1e2') is a whole number",
     r"lists nested \d+ deep": "the depth of nested `data` lists (its dimensions) has no keyword",
+    r"draws values above low: expected low > 0, got '": "whether a numeric string ('0') is above 0",
 }
 
 
@@ -200,6 +201,7 @@ INEXPRESSIBLE = [  # one document per rule of SCHEMA_CANNOT, in its order
     {**BASE, "tolerance": {"atol": "1e999"}},
     {**BASE, "inputs": [{**TENSOR, "dist": "randint", "high": "2.5"}]},
     {**BASE, "inputs": [{"data": _nested(spec.MAX_DIMS + 1)}]},
+    {**BASE, "inputs": [{**TENSOR, "dist": "positive", "low": "0"}]},
 ]
 
 
