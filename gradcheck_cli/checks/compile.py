@@ -35,7 +35,7 @@ from ..spec import ReferenceRule
 from ..target import Target
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
 from .diagnosis import ratio_text
-from .reference import compare, gradients, output_row, side
+from .sides import compare, gradients, output_row, side
 from .verdict import begin, conclude, skip, unsupported
 
 VJP = "torch.func.vjp"

@@ -7,6 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import corpus
 import pytest
 
 try:
@@ -14,20 +15,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-SQUARE = """
-    import torch
-
-    class Square(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x * x
-
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            return 2 * g * x
-"""
+SQUARE = corpus.module_source(corpus.Square)
 
 
 @pytest.fixture
