@@ -42,6 +42,7 @@ def check(
     reference_backward: Any = None,
     reference_dtype: str = "float64",
     reference_tolerance: Optional[dict[str, Any]] = None,
+    compress: bool = True,
 ) -> CaseResult:
     """Check ``fn`` (an autograd.Function class, a custom op or any callable) at ``args`` with the named
     ``checks`` (default: backward, or reference when a reference is given; any of
@@ -60,7 +61,8 @@ def check(
     Returns a CaseResult: ``.status`` is a Status,
     ``.checks`` one CheckResult per check with one ``InputReport`` per argument; it is true
     only when it passed (``assert check(fn, args)``), and ``str()`` of it is the per-argument
-    table. Never raises for errors in ``fn``: they come back as ``.error``.
+    table. Never raises for errors in ``fn``: they come back as ``.error``. ``compress=False`` takes
+    every column of the numerical Jacobian on its own (slower, the same verdicts).
     """
     import torch
 
@@ -96,7 +98,7 @@ def check(
             isinstance(reference, type) and issubclass(reference, torch.autograd.Function))
         oracle = Oracle(getattr(torch, reference_dtype), ref, ref, reference_backward,
                         ref.path if ref else None, getattr(reference_backward, "__qualname__", None))
-    opts = Options(tolerance, seed, memory_bytes or MEMORY_BYTES, probes, repeat)
+    opts = Options(tolerance, seed, memory_bytes or MEMORY_BYTES, probes, repeat, compress=compress)
 
     given_values = [*args, *(kwargs or {}).values()]
 

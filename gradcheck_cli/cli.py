@@ -255,6 +255,9 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
                    f"the arguments where one fails (same as --probes {FAST_PROBES}).")
 @click.option("--probes", "probes", type=click.IntRange(min=0), default=0, metavar="N",
               help="Decide with N random probes per argument first (0: element by element).")
+@click.option("--no-compress", is_flag=True,
+              help="Take every column of the numerical Jacobian on its own (no compressed finite differences): "
+                   "slower, the same verdicts; to compare the two.")
 @click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
               help="Jacobian entries held in memory at once; larger checks recompute in blocks.")
 @click.option("--color/--no-color", default=None,
@@ -278,7 +281,7 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
               checks: tuple[str, ...], reference: Optional[str], imports: tuple[str, ...], strict: bool,
               require_device: bool,
-              no_isolate: bool, probes: int,
+              no_isolate: bool, probes: int, no_compress: bool,
               max_memory: int, color: Optional[bool], verbosity: Optional[str], show_config: bool) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path.
 
@@ -315,7 +318,7 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
     if shard is not None:
         items = plan.shard(items, *shard)
     opts = plan.run_options(max_memory, seed, trials, devices, checks, probes, strict, reference, require_device,
-                            imports)
+                            imports, compress=not no_compress)
     planned = plan.expand(items, opts)
     cores = pool.usable_cores()
     if jobs and jobs > cores and not no_isolate:

@@ -137,6 +137,7 @@ KEYS = {s.key: s for s in SETTINGS}
 ELSEWHERE = {  # options that are no project setting, and where they belong
     "seed": "a spec's `seed:` key (each spec has its own; --seed is for replaying one run)",
     "device": "a spec's `device:` key, or --device for one run (the devices depend on the machine)",
+    "no-compress": "the command line, to compare with the compressed finite differences (the same verdicts)",
     "require-device": "the command line of the CI job that has the device (--require-device)",
     "junit-xml": "the command line of the CI job that writes it (--junit-xml)",
     "shard": "the command line of each CI matrix job (--shard I/N)",

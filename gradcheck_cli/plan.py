@@ -27,12 +27,13 @@ class RunOptions:
     strict: bool = False  # --strict: as `strict: true` in every case
     reference: Optional[str] = None  # --reference: as `reference:` in every case
     imports: tuple[str, ...] = ()  # --import: modules imported before every case's `import` and `function`
+    compress: bool = True  # --no-compress: every numerical column on its own
 
 
 def run_options(max_memory_mb: Optional[int] = None, seed: Optional[int] = None, trials: int = 1,
                 devices: tuple[str, ...] = (), checks: tuple[str, ...] = (), probes: int = 0, strict: bool = False,
                 reference: Optional[str] = None, require_device: bool = False,
-                imports: tuple[str, ...] = ()) -> RunOptions:
+                imports: tuple[str, ...] = (), compress: bool = True) -> RunOptions:
     """The RunOptions of the front ends' options (the command line's, the pytest plugin's): repeated devices
     and checks once each, ``checks == ("all",)`` for every check, nothing given for the specs' own."""
     from .checks import NAMES  # names only: no torch
@@ -41,7 +42,7 @@ def run_options(max_memory_mb: Optional[int] = None, seed: Optional[int] = None,
     return RunOptions(memory_bytes=max_memory_mb * 2**20 if max_memory_mb else None, seed=seed, trials=trials,
                       devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device, probes=probes,
                       checks=(NAMES if all_checks else tuple(dict.fromkeys(checks))) or None, all_checks=all_checks,
-                      strict=strict, reference=reference, imports=tuple(imports))
+                      strict=strict, reference=reference, imports=tuple(imports), compress=compress)
 
 
 @dataclass(frozen=True)

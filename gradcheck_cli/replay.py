@@ -24,6 +24,8 @@ def command(task: Task, seed: int) -> Optional[str]:
         text += f" --device {task.device}"
     if task.opts.strict:
         text += " --strict"
+    if not task.opts.compress:
+        text += " --no-compress"
     if task.opts.all_checks:
         text += " --check all"
     elif task.opts.checks is not None:

@@ -81,7 +81,7 @@ def run(ctx: CheckContext) -> CheckResult:
                                   [plain_inputs[k] for k in todo], eps=tol.eps, atol=tol.atol, rtol=tol.rtol,
                                   memory_bytes=opts.memory_bytes, grad=backward, seed=opts.seed, batched=batched,
                                   budget=work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions,
-                                                    fast=True))
+                                                    fast=True), compress=opts.compress)
         for k, entry in zip(todo, entries):
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)

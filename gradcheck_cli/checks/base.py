@@ -38,6 +38,7 @@ class Options:
     compile_backend: str = "aot_eager"  # the compile check's torch.compile backend
     compile_atol: Optional[float] = None  # the compile check's tolerances (None: per dtype)
     compile_rtol: Optional[float] = None
+    compress: bool = True  # compressed finite differences where the Jacobian is sparse (see numerics.compressed)
 
 
 @dataclass

@@ -67,7 +67,8 @@ def run(ctx: CheckContext) -> CheckResult:
         layout, entries = compare(grad_of, grads, list(range(len(grads))), [leaves[i] for i in checked] + v_leaves,
                                   plain, [plain[i] for i in checked] + plain[n:], eps=tol.eps, atol=tol.atol,
                                   rtol=tol.rtol, memory_bytes=opts.memory_bytes, grad=second, seed=opts.seed,
-                                  budget=work_limit(ctx, "double_backward", checked, outputs, live))
+                                  budget=work_limit(ctx, "double_backward", checked, outputs, live),
+                                  compress=opts.compress)
     except UserCodeError as exc:
         if ONCE in str(exc):  # a once_differentiable Function called inside a plain callable
             return unsupported(result, ONCE_SKIP, start, ctx.named)

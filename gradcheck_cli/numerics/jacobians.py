@@ -14,9 +14,10 @@ import torch
 
 from ..rng import Stream, generator, signed_uniform
 from .columns import Columns
+from .compressed import Groups
 from .layout import Layout, make_layout
 from .realify import Call, Vjp, real_numel, vjp
-from .rows import Rows
+from .rows import Rows, SparseRows
 from .stats import Entry
 
 
@@ -55,6 +56,7 @@ def compare(
     seed: int = 0,
     batched: Call | None = None,
     budget: Callable[[int, int], None] = no_limit,
+    compress: bool = True,
 ) -> tuple[Layout, list[Entry]]:
     """Compare analytical and numerical Jacobians entry by entry, block of columns by block.
 
@@ -74,6 +76,9 @@ def compare(
     (2 per column, one per row and pass over the rows) before they are made: up front for one pass,
     and again when the dense rows must be recomputed for each of ``passes`` blocks of columns. It
     raises to stop the comparison (work that would not finish in reasonable time).
+    ``compress``: where the non-zero entries are kept, take the numerical columns a group of
+    structurally orthogonal columns at a time (see ``compressed``), each group's columns made one
+    by one where the group's check does not accept them.
     """
     layout = make_layout(plain_inputs, outputs, positions)
     jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
@@ -101,16 +106,22 @@ def compare(
     elif block < layout.n_cols:
         passes = -(-layout.n_cols // block)  # after the pass that looked for the non-zero entries
         budget(2 * layout.n_cols + (passes + 1) * layout.n_rows, passes)
+    groups = _groups(jac, store, atol, rtol, seed) if compress and store is not None else None
     for col0 in range(0, layout.n_cols, block):
         col1 = min(layout.n_cols, col0 + block)
         a_block = jac.rows(col0, col1) if store is None else None
         for c0 in range(col0, col1, chunk):
             c1 = min(col1, c0 + chunk)
-            n_chunk = jac.columns(c0, c1)
+            n_chunk = jac.columns(c0, c1) if groups is None else None
             for i, entry in enumerate(entries):
                 lo, hi = max(c0, layout.col_starts[i]), min(c1, layout.col_starts[i + 1])
                 if lo < hi:
-                    n, start = n_chunk[lo - c0 : hi - c0], lo - layout.col_starts[i]
+                    start = lo - layout.col_starts[i]
+                    if groups is not None and store is not None:
+                        groups.fold(entry, lo, hi, start, probe)
+                        continue
+                    assert n_chunk is not None
+                    n = n_chunk[lo - c0 : hi - c0]
                     if store is not None:
                         c, r, v = store.entries(lo, hi)
                         entry.update_sparse(c, r, v, n, start, probe)
@@ -118,3 +129,14 @@ def compare(
                         entry.update(a_block[lo - col0 : hi - col0], n, start, probe)
         del a_block  # free it before the next block is allocated: one block at a time
     return layout, entries
+
+
+def _groups(jac: Jacobians, store: SparseRows, atol: float, rtol: float, seed: int) -> Groups | None:
+    """The compressed numerical side, where it takes fewer forwards and fits (None: column by column)."""
+    if len({id(x) for x in jac.layout.inputs}) < len(jac.layout.inputs):
+        return None  # a tensor passed twice moves in both places: its columns are not independent
+    groups = Groups(jac, store, atol, rtol, generator(seed, Stream.COMPRESSION))
+    if not groups.worthwhile():
+        return None
+    groups.evaluate()
+    return groups

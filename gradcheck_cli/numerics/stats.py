@@ -113,9 +113,9 @@ class Entry:
 
         if int(torch.count_nonzero(nonzero)) * 4 < a.numel():  # (faster than a bool .sum())
             at = nonzero.nonzero(as_tuple=True)
-            self._fold(a[at], n[at], at, n, col0, column)
+            self._fold(a[at], n[at], at, n.shape, col0, column, lambda k: n[k])
         else:
-            self._fold(a.reshape(-1), n.reshape(-1), None, n, col0, column)
+            self._fold(a.reshape(-1), n.reshape(-1), None, n.shape, col0, column, lambda k: n[k])
 
     def update_sparse(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, n: torch.Tensor, col0: int,
                       probe: torch.Tensor) -> None:
@@ -132,21 +132,35 @@ class Entry:
             order = torch.argsort(c * n.shape[1] + r)  # by column then row, as ``update``: ties go to the first
             c, r = c[order], r[order]
             av, nv = torch.cat([av, av.new_zeros(len(oc))])[order], torch.cat([nv, n[oc, orow]])[order]
-        cols = slice(col0, col0 + len(n))
-        self.proj_a[cols] = torch.zeros(len(n), dtype=torch.float64).index_add_(0, c, av * probe[r])
-        self.proj_n[cols] = torch.zeros(len(n), dtype=torch.float64).index_add_(0, c, nv * probe[r])
+        self.update_entries(c, r, av, nv, n.shape, col0, probe, lambda k: n[k])
 
-        def column(k: int) -> torch.Tensor:
-            mine = c == k
-            return torch.zeros(n.shape[1], dtype=torch.float64).index_put_((r[mine],), av[mine])
+    def update_entries(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor,
+                       shape: tuple[int, ...], col0: int, probe: torch.Tensor,
+                       n_column: Callable[[int], torch.Tensor] | None = None) -> None:
+        """``update`` with both sides given as their entries that are not zero on both: column
+        (within the block of ``shape``: columns x rows), row, analytical and numerical value, by
+        column then row; ``n_column``: a numerical column of the block, whole (default: ``nv``
+        put at its rows)."""
+        n_cols, n_rows = shape
+        cols = slice(col0, col0 + n_cols)
+        self.proj_a[cols] = torch.zeros(n_cols, dtype=torch.float64).index_add_(0, c, av * probe[r])
+        self.proj_n[cols] = torch.zeros(n_cols, dtype=torch.float64).index_add_(0, c, nv * probe[r])
 
-        self._fold(av, nv, (c, r), n, col0, column)
+        def column(values: torch.Tensor) -> Callable[[int], torch.Tensor]:
+            def dense(k: int) -> torch.Tensor:
+                mine = c == k
+                return torch.zeros(n_rows, dtype=torch.float64).index_put_((r[mine],), values[mine])
+            return dense
+
+        self._fold(av, nv, (c, r), shape, col0, column(av), n_column or column(nv))
 
     def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
-              n: torch.Tensor, col0: int, a_column: Callable[[int], torch.Tensor]) -> None:
+              shape: tuple[int, ...], col0: int, a_column: Callable[[int], torch.Tensor],
+              n_column: Callable[[int], torch.Tensor]) -> None:
         """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
-        those at (column, row) indices ``at``; ``a_column``: an analytical column of the block, whole."""
-        n_cols, n_rows = n.shape
+        those at (column, row) indices ``at``; the block is ``shape`` (columns x rows);
+        ``a_column``, ``n_column``: an analytical, a numerical column of the block, whole."""
+        n_cols, n_rows = shape
 
         def where(k: int) -> tuple[int, int]:
             return divmod(k, n_rows) if at is None else (int(at[0][k]), int(at[1][k]))
@@ -171,7 +185,7 @@ class Entry:
                torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True))
         self.bad[col0 : col0 + n_cols] |= bad
         for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
-            if not self.bad_columns.add(col0 + c, a_column(c), n[c], self.keep_bytes):  # to re-examine
+            if not self.bad_columns.add(col0 + c, a_column(c), n_column(c), self.keep_bytes):  # to re-examine
                 break
         excess = torch.div(diff, tol, out=tol)
         if diff.numel():

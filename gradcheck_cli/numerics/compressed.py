@@ -1,0 +1,259 @@
+"""Compressed finite differences: the numerical columns of a sparse Jacobian, a group at a time.
+
+The analytical Jacobian's non-zero entries are known before the numerical side is made (the sparse
+store, see ``rows.SparseRows``). Columns with no analytical row in common ("structurally
+orthogonal", Curtis, Powell and Reid 1974) are put in one group (``colour``: greedy, first fit),
+and a group is perturbed at once, in two ways:
+
+1. every element of the group moved by exactly +-eps, as an element-by-element check moves it on
+   its own. In a row where the group has an analytical entry, the difference quotient is then the
+   very number that element's own column gives there (no other element of the group enters that
+   row, unless the analytical pattern is wrong); in every other row it must be exactly zero.
+2. every element moved by eps w_j, w_j random (uniform magnitude in [1, 2), random sign, from the
+   spec's seed): compared against the weighted sum of the analytical columns, it catches what
+   the unit moves of (1) could cancel (a forgotten gradient of +1 and -1 in one row, a gradient
+   where the analytical pattern says zero next to a wrong one).
+
+A group is accepted when every row of both agrees within the element-wise tolerance
+(atol + rtol |n|) and every row without an analytical entry is exactly zero in both; its columns
+are then the numbers of (1), put where the analytical entries are. The columns of every other
+group are made one by one, as without compression, so every mismatch, kink and reported element
+comes from the element-by-element columns. A wrong gradient passes only if the random weights of
+(2) cancel its error in every row it touches.
+
+Four forwards per group instead of two per column: a Linear layer's n x n weight, n x n input and
+bias take 2n + 1 groups; an elementwise function one. Pure torch.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import torch
+
+from .batching import COL_STAGE, Batches, copies, same, stage_size, try_batched, vmapped
+from .columns import Columns
+from .differences import call_moved
+from .realify import outputs_vector, real_numel, real_view
+from .rows import SparseRows
+from .stats import Entry
+
+PASSES = 4  # forwards per group: unit moves -eps, +eps, weighted moves -eps, +eps
+PATTERNS = 20_000  # at most this many column patterns are coloured (about 20 microseconds each)
+
+
+def colour(store: SparseRows, n_rows: int) -> tuple[torch.Tensor, int] | None:
+    """A group (colour) per column, no two columns of a group with an analytical entry in the same
+    row, and the number of groups; None where there are more than PATTERNS column patterns (the
+    colouring would cost more than it saves). Every column in one group where no row has two
+    entries (an elementwise function), else first fit (see ``_first_fit``)."""
+    n_cols = len(store.starts) - 1
+    if not len(store.rows) or int(torch.bincount(store.rows).max()) <= 1:
+        return torch.zeros(n_cols, dtype=torch.long), 1
+    found = _first_fit(store, n_rows)
+    return None if found is None else (found, int(found.max()) + 1)
+
+
+def _first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
+    """Greedy colouring, columns in order; the columns of one pattern (a hash of their rows) take
+    the lowest colours free in all their rows at once (a Linear layer's n x n weight has n
+    patterns); None beyond PATTERNS patterns."""
+    n_cols = len(store.starts) - 1
+    mix = torch.randint(1, 2**61, (n_rows,), generator=torch.Generator().manual_seed(0))
+    hashed = torch.zeros(n_cols, dtype=torch.long).index_add_(0, store.cols, mix[store.rows])
+    counts = torch.tensor(store.starts[1:]) - torch.tensor(store.starts[:-1])
+    _, pattern = torch.unique(torch.stack([hashed, counts]), dim=1, return_inverse=True)
+    if int(pattern.max()) >= PATTERNS:
+        return None
+    rows = store.rows.numpy()
+    colours = np.zeros(n_cols, dtype=np.int64)
+    used = np.zeros((n_rows, 1), dtype=np.uint64)  # per row: a bit per colour taken there
+    for cols in sorted(_members(pattern, int(pattern.max()) + 1 if n_cols else 0), key=lambda m: int(m[0])):
+        j = int(cols[0])
+        mine = rows[store.starts[j] : store.starts[j + 1]]
+        if not len(mine):
+            continue  # colour 0: an empty column conflicts with none
+        taken = np.bitwise_or.reduce(used[mine], axis=0)
+        free = [64 * w + b for w in range(used.shape[1]) for b in range(64) if not int(taken[w]) >> b & 1]
+        while len(free) < len(cols):
+            used = np.concatenate([used, np.zeros((n_rows, 1), dtype=np.uint64)], axis=1)
+            free += range(64 * (used.shape[1] - 1), 64 * used.shape[1])
+        for k, c in zip(free, cols.tolist()):
+            used[mine, k // 64] |= np.uint64(1 << (k % 64))
+            colours[c] = k
+    return torch.from_numpy(colours)
+
+
+def weights(n: int, gen: torch.Generator) -> torch.Tensor:
+    """The second moves' weights, one per column: magnitude uniform in [1, 2), random sign."""
+    sign = torch.randint(0, 2, (n,), generator=gen, dtype=torch.float64).mul_(2).sub_(1)
+    return torch.rand(n, dtype=torch.float64, generator=gen).add_(1).mul_(sign)
+
+
+class GroupMove:
+    """Real elements of several arguments moved at once, each to x0 + offset w (``to``), and put back
+    bit-exactly: the finite-difference move of a group (see ``differences.Element``, whose rounding
+    it keeps: x0 + offset w in float64, rounded once to the argument's dtype)."""
+
+    def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
+        self.parts = []
+        for x, index, weights in parts:  # (argument, real indices within it, weights)
+            real = real_view(x)
+            at = (real.view(-1), (index,)) if real.is_contiguous() else (real, torch.unravel_index(index, real.shape))
+            orig = at[0][at[1]].clone()
+            self.parts.append((at[0], at[1], orig, orig.to(torch.float64), weights))
+        self.offset = 0.0
+
+    def to(self, offset: float) -> GroupMove:
+        self.offset = offset
+        return self
+
+    def apply(self) -> None:
+        for base, index, _, x0, weights in self.parts:
+            base[index] = (x0 + self.offset * weights).to(base.dtype)
+
+    def restore(self) -> None:
+        for base, index, orig, _, _ in self.parts:
+            base[index] = orig
+
+
+class Groups:
+    """The groups of one check's numerical columns, each evaluated (four forwards) and accepted or not;
+    ``fold`` gives an ``Entry`` the numerical columns of a span, from the groups or made one by one."""
+
+    def __init__(self, columns: Columns, store: SparseRows, atol: float, rtol: float, gen: torch.Generator) -> None:
+        self.columns, self.store, self.layout = columns, store, columns.layout
+        self.atol, self.rtol = atol, rtol
+        found = colour(store, self.layout.n_rows)
+        self.colours, self.n_groups = found if found is not None else (torch.arange(columns.layout.n_cols),
+                                                                       columns.layout.n_cols)
+        n = self.layout.n_cols
+        self.weights = weights(n, gen)
+        self.batched: bool | None = None if columns.batched else False
+        self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
+        self.accepted = torch.zeros(n, dtype=torch.bool)
+        self.unit = torch.zeros(0, self.layout.n_rows, dtype=torch.float64)
+
+    def worthwhile(self) -> bool:
+        """Fewer forwards than two per column, and the groups' rows (five float64 values per group and row
+        at most) fit in half the memory budget (the share that dense analytical rows would hold)."""
+        fits = 5 * 8 * self.n_groups * self.layout.n_rows <= self.columns.memory_bytes // 2
+        return fits and PASSES * self.n_groups < 2 * self.layout.n_cols
+
+    def evaluate(self) -> None:
+        """Every group's four forwards and its verdict: ``accepted`` per column, ``unit`` (groups x
+        rows) the unit moves' quotients, the numerical Jacobian's entries of the accepted groups."""
+        self.members = _members(self.colours, self.n_groups)
+        unit, weighted = self._differences()
+        m = self.layout.n_rows
+        at = self.colours[self.store.cols] * m + self.store.rows
+        on = torch.zeros(self.n_groups * m, dtype=torch.bool).index_fill_(0, at, True).view(self.n_groups, m)
+        want = torch.zeros(self.n_groups * m, dtype=torch.float64).index_put_((at,), self.store.vals)
+        w = torch.ones(self.n_groups * m, dtype=torch.float64).index_put_((at,), self.weights[self.store.cols])
+        want, w = want.view(self.n_groups, m), w.view(self.n_groups, m)
+        ok = self._agrees(unit, want, on) & self._agrees(weighted.div_(w), want, on)
+        self.accepted, self.unit = ok.all(1)[self.colours], unit
+
+    def fold(self, entry: Entry, lo: int, hi: int, start: int, probe: torch.Tensor) -> None:
+        """Columns lo..hi (of one argument, whose first is its column ``start``) into ``entry``."""
+        c, r, v = self.store.entries(lo, hi)
+        ok = self.accepted[lo:hi]
+        if bool(ok.all()):  # the entries alone: no dense block
+            entry.update_entries(c, r, v, self.unit[self.colours[lo + c], r], (hi - lo, self.layout.n_rows), start,
+                                 probe)
+            return
+        n = torch.zeros(hi - lo, self.layout.n_rows, dtype=torch.float64)
+        mine = ok[c]
+        n[c[mine], r[mine]] = self.unit[self.colours[lo + c[mine]], r[mine]]
+        for j0, j1 in _runs((~ok).nonzero().view(-1).tolist()):
+            n[j0:j1] = self.columns.columns(lo + j0, lo + j1)
+        entry.update_sparse(c, r, v, n, start, probe)
+
+    def _agrees(self, got: torch.Tensor, want: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
+        """|want - got| <= atol + rtol |got| where the group has an analytical entry (as ``stats.Entry``
+        compares), got exactly zero elsewhere; NaN agrees with nothing."""
+        within = (want - got).abs() <= got.abs() * self.rtol + self.atol
+        return torch.where(on, within, got == 0)
+
+    def _differences(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(f(x + eps m_k) - f(x - eps m_k)) / 2 eps for each group k, unit and weighted moves m_k (groups x rows)."""
+        m, g = self.layout.n_rows, self.n_groups
+        out = torch.empty(2, g, m, dtype=torch.float64)
+        row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
+        step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes) // 2)  # groups per batched forward
+        with torch.no_grad():
+            for k0 in range(0, g, step):
+                out[:, k0 : min(g, k0 + step)] = self._stage(k0, min(g, k0 + step))
+        return out[0], out[1]
+
+    def _stage(self, k0: int, k1: int) -> torch.Tensor:
+        """Groups k0..k1's quotients (2 x groups x rows): batched, or two single calls per group and move."""
+        got, self.batched = try_batched(self.batched, partial(self._batched, k0, k1),
+                                        partial(self._groups_agree, k0))
+        if got is not None:
+            return got
+        return torch.stack([torch.stack([self._single(k, weighted) for k in range(k0, k1)])
+                            for weighted in (False, True)])
+
+    def _groups_agree(self, k0: int, got: torch.Tensor) -> bool:
+        """A batched stage's quotients are single calls' quotients: compared on its first group."""
+        single = torch.stack([self._single(k0, weighted) for weighted in (False, True)])
+        return same(got[:, 0], single)
+
+    def _parts(self, k: int, weighted: bool) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(argument, real indices, weights) of group ``k``'s elements, argument by argument."""
+        cols = self.members[k]
+        starts = self.layout.col_starts
+        parts = []
+        for i, x in enumerate(self.layout.inputs):
+            mine = cols[(cols >= starts[i]) & (cols < starts[i + 1])]
+            if len(mine):
+                w = self.weights[mine] if weighted else torch.ones(len(mine), dtype=torch.float64)
+                parts.append((x, mine - starts[i], w))
+        return parts
+
+    def _single(self, k: int, weighted: bool) -> torch.Tensor:
+        """Group ``k``'s difference quotient from two single calls."""
+        move = GroupMove(self._parts(k, weighted))
+        read = lambda outs: outputs_vector(outs, self.layout.outputs).cpu()  # noqa: E731
+        minus = call_moved(self.columns.call, self.columns.values, move.to(-self.columns.eps), read)
+        plus = call_moved(self.columns.call, self.columns.values, move.to(self.columns.eps), read)
+        return (plus - minus) / (2 * self.columns.eps)
+
+    def _batched(self, k0: int, k1: int) -> torch.Tensor:
+        """Groups k0..k1's quotients (2 x groups x rows) from one vmapped forward: batch row
+        4 (k - k0) + 2 weighted + plus moves group k."""
+        n, eps = 4 * (k1 - k0), self.columns.eps
+        batches: Batches = {}
+        for k in range(k0, k1):
+            for weighted in (False, True):
+                base = 4 * (k - k0) + 2 * weighted
+                for x, index, w in self._parts(k, weighted):
+                    batch = copies(batches, x, n)
+                    x0 = batch[base, index].to(torch.float64)
+                    batch[base, index] = (x0 - eps * w).to(batch.dtype)
+                    batch[base + 1, index] = (x0 + eps * w).to(batch.dtype)
+        assert self.columns.batched is not None  # self.batched is False without it
+        flat = vmapped(self.columns.batched, self.columns.values, batches, self.layout.outputs).to("cpu", torch.float64)
+        quotients = (flat[1::2] - flat[0::2]) / (2 * eps)  # groups x (unit, weighted) interleaved
+        return quotients.view(k1 - k0, 2, -1).transpose(0, 1)
+
+
+def _runs(cols: list[int]) -> list[tuple[int, int]]:
+    """Sorted column numbers as runs (first, end) of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for j in cols:
+        if runs and runs[-1][1] == j:
+            runs[-1] = (runs[-1][0], j + 1)
+        else:
+            runs.append((j, j + 1))
+    return runs
+
+
+def _members(colours: torch.Tensor, n_groups: int) -> list[torch.Tensor]:
+    """The columns of each group, in order."""
+    order = torch.argsort(colours, stable=True)
+    counts = torch.bincount(colours, minlength=n_groups).tolist()
+    return list(torch.split(order, counts))
+
+

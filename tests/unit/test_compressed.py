@@ -1,0 +1,293 @@
+"""Compressed finite differences: the groups, the verdicts they must not change, the wrong gradients
+that cancel in a unit move, and the forwards they save (numerics/compressed.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradcheck_cli import check
+from gradcheck_cli.numerics import compressed
+from gradcheck_cli.numerics.compressed import colour
+from gradcheck_cli.numerics.rows import SparseRows
+from gradcheck_cli.results import to_dict
+
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from corpus import CORPUS, one_input_function
+except ImportError:  # pragma: no cover
+    from tests.corpus import CORPUS, one_input_function
+
+F64 = torch.float64
+
+
+def store(cols, rows, n_cols) -> SparseRows:
+    cols, rows = torch.as_tensor(cols).reshape(-1), torch.as_tensor(rows).reshape(-1)
+    return SparseRows(cols, rows, torch.ones(len(cols), dtype=F64), n_cols)
+
+
+def linear_pattern(n: int) -> SparseRows:
+    """The analytical pattern of y = x W^T + b (x, W: n x n, b: n), rows (i, k) = i n + k."""
+    i, k = torch.arange(n * n) // n, torch.arange(n * n) // n
+    out = torch.arange(n)
+    x_rows = i[:, None] * n + out[None, :]  # x[i, l] reaches y[i, :]
+    w_rows = out[None, :] * n + k[:, None]  # W[k, l] reaches y[:, k]
+    b_rows = out[None, :] * n + out[:, None]  # b[k] reaches y[:, k]
+    cols = torch.cat([torch.arange(n * n)[:, None].expand(-1, n), (n * n + torch.arange(n * n))[:, None].expand(-1, n),
+                      (2 * n * n + out)[:, None].expand(-1, n)])
+    return store(cols, torch.cat([x_rows, w_rows, b_rows]), 2 * n * n + n)
+
+
+def valid(s: SparseRows, colours: torch.Tensor) -> bool:
+    key = s.rows * (int(colours.max()) + 1) + colours[s.cols]
+    return len(torch.unique(key)) == len(key)
+
+
+# ---------------------------------------------------------------------------------- the groups
+
+
+def test_a_linear_layer_takes_2n_plus_1_groups_the_least_possible():
+    s = linear_pattern(16)
+    colours, n = colour(s, 16 * 16)
+    assert valid(s, colours) and n == 2 * 16 + 1  # a row of y has 2n + 1 entries: no fewer groups can do
+
+
+def test_an_elementwise_pattern_is_one_group():
+    s = store(torch.arange(100), torch.arange(100).flip(0), 100)
+    assert colour(s, 100)[1] == 1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_and_banded_patterns_are_coloured_validly(seed):
+    g = torch.Generator().manual_seed(seed)
+    cols, rows = torch.randint(0, 300, (2000,), generator=g), torch.randint(0, 200, (2000,), generator=g)
+    key = torch.unique(cols * 200 + rows)
+    s = store(key // 200, key % 200, 300)
+    colours, n = colour(s, 200)
+    degree = int(torch.bincount(s.rows).max())
+    assert valid(s, colours) and degree <= n <= 3 * degree
+    band = torch.arange(500)[:, None] + torch.tensor([-1, 0, 1])
+    keep = (band >= 0) & (band < 500)
+    s = store(torch.arange(500)[:, None].expand(-1, 3)[keep], band[keep], 500)
+    colours, n = colour(s, 500)
+    assert valid(s, colours) and n == 3
+
+
+def test_too_many_column_patterns_are_not_coloured(monkeypatch):
+    monkeypatch.setattr(compressed, "PATTERNS", 10)
+    s = store(torch.arange(50).repeat_interleave(2), torch.stack([torch.arange(50), torch.arange(1, 51)], 1), 50)
+    assert colour(s, 51) is None
+    x = torch.randn(50, dtype=F64, requires_grad=True)
+    assert check(Diff, (x,), compress=True).status.value == "fail"  # column by column, still judged
+
+
+# ------------------------------------------------------ wrong gradients a unit move would cancel
+
+
+class Diff(torch.autograd.Function):
+    """y_i = x_{i+1} - x_i with backward forgetting the gradient: a unit move of x_i and x_{i+1}
+    together leaves y_i exactly where it was."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x[1:] - x[:-1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.zeros(len(g) + 1, dtype=g.dtype)
+
+
+class TwoMinusNext(torch.autograd.Function):
+    """y_i = 2 x_i - x_{i+1} (cyclic), backward giving 1 on the diagonal and nothing off it: a unit
+    move of the diagonal group gives 2 - 1 = 1, exactly backward's value."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return 2 * x - x.roll(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.clone()
+
+
+class RowSumForgotten(torch.autograd.Function):
+    """y = x.sum(1), backward zero: columns with no analytical entry, all in one group, ones that
+    cancel in pairs under random signs."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.sum(1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.zeros(len(g), 2, dtype=g.dtype)
+
+
+@pytest.mark.parametrize("fn, shape", [(Diff, (64,)), (TwoMinusNext, (64,)), (RowSumForgotten, (32, 2))])
+def test_wrong_gradients_that_unit_moves_cancel_fail_as_without_compression(fn, shape):
+    x = torch.randn(*shape, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    got, plain = check(fn, (x,)), check(fn, (x,), compress=False)
+    assert got.status.value == plain.status.value == "fail"
+    assert _rows(got) == _rows(plain)
+
+
+def test_the_weighted_moves_are_what_catches_two_minus_next(monkeypatch):
+    """With the weights all 1, the second moves repeat the first and TwoMinusNext passes: the
+    random weights are needed."""
+    x = torch.randn(64, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    assert check(TwoMinusNext, (x,)).status.value == "fail"
+    monkeypatch.setattr(compressed, "weights", lambda n, gen: torch.ones(n, dtype=F64))
+    assert check(TwoMinusNext, (x,)).status.value == "pass"  # the weakness the weights remove
+
+
+# ----------------------------------------------------------------- the same verdicts and rows
+
+
+def _rows(result) -> dict:
+    """A result (or a JSON report) as JSON, without its times."""
+    out = result if isinstance(result, dict) else to_dict(result)
+
+    def strip(d):
+        if isinstance(d, dict):
+            return {k: strip(v) for k, v in d.items() if k != "duration_s"}
+        if isinstance(d, list):
+            return [strip(v) for v in d]
+        return d
+
+    return strip(out)
+
+
+@pytest.fixture
+def used(monkeypatch):
+    """Counts the checks whose numerical side was compressed."""
+    count = {"n": 0}
+    evaluate = compressed.Groups.evaluate
+
+    def counted(self):
+        count["n"] += 1
+        return evaluate(self)
+
+    monkeypatch.setattr(compressed.Groups, "evaluate", counted)
+    return count
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.name)
+def test_the_corpus_gets_the_same_rows_with_and_without_compression(case):
+    args = case.make_args(torch.Generator().manual_seed(1234))
+    got = check(case.fn, args, kwargs=case.kwargs, checks=["backward", "double_backward"])
+    plain = check(case.fn, args, kwargs=case.kwargs, checks=["backward", "double_backward"], compress=False)
+    assert _rows(got) == _rows(plain)
+
+
+def test_most_of_the_corpus_is_compressed(used):
+    for case in CORPUS:
+        check(case.fn, case.make_args(torch.Generator().manual_seed(1234)), kwargs=case.kwargs)
+    assert used["n"] >= len(CORPUS) // 3  # else the test above compares nothing new
+
+
+relu = one_input_function(torch.relu, lambda x, g: g * (x > 0), "ReLU")
+relu_ge = one_input_function(torch.relu, lambda x, g: g * (x >= 0), "ReLUGe")
+relu_double = one_input_function(torch.relu, lambda x, g: 2 * g * (x > 0), "ReLUDouble")
+absolute = one_input_function(torch.abs, lambda x, g: g * torch.sign(x), "Abs")
+clamp = one_input_function(lambda x: x.clamp(-1, 1), lambda x, g: g * ((x >= -1) & (x <= 1)), "Clamp")
+maximum = one_input_function(lambda x: x.max(), lambda x, g: g * (x == x.max()), "Max")
+
+
+@pytest.mark.parametrize("fn", [relu, relu_ge, relu_double, absolute, clamp, maximum], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("near", [0.0, 0.4e-6, 1.5e-6, 1e-3])
+def test_kinks_get_the_same_rows_with_and_without_compression(fn, near, used):
+    """Elements at a kink, within eps of it (a unit move crosses it), within 2 eps (only a
+    weighted move crosses it) and away from it."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 8, dtype=F64, generator=g)
+    x[::3, ::2] = near * torch.sign(torch.randn(3, 4, generator=g, dtype=F64))
+    x[1, 1] = 1 + near  # clamp's upper kink
+    x = x.requires_grad_()
+    before = used["n"]
+    got, plain = check(fn, (x,)), check(fn, (x,), compress=False)
+    assert _rows(got) == _rows(plain)
+    assert fn is maximum or used["n"] > before  # elementwise: compressed
+
+
+class LinearOneWrong(torch.autograd.Function):
+    """y = x W^T + b with one element of W's gradient 10% off: one group fails and is made column
+    by column."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return x @ w.t() + b
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        gw = g.t() @ x
+        gw[3, 5] *= 1.1
+        return g @ w, gw, g.sum(0)
+
+
+def test_one_wrong_element_is_named_as_without_compression(used):
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(*s, dtype=F64, generator=g).requires_grad_() for s in ((24, 24), (24, 24), (24,))]
+    got, plain = check(LinearOneWrong, args), check(LinearOneWrong, args, compress=False)
+    assert used["n"] == 1 and got.status.value == "fail"
+    assert _rows(got) == _rows(plain)
+    w = got.checks[0].inputs[1]
+    assert (w.status.value, w.mismatched, w.worst_index) == ("fail", 1, [3, 5])
+
+
+# ------------------------------------------------------------------------------ the work saved
+
+
+class NumpyTanh(torch.autograd.Function):
+    """tanh through NumPy: vmap refuses it, so every forward is a single call (counted)."""
+
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x):
+        NumpyTanh.calls += 1
+        y = torch.from_numpy(__import__("numpy").tanh(x.detach().numpy()))
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        return g * (1 - y * y)
+
+
+def test_a_function_vmap_refuses_takes_a_handful_of_forwards_instead_of_two_per_element():
+    x = torch.randn(32, 32, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    NumpyTanh.calls = 0
+    assert check(NumpyTanh, (x,))
+    compressed_calls = NumpyTanh.calls
+    NumpyTanh.calls = 0
+    assert check(NumpyTanh, (x,), compress=False)
+    assert NumpyTanh.calls >= 2 * 32 * 32 and compressed_calls < 20
+
+
+# ------------------------------------------------------------------------ every shipped spec
+
+
+@pytest.mark.slow
+def test_every_shipped_and_broken_spec_gets_the_same_report_with_and_without_compression(tmp_path):
+    """`gradcheck specs/ broken-specs/ --format json`: the same report, but for times and the
+    replay command's --no-compress."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+
+    def report(*extra: str) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs", "broken-specs", "--format", "json",
+                               *extra], cwd=root, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 1, proc.stderr  # broken-specs fail
+        out = _rows(json.loads(proc.stdout))
+        for result in out["results"]:
+            result["replay"] = result["replay"].replace(" --no-compress", "")
+        return out
+
+    compressed_report, plain_report = report(), report("--no-compress")
+    assert len(compressed_report["results"]) > 60
+    assert compressed_report == plain_report
