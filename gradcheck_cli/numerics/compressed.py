@@ -67,20 +67,19 @@ def _first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
         return None
     rows = store.rows.numpy()
     colours = np.zeros(n_cols, dtype=np.int64)
-    used = np.zeros((n_rows, 1), dtype=np.uint64)  # per row: a bit per colour taken there
+    used = np.zeros((n_rows, 64), dtype=bool)  # per row: the colours taken there
     for cols in sorted(_members(pattern, int(pattern.max()) + 1 if n_cols else 0), key=lambda m: int(m[0])):
         j = int(cols[0])
         mine = rows[store.starts[j] : store.starts[j + 1]]
         if not len(mine):
             continue  # colour 0: an empty column conflicts with none
-        taken = np.bitwise_or.reduce(used[mine], axis=0)
-        free = [64 * w + b for w in range(used.shape[1]) for b in range(64) if not int(taken[w]) >> b & 1]
+        free = np.flatnonzero(~used[mine].any(0))
         while len(free) < len(cols):
-            used = np.concatenate([used, np.zeros((n_rows, 1), dtype=np.uint64)], axis=1)
-            free += range(64 * (used.shape[1] - 1), 64 * used.shape[1])
-        for k, c in zip(free, cols.tolist()):
-            used[mine, k // 64] |= np.uint64(1 << (k % 64))
-            colours[c] = k
+            free = np.concatenate([free, np.arange(used.shape[1], used.shape[1] + 64)])
+            used = np.concatenate([used, np.zeros((n_rows, 64), dtype=bool)], axis=1)
+        take = free[: len(cols)]
+        used[np.ix_(mine, take)] = True
+        colours[cols.numpy()] = take
     return torch.from_numpy(colours)
 
 
@@ -144,15 +143,21 @@ class Groups:
         """Every group's four forwards and its verdict: ``accepted`` per column, ``unit`` (groups x
         rows) the unit moves' quotients, the numerical Jacobian's entries of the accepted groups."""
         self.members = _members(self.colours, self.n_groups)
-        unit, weighted = self._differences()
-        m = self.layout.n_rows
+        g, m = self.n_groups, self.layout.n_rows
         at = self.colours[self.store.cols] * m + self.store.rows
-        on = torch.zeros(self.n_groups * m, dtype=torch.bool).index_fill_(0, at, True).view(self.n_groups, m)
-        want = torch.zeros(self.n_groups * m, dtype=torch.float64).index_put_((at,), self.store.vals)
-        w = torch.ones(self.n_groups * m, dtype=torch.float64).index_put_((at,), self.weights[self.store.cols])
-        want, w = want.view(self.n_groups, m), w.view(self.n_groups, m)
-        ok = self._agrees(unit, want, on) & self._agrees(weighted.div_(w), want, on)
-        self.accepted, self.unit = ok.all(1)[self.colours], unit
+        on = torch.zeros(g * m, dtype=torch.bool).index_fill_(0, at, True).view(g, m)
+        want = torch.zeros(g * m, dtype=torch.float64).index_put_((at,), self.store.vals).view(g, m)
+        w = torch.ones(g * m, dtype=torch.float64).index_put_((at,), self.weights[self.store.cols]).view(g, m)
+        self.unit, ok = torch.empty(g, m, dtype=torch.float64), torch.empty(g, dtype=torch.bool)
+        row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
+        step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes) // 2)  # groups per batched forward
+        with torch.no_grad():
+            for k0 in range(0, g, step):
+                k = slice(k0, min(g, k0 + step))
+                unit, weighted = self._stage(k0, min(g, k0 + step))
+                self.unit[k] = unit
+                ok[k] = (self._agrees(unit, want[k], on[k]) & self._agrees(weighted.div_(w[k]), want[k], on[k])).all(1)
+        self.accepted = ok[self.colours]
 
     def fold(self, entry: Entry, lo: int, hi: int, start: int, probe: torch.Tensor) -> None:
         """Columns lo..hi (of one argument, whose first is its column ``start``) into ``entry``."""
@@ -172,19 +177,8 @@ class Groups:
     def _agrees(self, got: torch.Tensor, want: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
         """|want - got| <= atol + rtol |got| where the group has an analytical entry (as ``stats.Entry``
         compares), got exactly zero elsewhere; NaN agrees with nothing."""
-        within = (want - got).abs() <= got.abs() * self.rtol + self.atol
-        return torch.where(on, within, got == 0)
-
-    def _differences(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(f(x + eps m_k) - f(x - eps m_k)) / 2 eps for each group k, unit and weighted moves m_k (groups x rows)."""
-        m, g = self.layout.n_rows, self.n_groups
-        out = torch.empty(2, g, m, dtype=torch.float64)
-        row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
-        step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes) // 2)  # groups per batched forward
-        with torch.no_grad():
-            for k0 in range(0, g, step):
-                out[:, k0 : min(g, k0 + step)] = self._stage(k0, min(g, k0 + step))
-        return out[0], out[1]
+        within = torch.sub(want, got).abs_() <= got.abs().mul_(self.rtol).add_(self.atol)
+        return within.where(on, got == 0)
 
     def _stage(self, k0: int, k1: int) -> torch.Tensor:
         """Groups k0..k1's quotients (2 x groups x rows): batched, or two single calls per group and move."""
@@ -252,7 +246,7 @@ def _runs(cols: list[int]) -> list[tuple[int, int]]:
 
 def _members(colours: torch.Tensor, n_groups: int) -> list[torch.Tensor]:
     """The columns of each group, in order."""
-    order = torch.argsort(colours, stable=True)
+    order = torch.from_numpy(np.argsort(colours.numpy(), kind="stable"))  # torch's stalls on 2 busy threads
     counts = torch.bincount(colours, minlength=n_groups).tolist()
     return list(torch.split(order, counts))
 

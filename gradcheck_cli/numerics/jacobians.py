@@ -17,6 +17,7 @@ from .columns import Columns
 from .compressed import Groups
 from .layout import Layout, make_layout
 from .realify import Call, Vjp, real_numel, vjp
+from .row_groups import RowGroups
 from .rows import Rows, SparseRows
 from .stats import Entry
 
@@ -100,7 +101,9 @@ def compare(
     # the dense rows are computed per block.
     fits = block >= layout.n_cols
     limit = memory_bytes // 4 // 24
-    store = jac.sparse_rows(min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit, early=fits)
+    most = min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit
+    store = (RowGroups(jac, generator(seed, Stream.ROW_GROUPS), most).store()
+             if compress and RowGroups.applies(jac) else None) or jac.sparse_rows(most, early=fits)
     if store is not None:
         block = max(1, layout.n_cols)  # no rows held: one pass over the chunks
     elif block < layout.n_cols:

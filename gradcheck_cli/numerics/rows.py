@@ -11,8 +11,9 @@ Pure torch.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -31,10 +32,12 @@ class SparseRows:
     rows: torch.Tensor
     vals: torch.Tensor
     n_cols: int
+    ordered: bool = False  # given by column already
 
     def __post_init__(self) -> None:
-        order = torch.argsort(self.cols, stable=True)
-        self.cols, self.rows, self.vals = self.cols[order], self.rows[order], self.vals[order]
+        if not self.ordered:
+            order = torch.argsort(self.cols, stable=True)
+            self.cols, self.rows, self.vals = self.cols[order], self.rows[order], self.vals[order]
         self.starts = torch.searchsorted(self.cols, torch.arange(self.n_cols + 1)).tolist()
 
     def entries(self, col0: int, col1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -49,6 +52,7 @@ class Rows:
     def __init__(self, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
                  layout: Layout, memory_bytes: int) -> None:
         self.grad, self.outputs, self.grad_inputs, self.layout = grad, outputs, grad_inputs, layout
+        self.memory_bytes = memory_bytes
         self.live = [o for o in outputs if o.requires_grad]
         # a row of a stage: its one-hot grad_outputs, and the gradients as backward gives them and in float64
         row_bytes = (sum(o.numel() * o.element_size() for o in self.live)
@@ -57,6 +61,7 @@ class Rows:
         self.wanted = list(range(len(grad_inputs)))  # the arguments whose gradients the rows need
         self.batched_rows: bool | None = None if self.live else False  # None: not tried yet
         self.one_hot: list[torch.Tensor] | None = None  # batched grad_outputs, reused from stage to stage
+        self.batched_products: bool | None = self.batched_rows  # the same for any batch of grad_outputs
 
     def rows(self, col0: int, col1: int) -> torch.Tensor:
         """Analytical columns col0..col1 of the Jacobian, transposed (C x M). Outputs that do not
@@ -92,6 +97,40 @@ class Rows:
                 count += len(r)
         self.one_hot = None  # its memory is not needed past the rows
         return SparseRows(cols[:count], rows[:count], vals[:count], self.layout.n_cols)
+
+    def products(self, grad_outs: list[torch.Tensor]) -> torch.Tensor:
+        """J^T g for a batch of grad_outputs g (one tensor per output that requires grad, the batch
+        first): every argument's gradient, real and float64, a row per g (batch x columns)."""
+        self.wanted = list(range(len(self.grad_inputs)))
+        # on copies: a backward that writes its grad_output (a contract failure) leaves ``grad_outs`` as they
+        # are for the single calls that verify the batch or stand in for it
+        got, self.batched_products = try_batched(self.batched_products,
+                                                 lambda: self._vmapped([g.clone() for g in grad_outs]),
+                                                 partial(self._products_agree, grad_outs))
+        if got is None:
+            got = self._single_products(grad_outs, range(len(grad_outs[0])))
+        return torch.cat(got, dim=1)
+
+    def _products_agree(self, grad_outs: list[torch.Tensor], batched: list[torch.Tensor]) -> bool:
+        """A batch's products are the single calls' products: compared on its first, middle and last."""
+        picks = sorted({0, len(grad_outs[0]) // 2, len(grad_outs[0]) - 1})
+        return all(same(g[picks], s) for g, s in zip(batched, self._single_products(grad_outs, picks)))
+
+    def _single_products(self, grad_outs: list[torch.Tensor], picks: Sequence[int]) -> list[torch.Tensor]:
+        rows = [[g.clone() for g in self._flat_grads(self.grad(self.live, self._wanted_inputs(),
+                                                                 [g[b].clone() for g in grad_outs]), 1)]
+                for b in picks]
+        return [torch.cat(parts) for parts in zip(*rows)]
+
+    def _vmapped(self, grad_outs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The gradients for a batch of grad_outputs from one vmapped backward."""
+        inputs = self._wanted_inputs()
+
+        def vjp(*grad_out: torch.Tensor) -> tuple[Any, ...]:  # through autograd's engine, as a single row is
+            return torch.autograd.grad(self.live, inputs, grad_out, retain_graph=True, materialize_grads=True)
+
+        # faster than is_grads_batched (an older vmap) on a Linear layer's backward
+        return self._flat_grads(torch.func.vmap(vjp)(*grad_outs), len(grad_outs[0]))
 
     def _stages(self) -> Iterator[tuple[int, torch.Tensor, int, int]]:
         """(first row of the output, output, first and last row of the stage within it)."""
@@ -147,10 +186,4 @@ class Rows:
         one = grad_outs[next(i for i, o in enumerate(self.live) if o is out)]
         flat = (torch.view_as_real(one) if one.is_complex() else one).view(n, -1)
         flat[torch.arange(n), torch.arange(j0, j1)] = 1
-        inputs = self._wanted_inputs()
-
-        def vjp(*one_hot: torch.Tensor) -> tuple[Any, ...]:  # through autograd's engine, as a single row is
-            return torch.autograd.grad(self.live, inputs, one_hot, retain_graph=True, materialize_grads=True)
-
-        # faster than is_grads_batched (an older vmap) on a Linear layer's backward
-        return self._flat_grads(torch.func.vmap(vjp)(*grad_outs), n)
+        return self._vmapped(grad_outs)

@@ -291,3 +291,95 @@ def test_every_shipped_and_broken_spec_gets_the_same_report_with_and_without_com
     compressed_report, plain_report = report(), report("--no-compress")
     assert len(compressed_report["results"]) > 60
     assert compressed_report == plain_report
+
+
+# ---------------------------------------------------------------------- the rows, grouped
+
+
+def _stores(fn, args, kwargs=None):
+    """The analytical Jacobian's non-zero entries from grouped backward calls and from one-hot ones."""
+    from gradcheck_cli.numerics import as_tuple, is_float_tensor, make_layout, vjp
+    from gradcheck_cli.numerics.row_groups import RowGroups
+    from gradcheck_cli.numerics.rows import Rows
+    from gradcheck_cli.rng import Stream, generator
+
+    leaves = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
+    outs = as_tuple(fn.apply(*leaves, *(kwargs or {}).values()))
+    positions = [p for p, o in enumerate(outs) if is_float_tensor(o) and o.requires_grad]
+    tensors = [t for t in leaves if isinstance(t, torch.Tensor)]
+    layout = make_layout(tensors, outs, positions)
+
+    def rows() -> Rows:
+        return Rows(vjp, [outs[p] for p in positions], tensors, layout, 512 * 2**20)
+
+    grouped = rows()
+    assert RowGroups.applies(grouped)
+    return RowGroups(grouped, generator(0, Stream.ROW_GROUPS), 10**7).store(), rows().sparse_rows(10**7)
+
+
+def _same_store(a: SparseRows, b: SparseRows) -> bool:
+    return (torch.equal(a.cols, b.cols) and torch.equal(a.rows, b.rows)
+            and torch.equal(a.vals.nan_to_num(7.0), b.vals.nan_to_num(7.0)))
+
+
+GROUPABLE = [c for c in CORPUS if all(isinstance(a, torch.Tensor) and a.dtype == F64 and a.requires_grad
+                                      for a in c.make_args(torch.Generator().manual_seed(1234)))
+             and not c.kwargs]
+
+
+@pytest.mark.parametrize("case", GROUPABLE, ids=lambda c: c.name)
+def test_grouped_rows_are_the_one_hot_rows_entry_for_entry(case):
+    grouped, one_hot = _stores(case.fn, case.make_args(torch.Generator().manual_seed(1234)))
+    assert grouped is None or _same_store(grouped, one_hot)
+
+
+def test_a_linear_layer_takes_a_few_grouped_backward_calls(monkeypatch):
+    from gradcheck_cli.numerics.rows import Rows
+
+    calls = []
+    products = Rows.products
+    monkeypatch.setattr(Rows, "products", lambda self, g: calls.append(len(g[0])) or products(self, g))
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(*s, dtype=F64, generator=g).requires_grad_() for s in ((24, 24), (24, 24), (24,))]
+    grouped, one_hot = _stores(LinearOneWrong, args)
+    assert grouped is not None and _same_store(grouped, one_hot)
+    assert sum(calls) == 3 + 3 * 24  # all at once (it overlaps), then each of 24 diagonals: 3 grad_outputs each
+
+
+class AbsGrad(torch.autograd.Function):
+    """A backward that is not linear in grad_output: no ratio names a row, every row is one-hot."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.abs() * 2
+
+
+def test_a_backward_not_linear_in_grad_output_is_taken_one_hot():
+    x = torch.randn(8, 8, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    grouped, one_hot = _stores(AbsGrad, [x])
+    assert grouped is None or _same_store(grouped, one_hot)
+    got, plain = check(AbsGrad, (x,)), check(AbsGrad, (x,), compress=False)
+    assert _rows(got) == _rows(plain)
+
+
+def test_float32_rows_are_not_grouped():
+    from gradcheck_cli.numerics.row_groups import RowGroups
+    from gradcheck_cli.numerics.rows import Rows
+
+    x = torch.randn(4, dtype=torch.float32, requires_grad=True)
+    assert not RowGroups.applies(Rows(None, [x * 2], [x], None, 1))
+
+
+def test_a_backward_that_writes_its_grad_output_gets_the_same_rows():
+    """Each batch of grouped grad_outputs is used once: a backward that scales it in place (a contract
+    failure) does not scale the single calls that verify the batch."""
+    from gradcheck_cli.examples.broken import ScalesGradOutputInPlace
+
+    x = torch.randn(4, 6, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    got, plain = check(ScalesGradOutputInPlace, (x, 2.5)), check(ScalesGradOutputInPlace, (x, 2.5), compress=False)
+    assert _rows(got) == _rows(plain)
+    assert got.checks[0].inputs[0].status.value == "pass"  # its values are right

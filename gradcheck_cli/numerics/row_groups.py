@@ -1,0 +1,157 @@
+"""The analytical side compressed: the non-zero entries of the Jacobian from a few backward calls
+with grouped grad_outputs, where a one-hot grad_output per output element would take one each.
+
+A group of output elements whose analytical rows share no column ("structurally orthogonal") can
+share one backward call: with grad_output 1 at every element of the group, each column receives
+the entry of the one row that has it, the very number that row's own one-hot call gives there.
+Which row that is needs no pattern known in advance: two more calls, with grad_output w_r and
+w'_r at each element r (random, uniform in [1, 2)), give in each column w_r and w'_r times that
+entry, and the ratios to the first call name r. A column that two rows of the group reach has
+ratios that are mixtures, which name no row (unless both random mixtures fall within 1e-12 of one
+row's pair of weights), and the whole group is then taken one-hot, row by row.
+
+The groups are guessed from the output's shape: first all its elements at once (an elementwise
+function, a sum over rows), else its wrapped diagonals, the elements whose indices add up to
+the same s modulo the longest dimension (a Linear layer's y[i, k] depends on x[i, :], W[k, :] and
+b[k]: a diagonal has one i and one k each). The guess never changes an entry, only how many calls
+are made: when most diagonals are taken one-hot, or the output's gradients are not float64 (the
+ratios would not be exact enough to name rows), the caller makes the one-hot pass instead
+(``rows.Rows.sparse_rows``). Pure torch.
+"""
+from __future__ import annotations
+
+import torch
+
+from .batching import ROW_STAGE, stage_size
+from .realify import real_numel, real_view
+from .rows import Rows, SparseRows
+
+EXACT = 1e-12  # relative: a single row's ratios are its weights to within a few roundings
+CALLS = 3  # backward calls per group: unit, weights w, weights w'
+
+
+class RowGroups:
+    """The analytical Jacobian's non-zero entries from grouped backward calls (see the module)."""
+
+    def __init__(self, rows: Rows, gen: torch.Generator, limit: int) -> None:
+        self.rows, self.layout, self.limit = rows, rows.layout, limit
+        n = self.layout.n_rows
+        self.w = torch.rand(2, n, dtype=torch.float64, generator=gen).add_(1)
+        self.found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (columns, rows, values)
+        self.count = 0
+        row_bytes = sum(o.numel() * o.element_size() for o in rows.live) + 8 * self.layout.n_cols * 2
+        self.stage = max(1, stage_size(ROW_STAGE, row_bytes, rows.memory_bytes) // CALLS)  # groups per call
+
+    @staticmethod
+    def applies(rows: Rows) -> bool:
+        """Whether grouping can be exact: float64 (or complex128) gradients and outputs."""
+        exact = (torch.float64, torch.complex128)
+        return bool(rows.live) and all(t.dtype in exact for t in [*rows.live, *rows.grad_inputs])
+
+    def store(self) -> SparseRows | None:
+        """The non-zero entries, or None when grouping does not pay (most groups overlap) or there
+        are more than ``limit`` of them."""
+        k = 0
+        for out in self.rows.outputs:
+            if out.requires_grad and not self._output(out, k):
+                return None
+            k += real_numel(out)
+        empty = torch.zeros(0, dtype=torch.long)
+        cols, rows, vals = (torch.cat(parts) for parts in zip(*self.found)) if self.found else (
+            empty, empty, torch.zeros(0, dtype=torch.float64))
+        order = torch.argsort(cols * self.layout.n_rows + rows)  # by column then row, as the one-hot pass
+        return SparseRows(cols[order], rows[order], vals[order], self.layout.n_cols, ordered=True)
+
+    def _output(self, out: torch.Tensor, k: int) -> bool:
+        """The entries of output ``out`` (its rows start at row ``k``) into ``found``; False to give up."""
+        shape = real_view(out).shape
+        m = real_numel(out)
+        if m > 1 and not self._groups(out, k, [torch.arange(m)]):
+            return True
+        longest = max(shape, default=1)
+        if longest * 4 > m:  # diagonals of a few elements each: as many calls as one-hot rows
+            return self._one_hot(out, k, torch.arange(m))
+        index = torch.stack(torch.unravel_index(torch.arange(m), shape))
+        diagonal = index.sum(0) % longest
+        order = torch.argsort(diagonal, stable=True)
+        groups = list(torch.split(order, torch.bincount(diagonal, minlength=longest).tolist()))
+        overlapping = self._groups(out, k, groups)
+        if len(overlapping) * 2 > len(groups) or self.count > self.limit:
+            return False
+        return all(self._one_hot(out, k, members) for members in overlapping)
+
+    def _groups(self, out: torch.Tensor, k: int, groups: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The entries of ``groups`` (real indices into ``out``) into ``found``; returns the groups
+        that overlap (they add nothing)."""
+        overlapping = []
+        for g0 in range(0, len(groups), self.stage):
+            stage = groups[g0 : g0 + self.stage]
+            got = self.rows.products(self._grad_outputs(out, k, stage))
+            for i, members in enumerate(stage):
+                decoded = self._decode(got[CALLS * i : CALLS * i + CALLS], k + members)
+                if decoded is None:
+                    overlapping.append(members)
+                else:
+                    self._keep(*decoded)
+        return overlapping
+
+    def _grad_outputs(self, out: torch.Tensor, k: int, stage: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Per group of ``stage``: grad_outputs 1, w and w' at its elements of ``out`` (0 elsewhere, and
+        in the other outputs)."""
+        batch = CALLS * len(stage)
+        grads = [torch.zeros((batch,) + o.shape, dtype=o.dtype, device=o.device) for o in self.rows.live]
+        mine = grads[next(i for i, o in enumerate(self.rows.live) if o is out)]
+        flat = (torch.view_as_real(mine) if mine.is_complex() else mine).view(batch, -1)
+        for i, members in enumerate(stage):
+            flat[CALLS * i, members] = 1
+            flat[CALLS * i + 1, members] = self.w[0, k + members].to(flat)
+            flat[CALLS * i + 2, members] = self.w[1, k + members].to(flat)
+        return grads
+
+    def _decode(self, got: torch.Tensor, members: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+        """(columns, rows, values) of one group's three products (``members``: its rows), or None
+        where a column's ratios name no single row of the group."""
+        unit, first, second = got
+        cols = ((unit != 0) | (first != 0) | (second != 0)).nonzero().view(-1)  # NaN counts as non-zero
+        if not len(cols):
+            return cols, cols, unit[cols]
+        value = unit[cols]
+        row = _name(first[cols] / value, self.w[0, members])
+        if row is None:
+            return None
+        if not bool(((second[cols] / value - self.w[1, members[row]]).abs() <= EXACT * self.w[1, members[row]]).all()):
+            return None
+        return cols, members[row], value
+
+    def _keep(self, cols: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor) -> None:
+        self.found.append((cols, rows, vals))
+        self.count += len(cols)
+
+    def _one_hot(self, out: torch.Tensor, k: int, members: torch.Tensor) -> bool:
+        """The rows ``members`` of ``out`` one by one (batched as ``products`` may); False past ``limit``."""
+        for r0 in range(0, len(members), CALLS * self.stage):
+            part = members[r0 : r0 + CALLS * self.stage]
+            grads = [torch.zeros((len(part),) + o.shape, dtype=o.dtype, device=o.device) for o in self.rows.live]
+            mine = grads[next(i for i, o in enumerate(self.rows.live) if o is out)]
+            (torch.view_as_real(mine) if mine.is_complex() else mine).view(len(part), -1)[
+                torch.arange(len(part)), part] = 1
+            got = self.rows.products(grads)
+            r, c = got.nonzero(as_tuple=True)  # NaN counts as non-zero
+            self._keep(c, k + part[r], got[r, c])
+            if self.count > self.limit:
+                return False
+        return True
+
+
+def _name(ratios: torch.Tensor, weights: torch.Tensor) -> torch.Tensor | None:
+    """For each ratio, the position of the one weight it equals (to EXACT), or None where one
+    equals no weight or two."""
+    order = torch.argsort(weights)
+    ordered = weights[order]
+    at = torch.searchsorted(ordered, ratios)
+    lo, hi = (at - 1).clamp(0, len(ordered) - 1), at.clamp(0, len(ordered) - 1)
+    near_lo = (ratios - ordered[lo]).abs() <= EXACT * ordered[lo]
+    near_hi = (ratios - ordered[hi]).abs() <= EXACT * ordered[hi]
+    if not bool((near_lo | near_hi).all()) or bool((near_lo & near_hi & (lo != hi)).any()):
+        return None
+    return order[torch.where(near_lo, lo, hi)]
