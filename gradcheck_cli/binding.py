@@ -73,20 +73,26 @@ class Bound:
         return [fill(p) for p in self.places]
 
     def flatten(self, arguments: Sequence[Any]) -> list[Any]:
-        """The inverse of ``assemble``: one value per leaf, from the call's arguments."""
+        """The inverse of ``assemble``: one value per leaf, from values shaped as the call's arguments
+        (None for a whole list or dict: None for each of its leaves). ValueError names the first place
+        whose shape differs."""
         if not self.places:
             return list(arguments)
         out: list[Any] = [None] * len(self.values)
 
         def take(place: Place, value: Any) -> None:
-            if isinstance(place, list):
-                for p, v in zip(place, value):
-                    take(p, v)
-            elif isinstance(place, dict):
-                for k, p in place.items():
-                    take(p, value[k])
-            else:
-                out[place] = value
+            if value is None or not isinstance(place, (list, dict)):
+                if isinstance(place, int):
+                    out[place] = value
+                return
+            if isinstance(place, list) and not (isinstance(value, (list, tuple)) and len(value) == len(place)):
+                name = self.names[_first(place)].rpartition("[")[0]
+                raise ValueError(f"expected a list of {len(place)} for '{name}', got {_what(value)}")
+            if isinstance(place, dict) and not (isinstance(value, dict) and set(value) == set(place)):
+                raise ValueError(f"expected a dict with keys {', '.join(place)} for "
+                                 f"'{self.names[_first(place)].rpartition('.')[0]}', got {_what(value)}")
+            for k, p in (enumerate(place) if isinstance(place, list) else place.items()):
+                take(p, value[k])
 
         for place, value in zip(self.places, arguments):
             take(place, value)
@@ -166,6 +172,21 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
     return Bound(values, labels, indices, len(values), [], spec_entries)
 
 
+def _first(place: Place) -> int:
+    """The first value's position in ``place``."""
+    while not isinstance(place, int):
+        place = place[0] if isinstance(place, list) else next(iter(place.values()))
+    return place
+
+
+def _what(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"a dict with keys {', '.join(map(str, value))}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"
+
+
 def _flat(bound: Bound) -> Bound:
     """``bound`` with each ``list:`` / ``dict:`` argument spread into one value per leaf, named by its path
     (``xs[0]``, ``feats.q``) and numbered as its argument, and ``places`` to put them back."""
@@ -195,12 +216,12 @@ def _refuse_tensor_containers(target: Target, values: list[Any], entries: Sequen
         if not isinstance(entry, Container):
             continue
         if any(isinstance(v, torch.Tensor) for v in _leaf_values(value)):
-            name = entry.name or entry.key
+            name, cls = entry.name or entry.key, target.path.replace(":", ".").split(".")[-1]
             raise BindError(entry.key, (
                 f"{target.path} is an autograd.Function, whose apply() tracks only the tensors passed to it directly, "
                 f"not those inside a list or dict: '{name}' would get no gradient at all. Check a function that "
-                f"unpacks it instead, e.g. `def f(xs): return {target.path.replace(':', '.').split('.')[-1]}.apply(*xs)`"
-                ", and name that function in `function:`; for a literal list or dict, write `value: [...]`"))
+                f"unpacks it instead, e.g. `def f(xs): return {cls}.apply(*xs)`, and name that function in "
+                "`function:`; for a literal list or dict, write `value: [...]`"))
 
 
 def _leaf_values(value: Any) -> list[Any]:

@@ -83,8 +83,8 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
         if bound.clone_inputs is None:
             out = _first_call(target, bound, arguments, kind, what)
         else:
-            out = guarded(kind, what, target.call, bound.assemble(copies(arguments) if bound.clone_inputs else arguments),
-                          bound.n_positional, bound.kw_names)
+            called = copies(arguments) if bound.clone_inputs else arguments
+            out = guarded(kind, what, target.call, bound.assemble(called), bound.n_positional, bound.kw_names)
     finally:
         bound.rng.release()
     if not isinstance(out, torch.Tensor) and not any(isinstance(o, torch.Tensor) for o in as_tuple(out)):
@@ -94,9 +94,9 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
 
 
 def _first_call(target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind, what: str) -> Any:
-    """The case's first forward (``values``: one per leaf, as ``Bound.transformed`` gives them), which finds an in-place target: one that changes an argument and
-    returns it (``ctx.mark_dirty``), which autograd refuses on a leaf that requires grad after forward
-    changed it. Its arguments are then put back as they were, and this and every later call is on
+    """The case's first forward (``values``: one per leaf, as ``Bound.transformed`` gives them), which
+    finds an in-place target: one that changes an argument and returns it (``ctx.mark_dirty``), which
+    autograd refuses on a leaf that requires grad after forward changed it. Its arguments are then put back as they were, and this and every later call is on
     copies (``bound.clone_inputs``). A forward that changes an argument without returning it is left
     to the backward contract, which fails that undeclared change."""
     kept = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in values]

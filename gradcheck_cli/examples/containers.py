@@ -91,7 +91,7 @@ def gated(feats: dict[str, Tensor]) -> Tensor:
 @torch.library.custom_op(f"{NAMESPACE}::scaled_sum", mutates_args=())
 def scaled_sum(xs: list[Tensor], scale: float = 1.0) -> Tensor:
     """``scale * sum_i (i + 1) xs[i]``: tensors of one shape."""
-    return scale * sum((i + 1) * x for i, x in enumerate(xs))
+    return scale * torch.stack([(i + 1) * x for i, x in enumerate(xs)]).sum(0)
 
 
 @scaled_sum.register_fake
@@ -118,4 +118,4 @@ class ListMix(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, n))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
-        return torch.tanh(sum(w * x for w, x in zip(self.weight, xs)))
+        return torch.tanh(torch.stack([w * x for w, x in zip(self.weight, xs)]).sum(0))
