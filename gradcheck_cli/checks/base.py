@@ -96,9 +96,10 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
 def _first_call(target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind, what: str) -> Any:
     """The case's first forward (``values``: one per leaf, as ``Bound.transformed`` gives them), which
     finds an in-place target: one that changes an argument and returns it (``ctx.mark_dirty``), which
-    autograd refuses on a leaf that requires grad after forward changed it. Its arguments are then put back as they were, and this and every later call is on
-    copies (``bound.clone_inputs``). A forward that changes an argument without returning it is left
-    to the backward contract, which fails that undeclared change."""
+    autograd refuses on a leaf that requires grad after forward changed it. Its arguments are then put
+    back as they were, and this and every later call is on copies (``bound.clone_inputs``). A forward
+    that changes an argument without returning it is left to the backward contract, which fails that
+    undeclared change."""
     kept = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in values]
     versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in values]
     out: Any = None
