@@ -89,13 +89,13 @@ def gated(feats: dict[str, Tensor]) -> Tensor:
 
 
 @torch.library.custom_op(f"{NAMESPACE}::scaled_sum", mutates_args=())
-def scaled_sum(xs: list[Tensor], scale: float = 1.0) -> Tensor:
+def scaled_sum(xs: list[Tensor], scale: float) -> Tensor:
     """``scale * sum_i (i + 1) xs[i]``: tensors of one shape."""
     return scale * torch.stack([(i + 1) * x for i, x in enumerate(xs)]).sum(0)
 
 
 @scaled_sum.register_fake
-def _(xs: list[Tensor], scale: float = 1.0) -> Tensor:
+def _(xs: list[Tensor], scale: float) -> Tensor:
     return torch.empty_like(xs[0])
 
 
