@@ -17,12 +17,12 @@ from gradcheck_cli.spec import DictArg, ListArg, SpecError, TensorArg, ValueArg,
 
 REPO = Path(__file__).resolve().parents[2]
 CAT = "gradcheck_cli.examples.containers:weighted_cat"
-CAT_SPEC = f"""\
-function: {{fn}}
+CAT_SPEC = """\
+function: {fn}
 inputs:
   - name: xs
-    list: [{{{{shape: [2, 3]}}}}, {{{{shape: [4, 3]}}}}]
-  - {{{{name: weights, shape: [2]}}}}
+    list: [{{shape: [2, 3]}}, {{shape: [4, 3]}}]
+  - {{name: weights, shape: [2]}}
 """
 
 
