@@ -1,25 +1,26 @@
 """Spec arguments -> the target's call: names, positions and spec lines of every value.
 
 For a Function every argument is positional (``apply`` takes no keywords); a module target's
-parameters follow the arguments, so every check treats them like inputs.
+parameters follow the arguments, so every check treats them like inputs. A ``list:`` or ``dict:``
+argument is flat here, one value per leaf (``xs[0]``, ``feats.q``): the checks perturb and
+differentiate leaves, and ``Bound.arguments`` puts the lists and dicts back together for the call.
 """
 from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 
 from .errors import BindError
 from .rng import RngFork
+from .spec import Arg, Container, ListArg
 from .target import Target
 
-if TYPE_CHECKING:
-    from .spec import Arg
-
 VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+Place = Union[int, list["Place"], dict[str, "Place"]]  # where a call argument's leaves are among the values
 
 
 @dataclass
@@ -44,10 +45,58 @@ class Bound:
     # checks perturb and differentiate the value itself, so they check f(param(X))
     transforms: dict[int, Callable[[Any], Any]] = field(default_factory=dict, repr=False, compare=False)
     via: dict[int, str] = field(default_factory=dict)  # value i -> what transforms it, said in its row
+    # one per call argument: the value it is, or the list/dict of values it is built of; empty: each
+    # value is one argument (no `list:` or `dict:`)
+    places: list[Place] = field(default_factory=list)
 
     def arguments(self, values: Sequence[Any]) -> list[Any]:
         """What the target is called with for the checks' ``values`` (in this Bound's order)."""
+        return self.assemble(self.transformed(values))
+
+    def transformed(self, values: Sequence[Any]) -> list[Any]:
+        """``values`` with the `param:` / symmetric maps applied, still one per value."""
         return [self.transforms[i](v) if i in self.transforms else v for i, v in enumerate(values)]
+
+    def assemble(self, values: Sequence[Any]) -> list[Any]:
+        """The call's arguments from one value per leaf: lists and dicts rebuilt (``n_positional`` and
+        ``kw_names`` count these)."""
+        if not self.places:
+            return list(values)
+
+        def fill(place: Place) -> Any:
+            if isinstance(place, list):
+                return [fill(p) for p in place]
+            if isinstance(place, dict):
+                return {k: fill(p) for k, p in place.items()}
+            return values[place]
+
+        return [fill(p) for p in self.places]
+
+    def flatten(self, arguments: Sequence[Any]) -> list[Any]:
+        """The inverse of ``assemble``: one value per leaf, from values shaped as the call's arguments
+        (None for a whole list or dict: None for each of its leaves). ValueError names the first place
+        whose shape differs."""
+        if not self.places:
+            return list(arguments)
+        out: list[Any] = [None] * len(self.values)
+
+        def take(place: Place, value: Any) -> None:
+            if value is None or not isinstance(place, (list, dict)):
+                if isinstance(place, int):
+                    out[place] = value
+                return
+            if isinstance(place, list) and not (isinstance(value, (list, tuple)) and len(value) == len(place)):
+                name = self.names[_first(place)].rpartition("[")[0]
+                raise ValueError(f"expected a list of {len(place)} for '{name}', got {_what(value)}")
+            if isinstance(place, dict) and not (isinstance(value, dict) and set(value) == set(place)):
+                raise ValueError(f"expected a dict with keys {', '.join(place)} for "
+                                 f"'{self.names[_first(place)].rpartition('.')[0]}', got {_what(value)}")
+            for k, p in (enumerate(place) if isinstance(place, list) else place.items()):
+                take(p, value[k])
+
+        for place, value in zip(self.places, arguments):
+            take(place, value)
+        return out
 
     def line(self, i: int) -> Optional[int]:
         """The spec line of value ``i``, where known."""
@@ -78,6 +127,8 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
         if len(positional) > n_max:
             raise BindError("inputs", f"{len(positional)} inputs given, but {target.path} takes {n_max} "
                                       f"({', '.join(names[:n_max])}); remove the extra entries")
+    if target.is_function:
+        _refuse_tensor_containers(target, [v for _, v in positional] + [v for _, v in keywords], entries)
     values = [v for _, v in positional]
     labels = [n or (names[i] if i < len(names) else f"arg{i}") for i, (n, _) in enumerate(positional)]
     indices = list(range(len(positional)))
@@ -87,12 +138,14 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
             labels.append(name)
             indices.append(names.index(name) if name in names else len(indices))
             values.append(value)
-        bound = Bound(values, labels, indices, len(positional), [k for k, _ in keywords],
-                      [entry_of.get(i) for i in range(len(values))])
-        device = next((str(v.device) for v in values if isinstance(v, torch.Tensor)), None)
+        bound = _flat(Bound(values, labels, indices, len(positional), [k for k, _ in keywords],
+                            [entry_of.get(i) for i in range(len(values))]))
+        device = next((str(v.device) for v in bound.values if isinstance(v, torch.Tensor)), None)
         extra = target.extra_arguments(device)  # a module's parameters; none for other targets
         start = max([len([p for p in params or [] if p.kind not in VARIADIC])] + [i + 1 for i in indices])
         for k, (name, value) in enumerate(extra):  # numbered after forward's parameters
+            if bound.places:
+                bound.places.append(len(bound.values))
             bound.values.append(value)
             bound.names.append(name)
             bound.indices.append(start + k)
@@ -117,6 +170,66 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
             values.append(default)
         indices.append(pos)
     return Bound(values, labels, indices, len(values), [], spec_entries)
+
+
+def _first(place: Place) -> int:
+    """The first value's position in ``place``."""
+    while not isinstance(place, int):
+        place = place[0] if isinstance(place, list) else next(iter(place.values()))
+    return place
+
+
+def _what(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"a dict with keys {', '.join(map(str, value))}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__}"
+
+
+def _flat(bound: Bound) -> Bound:
+    """``bound`` with each ``list:`` / ``dict:`` argument spread into one value per leaf, named by its path
+    (``xs[0]``, ``feats.q``) and numbered as its argument, and ``places`` to put them back."""
+    if not any(isinstance(e, Container) for e in bound.entries):
+        return bound
+    flat = Bound([], [], [], bound.n_positional, bound.kw_names, [])
+
+    def place(entry: Optional[Arg], value: Any, name: str, index: int) -> Place:
+        if isinstance(entry, ListArg):
+            return [place(e, value[k], f"{name}[{k}]", index) for k, e in enumerate(entry.items)]
+        if isinstance(entry, Container):
+            return {k: place(e, value[k], f"{name}.{k}", index) for k, e in entry.items}
+        flat.values.append(value)
+        flat.names.append(name)
+        flat.indices.append(index)
+        flat.entries.append(entry)
+        return len(flat.values) - 1
+
+    flat.places = [place(e, v, n, i) for v, n, i, e in zip(bound.values, bound.names, bound.indices, bound.entries)]
+    return flat
+
+
+def _refuse_tensor_containers(target: Target, values: list[Any], entries: Sequence[Optional[Arg]]) -> None:
+    """A Function's ``apply`` tracks only the tensors passed to it directly: a list or dict of tensors
+    would pass silently with no gradient at all. Said, with the way out."""
+    for value, entry in zip(values, entries):
+        if not isinstance(entry, Container):
+            continue
+        if any(isinstance(v, torch.Tensor) for v in _leaf_values(value)):
+            name, cls = entry.name or entry.key, target.path.replace(":", ".").split(".")[-1]
+            raise BindError(entry.key, (
+                f"{target.path} is an autograd.Function, whose apply() tracks only the tensors passed to it directly, "
+                f"not those inside a list or dict: '{name}' would get no gradient at all. Check a function that "
+                f"unpacks it instead, e.g. `def f(xs): return {cls}.apply(*xs)`, and name that function in "
+                "`function:`; for a literal list or dict, write `value: [...]`"))
+
+
+def _leaf_values(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaf_values(v)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaf_values(v)]
+    return [value]
 
 
 def _check_keyword(target: Target, params: Optional[list[inspect.Parameter]], name: str, n_pos: int) -> int:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import structured
-from .spec import AliasArg, Arg, Case, TensorArg
+from .spec import AliasArg, Arg, Case, DictArg, ListArg, TensorArg
 
 AVOID_TRIES = 100
 
@@ -33,16 +33,18 @@ def build(case: Case, device: str, param_names: Sequence[str] = ()
     """The positional and keyword arguments of ``case`` as (name, value) pairs, in order.
 
     ``same_as`` entries resolve to the very same tensor object as the argument they name;
-    an input without a ``name`` is known by its parameter's name in ``param_names``.
+    an input without a ``name`` is known by its parameter's name in ``param_names``. A ``list:`` or
+    ``dict:`` entry is a list or dict of its leaves' values, drawn in order (depth first); a leaf is
+    known by its path (``xs[0]``, ``feats.q``) to later ``same_as`` and ``size_of``.
     """
     gen = torch.Generator().manual_seed(case.seed)
     by_name: dict[str, Any] = {}
     entries = [(None, a) for a in case.inputs] + list(case.kwargs)
     built: list[tuple[Optional[str], Any]] = []
     for i, (kw_name, arg) in enumerate(entries):
-        value = _value(arg, case, device, gen, by_name)
         name = arg.name or kw_name
         known_as = name or (param_names[i] if i < len(param_names) else None)
+        value = _value(arg, case, device, gen, by_name, known_as or f"arg{i}")
         if known_as:
             by_name[known_as] = value
         built.append((name, value))
@@ -50,7 +52,11 @@ def build(case: Case, device: str, param_names: Sequence[str] = ()
     return built[:n], [(k, v) for (k, _), (_, v) in zip(case.kwargs, built[n:])]
 
 
-def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dict[str, Any]) -> Any:
+def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dict[str, Any], path: str) -> Any:
+    if isinstance(arg, ListArg):
+        return [_leaf(item, case, device, gen, by_name, f"{path}[{i}]") for i, item in enumerate(arg.items)]
+    if isinstance(arg, DictArg):
+        return {k: _leaf(item, case, device, gen, by_name, f"{path}.{k}") for k, item in arg.items}
     if isinstance(arg, AliasArg):
         if arg.same_as not in by_name:
             known = ", ".join(by_name)
@@ -67,6 +73,14 @@ def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dic
         raise InputError(arg.key + ".requires_grad", f"{str(t.dtype)[6:]} tensors cannot require grad; "
                                                      "use a floating or complex dtype, or drop requires_grad")
     return t.requires_grad_(rg)
+
+
+def _leaf(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dict[str, Any], path: str) -> Any:
+    """A list's or dict's item, known after by its ``path``."""
+    value = _value(arg, case, device, gen, by_name, path)
+    if not isinstance(arg, (ListArg, DictArg)):
+        by_name[path] = value
+    return value
 
 
 def _tied(arg: TensorArg, by_name: dict[str, Any]) -> TensorArg:

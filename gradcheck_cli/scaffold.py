@@ -79,8 +79,11 @@ def _op_lines(target: OpTarget) -> list[str]:
         required = p.default is inspect.Parameter.empty
         if required and is_tensor(kind):
             entry, note = f"shape: {_flow(PLACEHOLDER_SHAPE)}", f"{kind}; placeholder: set the real shape"
+        elif required and kind == "Tensor[]":
+            shape = _flow(PLACEHOLDER_SHAPE)
+            entry, note = f"list: [{{shape: {shape}}}, {{shape: {shape}}}]", f"{kind}; placeholder: set the tensors"
         elif required and kind.startswith("Tensor"):
-            entry, note = "value: []", f"{kind}: a list of tensors cannot be written in a spec yet"
+            entry, note = "value: []", f"{kind}: a list that may hold None cannot be drawn; give it as a value"
         elif required:
             entry, note = f"value: {_flow(PLACEHOLDER_VALUES.get(kind))}", f"{kind}; placeholder: set it"
         elif _literal(p.default):

@@ -38,6 +38,7 @@ TOP_KEYS = ("function", "import", "description", "seed", "device", "dtype", "tol
             "resample", "inputs", "kwargs", "init", "clone_inputs", "compile", "reference", "reference_dtype",
             "reference_backward", "expect", "cases")
 CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
+KINDS = ("shape", "data", "value", "same_as", "list", "dict")  # an argument entry has exactly one of these
 TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "dim", "avoid", "requires_grad",
                "param")
 TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol", "reference")
@@ -114,7 +115,30 @@ class AliasArg:
     line: Optional[int] = None
 
 
-Arg = Union[TensorArg, ValueArg, AliasArg]
+@dataclass(frozen=True)
+class ListArg:
+    """``list: [ENTRY, ...]``: a Python list of arguments (``torch.cat``-like targets, ``Tensor[]`` of a
+    custom op); every leaf is an ordinary entry, named by its path (``tensors[0]``)."""
+
+    items: tuple[Arg, ...]
+    name: Optional[str] = None
+    key: str = ""
+    line: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class DictArg:
+    """``dict: {KEY: ENTRY, ...}``: a Python dict of arguments, in the order written; every leaf is an
+    ordinary entry, named by its path (``feats.q``)."""
+
+    items: tuple[tuple[str, Arg], ...]
+    name: Optional[str] = None
+    key: str = ""
+    line: Optional[int] = None
+
+
+Arg = Union[TensorArg, ValueArg, AliasArg, ListArg, DictArg]
+Container = (ListArg, DictArg)  # the entries that hold other entries
 
 
 @dataclass(frozen=True)
@@ -739,19 +763,25 @@ def _checks(value: Any, key: Key, ctx: _Ctx) -> tuple[str, ...]:
     return tuple(dict.fromkeys(items))
 
 
-def _arg(entry: Any, key: Key, ctx: _Ctx, name: Optional[str] = None) -> Arg:
-    """One input or kwargs entry: exactly one of shape/data, value, same_as."""
+def _arg(entry: Any, key: Key, ctx: _Ctx, name: Optional[str] = None, leaf: bool = False) -> Arg:
+    """One input or kwargs entry: exactly one of shape/data, value, same_as, list, dict. ``leaf``: an
+    entry inside a list or dict, named by its path (no ``name:`` of its own)."""
     if not isinstance(entry, dict):
-        raise ctx.fail(key, f"expected a mapping with one of shape, data, value, same_as; got {_show(entry)}")
-    kinds = [k for k in ("shape", "data", "value", "same_as") if k in entry]
+        raise ctx.fail(key, f"expected a mapping with one of {', '.join(KINDS)}; got {_show(entry)}")
+    kinds = [k for k in KINDS if k in entry]
     if len(kinds) != 1:
         found = f"found {', '.join(kinds)}" if kinds else "found none"
-        raise ctx.fail(key, f"an argument needs exactly one of shape, data, value, same_as ({found})")
+        raise ctx.fail(key, f"an argument needs exactly one of {', '.join(KINDS)} ({found})")
+    if "name" in entry and leaf:
+        raise ctx.fail(key + ("name",), "an entry inside a list or dict is named by its place (e.g. xs[0], "
+                                        "feats.q): drop `name:` here, or name the list or dict itself")
     if "name" in entry and not isinstance(entry["name"], str):
         raise ctx.fail(key + ("name",), f"expected a string, got {_show(entry['name'])}")
     name = entry.get("name", name)
     keystr = _keystr(key)
     line = ctx.lines.get(ctx.prefix + key)
+    if kinds in (["list"], ["dict"]):
+        return _container(entry, kinds[0], name, key, ctx)
     if kinds == ["value"]:
         _mapping(entry, key, ("name", "value"), ctx)
         value = entry["value"]
@@ -766,6 +796,35 @@ def _arg(entry: Any, key: Key, ctx: _Ctx, name: Optional[str] = None) -> Arg:
         return AliasArg(entry["same_as"], name, keystr, line)
     _mapping(entry, key, TENSOR_KEYS, ctx)
     return replace(_tensor(entry, name, key, keystr, ctx), line=line)
+
+
+def _container(entry: dict[str, Any], kind: str, name: Optional[str], key: Key, ctx: _Ctx) -> Arg:
+    """``list: [ENTRY, ...]`` or ``dict: {KEY: ENTRY, ...}``: non-empty, every item an argument entry."""
+    _mapping(entry, key, ("name", kind), ctx)
+    items, keystr, line = entry[kind], _keystr(key), ctx.lines.get(ctx.prefix + key)
+    if kind == "list":
+        if not isinstance(items, list) or not items:
+            raise ctx.fail(key + ("list",), f"expected a non-empty list of argument entries, e.g. "
+                                            f"`list: [{{shape: [2, 3]}}, {{shape: [4, 3]}}]`, got {_show(items)}; "
+                                            "for a literal list (of numbers, or empty) write `value: [...]`")
+        return ListArg(tuple(_arg(e, key + ("list", i), ctx, leaf=True) for i, e in enumerate(items)), name, keystr,
+                       line)
+    if not isinstance(items, dict) or not items:
+        raise ctx.fail(key + ("dict",), f"expected a non-empty mapping of KEY: argument entry, e.g. "
+                                        f"`dict: {{q: {{shape: [2, 3]}}, k: {{shape: [2, 3]}}}}`, got {_show(items)}; "
+                                        "for a literal mapping (or an empty one) write `value: {...}`")
+    return DictArg(tuple((str(k), _arg(e, key + ("dict", str(k)), ctx, leaf=True)) for k, e in items.items()), name,
+                   keystr, line)
+
+
+def leaves(arg: Arg, path: str = "") -> list[tuple[str, Arg]]:
+    """The ordinary entries under ``arg`` (itself, when it is one), each with its path after the
+    argument's name: ``''`` for the argument itself, ``[0]``, ``.q``, ``[1].k``, depth first in order."""
+    if isinstance(arg, ListArg):
+        return [leaf for i, item in enumerate(arg.items) for leaf in leaves(item, f"{path}[{i}]")]
+    if isinstance(arg, DictArg):
+        return [leaf for k, item in arg.items for leaf in leaves(item, f"{path}.{k}")]
+    return [(path, arg)]
 
 
 def _depth(data: Any) -> int:

@@ -80,12 +80,12 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
         bound.rng = RngFork.capture(bound.values, bound.seed)
     bound.rng.restore()
     try:
-        arguments = bound.arguments(values)  # `param:` / symmetric maps applied
+        arguments = bound.transformed(values)  # `param:` / symmetric maps applied; lists and dicts at the call
         if bound.clone_inputs is None:
             out = _first_call(target, bound, arguments, kind, what)
         else:
-            out = guarded(kind, what, target.call, copies(arguments) if bound.clone_inputs else arguments,
-                          bound.n_positional, bound.kw_names)
+            called = copies(arguments) if bound.clone_inputs else arguments
+            out = guarded(kind, what, target.call, bound.assemble(called), bound.n_positional, bound.kw_names)
     finally:
         bound.rng.release()
     if not isinstance(out, torch.Tensor) and not any(isinstance(o, torch.Tensor) for o in as_tuple(out)):
@@ -95,16 +95,17 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
 
 
 def _first_call(target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind, what: str) -> Any:
-    """The case's first forward, which finds an in-place target: one that changes an argument and
-    returns it (``ctx.mark_dirty``), which autograd refuses on a leaf that requires grad after forward
-    changed it. Its arguments are then put back as they were, and this and every later call is on
-    copies (``bound.clone_inputs``). A forward that changes an argument without returning it is left
-    to the backward contract, which fails that undeclared change."""
+    """The case's first forward (``values``: one per leaf, as ``Bound.transformed`` gives them), which
+    finds an in-place target: one that changes an argument and returns it (``ctx.mark_dirty``), which
+    autograd refuses on a leaf that requires grad after forward changed it. Its arguments are then put
+    back as they were, and this and every later call is on copies (``bound.clone_inputs``). A forward
+    that changes an argument without returning it is left to the backward contract, which fails that
+    undeclared change."""
     kept = [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in values]
     versions = [v._version if isinstance(v, torch.Tensor) else 0 for v in values]
     out: Any = None
     try:
-        out = guarded(kind, what, target.call, values, bound.n_positional, bound.kw_names)
+        out = guarded(kind, what, target.call, bound.assemble(values), bound.n_positional, bound.kw_names)
         changed = [v for v, n in zip(values, versions) if isinstance(v, torch.Tensor) and v._version != n]
         in_place = any(o is v for o in as_tuple(out) for v in changed)
     except UserCodeError as exc:
@@ -120,7 +121,7 @@ def _first_call(target: Target, bound: Bound, values: Sequence[Any], kind: Error
                 v.copy_(k)
     if bound.rng:
         bound.rng.restore()
-    return guarded(kind, what, target.call, copies(values), bound.n_positional, bound.kw_names)
+    return guarded(kind, what, target.call, bound.assemble(copies(values)), bound.n_positional, bound.kw_names)
 
 
 def copies(values: Sequence[Any]) -> list[Any]:

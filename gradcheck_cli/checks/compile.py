@@ -113,12 +113,14 @@ def _vjp_path(target: Target, bound: Bound, checked: list[int], positions: list[
     n, kw = bound.n_positional, bound.kw_names
     cotangents = tuple(probes[p] for p in positions)
 
-    def pulled(*values: Any) -> Any:
+    def pulled(*arguments: Any) -> Any:
+        values = bound.flatten(arguments)  # one per leaf of a list or dict argument
+
         def f(*xs: Any) -> tuple[Any, ...]:
             full = list(values)
             for i, x in zip(checked, xs):
                 full[i] = x
-            outs = as_tuple(target.call(full, n, kw))
+            outs = as_tuple(target.call(bound.assemble(full), n, kw))
             return tuple(outs[p] for p in positions)
 
         pull = torch.func.vjp(f, *(values[i] for i in checked))[1]

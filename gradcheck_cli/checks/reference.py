@@ -102,17 +102,28 @@ def _intended(oracle: Oracle, bound: Bound, values: list[Any], checked: list[int
               grad_outputs: tuple[Optional[torch.Tensor], ...], what: str) -> list[torch.Tensor]:
     """``reference_backward(inputs, grad_outputs)``: one gradient per argument (None: zeros), as a
     backward returns them; grad_outputs has one entry per output (zeros where none flows, None for
-    a non-floating output)."""
+    a non-floating output). A ``list:`` or ``dict:`` argument comes as a list or dict, and takes a
+    list or dict of gradients."""
     assert oracle.backward is not None
-    plain = tuple(v.detach() if isinstance(v, torch.Tensor) else v for v in values)
+    plain = tuple(bound.assemble([v.detach() if isinstance(v, torch.Tensor) else v for v in values]))
     out = guarded(ErrorKind.BACKWARD, what, oracle.backward, plain, grad_outputs)
     grads = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
+    if grads is not None and len(grads) == len(plain):
+        try:
+            grads = bound.flatten(grads)
+        except ValueError as exc:
+            raise BindError("reference_backward", f"the gradients {oracle.backward_path} returned: {exc}; return those "
+                                                  "of a list or dict argument as a list or dict like it") from None
+    elif grads is not None and bound.places:
+        grads = None  # a count that is not the call's
+    values = bound.flatten(plain)
     if grads is None or len(grads) != len(values):
-        got = (f"{len(grads)} value{'s' * (len(grads) != 1)}" if grads is not None
+        got = (f"{len(out)} value{'s' * (len(out) != 1)}" if isinstance(out, (tuple, list))
                else f"a {type(out).__name__}")
-        raise BindError("reference_backward", f"{oracle.backward_path} returned {got} for {len(values)} "
-                        f"argument{'s' * (len(values) != 1)} ({', '.join(bound.names)}): return one gradient per "
-                        "argument, in order (None where there is none), as a backward does")
+        lists = " (a list or dict of gradients for a `list:` or `dict:` argument)" if bound.places else ""
+        raise BindError("reference_backward", f"{oracle.backward_path} returned {got} for {len(plain)} "
+                        f"argument{'s' * (len(plain) != 1)} ({', '.join(bound.names)}): return one gradient per "
+                        f"argument{lists}, in order (None where there is none), as a backward does")
     result: list[torch.Tensor] = []
     for i in checked:
         g, v = grads[i], values[i]

@@ -43,7 +43,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from gradcheck_cli import inputs, spec
-from gradcheck_cli.spec import AliasArg, Case, SpecError, TensorArg, ValueArg, load_file
+from gradcheck_cli.spec import AliasArg, Case, DictArg, ListArg, SpecError, TensorArg, ValueArg, load_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "specs").glob("*.yaml"))
@@ -145,7 +145,7 @@ VALID = {"all_features": VALID_ALL_FEATURES, "several_docs": VALID_SEVERAL_DOCS,
 CORPUS = [(p.name, p.read_text(encoding="utf-8")) for p in SHIPPED] + sorted(VALID.items())
 
 ALL_KEYS = set(spec.TOP_KEYS + spec.CASE_KEYS + spec.TENSOR_KEYS + spec.TOLERANCE_KEYS
-               + ("value", "same_as", "args", "kwargs"))
+               + ("value", "same_as", "list", "dict", "args", "kwargs"))
 NUMBER_KEYS = ("mean", "std", "low", "high", "eps", "atol", "rtol", "nondet_tol")
 
 # Build only tensors that are small, or so large that allocating them fails at once.
@@ -223,8 +223,18 @@ def numel(arg: TensorArg) -> int:
     return math.prod(arg.shape)
 
 
+def all_args(case: Case) -> list:
+    """The case's argument entries, each list and dict replaced by its leaves (which have no name of their own)."""
+    out = []
+    for arg in list(case.inputs) + [a for _, a in case.kwargs]:
+        if isinstance(arg, (ListArg, DictArg)):
+            assert arg.items and arg.key and all(a.name is None for _, a in spec.leaves(arg)), arg
+        out += [a for _, a in spec.leaves(arg)]
+    return out
+
+
 def buildable(case: Case) -> bool:
-    args = list(case.inputs) + [a for _, a in case.kwargs]
+    args = all_args(case)
     return all(not isinstance(a, TensorArg) or numel(a) <= SMALL_NUMEL or numel(a) >= HOPELESS_NUMEL for a in args)
 
 
@@ -274,7 +284,7 @@ def check_case(case: Case, path: str) -> None:
     if case.expect is not None:
         assert case.expect.reason.strip() and case.expect.args and set(case.expect.checks) <= set(spec.CHECKS)
     assert case.checks and set(case.checks) <= set(spec.CHECKS)
-    for arg in list(case.inputs) + [a for _, a in case.kwargs]:
+    for arg in all_args(case):
         assert isinstance(arg, (TensorArg, ValueArg, AliasArg)) and arg.key
         assert arg.name is None or isinstance(arg.name, str)
         if isinstance(arg, TensorArg):
@@ -340,10 +350,19 @@ def same_tensors(a: Any, b: Any) -> None:
         assert repr(a) == repr(b)
 
 
+def flat(values: list) -> list:
+    """The values with the lists and dicts of ``list:`` / ``dict:`` entries spread into their leaves (a literal
+    ``value: [...]`` too: its items compare alike)."""
+    out = []
+    for v in values:
+        out += flat(list(v.values()) if isinstance(v, dict) else v) if isinstance(v, (list, dict)) else [v]
+    return out
+
+
 def same_builds(first: tuple, second: tuple) -> None:
     (pos1, kw1), (pos2, kw2) = first, second
-    values1 = [v for _, v in pos1] + [v for _, v in kw1]
-    values2 = [v for _, v in pos2] + [v for _, v in kw2]
+    values1 = flat([v for _, v in pos1] + [v for _, v in kw1])
+    values2 = flat([v for _, v in pos2] + [v for _, v in kw2])
     assert [n for n, _ in pos1] == [n for n, _ in pos2] and [n for n, _ in kw1] == [n for n, _ in kw2]
     assert len(values1) == len(values2)
     for a, b in zip(values1, values2):
@@ -400,8 +419,18 @@ data_entry = st.fixed_dictionaries(
     optional={"name": names, "dtype": sometimes_wrong(dtypes), "requires_grad": st.booleans(), "dist": dists})
 value_entry = st.fixed_dictionaries({"value": values}, optional={"name": sometimes_wrong(names)})
 alias_entry = st.fixed_dictionaries({"same_as": sometimes_wrong(names)}, optional={"name": names})
-any_entry = st.dictionaries(st.sampled_from(spec.TENSOR_KEYS + ("value", "same_as", "bogus")), values, max_size=4)
-arg_entries = st.one_of(tensor_entry, tensor_entry, data_entry, value_entry, alias_entry, any_entry, values)
+any_entry = st.dictionaries(st.sampled_from(spec.TENSOR_KEYS + ("value", "same_as", "list", "dict", "bogus")), values,
+                            max_size=4)
+plain_entries = st.one_of(tensor_entry, tensor_entry, data_entry, value_entry, alias_entry, any_entry, values)
+container_entries = st.recursive(  # list: / dict: entries, nested, their items now and then named (an error)
+    plain_entries,
+    lambda inner: st.one_of(
+        st.fixed_dictionaries({"list": sometimes_wrong(st.lists(inner, max_size=3))}, optional={"name": names}),
+        st.fixed_dictionaries({"dict": sometimes_wrong(st.dictionaries(st.one_of(names, keys), inner, max_size=3))},
+                              optional={"name": names})),
+    max_leaves=5).filter(lambda e: isinstance(e, dict) and ("list" in e or "dict" in e))
+arg_entries = st.one_of(tensor_entry, tensor_entry, data_entry, value_entry, alias_entry, any_entry, values,
+                        container_entries)
 
 devices = sometimes_wrong(st.one_of(st.sampled_from(["cpu", "cuda", "cuda:1", "mps", "tpu"]),
                                     st.lists(st.sampled_from(["cpu", "cuda", "cuda:0", "x"]), max_size=3)))
@@ -516,8 +545,10 @@ def role(doc: Any, key: tuple) -> str:
         return "case"
     if parent in ("top", "case"):
         return {"tolerance": "tolerance", "init": "init", "kwargs": "kwargs", "inputs": "inputs"}.get(last, "field")
-    if parent in ("inputs", "kwargs"):
+    if parent in ("inputs", "kwargs", "list", "dict"):  # a list's or dict's items are argument entries too
         return "arg"
+    if parent == "arg" and last in ("list", "dict"):
+        return last
     return "free"
 
 
@@ -526,7 +557,8 @@ def allowed_keys(doc: Any, key: tuple) -> Optional[tuple]:
     r = role(doc, key)
     if r == "arg":
         entry = get(doc, key)
-        return ("name", "value") if "value" in entry else ("name", "same_as") if "same_as" in entry else spec.TENSOR_KEYS
+        kind = next((k for k in ("value", "same_as", "list", "dict") if k in entry), None)
+        return ("name", kind) if kind else spec.TENSOR_KEYS
     return {"top": spec.TOP_KEYS, "case": spec.CASE_KEYS, "tolerance": spec.TOLERANCE_KEYS,
             "init": spec.INIT_KEYS}.get(r)
 
@@ -582,10 +614,11 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         sure = None
         if key == ("function",):
             sure = "function"
-        elif r == "arg" and last in ("shape", "data", "value", "same_as"):
+        elif r == "arg" and last in spec.KINDS:
             sure = spec._keystr(key[:-1])
-        elif isinstance(parent, list) and len(parent) == 1 and role(doc, key[:-1]) in ("cases", "field"):
-            sure = spec._keystr(key[:-1])  # the only case, device or check
+        elif (isinstance(parent, list) and len(parent) == 1 and role(doc, key[:-1]) in ("cases", "field", "list")
+              and key[-2] != "import"):  # `import: []` imports nothing, which is fine
+            sure = spec._keystr(key[:-1])  # the only case, device, check or item of a list
         del parent[last]
         return doc, key, sure, ()
     if kind == "rename":
@@ -596,7 +629,7 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         allowed = allowed_keys(doc, key[:-1])
         sure = None
         if allowed is not None:
-            is_kind = role(doc, key[:-1]) == "arg" and old in ("shape", "data", "value", "same_as")
+            is_kind = role(doc, key[:-1]) == "arg" and old in spec.KINDS
             sure = spec._keystr(key[:-1]) if is_kind else spec._keystr(key[:-1] + (new,))
         items = [(new if k == old else k, v) for k, v in parent.items()]
         parent.clear()

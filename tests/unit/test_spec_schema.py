@@ -183,6 +183,21 @@ PROBES = [
     ("strict", {**BASE, "strict": True}, True),
     ("strict not bool", {**BASE, "strict": "yes"}, False),
     ("resample", {**BASE, "resample": True}, True),
+    ("list", {**BASE, "inputs": [{"name": "xs", "list": [TENSOR, {"value": 1}, {"same_as": "w"}]}]}, True),
+    ("dict", {**BASE, "kwargs": {"feats": {"dict": {"q": TENSOR, "k": {"data": [1.0, 2.0]}}}}}, True),
+    ("nested list and dict", {**BASE, "inputs": [{"list": [{"dict": {"a": TENSOR}}, {"list": [TENSOR]}]}]}, True),
+    ("list in a case override", {**BASE, "inputs": [{"name": "xs", **TENSOR}],
+                                 "cases": [{"inputs": {"xs": {"list": [TENSOR]}}}]}, True),
+    ("empty list", {**BASE, "inputs": [{"list": []}]}, False),
+    ("list not a list", {**BASE, "inputs": [{"list": TENSOR}]}, False),
+    ("empty dict", {**BASE, "inputs": [{"dict": {}}]}, False),
+    ("dict not a mapping", {**BASE, "inputs": [{"dict": [TENSOR]}]}, False),
+    ("list with shape", {**BASE, "inputs": [{"list": [TENSOR], "shape": [2]}]}, False),
+    ("list and dict", {**BASE, "inputs": [{"list": [TENSOR], "dict": {"a": TENSOR}}]}, False),
+    ("leaf with a bad key", {**BASE, "inputs": [{"list": [{**TENSOR, "bogus": 1}]}]}, False),
+    ("leaf with a name", {**BASE, "inputs": [{"list": [{**TENSOR, "name": "a"}]}]}, False),
+    ("leaf not a mapping", {**BASE, "kwargs": {"feats": {"dict": {"q": 3}}}}, False),
+    ("list with a bad key", {**BASE, "inputs": [{"list": [TENSOR], "dtype": "float32"}]}, False),
 ]
 
 
