@@ -1,12 +1,16 @@
-"""Batch cost: a directory of small generated specs, checked by gradcheck-cli with -j 1, -j 2 and
-in-process, against a plain Python loop calling torch.autograd.gradcheck on the same Functions and
-the same inputs. Each runs as its own process, timed from start to exit (torch's import included
-for all). Not a test: run it by hand,
+"""Batch cost and cold start: a directory of small generated specs, checked by gradcheck-cli with -j 1,
+-j 2, the default (-j = the usable cores) and in-process, against a plain Python loop calling
+torch.autograd.gradcheck on the same Functions and the same inputs; and one small spec end to end
+against `python -c "import torch"`. Each runs as its own process, timed from start to exit (torch's
+import included for all). The variants take turns in every round, so a machine whose speed drifts
+(other work on it) moves them alike; medians over the rounds, then the ratios. Not a test: run it
+by hand,
 
-    python benchmarks/bench_batch.py [N_SPECS]
+    python benchmarks/bench_batch.py [N_SPECS] [--rounds R]
 """
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,25 +60,50 @@ def timed(command: list[str]) -> tuple[float, str]:
     return wall, f"exit {proc.returncode}: {last[:90]}"
 
 
-def main(n: int) -> None:
+RATIOS = [  # (what, numerator, denominator, target)
+    ("-j 2 vs -j 1", "gradcheck -j 2", "gradcheck -j 1", 0.6),
+    ("default vs torch loop", "gradcheck (default -j)", "torch.autograd.gradcheck loop", 0.8),
+    ("one spec vs import torch", "one spec end to end", 'python -c "import torch"', 1.15),
+]
+
+
+def main(n: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         generate(folder, n)
-        gradcheck = [sys.executable, "-m", "gradcheck_cli", str(folder), "--no-color"]
+        gradcheck = [sys.executable, "-m", "gradcheck_cli", "--no-color"]
+        one = str(Path(__file__).resolve().parents[1] / "specs" / "relu.yaml")
         runs = {
             "torch.autograd.gradcheck loop": [sys.executable, "-c", TORCH_LOOP, str(folder)],
-            "gradcheck -j 1": gradcheck + ["-j", "1"],
-            "gradcheck -j 2": gradcheck + ["-j", "2"],
-            "gradcheck --no-isolate": gradcheck + ["--no-isolate"],
+            "gradcheck -j 1": gradcheck + [str(folder), "-j", "1"],
+            "gradcheck -j 2": gradcheck + [str(folder), "-j", "2"],
+            "gradcheck (default -j)": gradcheck + [str(folder)],
+            "gradcheck --no-isolate": gradcheck + [str(folder), "--no-isolate"],
+            'python -c "import torch"': [sys.executable, "-c", "import torch"],
+            "one spec end to end": gradcheck + [one],
+            "one spec --no-isolate": gradcheck + [one, "--no-isolate"],
         }
-        times = {}
-        print(f"{n} specs")
-        print(f"{'run':32} {'wall s':>8} {'vs torch loop':>14}  outcome")
-        for name, command in runs.items():
-            times[name], outcome = timed(command)
-            ratio = times[name] / times["torch.autograd.gradcheck loop"]
-            print(f"{name:32} {times[name]:8.2f} {ratio:13.2f}x  {outcome}", flush=True)
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        outcomes = {}
+        for r in range(rounds):
+            for name, command in runs.items():
+                wall, outcomes[name] = timed(command)
+                times[name].append(wall)
+            print(f"round {r + 1}: " + ", ".join(f"{name} {t[-1]:.2f}" for name, t in times.items()), flush=True)
+        median = {name: statistics.median(t) for name, t in times.items()}
+        print(f"\n{n} specs, medians of {rounds} rounds")
+        print(f"{'run':32} {'median s':>9} {'min-max s':>12}  outcome")
+        for name in runs:
+            print(f"{name:32} {median[name]:9.2f} {min(times[name]):5.2f}-{max(times[name]):<5.2f}  {outcomes[name]}")
+        print(f"\n{'ratio':28} {'of medians':>10} {'per round':>22} {'target':>7}")
+        for what, top, bottom, target in RATIOS:
+            per_round = [a / b for a, b in zip(times[top], times[bottom])]
+            spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
+            print(f"{what:28} {median[top] / median[bottom]:9.2f}x {spread:>22} {target:6.2f}x")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
+    args = sys.argv[1:]
+    rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 3
+    numbers = [a for a in args if a.isdigit() and (not args.index(a) or args[args.index(a) - 1] != "--rounds")]
+    main(int(numbers[0]) if numbers else 100, rounds)

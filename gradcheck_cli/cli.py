@@ -289,6 +289,10 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
     """
     from .discovery import TargetError, matching, resolve
 
+    if targets and not (show_config or no_isolate):
+        from .pool import prepare
+
+        prepare()  # the workers' torch import starts now, beside the reading of the specs
     if show_config:
         from .config import describe
 
@@ -325,11 +329,12 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
         click.echo(f"gradcheck: -j {jobs}: using at most {cores} workers, one per usable core (a worker is a "
                    "torch process that computes flat out; more would only compete for the cores)", err=True)
     settings = session.BatchOptions(jobs=jobs or cores, timeout=timeout, fail_fast=fail_fast, isolate=not no_isolate)
+    if fmt == "auto":
+        fmt = reporters.choose_auto(os.environ)
+    reporters.get(fmt)  # imported while the workers start (rich, for the table), not after the last result
     with _progress(len(planned)) as on_result, _handling({signal.SIGTERM: _terminate}):
         report = session.execute(items, opts, settings, on_result)
     replay.attach(report.results, planned)
-    if fmt == "auto":
-        fmt = reporters.choose_auto(os.environ)
     color = reporters.use_color(color, fmt, os.environ, sys.stdout.isatty())
     # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
     with _handling({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):

@@ -1,8 +1,12 @@
 """Isolated worker processes: user code that crashes, exits or hangs costs one result, not the run.
 
-Each worker is a spawned process that checks one task at a time; the parent hands out tasks,
-waits on the workers' pipes and process sentinels, and replaces a worker that died or ran past
-the timeout. The parent never imports torch.
+Each worker is a process that checks one task at a time; the parent hands out tasks, waits on the
+workers' pipes and process sentinels, and replaces a worker that died or ran past the timeout. The
+parent never imports torch. Where the system can fork (Linux, macOS), workers are forked from one
+server process that imported torch and the checks once (multiprocessing's forkserver): a worker,
+and a replacement for one that crashed, starts in milliseconds, and two workers do not import
+torch at the same time. The server never runs a tensor operation, so no thread pool, CUDA context
+or autograd thread exists in it when it forks. Elsewhere each worker is spawned and imports torch.
 """
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from collections import deque
 from collections.abc import Generator
@@ -17,6 +22,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Optional
 
 from . import processes
+from .checks import REGISTRY
 from .plan import Task, failed_result
 from .results import CaseResult, ErrorKind, Status
 
@@ -35,13 +41,37 @@ def keep_freed_memory() -> None:
     libc.mallopt(-1, 2**30)  # M_TRIM_THRESHOLD
 
 
-def _serve(conn: Connection, threads: int) -> None:
+# what the fork server imports before it forks workers: torch, the checks, and what torch itself imports on
+# the first autograd.grad and vmap (sympy through symbolic_shapes: a third of a small case's start-up)
+PRELOAD = ["gradcheck_cli.runner", *(f"gradcheck_cli.checks.{module}" for module in REGISTRY.values()),
+           "torch.fx.experimental.symbolic_shapes", "torch._functorch.vmap"]
+
+
+def start_method() -> str:
+    """How workers start: forked from the fork server where the system has one, else spawned."""
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def prepare() -> None:
+    """Start importing torch for the workers now (in the fork server), while this process goes on
+    reading specs; a no-op where workers are spawned. Call it as early as a run knows it will check."""
+    if start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
+        forkserver.ensure_running()
+
+
+def _serve(conn: Connection, threads: int, environ: dict[str, str]) -> None:
     """Worker main loop: receive (index, task), send back the result, until told to stop.
 
     Every message carries this process's pid and the task's index, so the parent files a result
     under its task and knows a message from a process the code under test forked."""
     processes.lead_group()
     multiprocessing.current_process().daemon = False  # user code may start processes of its own (a Pool)
+    if os.environ != environ:  # a fork server started earlier: the parent's environment as it is now
+        os.environ.clear()
+        os.environ.update(environ)
     os.dup2(2, 1)  # what user code prints goes to stderr, so stdout stays the report
     keep_freed_memory()
     import torch
@@ -67,6 +97,7 @@ def _serve(conn: Connection, threads: int) -> None:
             result = failed_result(task, ErrorKind.FORWARD, "the code under test raised KeyboardInterrupt")
         processes.end(processes.started())  # what the case started ends with it (state.py named it)
         processes.reap()
+        _flush()  # what user code printed is out before the result: an idle worker may be ended at once
         # a CUDA error leaves the context unusable, and some global state cannot be put back: a fresh
         # worker takes the next task
         retire = (result.error is not None and result.error.kind is ErrorKind.CUDA) or bool(tainted())
@@ -75,10 +106,18 @@ def _serve(conn: Connection, threads: int) -> None:
             return
 
 
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # user code closed or replaced it
+            pass
+
+
 class _Worker:
     def __init__(self, ctx: Any, threads: int) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, threads), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, threads, dict(os.environ)), daemon=True)
         self.proc.start()
         child.close()
         self.index: Optional[int] = None
@@ -116,14 +155,14 @@ class _Worker:
     def overdue(self, timeout: Optional[float]) -> bool:
         return timeout is not None and self.started is not None and self.spent() >= timeout
 
-    def stop(self, force: bool = False) -> None:
-        """End the worker; ``force``: at once, with every process it or the code under test started."""
-        if not force:
-            try:
-                self.conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-            self.proc.join(timeout=5)
+    def end(self) -> None:
+        """Kill the worker's process group, without waiting (whoever started the process reaps it)."""
+        if self.proc.pid is not None:
+            processes.end_group(self.proc.pid)
+        self.conn.close()
+
+    def stop(self) -> None:
+        """End the worker at once, with every process it or the code under test started, and reap it."""
         if self.proc.pid is not None and self.proc.is_alive():
             processes.end_group(self.proc.pid)
         self.proc.join()
@@ -171,7 +210,8 @@ class Pool:
                  timeout_option: str = "--timeout") -> None:
         self.size, self.timeout, self.timeout_option = max(1, workers), timeout, timeout_option
         self.threads = threads or max(1, usable_cores() // self.size)
-        self.ctx = multiprocessing.get_context("spawn")
+        prepare()
+        self.ctx = multiprocessing.get_context(start_method())
         self.workers: list[_Worker] = []
 
     def _fresh(self) -> _Worker:
@@ -192,7 +232,7 @@ class Pool:
                 for i, worker in enumerate(workers):
                     if worker.task is None and pending and not stopping:
                         if worker.retiring or not worker.proc.is_alive():
-                            worker.stop(force=True)
+                            worker.stop()
                             workers[i] = worker = self._fresh()
                         worker.give(*pending.popleft())
                 busy = [w for w in workers if w.task is not None]
@@ -215,10 +255,10 @@ class Pool:
                     if not alive or worker.proc.sentinel in ready:
                         if worker.stray is None:
                             worker.proc.join(timeout=2)  # its own exit code, not the SIGKILL of stop()
-                        worker.stop(force=True)
+                        worker.stop()
                         failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker))
                     elif worker.overdue(timeout):
-                        worker.stop(force=True)
+                        worker.stop()
                         failure = failed_result(worker.task, ErrorKind.TIMEOUT,
                                                 f"timed out after {timeout:g} s ({self.timeout_option}; 0 for none): "
                                                 "stopped; an endless loop in forward or backward, or a limit too "
@@ -234,13 +274,15 @@ class Pool:
         finally:
             for worker in workers:
                 if worker.task is not None:  # closed early: an interrupt, or the consumer stopped
-                    worker.stop(force=True)
+                    worker.stop()
             self.workers = [w for w in workers if w.task is None and w.proc.is_alive()]
 
     def close(self) -> None:
-        """End every worker (idle ones in order, busy ones at once, with what they started)."""
+        """End every worker at once, with what it started, without waiting for any to exit: an idle worker
+        has sent its last result and flushed its output, and the shutdown of a process that imported torch
+        takes half a second that the report need not wait for."""
         for worker in self.workers:
-            worker.stop(force=worker.task is not None)
+            worker.end()
         self.workers = []
 
 

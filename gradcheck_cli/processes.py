@@ -24,7 +24,7 @@ def _table() -> dict[int, tuple[int, int]]:
         if not name.isdigit():
             continue
         try:
-            stat = (PROC / name / "stat").read_bytes()
+            stat = _read(f"{PROC}/{name}/stat")
             fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (command) ": state, ppid, pgrp, ...
             if fields[0] != b"Z":  # a zombie runs no more: it only waits to be reaped
                 table[int(name)] = (int(fields[1]), int(fields[2]))
@@ -33,12 +33,37 @@ def _table() -> dict[int, tuple[int, int]]:
     return table
 
 
+_subreaper = False  # this process adopts the orphans of its descendants (lead_group made it one)
+
+
+def _has_children() -> bool:
+    """Whether this process has a child, running or ended (a system call, no scan of /proc; no child is reaped)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    except (AttributeError, OSError):  # no waitid here: assume there may be
+        return True
+    return True
+
+
+def _read(path: str) -> bytes:
+    """A small file's bytes (the system calls alone: this runs for every process, several times a case)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
 def started() -> frozenset[int]:
     """The processes this one is responsible for: its descendants and, when it leads its process group
     (a pool worker does), the other members of its group (a daemon that forked twice is still in it)."""
     me = os.getpid()
-    table = _table()
     leader = hasattr(os, "getpgrp") and os.getpgrp() == me
+    if (not leader or _subreaper) and not _has_children():  # a subreaper adopts what its group's members leave
+        return frozenset()
+    table = _table()
     children: dict[int, list[int]] = {}
     for pid, (parent, _) in table.items():
         children.setdefault(parent, []).append(pid)
@@ -77,7 +102,8 @@ def lead_group() -> None:
         # and adopt the orphans of what user code starts (a daemon that forked twice and left the group)
         libc = ctypes.CDLL(None)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        libc.prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+        global _subreaper
+        _subreaper = libc.prctl(36, 1) == 0  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         pass
 

@@ -137,11 +137,15 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     if problem:
         result.checks = [CheckResult(name, Status.SKIP, message=problem) for name in case.checks]
         return
-    before, known = state.snapshot(), set(sys.modules)
+    names = [*opts.imports, *case.imports, case.function]
+    # the global state an import sets is recorded when a module is new here; a module imported already needs
+    # no snapshot (two per case, most of a small case's time)
+    before = None if all(m in sys.modules for m in _modules(names)) else state.snapshot()
+    known = set(sys.modules)
     loader.import_modules(opts.imports, "--import")
     loader.import_modules(case.imports, "import")
     target = loader.load(case.function)
-    _import_effects([*opts.imports, *case.imports, case.function], set(sys.modules) - known, state.changes(before))
+    _import_effects(names, set(sys.modules) - known, state.changes(before) if before is not None else [])
     init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device, case.init_mode)
     bound = bind_case(target, case, device)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
@@ -180,10 +184,15 @@ def _import_effects(names: list[str], imported: set[str], effects: state.Snapsho
     for name in imported:  # what the modules imported now set (nothing, perhaps: it replaces older records)
         _IMPORTED[name] = effects
     if not imported:
-        function = names[-1]
-        modules = names[:-1] + [function.partition(":")[0] if ":" in function else function.rpartition(".")[0]]
-        for module in dict.fromkeys(modules):
+        for module in _modules(names):
             state.apply(_IMPORTED.get(module, []))
+
+
+def _modules(names: list[str]) -> list[str]:
+    """The modules of ``names`` (module names, then the target's import path), once each."""
+    function = names[-1]
+    return list(dict.fromkeys(names[:-1] + [function.partition(":")[0] if ":" in function
+                                            else function.rpartition(".")[0]]))
 
 
 def bind_case(target: Target, case: Case, device: str) -> Bound:

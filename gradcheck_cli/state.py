@@ -9,6 +9,7 @@ says what the case changed; what cannot be put back is named too, and marks this
 """
 from __future__ import annotations
 
+import operator
 import os
 import random
 import signal
@@ -117,11 +118,20 @@ def _patchable(owner: str, name: str, value: Any) -> bool:
 def _replaced_names(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
     """Functions replaced in torch's namespaces, and functions added to its classes (they shadow inherited ones)."""
     missing = object()
-    replaced = [(owner, name) for owner, names in before.items() for name, value in names.items()
+    replaced = [(owner, name) for owner, names in before.items() if not _same_namespace(names, after.get(owner))
+                for name, value in names.items()
                 if not _wraps(after.get(owner, {}).get(name, missing), value) and _patchable(owner, name, value)]
     added = [(owner, name) for owner in _CLASSES for name, value in after[owner].items()
              if name not in before[owner] and _patchable(owner, name, value)]
     return replaced + added
+
+
+def _same_namespace(before: dict[str, Any], after: Optional[dict[str, Any]]) -> bool:
+    """The very same names bound to the very same objects, in the same order: nothing of this owner was
+    replaced (the quick answer for nearly every owner, without a Python loop over its names; any difference
+    is looked at name by name)."""
+    return (after is not None and len(before) == len(after) and all(map(operator.is_, before, after))
+            and all(map(operator.is_, before.values(), after.values())))
 
 
 def _wraps(new: Any, old: Any) -> bool:
@@ -202,7 +212,7 @@ def _switches(only: Optional[tuple[str, ...]] = None) -> list[Switch]:
                same=lambda before, after: after <= before,
                show=lambda before, after: f" (pid {', '.join(map(str, sorted(after - before)))})"),
         Switch("torch's global random state", torch.get_rng_state, torch.set_rng_state, quiet=True),
-        Switch("random's global state", random.getstate, random.setstate, quiet=True),
+        Switch("random's global state", random.getstate, random.setstate, quiet=True, same=operator.eq),
     ]
     if threading.current_thread() is threading.main_thread():
         out += [_handler(number) for number in (signal.SIGINT, signal.SIGTERM)]

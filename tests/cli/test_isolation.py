@@ -173,3 +173,64 @@ def test_seed_override_and_trials_report_the_failing_seed(user_module, write_spe
     assert result.exit_code == 1
     assert f"seed {found} (trial {found + 1} of 40) did not pass; seeds 0..{found - 1} passed" in result.stdout
     assert f"replay: gradcheck specs/flaky.yaml -k specs/flaky.yaml::default --seed {found}" in result.stdout
+
+
+FORKED_WORKERS = USER + """
+from pathlib import Path
+
+class Records(Square):
+    '''Writes the pid of the worker checking it and of that worker's parent; prints without a newline.'''
+    @staticmethod
+    def forward(ctx, x):
+        Path(f"worker-{os.getpid()}.ppid").write_text(str(os.getppid()))
+        sys.stdout.write("unflushed words from forward")
+        ctx.save_for_backward(x)
+        return x * x
+
+class NeedsEnvironment(Square):
+    @staticmethod
+    def forward(ctx, x):
+        assert os.environ.get("GC_POOL_ENV") == "now", os.environ.get("GC_POOL_ENV")
+        ctx.save_for_backward(x)
+        return x * x
+"""
+
+
+def test_workers_and_their_replacements_fork_from_one_server_that_imported_torch(user_module, write_spec, invoke,
+                                                                                  tmp_path):
+    # before: every worker (and the replacement of a crashed one) was spawned by gradcheck's own process and
+    # imported torch itself, two at once with -j 2
+    user_module(FORKED_WORKERS)
+    for k, name in enumerate(["Records", "Segfault", "Records", "Records", "Exits", "Records"]):
+        write_spec(f"function: usermod:{name}\ninputs: [{{shape: [3]}}]\n", f"specs/{k}_{name.lower()}.yaml")
+    result = invoke("specs/", "--format", "json", "-j", "2")
+    assert [r["status"] for r in results(result)] == ["pass", "error", "pass", "pass", "error", "pass"]
+    parents = {int(p.read_text()) for p in tmp_path.glob("worker-*.ppid")}
+    assert len(list(tmp_path.glob("worker-*.ppid"))) >= 2  # a replacement worker checked some of them
+    import os
+
+    assert len(parents) == 1 and parents != {os.getpid()}, parents
+
+
+def test_a_worker_sees_the_environment_of_the_run_not_of_the_server(user_module, write_spec, invoke, monkeypatch):
+    user_module(FORKED_WORKERS)
+    write_spec("function: usermod:Square\ninputs: [{shape: [3]}]\n", "specs/a.yaml")
+    write_spec("function: usermod:NeedsEnvironment\ninputs: [{shape: [3]}]\n", "specs/b.yaml")
+    monkeypatch.setenv("GC_POOL_ENV", "before")
+    assert invoke("specs/a.yaml", "-j", "1").exit_code == 0  # the fork server starts with GC_POOL_ENV=before
+    monkeypatch.setenv("GC_POOL_ENV", "now")
+    result = invoke("specs/b.yaml", "--format", "json", "-j", "1")
+    assert result.exit_code == 0, results(result)
+
+
+def test_what_a_worker_printed_without_a_newline_reaches_stderr(user_module, write_spec, tmp_path):
+    # idle workers are killed at the end of a run, not asked to exit: what they printed is flushed before
+    import subprocess
+    import sys
+
+    user_module(FORKED_WORKERS)
+    write_spec("function: usermod:Records\ninputs: [{shape: [3]}]\n", "specs/a.yaml")
+    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", "-j", "1"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "unflushed words from forward" in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["summary"]["passed"] == 1
