@@ -827,6 +827,19 @@ def leaves(arg: Arg, path: str = "") -> list[tuple[str, Arg]]:
     return [(path, arg)]
 
 
+def _not_a_number(data: Any) -> list[Any]:
+    """The first value in ``data`` (a number or nested lists of them) that is neither a number, a
+    boolean nor a list, as a list of one; an empty list when there is none."""
+    todo = [data]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, list):
+            todo.extend(reversed(item))
+        elif not isinstance(item, (int, float, bool)):
+            return [item]
+    return []
+
+
 def _depth(data: Any) -> int:
     """How deep the first elements of nested lists go: the dimensions of a tensor made from ``data``."""
     depth = 0
@@ -845,8 +858,9 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, keystr: str, c
         shape = dims
     if shape is not None and len(shape) > MAX_DIMS:
         raise ctx.fail(key + ("shape",), f"{len(shape)} dimensions: torch tensors have at most {MAX_DIMS}")
-    if "data" in entry and not isinstance(entry["data"], (list, int, float, bool)):
-        raise ctx.fail(key + ("data",), f"expected a number or a (nested) list of numbers, got {_show(entry['data'])}")
+    bad = _not_a_number(entry["data"]) if "data" in entry else []
+    if bad:
+        raise ctx.fail(key + ("data",), f"expected a number or a (nested) list of numbers, got {_show(bad[0])}")
     if "data" in entry and _depth(entry["data"]) > MAX_DIMS:
         raise ctx.fail(key + ("data",), f"lists nested {_depth(entry['data'])} deep: torch tensors have at most "
                                         f"{MAX_DIMS} dimensions")

@@ -5,6 +5,8 @@
                 importable, the way a user runs ``gradcheck`` from their project root.
 ``invoke``      runs the ``gradcheck`` command line in this process (click's CliRunner).
 
+Under CI=true the hypothesis tests draw the same examples every run (profile "ci").
+
 ``write_spec`` and ``user_module`` take source text that may be indented (it is dedented), so
 tests can write it inline.
 """
@@ -19,9 +21,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from click.testing import Result
+
+# CI (CI=true, as .ci/run sets) replays the same fuzzed examples every run, so a merge is judged
+# by the change and not by a new draw; runs elsewhere keep drawing new ones and find new bugs
+settings.register_profile("ci", derandomize=True, database=None)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def pytest_configure(config: pytest.Config) -> None:

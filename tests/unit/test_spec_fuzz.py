@@ -589,6 +589,8 @@ def related(err: str, mutated: tuple, doc: Any) -> bool:
         return True
     if mutated[0] == "inputs" and re.fullmatch(r"cases\[\d+\]\.inputs(\..*)?", err):
         return True  # a case's `inputs: {NAME: ...}` names entries of the document's list
+    if mutated[0] == "cases" and re.fullmatch(r"cases\[\d+\]\.name", err):
+        return True  # case names are unique: a changed case can clash with another one's name
     parent = mutated[:-1]
     if parent and parent[-1] == "expect" and err in {spec._keystr(parent + (k,)) for k in spec.EXPECT_KEYS}:
         return True  # renaming `reason` (or removing it) leaves `reason` missing
