@@ -7,6 +7,8 @@ fresh worker instead. The parent side (``Worker``) never imports torch.
 """
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import multiprocessing
 import os
 import re
@@ -64,13 +66,18 @@ class Modules:
         return frozenset(new)
 
     def forget(self, files: frozenset[str]) -> None:
-        """Drop the modules of ``files`` from sys.modules: the next case that needs them imports them afresh."""
+        """Drop the modules of ``files`` from sys.modules: the next case that needs them imports them afresh
+        from their source (a cached .pyc checks the second of the change only: a quick save could be missed)."""
         for name, file in list(self.names.items()):
             if file in files:
                 sys.modules.pop(name, None)
                 del self.names[name]
                 self.seen.discard(name)
                 self.unsafe.pop(file, None)
+        for file in files:
+            with contextlib.suppress(OSError, ValueError, NotImplementedError):
+                os.remove(importlib.util.cache_from_source(file))
+        importlib.invalidate_caches()  # new files are found at once
 
 
 def unsafe_reason(module: Any, file: str) -> Optional[str]:
@@ -100,6 +107,7 @@ def _serve(conn: Connection, threads: int) -> None:
     multiprocessing.current_process().daemon = False  # user code may start processes of its own
     os.dup2(2, 1)  # what user code prints goes to stderr, so stdout stays the report
     keep_freed_memory()
+    sys.dont_write_bytecode = True  # the user's modules change between rounds: always from their source
     import torch
 
     from .runner import run_task, warm_up
