@@ -23,7 +23,7 @@ from click.shell_completion import CompletionItem
 from . import DEFAULT_TIMEOUT, FAST_PROBES, __version__
 from .checks import NAMES as CHECKS
 from .reporters import FORMATS as REPORTERS
-from .results import ExitCode
+from .results import ExitCode, Report
 
 PROGRESS_MIN = 3  # more cases than this get a progress bar
 FORMATS = (*REPORTERS, "auto")  # the reporters' registry (no torch behind it), plus auto
@@ -268,6 +268,10 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 @click.option("-v", "--verbose", "verbosity", flag_value="verbose",
               help="Show every case in full (the table format); by default a case that did not fail is one "
                    "line, a failure is in full. The last of -q and -v wins.")
+@click.option("--watch", is_flag=True,
+              help="Check, then re-check the cases that a saved spec file or Python file they import affects, "
+                   "until Ctrl-C (one worker keeps torch and your modules loaded). Exit code: that of every "
+                   "watched case's latest result; 130 when stopped during a round.")
 @click.option("--show-config", is_flag=True,
               help="Print the effective settings and where each comes from (the command line, [tool.gradcheck] "
                    "in pyproject.toml, or the default), and exit.")
@@ -282,14 +286,15 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
               checks: tuple[str, ...], reference: Optional[str], imports: tuple[str, ...], strict: bool,
               require_device: bool,
               no_isolate: bool, probes: int, no_compress: bool,
-              max_memory: int, color: Optional[bool], verbosity: Optional[str], show_config: bool) -> None:
+              max_memory: int, color: Optional[bool], verbosity: Optional[str], watch: bool,
+              show_config: bool) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path.
 
     Defaults come from [tool.gradcheck] in the nearest pyproject.toml (see --show-config).
     """
-    from .discovery import TargetError, matching, resolve
+    from .discovery import Item, TargetError, matching, resolve
 
-    if targets and not (show_config or no_isolate):
+    if targets and not (show_config or no_isolate or watch):
         from .pool import prepare
 
         prepare()  # the workers' torch import starts now, beside the reading of the specs
@@ -304,60 +309,84 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
                                "or set the default in pyproject.toml: [tool.gradcheck] paths = [\"specs\"]; "
                                "gradcheck --help lists the commands", ctx)
 
-    try:
-        items = resolve(list(targets), Path(specs_dir), list(inline), list(kwargs))
-    except TargetError as exc:
-        raise click.UsageError(str(exc)) from exc
-    if not items:
-        raise click.UsageError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
     if junit_locations and not junit_xml:
         raise click.UsageError("--junit-locations: give --junit-xml PATH too (the locations go into that file)")
-    if select is not None:
-        items = matching(items, select)
-        if not items:
-            raise click.UsageError(f"-k {select}: no case name contains it")
-
+    if watch and no_isolate:
+        raise click.UsageError("--watch checks in a worker process of its own (a module that cannot be imported "
+                               "twice needs a fresh one): leave out --no-isolate")
     from . import plan, pool, replay, reporters, session
 
-    if shard is not None:
-        items = plan.shard(items, *shard)
+    def collect() -> list[Item]:
+        """The targets' cases (-k, --shard applied); TargetError when there is nothing to check."""
+        items = resolve(list(targets), Path(specs_dir), list(inline), list(kwargs))
+        if not items:
+            raise TargetError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
+        if select is not None:
+            items = matching(items, select)
+            if not items:
+                raise TargetError(f"-k {select}: no case name contains it")
+        return plan.shard(items, *shard) if shard is not None else items
+
+    try:
+        items = collect()
+    except TargetError as exc:
+        raise click.UsageError(str(exc)) from exc
     opts = plan.run_options(max_memory, seed, trials, devices, checks, probes, strict, reference, require_device,
                             imports, compress=not no_compress)
+    if fmt == "auto":
+        fmt = reporters.choose_auto(os.environ)
+    color = reporters.use_color(color, fmt, os.environ, sys.stdout.isatty())
+
+    def write(report: Report, planned: list[Any]) -> None:
+        """The report in the chosen format on stdout, and the files asked for."""
+        replay.attach(report.results, planned)
+        # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
+        # (a watch keeps every result: Ctrl-C there must stop it at once)
+        ignored = {} if watch else {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
+        with _handling(ignored):
+            _write(report, fmt, color, verbosity, junit_xml, junit_locations, html_path)
+
+    if watch:
+        from .watch import watch_targets
+
+        with _handling({signal.SIGTERM: _terminate}):
+            sys.exit(watch_targets(collect, targets, Path(specs_dir), opts, write, timeout))
     planned = plan.expand(items, opts)
     cores = pool.usable_cores()
     if jobs and jobs > cores and not no_isolate:
         click.echo(f"gradcheck: -j {jobs}: using at most {cores} workers, one per usable core (a worker is a "
                    "torch process that computes flat out; more would only compete for the cores)", err=True)
     settings = session.BatchOptions(jobs=jobs or cores, timeout=timeout, fail_fast=fail_fast, isolate=not no_isolate)
-    if fmt == "auto":
-        fmt = reporters.choose_auto(os.environ)
     reporters.get(fmt)  # imported while the workers start (rich, for the table), not after the last result
     with _progress(len(planned)) as on_result, _handling({signal.SIGTERM: _terminate}):
         report = session.execute(items, opts, settings, on_result)
-    replay.attach(report.results, planned)
-    color = reporters.use_color(color, fmt, os.environ, sys.stdout.isatty())
-    # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
-    with _handling({signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}):
-        if fmt == "table":  # -q / -v choose how much of it
-            from .reporters.table import Verbosity
-            from .reporters.table import render as render_table
-
-            render_table(report, sys.stdout, color, Verbosity[(verbosity or "normal").upper()])
-        else:
-            reporters.get(fmt)(report, sys.stdout, color)
-        if fmt == "github" and os.environ.get("GITHUB_STEP_SUMMARY"):  # the job's summary page
-            from .reporters import github
-
-            github.append_step_summary(report, os.environ["GITHUB_STEP_SUMMARY"])
-        if junit_xml:
-            from .reporters import junit
-
-            junit.write(report, junit_xml, locations=junit_locations)
-        if html_path:
-            from .reporters import html
-
-            html.write(report, html_path)
+    write(report, planned)
     sys.exit(report.exit_code())
+
+
+def _write(report: Report, fmt: str, color: bool, verbosity: Optional[str], junit_xml: Optional[str],
+           junit_locations: bool, html_path: Optional[str]) -> None:
+    from . import reporters
+
+    if fmt == "table":  # -q / -v choose how much of it
+        from .reporters.table import Verbosity
+        from .reporters.table import render as render_table
+
+        render_table(report, sys.stdout, color, Verbosity[(verbosity or "normal").upper()])
+    else:
+        reporters.get(fmt)(report, sys.stdout, color)
+    if fmt == "github" and os.environ.get("GITHUB_STEP_SUMMARY"):  # the job's summary page
+        from .reporters import github
+
+        github.append_step_summary(report, os.environ["GITHUB_STEP_SUMMARY"])
+    if junit_xml:
+        from .reporters import junit
+
+        junit.write(report, junit_xml, locations=junit_locations)
+    if html_path:
+        from .reporters import html
+
+        html.write(report, html_path)
 
 
 def main(argv: Optional[list[str]] = None) -> Any:
