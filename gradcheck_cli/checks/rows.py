@@ -10,6 +10,7 @@ import torch
 from ..binding import Bound
 from ..numerics import Entry, Layout, is_float_tensor, real_numel, unravel
 from ..numerics.maps import downsample, first_indices, per_element, view_2d
+from ..numerics.stats import STANDS_IN
 from ..results import ErrorMap, InputReport, Status
 from .diagnosis import CONJUGATE, conjugate, diagnose, systematic
 
@@ -95,7 +96,7 @@ def fill(row: InputReport, entry: Entry, value: torch.Tensor, where: Callable[[i
     if row.numel == 0:
         return
     row.max_abs_err, row.max_rel_err = entry.max_abs, entry.max_rel
-    if entry.worst_excess >= 0:
+    if entry.worst_excess >= STANDS_IN:
         elem, part = divmod(entry.worst_col, 2 if value.is_complex() else 1)
         row.worst_index = unravel(elem, value.shape)
         row.worst_output = where(entry.worst_row)

@@ -159,20 +159,33 @@ class Groups:
                 ok[k] = (self._agrees(unit, want[k], on[k]) & self._agrees(weighted.div_(w[k]), want[k], on[k])).all(1)
         self.accepted = ok[self.colours]
 
-    def fold(self, entry: Entry, lo: int, hi: int, start: int, probe: torch.Tensor) -> None:
-        """Columns lo..hi (of one argument, whose first is its column ``start``) into ``entry``."""
+    def fold(self, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
+        """Columns lo..hi (one argument's) into ``entry``: the spans of accepted groups' columns as
+        their entries alone, each chunk (of ``chunk`` columns, as without compression) where a
+        group was not accepted with its columns made one by one."""
+        bad = (~self.accepted[lo:hi]).nonzero().view(-1).add_(lo).floor_divide_(chunk).unique().tolist()
+        c0 = lo
+        for k in [*bad, None]:
+            end = hi if k is None else max(lo, k * chunk)
+            if c0 < end:  # accepted, whole
+                c, r, v = self.store.entries(c0, end)
+                entry.update_entries(c, r, v, self.unit[self.colours[c0 + c], r], (end - c0, self.layout.n_rows),
+                                     c0 - lo, probe)
+            if k is not None:
+                c0 = min(hi, (k + 1) * chunk)
+                self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
+
+    def _fold_made(self, entry: Entry, lo: int, hi: int, first: int, probe: torch.Tensor) -> None:
+        """Columns lo..hi into ``entry`` (the argument's columns start at ``first``), those of the groups
+        not accepted made one by one."""
         c, r, v = self.store.entries(lo, hi)
         ok = self.accepted[lo:hi]
-        if bool(ok.all()):  # the entries alone: no dense block
-            entry.update_entries(c, r, v, self.unit[self.colours[lo + c], r], (hi - lo, self.layout.n_rows), start,
-                                 probe)
-            return
         n = torch.zeros(hi - lo, self.layout.n_rows, dtype=torch.float64)
         mine = ok[c]
         n[c[mine], r[mine]] = self.unit[self.colours[lo + c[mine]], r[mine]]
         for j0, j1 in _runs((~ok).nonzero().view(-1).tolist()):
             n[j0:j1] = self.columns.columns(lo + j0, lo + j1)
-        entry.update_sparse(c, r, v, n, start, probe)
+        entry.update_sparse(c, r, v, n, lo - first, probe)
 
     def _agrees(self, got: torch.Tensor, want: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
         """|want - got| <= atol + rtol |got| where the group has an analytical entry (as ``stats.Entry``

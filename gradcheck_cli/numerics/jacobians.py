@@ -14,7 +14,7 @@ import torch
 
 from ..rng import Stream, generator, signed_uniform
 from .columns import Columns
-from .compressed import Groups
+from .compressed import PASSES, Groups
 from .layout import Layout, make_layout
 from .realify import Call, Vjp, real_numel, vjp
 from .row_groups import RowGroups
@@ -87,7 +87,6 @@ def compare(
     probe = projection(layout, seed)
     keep = memory_bytes // 16 // max(1, len(plain_inputs))  # mismatching columns kept whole, per argument
     entries = [Entry(real_numel(t), atol, rtol, keep_bytes=keep) for t in plain_inputs]
-    budget(2 * layout.n_cols + layout.n_rows, 1)
     per_col = 8 * max(1, layout.n_rows)
     # the memory budget: analytical rows held at once (3/4), a stage of batched calls (1/8, see
     # ``batching``), mismatching columns kept whole (1/16), numerical columns and temporaries
@@ -102,28 +101,46 @@ def compare(
     fits = block >= layout.n_cols
     limit = memory_bytes // 4 // 24
     most = min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit
-    store = (RowGroups(jac, generator(seed, Stream.ROW_GROUPS), most).store()
-             if compress and RowGroups.applies(jac) else None) or jac.sparse_rows(most, early=fits)
+    grouping = compress and RowGroups.applies(jac)
+    # first the compressed check at its cheapest: every output's elements in one backward call (an
+    # elementwise or row-wise function), a few forwards per group of columns; its calls are
+    # budgeted as they are, so a large sparse check is no longer refused for what it would cost
+    # element by element
+    found = RowGroups(jac, generator(seed, Stream.ROW_GROUPS), most, at_once=True) if grouping else None
+    store = found.store() if found is not None else None
+    groups = _groups(jac, store, atol, rtol, seed) if store is not None else None
+    calls = (found.calls + PASSES * groups.n_groups) if found is not None and groups is not None else 0
+    if groups is not None:
+        budget(calls, 1)
+    else:
+        budget(2 * layout.n_cols + layout.n_rows, 1)
+        if store is None:  # the diagonals, else one-hot rows
+            store = (RowGroups(jac, generator(seed, Stream.ROW_GROUPS), most, tried=True).store() if grouping
+                     else None) or jac.sparse_rows(most, early=fits)
+        if store is None and block < layout.n_cols:
+            passes = -(-layout.n_cols // block)  # after the pass that looked for the non-zero entries
+            budget(2 * layout.n_cols + (passes + 1) * layout.n_rows, passes)
+        groups = _groups(jac, store, atol, rtol, seed) if compress and store is not None else None
     if store is not None:
         block = max(1, layout.n_cols)  # no rows held: one pass over the chunks
-    elif block < layout.n_cols:
-        passes = -(-layout.n_cols // block)  # after the pass that looked for the non-zero entries
-        budget(2 * layout.n_cols + (passes + 1) * layout.n_rows, passes)
-    groups = _groups(jac, store, atol, rtol, seed) if compress and store is not None else None
+    if groups is not None:
+        groups.evaluate()
+        if calls:  # the columns of the groups that disagree, one by one
+            budget(calls + 2 * int((~groups.accepted).sum()), 1)
+    if groups is not None:
+        for i, entry in enumerate(entries):
+            groups.fold(entry, layout.col_starts[i], layout.col_starts[i + 1], probe, chunk)
+        return layout, entries
     for col0 in range(0, layout.n_cols, block):
         col1 = min(layout.n_cols, col0 + block)
         a_block = jac.rows(col0, col1) if store is None else None
         for c0 in range(col0, col1, chunk):
             c1 = min(col1, c0 + chunk)
-            n_chunk = jac.columns(c0, c1) if groups is None else None
+            n_chunk = jac.columns(c0, c1)
             for i, entry in enumerate(entries):
                 lo, hi = max(c0, layout.col_starts[i]), min(c1, layout.col_starts[i + 1])
                 if lo < hi:
                     start = lo - layout.col_starts[i]
-                    if groups is not None and store is not None:
-                        groups.fold(entry, lo, hi, start, probe)
-                        continue
-                    assert n_chunk is not None
                     n = n_chunk[lo - c0 : hi - c0]
                     if store is not None:
                         c, r, v = store.entries(lo, hi)
@@ -139,7 +156,4 @@ def _groups(jac: Jacobians, store: SparseRows, atol: float, rtol: float, seed: i
     if len({id(x) for x in jac.layout.inputs}) < len(jac.layout.inputs):
         return None  # a tensor passed twice moves in both places: its columns are not independent
     groups = Groups(jac, store, atol, rtol, generator(seed, Stream.COMPRESSION))
-    if not groups.worthwhile():
-        return None
-    groups.evaluate()
-    return groups
+    return groups if groups.worthwhile() else None

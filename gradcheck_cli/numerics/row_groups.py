@@ -33,8 +33,13 @@ CALLS = 3  # backward calls per group: unit, weights w, weights w'
 class RowGroups:
     """The analytical Jacobian's non-zero entries from grouped backward calls (see the module)."""
 
-    def __init__(self, rows: Rows, gen: torch.Generator, limit: int) -> None:
+    def __init__(self, rows: Rows, gen: torch.Generator, limit: int, at_once: bool = False,
+                 tried: bool = False) -> None:
+        """``at_once``: only the guess of every element of an output in one group (``store`` is None
+        where it fails for an output); ``tried``: that guess failed before, start with the diagonals."""
         self.rows, self.layout, self.limit = rows, rows.layout, limit
+        self.at_once, self.tried = at_once, tried
+        self.calls = 0  # backward calls made
         n = self.layout.n_rows
         self.w = torch.rand(2, n, dtype=torch.float64, generator=gen).add_(1)
         self.found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (columns, rows, values)
@@ -66,8 +71,12 @@ class RowGroups:
         """The entries of output ``out`` (its rows start at row ``k``) into ``found``; False to give up."""
         shape = real_view(out).shape
         m = real_numel(out)
-        if m > 1 and not self._groups(out, k, [torch.arange(m)]):
+        if m == 1:
+            return self._one_hot(out, k, torch.arange(1))
+        if not self.tried and not self._groups(out, k, [torch.arange(m)]):
             return True
+        if self.at_once:
+            return False
         longest = max(shape, default=1)
         if longest * 4 > m:  # diagonals of a few elements each: as many calls as one-hot rows
             return self._one_hot(out, k, torch.arange(m))
@@ -87,6 +96,7 @@ class RowGroups:
         for g0 in range(0, len(groups), self.stage):
             stage = groups[g0 : g0 + self.stage]
             got = self.rows.products(self._grad_outputs(out, k, stage))
+            self.calls += len(got)
             for i, members in enumerate(stage):
                 decoded = self._decode(got[CALLS * i : CALLS * i + CALLS], k + members)
                 if decoded is None:
@@ -136,6 +146,7 @@ class RowGroups:
             (torch.view_as_real(mine) if mine.is_complex() else mine).view(len(part), -1)[
                 torch.arange(len(part)), part] = 1
             got = self.rows.products(grads)
+            self.calls += len(got)
             r, c = got.nonzero(as_tuple=True)  # NaN counts as non-zero
             self._keep(c, k + part[r], got[r, c])
             if self.count > self.limit:

@@ -16,6 +16,7 @@ import torch
 KEEP_BAD = 16  # mismatching columns kept whole, to re-examine (kinks, domain edges)
 KEEP_BYTES = 64 * 2**20  # at most this much of them per argument (the first is always kept), unless told
 
+STANDS_IN = -0.5  # worst_excess of the first entry of all zeros, which any entry compared later replaces
 Column = tuple[int, torch.Tensor, torch.Tensor]  # (column, analytical column, numerical column)
 
 
@@ -194,8 +195,8 @@ class Entry:
                 col, row = where(k)
                 self.worst_excess, self.worst_row, self.worst_col = float(excess[k]), row, col0 + col
                 self.analytical, self.numerical = float(av[k]), float(nv[k])
-        elif self.worst_excess < 0:  # every entry is 0 on both sides: the first one stands for them
-            self.worst_excess, self.worst_row, self.worst_col = 0.0, 0, col0
+        elif self.worst_excess < STANDS_IN:  # no entry yet, all 0 on both sides: the first one stands for them
+            self.worst_excess, self.worst_row, self.worst_col = STANDS_IN, 0, col0  # until an entry comes
             self.analytical = self.numerical = 0.0
         small = n_abs <= self.atol  # relative error only where the numerical value is not ~0
         rel = torch.div(diff, n_abs, out=n_abs).masked_fill_(small, 0.0)

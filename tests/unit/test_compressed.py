@@ -383,3 +383,22 @@ def test_a_backward_that_writes_its_grad_output_gets_the_same_rows():
     got, plain = check(ScalesGradOutputInPlace, (x, 2.5)), check(ScalesGradOutputInPlace, (x, 2.5), compress=False)
     assert _rows(got) == _rows(plain)
     assert got.checks[0].inputs[0].status.value == "pass"  # its values are right
+
+
+@pytest.mark.parametrize("memory", [300_000, 512 * 2**20], ids=["chunks of a few columns", "one chunk"])
+def test_accepted_spans_and_remade_chunks_fold_as_without_compression(memory):
+    """Under a small budget the columns come in chunks: the chunk with the wrong element is made
+    column by column, the accepted spans around it are folded as their entries alone."""
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(*s, dtype=F64, generator=g).requires_grad_() for s in ((24, 24), (24, 24), (24,))]
+    got = check(LinearOneWrong, args, memory_bytes=memory)
+    plain = check(LinearOneWrong, args, memory_bytes=memory, compress=False)
+    assert _rows(got) == _rows(plain)
+    assert got.checks[0].inputs[1].worst_index == [3, 5]
+
+
+def test_a_million_element_elementwise_check_is_not_refused():
+    """1000 x 1000 elementwise: element by element it was refused as too large; compressed it is a
+    handful of calls."""
+    x = torch.randn(1000, 1000, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    assert check(NumpyTanh, (x,)).status.value == "pass"

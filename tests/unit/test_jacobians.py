@@ -309,14 +309,16 @@ def test_keeping_freed_memory_is_harmless_where_there_is_no_glibc(monkeypatch: p
     assert check(LinearFunction, [a.requires_grad_() for a in args]).status.value == "pass"
 
 
-def _backward(fn: type, args: list[torch.Tensor], memory_bytes: int) -> Any:
+def _backward(fn: type, args: list[torch.Tensor], memory_bytes: int, compress: bool = False) -> Any:
+    """The backward check of ``fn`` at ``args``, by default without compression (the store and the
+    dense rows are what these tests compare)."""
     from gradcheck_cli.checks import backward
     from gradcheck_cli.checks.base import CheckContext, Options
     from gradcheck_cli.spec import Tolerance
 
     target = Target(fn.__qualname__, fn, True)
     bound = bind(target, [(None, a.clone().requires_grad_()) for a in args], [])
-    return backward.run(CheckContext(target, bound, options=Options(Tolerance(), 0, memory_bytes)))
+    return backward.run(CheckContext(target, bound, options=Options(Tolerance(), 0, memory_bytes, compress=compress)))
 
 
 class TimesRowSum(Function):
@@ -408,8 +410,9 @@ def test_the_sparse_store_gives_the_dense_numbers(fn: type, memory: int, monkeyp
     monkeypatch.setattr(SparseRows, "entries", lambda self, *a: spans.append(a) or read(self, *a))
     stored = _backward(fn, args, memory)
     assert len(spans) >= (6 if memory < 1 << 20 else 3)  # a span per argument and chunk, read from the store
-    assert stored.status == dense.status == ("pass" if fn is LinearFunction else "fail")
-    for s, d in zip(stored.inputs, dense.inputs):
+    compressed = _backward(fn, args, memory, compress=True)
+    assert stored.status == dense.status == compressed.status == ("pass" if fn is LinearFunction else "fail")
+    for s, d in [*zip(stored.inputs, dense.inputs), *zip(compressed.inputs, dense.inputs)]:
         assert (s.name, s.status, s.mismatched, s.worst_index, s.diagnosis) == \
                (d.name, d.status, d.mismatched, d.worst_index, d.diagnosis)
         assert s.max_abs_err == pytest.approx(d.max_abs_err, rel=1e-9, abs=1e-15)

@@ -98,7 +98,7 @@ def test_too_large_is_refused_up_front_with_the_size_and_what_to_do(monkeypatch:
     calls = []
     backward = Softplus.backward
     monkeypatch.setattr(Softplus, "backward", staticmethod(lambda ctx, g: calls.append(1) or backward(ctx, g)))
-    result = check(Softplus, [x(40, 40)], memory_bytes=64 * 2**20)
+    result = check(Softplus, [x(40, 40)], memory_bytes=64 * 2**20, compress=False)
     assert result.status is Status.ERROR and result.error is not None
     assert result.error.kind is ErrorKind.TOO_LARGE
     message = result.error.message
@@ -106,6 +106,19 @@ def test_too_large_is_refused_up_front_with_the_size_and_what_to_do(monkeypatch:
     assert len(calls) <= 3 + 1  # backward's contract (its repeated calls) only: no row of the Jacobian
     fast = check(Softplus, [x(40, 40)], memory_bytes=64 * 2**20, probes=3)  # random probes: no such work
     assert fast.status is Status.PASS, fast.error
+
+
+def test_compressed_work_is_budgeted_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compressed, the same 40 x 40 elementwise check is a few calls: it runs (a 1000 x 1000 one takes
+    seconds); a wrong one, whose groups disagree and would be made column by column, is refused
+    once that is known, with the calls it would take."""
+    from gradcheck_cli.checks import base
+
+    monkeypatch.setattr(base, "WORK_LIMIT", 10**6)
+    assert check(Softplus, [x(40, 40)], memory_bytes=64 * 2**20).status is Status.PASS
+    wrong = check(SoftplusTwiceOnPositives, [x(40, 40)], memory_bytes=64 * 2**20)
+    assert wrong.error is not None and wrong.error.kind is ErrorKind.TOO_LARGE, wrong
+    assert "'x' [40, 40]" in wrong.error.message and "--fast" in wrong.error.message
 
 
 def test_rows_recomputed_per_block_count_against_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
