@@ -483,7 +483,7 @@ def test_probes_batched_give_the_single_calls_numbers(fn: type, args: list, monk
     perturbed = probes._perturbed
     monkeypatch.setattr(probes, "_perturbed", lambda *a: singles.append(1) or perturbed(*a))
     batched = numerical(fn, args, body(fn))
-    assert len(singles) == 1 and batched.shape == (len(args), 3)  # the batch was used, checked by one single call
+    assert len(singles) == 1 and batched.shape == (len(args), 3, 3)  # the batch was used, checked by one single call
     torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)
 
 
