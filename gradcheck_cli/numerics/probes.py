@@ -48,7 +48,7 @@ from .batching import (
 from .differences import Step, call_moved
 from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
 
-GRAIN = 32768  # elements: torch runs an operation on fewer than this on one thread (at::internal::GRAIN_SIZE)
+GRAIN = 32768  # elements: torch runs an elementwise operation on fewer on one thread (at::internal::GRAIN_SIZE)
 
 
 @dataclass
@@ -66,14 +66,6 @@ class ProbeStats:
 def weightings(probes: int) -> int:
     """How many output weightings v go with ``probes`` directions u per argument (see the module's note)."""
     return probes // 2 + 1 if probes > 0 else 0
-
-
-def _block_sums(x: torch.Tensor, block: torch.Tensor | None, n_blocks: int) -> torch.Tensor:
-    """The sums of each row of ``x`` over each block of its columns (``block``: each column's
-    block, None for one block), as rows x blocks."""
-    if block is None:
-        return x.sum(1, keepdim=True)
-    return torch.zeros(len(x), n_blocks, dtype=x.dtype).index_add_(1, block, x)
 
 
 def decide(
@@ -98,34 +90,33 @@ def decide(
     n_v = weightings(probes)
     reuse = given if n_v > 1 and n_rows > 0 and len(live) == len(diff_outputs) else None
     drawn = n_v - (reuse is not None)
-    block = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)) if len(sizes) > 1 else None
     # every probe drawn in one call: the weightings v, then the directions u of all arguments side by side
     w = signed_uniform((drawn * n_rows + probes * sum(sizes),), generator(seed, Stream.PROBES))
     vs, u_all = w[: drawn * n_rows].view(drawn, n_rows), w[drawn * n_rows :].view(probes, sum(sizes))
-    vs.div_(torch.linalg.vector_norm(vs, dim=1, keepdim=True))
-    norms = _block_sums(u_all * u_all, block, len(sizes)).rsqrt_()  # a unit direction in each argument
-    u_all.mul_(norms if block is None else norms[:, block])
     vs[0].abs_()  # the first u and v are non-negative, as torch's: errors of one sign add up in their probe
     u_all[0].abs_()
+    us = list(u_all.split(sizes, dim=1))
+    for unit in (vs, *us):
+        if unit.shape[1]:
+            unit.div_(torch.linalg.vector_norm(unit, dim=1, keepdim=True))
     norm = 1.0
     if reuse is not None:
         g = torch.cat([real_flat(reuse[0][p].contiguous()).to("cpu", torch.float64) for p in positions])
         norm = float(torch.linalg.vector_norm(g))
         vs = torch.cat([vs, g.div_(norm).view(1, -1)])
-    us = list(u_all.split(sizes, dim=1))
     centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
     numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre,
                             stage_budget(memory_bytes, BATCH_BYTES)) if n_rows
                  else torch.zeros(len(sizes), probes, n_v, dtype=torch.float64))
-    analytical = torch.empty(len(sizes), probes, n_v, dtype=torch.float64)
+    analytical = torch.zeros(len(sizes), probes, n_v, dtype=torch.float64)
     for b, v in enumerate(vs):  # u^T J^T v: one backward per v serves every argument and direction
         reused = reuse is not None and b == n_v - 1
         grads = reuse[1] if reuse is not None and reused else _backward(grad, diff_outputs, live, grad_inputs, v)
-        flat = torch.cat([real_flat(g.contiguous()).to("cpu", torch.float64) if g is not None
-                          else torch.zeros(n, dtype=torch.float64) for g, n in zip(grads, sizes)])
+        for i, (u, g) in enumerate(zip(us, grads)):
+            if g is not None:  # products and sums: torch splits a small matmul over threads
+                analytical[i, :, b] = (u * real_flat(g.contiguous()).to("cpu", torch.float64)).sum(1)
         if reused:
-            flat.div_(norm)  # J^T g for the unit v = g / |g|
-        analytical[:, :, b] = _block_sums(u_all * flat, block, len(sizes)).T
+            analytical[:, :, b] /= norm  # J^T g for the unit v = g / |g|
     return _stats(analytical.view(len(sizes), -1), numerical.view(len(sizes), -1), atol, rtol)
 
 
@@ -213,18 +204,18 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
         at, step = 2 * n_u * i, eps * us[i].to(batch)
         batch[at : at + n_u] -= step
         batch[at + n_u : at + 2 * n_u] += step
-    with _threads_of_one_call(sum(x.numel() for x in inputs) + len(vs[0])):
-        flat = vmapped(batched, values, batches, positions).cpu()  # probes are reduced on the CPU
+    flat = vmapped(batched, values, batches, positions).cpu()  # probes are reduced on the CPU
     pairs = flat[:rows].view(len(inputs), 2, n_u, -1)
-    return (pairs[:, 1] - pairs[:, 0]) @ vs.T / (2 * eps), flat
+    return torch.matmul(pairs[:, 1] - pairs[:, 0], vs.T).div_(2 * eps), flat
 
 
 @contextmanager
-def _threads_of_one_call(elements: int) -> Iterator[None]:
-    """A batch of probes on as many CPU threads as one of its calls would take: one where that call
-    (``elements`` in its arguments and outputs) is below torch's grain for splitting work over
-    threads. The batch puts many small calls into one large one, which torch would spread over
-    threads, gaining microseconds on an idle machine and waiting for a busy one's time slices."""
+def one_thread_below_grain(elements: int) -> Iterator[None]:
+    """Torch on one CPU thread while a check of small tensors (``elements`` in its arguments, below
+    GRAIN) runs: its operations are too small to gain from threads (torch's own elementwise ones
+    would not split below GRAIN anyway), but a batch of probes, a small matmul or a cumulative op
+    is split, and on a busy machine each split waits for a time slice of the other thread
+    (milliseconds, against microseconds of work)."""
     threads = torch.get_num_threads()
     if threads == 1 or elements >= GRAIN:
         yield
