@@ -4,13 +4,14 @@ Per checked argument: ``probes`` unit random directions u in that argument; for 
 together: a few unit random weightings v of the outputs (``weightings``). Every pair (u, v) is a
 probe. Analytically v^T J u = <J^T v, u> (one backward per v serves every argument and every
 u); numerically v^T (f(x + eps u) - f(x - eps u)) / 2 eps (two forwards per u serve every v). So
-N directions and N // 2 + 1 weightings give N (N // 2 + 1) probes per argument for the calls of N
-independent ones, and catch more: a wrong element is missed only where it is small in every u
-or in every v, where N independent probes miss it where it is small in each pair. The first u
-and the first v are non-negative, as torch's fast mode's probe, so that errors of one sign (a
-constant offset, a missing term) add up; the others are signed (see ``signed_uniform``), so that
-errors of both signs (a transpose, a roll, one wrong element) cannot cancel. Directions per
-argument keep a small argument's error from drowning in a large one's tolerance.
+N directions and N // 2 + 1 weightings give N (N // 2 + 1) probes per argument from fewer calls
+than N independent ones (the same forwards, N // 2 + 1 backwards instead of N), and catch more:
+a wrong element is missed only where it is small in every u or in every v, where N independent
+probes miss it where it is small in each pair. The first u and the first v are non-negative, as
+torch's fast mode's probe, so that errors of one sign (a constant offset, a missing term) add
+up; the others are signed (see ``signed_uniform``), so that errors of both signs (a transpose, a
+roll, one wrong element) cannot cancel. Directions per argument keep a small argument's error
+from drowning in a large one's tolerance.
 
 Where a batched forward is given (see ``columns``), the 2 x arguments x directions perturbed
 forwards are one vmapped call (several if they do not fit in BATCH_BYTES, or in a stage's share of
