@@ -1,19 +1,24 @@
-"""The fast decision: v^T J u for a few random probes, analytical against numerical.
+"""The fast decision: v^T J u for random probes, analytical against numerical.
 
-Per checked argument and probe: u is a unit random direction in that argument, v a unit random
-weighting of the outputs. Analytically v^T J u = <J^T v, u> (one backward per probe serves
-every argument); numerically v^T (f(x + eps u) - f(x - eps u)) / 2 eps (two forwards). The
-first probe is non-negative, as torch's fast mode's, so that errors of one sign (a constant
-offset, a missing term) add up; the others are signed (see ``signed_uniform``), so that errors of both signs
-(a transpose, a roll, one wrong element) cannot cancel. One probe per argument keeps a small
-argument's error from drowning in a large one's tolerance.
+Per checked argument: ``probes`` unit random directions u in that argument; for all arguments
+together: a few unit random weightings v of the outputs (``weightings``). Every pair (u, v) is a
+probe. Analytically v^T J u = <J^T v, u> (one backward per v serves every argument and every
+u); numerically v^T (f(x + eps u) - f(x - eps u)) / 2 eps (two forwards per u serve every v). So
+N directions and N // 2 + 1 weightings give N (N // 2 + 1) probes per argument from fewer calls
+than N independent ones (the same forwards, N // 2 + 1 backwards instead of N), and catch more:
+a wrong element is missed only where it is small in every u or in every v, where N independent
+probes miss it where it is small in each pair. The first u and the first v are non-negative, as
+torch's fast mode's probe, so that errors of one sign (a constant offset, a missing term) add
+up; the others are signed (see ``signed_uniform``), so that errors of both signs (a transpose, a
+roll, one wrong element) cannot cancel. Directions per argument keep a small argument's error
+from drowning in a large one's tolerance.
 
-Where a batched forward is given (see ``columns``), the 2 x arguments x probes perturbed
+Where a batched forward is given (see ``columns``), the 2 x arguments x directions perturbed
 forwards are one vmapped call (several if they do not fit in BATCH_BYTES, or in a stage's share of
 the memory budget: see ``batching``), each used when one
 of its rows gives a single call's difference quotient. Backward's contract has already called backward
 with one signed random grad_output; where autograd would pass its return on unchanged, that
-call is one of the probes.
+call is the last weighting v.
 
 A probe only decides "pass": one that fails sends the check to the element-by-element
 comparison, which gives the verdict. So the tolerance can be tight: atol |u|_2 |v|_2 + rtol |n|
@@ -22,7 +27,8 @@ about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -43,6 +49,8 @@ from .batching import (
 from .differences import Step, call_moved
 from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
 
+GRAIN = 32768  # elements: torch runs an elementwise operation on fewer on one thread (at::internal::GRAIN_SIZE)
+
 
 @dataclass
 class ProbeStats:
@@ -56,10 +64,9 @@ class ProbeStats:
     worst_excess: float = -1.0
 
 
-def _units(count: int, n: int, gen: torch.Generator) -> torch.Tensor:
-    """``count`` unit random directions in R^n, one per row."""
-    u = signed_uniform((count, n), gen)
-    return u / torch.linalg.vector_norm(u, dim=1, keepdim=True) if n else u
+def weightings(probes: int) -> int:
+    """How many output weightings v go with ``probes`` directions u per argument (see the module's note)."""
+    return probes // 2 + 1 if probes > 0 else 0
 
 
 def decide(
@@ -68,51 +75,69 @@ def decide(
     probes: int, seed: int, grad: Vjp = vjp, batched: Call | None = None,
     given: tuple[list[Any], list[Any]] | None = None, at_x: bool = False, memory_bytes: int = BATCH_BYTES * 8,
 ) -> list[ProbeStats]:
-    """Probe every argument ``probes`` times: |a - n| <= atol + rtol |n| for each (unit u and v).
+    """Probe every argument with ``probes`` directions u and ``weightings(probes)`` weightings v:
+    |a - n| <= atol + rtol |n| for each pair (unit u and v).
     ``batched``: the same forward as ``call``, in a form torch.func.vmap may batch. ``given``: one
     signed probe's backward already called, (g for every output, J^T g for every argument in
-    ``grad_inputs``, as autograd gives it): it is the last probe (v = g / |g|), and saves a backward.
+    ``grad_inputs``, as autograd gives it): it is the last weighting (v = g / |g|), and saves a backward.
     ``at_x``: ``outputs`` are what ``call`` gives for ``plain_values`` (not taken in another dtype).
     ``memory_bytes``: the memory budget, of which one vmapped forward takes at most a stage's share."""
-    gen = generator(seed, Stream.PROBES)
+    if not plain_inputs:
+        return []
     diff_outputs = [outputs[p] for p in positions]
     live = [o for o in diff_outputs if o.requires_grad]
     n_rows = sum(real_numel(o) for o in diff_outputs)
-    stats = [ProbeStats() for _ in plain_inputs]
-    reuse = given if probes > 1 and n_rows > 0 and len(live) == len(diff_outputs) else None
-    reused = reuse is not None
-    vs = _units(probes - reused, n_rows, gen)
-    us = [_units(probes, real_numel(x), gen) for x in plain_inputs]
-    for w in (vs, *us):  # the first probe is non-negative, as torch's: errors of one sign add up in it
-        w[0].abs_()
-    norm = torch.ones(())
+    sizes = [real_numel(x) for x in plain_inputs]
+    n_v = weightings(probes)
+    reuse = given if n_v > 1 and n_rows > 0 and len(live) == len(diff_outputs) else None
+    drawn = n_v - (reuse is not None)
+    # every probe drawn in one call: the weightings v, then the directions u of all arguments side by side
+    w = signed_uniform((drawn * n_rows + probes * sum(sizes),), generator(seed, Stream.PROBES))
+    vs, u_all = w[: drawn * n_rows].view(drawn, n_rows), w[drawn * n_rows :].view(probes, sum(sizes))
+    vs[0].abs_()  # the first u and v are non-negative, as torch's: errors of one sign add up in their probe
+    u_all[0].abs_()
+    us = list(u_all.split(sizes, dim=1))
+    for unit in (vs, *us):
+        if unit.shape[1]:
+            unit.div_(torch.linalg.vector_norm(unit, dim=1, keepdim=True))
+    norm = 1.0
     if reuse is not None:
         g = torch.cat([real_flat(reuse[0][p].contiguous()).to("cpu", torch.float64) for p in positions])
-        norm = torch.linalg.vector_norm(g)
-        vs = torch.cat([vs, (g / norm).view(1, -1)])
+        norm = float(torch.linalg.vector_norm(g))
+        vs = torch.cat([vs, g.div_(norm).view(1, -1)])
     centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
     numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre,
                             stage_budget(memory_bytes, BATCH_BYTES)) if n_rows
-                 else torch.zeros(len(plain_inputs), probes, dtype=torch.float64))
-    grads: Sequence[Any]
-    for p, v in enumerate(vs):
-        if reuse is not None and p == probes - 1:
-            grads, scale = reuse[1], 1 / float(norm)
-        else:
-            grads, scale = _backward(grad, diff_outputs, live, grad_inputs, v), 1.0
-        for g, s, u, n_row in zip(grads, stats, us, numerical):
-            a = scale * float(real_flat(g.contiguous()).to("cpu", torch.float64) @ u[p]) if g is not None else 0.0
-            n = float(n_row[p])
+                 else torch.zeros(len(sizes), probes, n_v, dtype=torch.float64))
+    analytical = torch.zeros(len(sizes), probes, n_v, dtype=torch.float64)
+    for b, v in enumerate(vs):  # u^T J^T v: one backward per v serves every argument and direction
+        reused = reuse is not None and b == n_v - 1
+        grads = reuse[1] if reuse is not None and reused else _backward(grad, diff_outputs, live, grad_inputs, v)
+        for i, (u, g) in enumerate(zip(us, grads)):
+            if g is not None:  # products and sums: torch splits a small matmul over threads
+                analytical[i, :, b] = (u * real_flat(g.contiguous()).to("cpu", torch.float64)).sum(1)
+        if reused:
+            analytical[:, :, b] /= norm  # J^T g for the unit v = g / |g|
+    return _stats(analytical.view(len(sizes), -1), numerical.view(len(sizes), -1), atol, rtol)
+
+
+def _stats(analytical: torch.Tensor, numerical: torch.Tensor, atol: float, rtol: float) -> list[ProbeStats]:
+    """Every argument's probes (one row each) compared: |a - n| <= atol + rtol |n| (NaN fails).
+    A few numbers per argument: compared in Python, which is quicker than torch at that size."""
+    out = []
+    for a_row, n_row in zip(analytical.tolist(), numerical.tolist()):
+        s = ProbeStats(len(a_row))
+        for a, n in zip(a_row, n_row):
             tol = atol + rtol * abs(n)  # atol |u|_2 |v|_2 for unit probes: a failure only costs an escalation
             err = abs(a - n)
-            s.probes += 1
             s.max_abs = max(s.max_abs, err)
             if not err <= tol:  # NaN fails too
                 s.failed += 1
             excess = err / tol if tol else (float("inf") if err else 0.0)
             if excess > s.worst_excess:
                 s.worst_excess, s.analytical, s.numerical = excess, a, n
-    return stats
+        out.append(s)
+    return out
 
 
 def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tensor],
@@ -132,12 +157,13 @@ def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tens
 def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list[torch.Tensor],
                us: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor,
                centre: torch.Tensor | None = None, budget: int | None = None) -> torch.Tensor:
-    """v_p^T (f(x_i + eps u_ip) - f(x_i - eps u_ip)) / 2 eps for every argument i and probe p
-    (arguments x probes): one vmapped forward per group of arguments where ``batched`` gives the
-    single calls' outputs (checked on every group, see ``_agrees``; ``centre``: the outputs at x,
-    as one row, if known; each group's batch within ``budget`` bytes, default BATCH_BYTES), else two
-    forwards each."""
-    out = torch.empty(len(inputs), len(vs), dtype=torch.float64)
+    """v_b^T (f(x_i + eps u_ia) - f(x_i - eps u_ia)) / 2 eps for every argument i, direction a
+    (row a of ``us[i]``) and weighting b (row b of ``vs``): arguments x directions x weightings.
+    One vmapped forward per group of arguments where ``batched`` gives the single calls' outputs
+    (checked on every group, see ``_agrees``; ``centre``: the outputs at x, as one row, if known;
+    each group's batch within ``budget`` bytes, default BATCH_BYTES), else two forwards per direction."""
+    n_u = len(us[0]) if us else 0
+    out = torch.empty(len(inputs), n_u, len(vs), dtype=torch.float64)
     todo = set(range(len(inputs)))
 
     def agrees(group: list[int], got: tuple[torch.Tensor, torch.Tensor]) -> bool:
@@ -147,10 +173,10 @@ def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list
             with torch.no_grad():
                 centre = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
         x, u = inputs[group[0]], us[group[0]][0]
-        return _agrees(got[1], len(vs), centre, _perturbed(call, values, x, eps * u, positions), eps)
+        return _agrees(got[1], n_u, centre, _perturbed(call, values, x, eps * u, positions), eps)
 
     if batched is not None:  # arguments batched in groups, each group verified, until one is not
-        for group in argument_groups(inputs, len(vs), len(vs[0]), BATCH_BYTES if budget is None else budget):
+        for group in argument_groups(inputs, n_u, len(vs[0]), BATCH_BYTES if budget is None else budget):
             batch = partial(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
                             positions, vs)
             got, _ = try_batched(None, batch, partial(agrees, group))
@@ -159,35 +185,54 @@ def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list
             out[group] = got[0]
             todo -= set(group)
     for i in sorted(todo):
-        for p, v in enumerate(vs):
-            minus = _perturbed(call, values, inputs[i], -eps * us[i][p], positions)
-            out[i, p] = v @ (_perturbed(call, values, inputs[i], eps * us[i][p], positions) - minus) / (2 * eps)
+        for a, u in enumerate(us[i]):
+            minus = _perturbed(call, values, inputs[i], -eps * u, positions)
+            out[i, a] = vs @ (_perturbed(call, values, inputs[i], eps * u, positions) - minus) / (2 * eps)
     return out
 
 
-def _agrees(rows: torch.Tensor, n_probes: int, centre: torch.Tensor, plus: torch.Tensor, eps: float) -> bool:
+def _agrees(rows: torch.Tensor, n_u: int, centre: torch.Tensor, plus: torch.Tensor, eps: float) -> bool:
     """The batch's ``rows`` (see ``_all_at_once``) give the single call's outputs at x + eps u for
-    their first argument's first probe (``plus``), compared as difference quotients from the
+    their first argument's first direction (``plus``), compared as difference quotients from the
     outputs at x (``centre``): a perturbation that the batch dropped shows there (the outputs
     themselves move by only eps), as does any other difference."""
-    return same((rows[n_probes] - centre[0]) / eps, (plus - centre[0]) / eps)
+    return same((rows[n_u] - centre[0]) / eps, (plus - centre[0]) / eps)
 
 
 def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
                  eps: float, positions: list[int], vs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``_numerical`` of ``inputs`` from one vmapped forward, and the forward's rows: row
-    (2 P i + p) perturbs argument i by -eps u_ip, row (2 P i + P + p) by +eps u_ip, every other
-    argument as it is."""
-    n_probes, rows = len(vs), 2 * len(inputs) * len(vs)
+    (2 D i + a) perturbs argument i by -eps u_ia, row (2 D i + D + a) by +eps u_ia (D directions),
+    every other argument as it is."""
+    n_u = len(us[0])
+    rows = 2 * len(inputs) * n_u
     batches: Batches = {}
     for i, x in enumerate(inputs):
         batch = copies(batches, x, rows)
-        at, step = 2 * n_probes * i, eps * us[i].to(batch)
-        batch[at : at + n_probes] -= step
-        batch[at + n_probes : at + 2 * n_probes] += step
+        at, step = 2 * n_u * i, eps * us[i].to(batch)
+        batch[at : at + n_u] -= step
+        batch[at + n_u : at + 2 * n_u] += step
     flat = vmapped(batched, values, batches, positions).cpu()  # probes are reduced on the CPU
-    pairs = flat[:rows].view(len(inputs), 2, n_probes, -1)
-    return torch.linalg.vecdot(pairs[:, 1] - pairs[:, 0], vs) / (2 * eps), flat
+    pairs = flat[:rows].view(len(inputs), 2, n_u, -1)
+    return torch.matmul(pairs[:, 1] - pairs[:, 0], vs.T).div_(2 * eps), flat
+
+
+@contextmanager
+def one_thread_below_grain(elements: int) -> Iterator[None]:
+    """Torch on one CPU thread while a check of small tensors (``elements`` in its arguments, below
+    GRAIN) runs: its operations are too small to gain from threads (torch's own elementwise ones
+    would not split below GRAIN anyway), but a batch of probes, a small matmul or a cumulative op
+    is split, and on a busy machine each split waits for a time slice of the other thread
+    (milliseconds, against microseconds of work)."""
+    threads = torch.get_num_threads()
+    if threads == 1 or elements >= GRAIN:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor,

@@ -3,9 +3,10 @@
 torch's fast mode compares v^T J u for one non-negative probe, with atol inflated by
 (sum u)(sum v), about sqrt(N M): errors of both signs cancel in it, and one wrong element of a
 large Jacobian is far below its tolerance. gradcheck-cli's --fast probes each argument with a
-non-negative and two signed directions and a tight tolerance (a failing probe only sends the
-check to the element-by-element comparison), so it catches these; and on the errors of one
-sign that torch's probe is good at, it does not fall behind.
+non-negative and two signed directions, each paired with a non-negative and a signed weighting of
+the outputs, and a tight tolerance (a failing probe only sends the check to the
+element-by-element comparison), so it catches these; and on the errors of one sign that torch's
+probe is good at, it does not fall behind.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from gradcheck_cli import FAST_PROBES, check
+from gradcheck_cli.numerics.probes import weightings
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from corpus import Mul, one_input_function
@@ -54,7 +56,7 @@ MISSED_BY_TORCH_FAST = [
     _function("tanh_two_elements_swapped", torch.tanh, lambda x, g: _two_elements_swapped(_tanh_grad(x, g))),
 ]
 SEEDS = range(6)  # random probes catch a wrong element with a probability: over 100 seeds --fast missed
-# tanh_one_element_tripled 4 times, tanh_two_elements_swapped 2, softplus_sign_pattern_1pct 3, the others 0
+# tanh_one_element_tripled once, the others never (benchmarks/fast_catch_rates.py)
 # a wrong gradient that torch's fast mode catches: errors of one sign
 CAUGHT_BY_TORCH_FAST = [
     _function("tanh_minus_its_mean", torch.tanh, lambda x, g: (lambda r: r - r.mean())(_tanh_grad(x, g))),
@@ -139,8 +141,8 @@ def _fast_backward_calls(fn, args) -> tuple:
 
 def test_fast_reuses_the_contracts_backward_call_as_a_probe():
     fn = _counting(lambda g, x, y: (g * y, g * x))
-    # 3 calls with one grad_output (the contract: repeat 3), then one per probe but the reused one
-    assert _fast_backward_calls(fn, [_x(0, 8), _x(1, 8)]) == ("pass", "probe", 3 + FAST_PROBES - 1)
+    # 3 calls with one grad_output (the contract: repeat 3), then one per weighting of the outputs but the reused one
+    assert _fast_backward_calls(fn, [_x(0, 8), _x(1, 8)]) == ("pass", "probe", 3 + weightings(FAST_PROBES) - 1)
 
 
 @pytest.mark.parametrize("case", ["one tensor passed twice", "a broadcast gradient"])
@@ -154,4 +156,4 @@ def test_fast_does_not_reuse_a_return_that_autograd_changes(case):
     else:
         fn = _counting(lambda g, x, y: (g * y, g * x))  # y's gradient not summed over the rows it was broadcast to
         args = [_x(0, 8), _x(1, 8)[0].detach().clone().requires_grad_()]  # y: (8,)
-    assert _fast_backward_calls(fn, args) == ("pass", "probe", 3 + FAST_PROBES)
+    assert _fast_backward_calls(fn, args) == ("pass", "probe", 3 + weightings(FAST_PROBES))

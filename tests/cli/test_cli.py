@@ -289,4 +289,4 @@ def test_fast_mode_decides_with_probes_and_explains_failures_element_by_element(
     rows = {r["name"]: r for r in check["inputs"]}
     assert rows["bias"]["status"] == "fail" and rows["bias"]["mismatched"] == rows["bias"]["numel"]
     for name in ("input", "weight"):  # only the argument whose probe failed is compared element by element
-        assert rows[name]["status"] == "pass" and rows[name]["reason"] == "3 random probes v^T J u agree", rows[name]
+        assert rows[name]["status"] == "pass" and rows[name]["reason"] == "6 random probes v^T J u agree (3 directions u x 2 weightings v)", rows[name]

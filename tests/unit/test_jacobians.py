@@ -486,7 +486,7 @@ def test_probes_batched_give_the_single_calls_numbers(fn: type, args: list, monk
     perturbed = probes._perturbed
     monkeypatch.setattr(probes, "_perturbed", lambda *a: singles.append(1) or perturbed(*a))
     batched = numerical(fn, args, body(fn))
-    assert len(singles) == 1 and batched.shape == (len(args), 3)  # the batch was used, checked by one single call
+    assert len(singles) == 1 and batched.shape == (len(args), 3, 3)  # the batch was used, checked by one single call
     torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)
 
 
@@ -626,3 +626,35 @@ def test_probes_see_a_batch_that_drops_the_perturbations() -> None:
     for seed in range(3):
         result = check(DropsThePerturbations, [randn(64).requires_grad_()], probes=FAST_PROBES, seed=seed).checks[0]
         assert result.status.value == "fail" and result.mode == "elementwise", (seed, result.message)
+
+
+class ThreadsSeen(Function):
+    """``2 x``, noting how many CPU threads torch had in each forward and backward."""
+
+    seen: list = []
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ThreadsSeen.seen.append(torch.get_num_threads())
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        ThreadsSeen.seen.append(torch.get_num_threads())
+        return 2 * g
+
+
+@pytest.mark.parametrize("numel, probes, threads", [
+    (64, 3, 1),  # --fast on small tensors: one thread for the whole check
+    (40000, 3, 2),  # above torch's grain: the threads it has
+    (64, 0, 2),  # the element-wise check: untouched
+], ids=["fast small", "fast large", "element-wise"])
+def test_fast_checks_of_small_tensors_run_on_one_thread(numel: int, probes: int, threads: int) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ThreadsSeen.seen = []
+        assert check(ThreadsSeen, [randn(numel).requires_grad_()], probes=probes).status.value == "pass"
+        assert set(ThreadsSeen.seen) == {threads} and torch.get_num_threads() == 2  # and put back
+    finally:
+        torch.set_num_threads(before)
