@@ -8,7 +8,8 @@ the medians are reported. Everything is warmed up on a tiny input first, so firs
 (lazy imports inside torch) are not counted. Every process keeps freed memory as the CLI's
 workers do. Also the CLI's cold start. Not a test: run it by hand,
 
-    python benchmarks/bench_suite.py            # everything (about 15 minutes here)
+    python benchmarks/bench_suite.py            # everything (about 20 minutes here), then the batch,
+                                                # cold start and watch benchmarks (bench_batch, bench_watch)
     python benchmarks/bench_suite.py --quick    # the small cases only
     python benchmarks/bench_suite.py --only "linear n=64"   # the cases whose name contains this
     python benchmarks/bench_suite.py --profile "linear n=64" [--fast]   # where the time goes
@@ -132,7 +133,8 @@ def _verdict(engine: str, fn: object, args: list) -> bool:
     from gradcheck_cli import FAST_PROBES, check
 
     if engine.startswith("gradcheck-cli"):
-        return check(fn, args, probes=FAST_PROBES if engine.endswith("--fast") else 0).status.value == "pass"
+        return check(fn, args, probes=FAST_PROBES if engine.endswith("--fast") else 0,
+                     compress=not engine.endswith("--no-compress")).status.value == "pass"
     return torch.autograd.gradcheck(fn.apply, args, fast_mode=engine == "torch-fast", raise_exception=False)
 
 
@@ -145,7 +147,8 @@ def one(engine: str, case: str) -> dict:
     verdict = _verdict(engine, fn, args)
     wall = time.perf_counter() - start
     return {"pass": verdict, "wall_s": wall, "peak_mb": _peak_mb(),
-            "floor_s": floor(fn, shapes) if engine == "gradcheck-cli" else None}
+            "floor_s": floor(fn, shapes) if engine == "gradcheck-cli" else None,
+            "batched_floor_s": batched_floor(fn, shapes) if engine == "gradcheck-cli" else None}
 
 
 def paired(case: str) -> dict:
@@ -202,6 +205,37 @@ def floor(fn: object, shapes: list) -> float:
     return time.perf_counter() - start
 
 
+def batched_floor(fn: object, shapes: list) -> float:
+    """The arithmetic floor of the element-wise check without compression: every one of the 2N
+    perturbed forwards and M one-hot backward calls made, batched through vmap (stages of 256),
+    nothing compared; timed in the same process."""
+    import torch
+
+    from gradcheck_cli.target import Target
+
+    body = Target("floor", fn, True).body
+    args = [torch.randn(*s, dtype=torch.float64) for s in shapes]
+    leaves = [a.clone().requires_grad_() for a in args]
+    start = time.perf_counter()
+    with torch.no_grad():
+        for i, a in enumerate(args):
+            for k0 in range(0, 2 * a.numel(), 256):
+                k = min(256, 2 * a.numel() - k0)
+                batch = a.expand(k, *a.shape).clone()
+                batch.view(k, -1)[torch.arange(k), (k0 + torch.arange(k)) // 2] += 1e-6
+                torch.func.vmap(lambda xb, i=i: body([*args[:i], xb, *args[i + 1:]]))(batch)
+    out = fn.apply(*leaves)
+    outs = out if isinstance(out, tuple) else (out,)
+    for o in outs:
+        for r0 in range(0, o.numel(), 256):
+            k = min(256, o.numel() - r0)
+            one_hot = torch.zeros(k, o.numel(), dtype=o.dtype)
+            one_hot[torch.arange(k), r0 + torch.arange(k)] = 1
+            torch.func.vmap(lambda g, o=o: torch.autograd.grad(o, leaves, g.view(o.shape), retain_graph=True,
+                                                          materialize_grads=True))(one_hot)
+    return time.perf_counter() - start
+
+
 def child(*args: str, timeout: float = 1200) -> dict:
     """``one`` (args: "--one", engine, case) or ``paired`` (args: "--paired", case) in a fresh process."""
     try:
@@ -221,36 +255,17 @@ def measure(case: str) -> dict:
     before = child("--one", "gradcheck-cli", case)
     slow = child("--one", "torch-slow", case)
     after = child("--one", "gradcheck-cli", case)
+    plain = child("--one", "gradcheck-cli --no-compress", case)
     ours = dict(after)
     if isinstance(before["wall_s"], float) and isinstance(after["wall_s"], float):
         ours["wall_s"] = (before["wall_s"] + after["wall_s"]) / 2
         ours["floor_s"] = (before["floor_s"] + after["floor_s"]) / 2
+        ours["batched_floor_s"] = (before["batched_floor_s"] + after["batched_floor_s"]) / 2
         ours["peak_mb"] = max(before["peak_mb"], after["peak_mb"])
     fast = child("--paired", case)
     pair = fast if "pass" not in fast else dict.fromkeys(PAIRED, fast)  # a failed child: both rows say so
     return {"torch-slow": slow, "torch-fast": pair["torch-fast"], "gradcheck-cli": ours,
-            "gradcheck-cli --fast": pair["gradcheck-cli --fast"]}
-
-
-def cold_start() -> None:
-    """gradcheck --help (no torch), one small spec end to end, and torch's own import."""
-    runs = {
-        "python -c 'import torch'": [sys.executable, "-c", "import torch"],
-        "gradcheck --help": [sys.executable, "-m", "gradcheck_cli", "--help"],
-        "gradcheck specs/relu.yaml": [sys.executable, "-m", "gradcheck_cli", "specs/relu.yaml", "--no-color"],
-        "gradcheck specs/relu.yaml --no-isolate": [sys.executable, "-m", "gradcheck_cli", "specs/relu.yaml",
-                                                  "--no-color", "--no-isolate"],
-    }
-    print(f"\n{'cold start (best of 3)':42} {'wall s':>8}")
-    for name, command in runs.items():
-        best = min(_wall(command) for _ in range(3))
-        print(f"{name:42} {best:8.2f}", flush=True)
-
-
-def _wall(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, capture_output=True, cwd=REPO, check=False)
-    return time.perf_counter() - start
+            "gradcheck-cli --no-compress": plain, "gradcheck-cli --fast": pair["gradcheck-cli --fast"]}
 
 
 def _ratio(wall: object, reference: object) -> str:
@@ -262,18 +277,26 @@ def fmt(value: object, spec: str) -> str:
 
 
 def main(quick: bool, only: str = "") -> None:
-    print(f"{'case':22} {'engine':21} {'verdict':>9} {'wall s':>8} {'peak MB':>8} {'vs torch slow':>14} "
-          f"{'vs torch fast':>14} {'vs 2N fwd':>10}")
+    print(f"{'case':22} {'engine':27} {'verdict':>9} {'wall s':>8} {'peak MB':>8} {'vs torch slow':>14} "
+          f"{'vs torch fast':>14} {'vs 2N fwd':>10} {'vs floor':>9} {'vs plain':>9}")
     for case in [c for c in (QUICK if quick else CASES) if only in c]:
         rows = measure(case)
         for engine, row in rows.items():
             ratios = [_ratio(row["wall_s"], rows[ref]["wall_s"]) for ref in ("torch-slow", "torch-fast")]
-            to_floor = _ratio(row["wall_s"], row.get("floor_s")) if engine == "gradcheck-cli" else ""
-            print(f"{case:22} {engine:21} {fmt(row['pass'], ''):>9} {fmt(row['wall_s'], '.3f'):>8} "
-                  f"{fmt(row['peak_mb'], '.0f'):>8} {ratios[0]:>14} {ratios[1]:>14} {to_floor:>10}", flush=True)
-    print("vs 2N fwd: the default check against the floor of any element-wise check, 2N forwards one at a time "
-          "(N input elements), timed in the same process")
-    cold_start()
+            ours = engine == "gradcheck-cli"
+            to_floor = _ratio(row["wall_s"], row.get("floor_s")) if ours else ""
+            to_batched = _ratio(row["wall_s"], row.get("batched_floor_s")) if ours else ""
+            to_plain = _ratio(row["wall_s"], rows["gradcheck-cli --no-compress"]["wall_s"]) if ours else ""
+            print(f"{case:22} {engine:27} {fmt(row['pass'], ''):>9} {fmt(row['wall_s'], '.3f'):>8} "
+                  f"{fmt(row['peak_mb'], '.0f'):>8} {ratios[0]:>14} {ratios[1]:>14} {to_floor:>10} "
+                  f"{to_batched:>9} {to_plain:>9}", flush=True)
+    print("vs 2N fwd: the default check against 2N forwards one at a time (N input elements); vs floor: against "
+          "the arithmetic floor of the uncompressed method (2N perturbed forwards and M one-hot backward calls, "
+          "batched through vmap); vs plain: against --no-compress; all timed in the same process")
+    if not quick and not only:  # the batch, cold-start and watch rows, in the same run
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_batch.py"), "100", "--rounds", "3"],
+                       check=False)
+        subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_watch.py"), "10"], check=False)
 
 
 if __name__ == "__main__":
