@@ -195,7 +195,7 @@ class Entry:
                 col, row = where(k)
                 self.worst_excess, self.worst_row, self.worst_col = float(excess[k]), row, col0 + col
                 self.analytical, self.numerical = float(av[k]), float(nv[k])
-        elif self.worst_excess < STANDS_IN:  # no entry yet, all 0 on both sides: the first one stands for them
+        elif self.worst_excess < STANDS_IN and n_rows:  # no entry yet, all 0 on both sides: the first stands for them
             self.worst_excess, self.worst_row, self.worst_col = STANDS_IN, 0, col0  # until an entry comes
             self.analytical = self.numerical = 0.0
         small = n_abs <= self.atol  # relative error only where the numerical value is not ~0

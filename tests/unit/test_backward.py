@@ -966,3 +966,16 @@ def test_a_plain_callable_whose_gradient_is_nan_every_time_is_not_called_nondete
     result = gradcheck_cli.check(torch.sqrt, [x]).checks[0]
     assert result.status.value == "fail" and "not finite" in result.message
     assert "not deterministic" not in result.message, result.message
+
+
+@pytest.mark.parametrize("compress", [True, False], ids=["compressed", "plain"])
+@pytest.mark.parametrize("shapes", [((0, 4), (3, 4), (3,)), ((2, 0), (3, 0), (3,))], ids=["no output", "no input"])
+def test_arguments_or_outputs_without_elements_are_no_internal_error(shapes, compress):
+    """An empty batch (no output element to compare) or an empty feature dimension: nothing or only the
+    bias to compare, and no internal error (it was IndexError, exit 4, naming an output that has no rows)."""
+    from gradcheck_cli import check
+    from gradcheck_cli.examples.linear import LinearFunction
+
+    args = [torch.randn(*s, dtype=torch.float64).requires_grad_() for s in shapes]
+    result = check(LinearFunction, args, compress=compress)
+    assert result.error is None and result.status.value == "pass", result
