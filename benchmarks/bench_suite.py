@@ -6,7 +6,7 @@ before and just after torch's (the mean is reported: this machine's speed drifts
 engines take milliseconds: they run in one process, alternating, FAST_REPEATS times each, and
 the medians are reported. Everything is warmed up on a tiny input first, so first-call costs
 (lazy imports inside torch) are not counted. Every process keeps freed memory as the CLI's
-workers do. Also the CLI's cold start. Not a test: run it by hand,
+workers do. Every engine runs on BENCH_THREADS torch threads (default 1). Not a test: run it by hand,
 
     python benchmarks/bench_suite.py            # everything (about 20 minutes here), then the batch,
                                                 # cold start and watch benchmarks (bench_batch, bench_watch)
@@ -17,6 +17,7 @@ workers do. Also the CLI's cold start. Not a test: run it by hand,
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -112,6 +113,9 @@ def _setup(case: str) -> tuple:
     from gradcheck_cli.pool import keep_freed_memory
 
     keep_freed_memory()  # as in the CLI's worker processes; for every engine, so all run alike
+    # every engine on the same number of torch threads (BENCH_THREADS, default 1: on this shared
+    # 2-core machine a second thread that waits for its time slice stalls every parallel op)
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     name, shapes = CASES[case]
     if name == "linear":
         from gradcheck_cli.examples.linear import LinearFunction as fn

@@ -97,12 +97,7 @@ class RowGroups:
             stage = groups[g0 : g0 + self.stage]
             got = self.rows.products(self._grad_outputs(out, k, stage))
             self.calls += len(got)
-            for i, members in enumerate(stage):
-                decoded = self._decode(got[CALLS * i : CALLS * i + CALLS], k + members)
-                if decoded is None:
-                    overlapping.append(members)
-                else:
-                    self._keep(*decoded)
+            overlapping += self._decode(got, [k + members for members in stage], stage)
         return overlapping
 
     def _grad_outputs(self, out: torch.Tensor, k: int, stage: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -118,20 +113,34 @@ class RowGroups:
             flat[CALLS * i + 2, members] = self.w[1, k + members].to(flat)
         return grads
 
-    def _decode(self, got: torch.Tensor, members: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
-        """(columns, rows, values) of one group's three products (``members``: its rows), or None
-        where a column's ratios name no single row of the group."""
-        unit, first, second = got
-        cols = ((unit != 0) | (first != 0) | (second != 0)).nonzero().view(-1)  # NaN counts as non-zero
-        if not len(cols):
-            return cols, cols, unit[cols]
-        value = unit[cols]
-        row = _name(first[cols] / value, self.w[0, members])
-        if row is None:
-            return None
-        if not bool(((second[cols] / value - self.w[1, members[row]]).abs() <= EXACT * self.w[1, members[row]]).all()):
-            return None
-        return cols, members[row], value
+    def _decode(self, got: torch.Tensor, rows: list[torch.Tensor], stage: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The entries of a stage of groups (``rows``: each group's rows; ``got``: their three products
+        each) into ``found``; returns the groups of ``stage`` whose ratios name no single row of the
+        group for some column. Each group's weights w are shifted by 2 x its place in the stage (they
+        lie in [1, 2)), so that one sorted list and one search serve every group at once."""
+        unit, first, second = got[0::CALLS], got[1::CALLS], got[2::CALLS]
+        g, cols = ((unit != 0) | (first != 0) | (second != 0)).nonzero(as_tuple=True)  # NaN counts as non-zero
+        every = torch.cat(rows)
+        place = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor([len(r) for r in rows]))
+        shifted = self.w[0, every] + 2 * place
+        order = torch.argsort(shifted)
+        ordered = shifted[order]
+        value = unit[g, cols]
+        ratio = first[g, cols] / value + 2 * g
+        at = torch.searchsorted(ordered, ratio)
+        lo, hi = (at - 1).clamp(0, len(ordered) - 1), at.clamp(0, len(ordered) - 1)
+        near_lo, near_hi = (self._near(ratio, ordered[i], place[order[i]]) for i in (lo, hi))
+        row = every[order[torch.where(near_lo, lo, hi)]]
+        named = (near_lo | near_hi) & ~(near_lo & near_hi & (lo != hi))
+        named &= (second[g, cols] / value - self.w[1, row]).abs() <= EXACT * self.w[1, row]
+        bad = torch.zeros(len(rows), dtype=torch.bool).index_fill_(0, g[~named], True)
+        good = ~bad[g]
+        self._keep(cols[good], row[good], value[good])
+        return [members for members, b in zip(stage, bad.tolist()) if b]
+
+    def _near(self, ratio: torch.Tensor, shifted: torch.Tensor, place: torch.Tensor) -> torch.Tensor:
+        """Whether each ratio (shifted) is the shifted weight, to EXACT of the weight itself."""
+        return (ratio - shifted).abs() <= EXACT * (shifted - 2 * place)
 
     def _keep(self, cols: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor) -> None:
         self.found.append((cols, rows, vals))
@@ -153,16 +162,3 @@ class RowGroups:
                 return False
         return True
 
-
-def _name(ratios: torch.Tensor, weights: torch.Tensor) -> torch.Tensor | None:
-    """For each ratio, the position of the one weight it equals (to EXACT), or None where one
-    equals no weight or two."""
-    order = torch.argsort(weights)
-    ordered = weights[order]
-    at = torch.searchsorted(ordered, ratios)
-    lo, hi = (at - 1).clamp(0, len(ordered) - 1), at.clamp(0, len(ordered) - 1)
-    near_lo = (ratios - ordered[lo]).abs() <= EXACT * ordered[lo]
-    near_hi = (ratios - ordered[hi]).abs() <= EXACT * ordered[hi]
-    if not bool((near_lo | near_hi).all()) or bool((near_lo & near_hi & (lo != hi)).any()):
-        return None
-    return order[torch.where(near_lo, lo, hi)]
