@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import warnings
+from types import ModuleType
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ from gradcheck_cli import state
 
 SOURCE = '''
 import os
+import sys
 import tempfile
 
 import torch
@@ -183,3 +186,82 @@ def test_a_call_that_changes_the_default_device_is_put_back_and_told_once():
     with state.preserved(notes):
         pass
     assert len(notes) == 1
+
+
+# ------------------------------------------------------------------ the quick test of torch's namespaces
+# preserved() takes torch's namespaces (~770 owners, ~29,000 names) as two flat lists and, after the body, asks
+# first whether every name is still bound to the very same object; these are the changes that quick test must
+# not let through (each one is told, attributed to the block it happened in, and put back).
+
+class _EqualToAll:
+    """A replacement that claims to equal anything: only ``is`` tells it from the original."""
+
+    def __call__(self, *args: object) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+def _rename_last(fake):  # same objects in the same places, one name different
+    last = fake.third
+    del fake.third
+    fake.renamed = last
+
+
+def _swap(fake):  # same names, same objects in the same places, but each name bound to the other's object
+    first, second = fake.first, fake.second
+    del fake.first, fake.second, fake.third
+    fake.second, fake.first, fake.third = first, second, _third
+
+
+def _first(x):
+    return x
+
+
+def _second(x):
+    return x
+
+
+def _third(x):
+    return x
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda fake: setattr(fake, "first", lambda x: x * 0), ["first"]),
+    (lambda fake: delattr(fake, "second"), ["second"]),
+    (_rename_last, ["third"]),
+    (_swap, ["first", "second"]),
+    (lambda fake: setattr(fake, "first", _EqualToAll()), ["first"]),
+])
+def test_every_kind_of_monkeypatch_is_caught_told_and_put_back(monkeypatch, change, said):
+    fake = ModuleType("torch.gradcheck_state_fake")
+    fake.first, fake.second, fake.third = _first, _second, _third
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    quiet: list[str] = []
+    with state.preserved(quiet):
+        pass
+    notes: list[str] = []
+    with state.preserved(notes):
+        change(fake)
+    assert quiet == [] and len(notes) == 1, notes
+    assert all(f"torch.gradcheck_state_fake.{name}" in notes[0] for name in said), notes
+    assert (fake.first, fake.second, fake.third) == (_first, _second, _third)
+
+
+def test_a_change_between_two_blocks_belongs_to_the_block_around_them(monkeypatch):
+    fake = ModuleType("torch.gradcheck_state_fake")
+    fake.first = _first
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    outer: list[str] = []
+    inner: list[str] = []
+    with state.preserved(outer):
+        with state.preserved(inner):
+            pass
+        fake.first = _second  # as a Function's __init__ would, between two checks
+        with state.preserved(inner):
+            assert fake.first is _second  # the change holds for the checks after it
+    assert inner == [] and len(outer) == 1 and "torch.gradcheck_state_fake.first" in outer[0], (inner, outer)
+    assert fake.first is _first
