@@ -21,16 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 if TYPE_CHECKING:
     from click.testing import Result
 
 # CI (CI=true, as .ci/run sets) replays the same fuzzed examples every run, so a merge is judged
 # by the change and not by a new draw; runs elsewhere keep drawing new ones and find new bugs
-settings.register_profile("ci", derandomize=True, database=None)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+# (no deadline and no too-slow check anywhere: on a busy 2-core machine an example's time says nothing
+# about the code)
+settings.register_profile("local", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", derandomize=True, database=None, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ci" if os.environ.get("CI") else "local")
 
 
 def pytest_configure(config: pytest.Config) -> None:
