@@ -155,13 +155,15 @@ def check_spec(
     imports: Sequence[str] = (),
     require_device: bool = False,
     max_memory: Optional[int] = None,
+    compress: bool = True,
 ) -> Report:
     """Check spec files in this process, as ``gradcheck PATHS`` does: ``paths`` is a spec file, a folder of
     them (recursively) or a Function's import path (its specs in ``specs_dir``), or a list of these.
 
     The options are the command line's: ``select`` (``-k``), ``checks`` (``--check``, or ``["all"]``),
     ``devices`` (``--device``), ``seed``, ``trials``, ``fast`` / ``probes``, ``strict``, ``reference``,
-    ``imports`` (``--import``), ``require_device`` and ``max_memory`` (MB). Returns the Report: ``.results``
+    ``imports`` (``--import``), ``require_device``, ``max_memory`` (MB) and ``compress`` (``--no-compress``
+    is ``compress=False``). Returns the Report: ``.results``
     one CaseResult per (spec, case, device) with its replay command, ``.exit_code()`` what the command
     would exit with; in a notebook it shows as the HTML report. A broken spec or Function is an error
     result, as on the command line; ValueError for options or paths that name nothing to check.
@@ -170,7 +172,7 @@ def check_spec(
 
     from . import plan, replay, runner
     from .checks import NAMES
-    from .discovery import TargetError, matching, resolve
+    from .discovery import TargetError, collect
     from .spec import is_device, is_import_path, is_module_name
 
     targets = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
@@ -183,17 +185,11 @@ def check_spec(
     if bad:
         raise ValueError(bad[0])
     try:
-        items = resolve(targets, Path(specs_dir), [], [])
+        items = collect(targets, Path(specs_dir), [], [], select, f"select={select!r}")
     except TargetError as exc:
         raise ValueError(str(exc)) from exc
-    if not items:
-        raise ValueError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
-    if select is not None:
-        items = matching(items, select)
-        if not items:
-            raise ValueError(f"select={select!r}: no case name contains it")
     opts = plan.run_options(max_memory, seed, trials, tuple(devices), tuple(checks), FAST_PROBES if fast else probes,
-                            strict, reference, require_device, tuple(imports))
+                            strict, reference, require_device, tuple(imports), compress=compress)
     report = runner.run_all(items, opts)
     replay.attach(report.results, plan.expand(items, opts))
     return report

@@ -292,7 +292,8 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
 
     Defaults come from [tool.gradcheck] in the nearest pyproject.toml (see --show-config).
     """
-    from .discovery import Item, TargetError, matching, resolve
+    from .discovery import Item, TargetError
+    from .discovery import collect as discovered
 
     if targets and not (show_config or no_isolate or watch):
         from .pool import prepare
@@ -318,13 +319,7 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
 
     def collect() -> list[Item]:
         """The targets' cases (-k, --shard applied); TargetError when there is nothing to check."""
-        items = resolve(list(targets), Path(specs_dir), list(inline), list(kwargs))
-        if not items:
-            raise TargetError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
-        if select is not None:
-            items = matching(items, select)
-            if not items:
-                raise TargetError(f"-k {select}: no case name contains it")
+        items = discovered(list(targets), Path(specs_dir), list(inline), list(kwargs), select)
         return plan.shard(items, *shard) if shard is not None else items
 
     try:

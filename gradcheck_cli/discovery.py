@@ -47,6 +47,20 @@ def matching(items: list[Item], pattern: str) -> list[Item]:
     return [i for i in items if (fnmatch.fnmatchcase(name(i), pattern) if glob else pattern in name(i))]
 
 
+def collect(targets: list[str], specs_dir: Path, inline: list[str], kwargs: list[str], select: str | None,
+            shown: str | None = None) -> list[Item]:
+    """The targets' cases, those whose name contains ``select`` (named ``shown`` in the message,
+    default ``-k SELECT``); TargetError when there is nothing to check."""
+    items = resolve(targets, specs_dir, inline, kwargs)
+    if not items:
+        raise TargetError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
+    if select is not None:
+        items = matching(items, select)
+        if not items:
+            raise TargetError(f"{shown or f'-k {select}'}: no case name contains it")
+    return items
+
+
 def looks_like_path(target: str) -> bool:
     return target.endswith(SPEC_SUFFIXES) or os.sep in target or target in (".", "..")
 

@@ -26,6 +26,8 @@ bias take 2n + 1 groups; an elementwise function one. Pure torch.
 """
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
 from functools import partial
 
 import numpy as np
@@ -39,6 +41,7 @@ from .rows import SparseRows
 from .stats import Entry
 
 PASSES = 4  # forwards per group: unit moves -eps, +eps, weighted moves -eps, +eps
+PIECE = 2**18  # entries folded at once into the statistics
 PATTERNS = 20_000  # at most this many column patterns are coloured (about 20 microseconds each)
 
 
@@ -167,13 +170,23 @@ class Groups:
         c0 = lo
         for k in [*bad, None]:
             end = hi if k is None else max(lo, k * chunk)
-            if c0 < end:  # accepted, whole
-                c, r, v = self.store.entries(c0, end)
-                entry.update_entries(c, r, v, self.unit[self.colours[c0 + c], r], (end - c0, self.layout.n_rows),
-                                     c0 - lo, probe)
+            for p, q in self._pieces(c0, end, chunk):  # accepted, as their entries alone
+                c, r, v = self.store.entries(p, q)
+                entry.update_entries(c, r, v, self.unit[self.colours[p + c], r], (q - p, self.layout.n_rows),
+                                     p - lo, probe)
             if k is not None:
                 c0 = min(hi, (k + 1) * chunk)
                 self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
+
+    def _pieces(self, c0: int, end: int, chunk: int) -> Iterator[tuple[int, int]]:
+        """Columns c0..end in pieces of whole chunks holding about PIECE entries at most (one chunk at least):
+        the statistics' temporaries are a dozen copies of a piece."""
+        starts = self.store.starts
+        while c0 < end:
+            most = bisect.bisect_right(starts, starts[c0] + PIECE, c0, end + 1) - 1  # columns c0..most fit
+            q = min(end, max((most // chunk) * chunk, (c0 // chunk + 1) * chunk))
+            yield c0, q
+            c0 = q
 
     def _fold_made(self, entry: Entry, lo: int, hi: int, first: int, probe: torch.Tensor) -> None:
         """Columns lo..hi into ``entry`` (the argument's columns start at ``first``), those of the groups

@@ -385,10 +385,13 @@ def test_a_backward_that_writes_its_grad_output_gets_the_same_rows():
     assert got.checks[0].inputs[0].status.value == "pass"  # its values are right
 
 
+@pytest.mark.parametrize("piece", [50, compressed.PIECE], ids=["pieces of 50 entries", "whole spans"])
 @pytest.mark.parametrize("memory", [300_000, 512 * 2**20], ids=["chunks of a few columns", "one chunk"])
-def test_accepted_spans_and_remade_chunks_fold_as_without_compression(memory):
+def test_accepted_spans_and_remade_chunks_fold_as_without_compression(memory, piece, monkeypatch):
     """Under a small budget the columns come in chunks: the chunk with the wrong element is made
-    column by column, the accepted spans around it are folded as their entries alone."""
+    column by column, the accepted spans around it are folded as their entries alone (in pieces of
+    whole chunks)."""
+    monkeypatch.setattr(compressed, "PIECE", piece)
     g = torch.Generator().manual_seed(0)
     args = [torch.randn(*s, dtype=F64, generator=g).requires_grad_() for s in ((24, 24), (24, 24), (24,))]
     got = check(LinearOneWrong, args, memory_bytes=memory)
