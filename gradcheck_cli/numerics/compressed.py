@@ -151,6 +151,7 @@ class Groups:
         on = torch.zeros(g * m, dtype=torch.bool).index_fill_(0, at, True).view(g, m)
         want = torch.zeros(g * m, dtype=torch.float64).index_put_((at,), self.store.vals).view(g, m)
         w = torch.ones(g * m, dtype=torch.float64).index_put_((at,), self.weights[self.store.cols]).view(g, m)
+        del at  # a value per entry: as large as the groups' arrays
         self.unit, ok = torch.empty(g, m, dtype=torch.float64), torch.empty(g, dtype=torch.bool)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
         step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes) // 2)  # groups per batched forward

@@ -42,7 +42,7 @@ class RowGroups:
         self.calls = 0  # backward calls made
         n = self.layout.n_rows
         self.w = torch.rand(2, n, dtype=torch.float64, generator=gen).add_(1)
-        self.found: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (columns, rows, values)
+        self.found: list[tuple[torch.Tensor, torch.Tensor]] = []  # (column x rows + row, value) of each entry
         self.count = 0
         row_bytes = sum(o.numel() * o.element_size() for o in rows.live) + 8 * self.layout.n_cols * 2
         self.stage = max(1, stage_size(ROW_STAGE, row_bytes, rows.memory_bytes) // CALLS)  # groups per call
@@ -61,14 +61,14 @@ class RowGroups:
             if out.requires_grad and not self._output(out, k):
                 return None
             k += real_numel(out)
-        empty = torch.zeros(0, dtype=torch.long)
-        cols, rows, vals = (torch.cat(parts) for parts in zip(*self.found)) if self.found else (
-            empty, empty, torch.zeros(0, dtype=torch.float64))
+        keys = torch.cat([k for k, _ in self.found]) if self.found else torch.zeros(0, dtype=torch.long)
+        vals = torch.cat([v for _, v in self.found]) if self.found else torch.zeros(0, dtype=torch.float64)
         self.found.clear()  # one copy of the entries at a time: a Linear layer's n = 128 has 4.2 million
-        order = torch.argsort(cols * self.layout.n_rows + rows)  # by column then row, as the one-hot pass
-        cols = cols[order]
-        rows = rows[order]
+        keys, order = torch.sort(keys)  # by column then row, as the one-hot pass
         vals = vals[order]
+        del order
+        cols = keys.div(self.layout.n_rows, rounding_mode="floor")
+        rows = keys.remainder_(self.layout.n_rows)  # in place: the keys are not needed past here
         return SparseRows(cols, rows, vals, self.layout.n_cols, ordered=True)
 
     def _output(self, out: torch.Tensor, k: int) -> bool:
@@ -147,7 +147,7 @@ class RowGroups:
         return (ratio - shifted).abs() <= EXACT * (shifted - 2 * place)
 
     def _keep(self, cols: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor) -> None:
-        self.found.append((cols, rows, vals))
+        self.found.append((cols * self.layout.n_rows + rows, vals))
         self.count += len(cols)
 
     def _one_hot(self, out: torch.Tensor, k: int, members: torch.Tensor) -> bool:
