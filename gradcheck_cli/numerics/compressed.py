@@ -127,8 +127,8 @@ class Groups:
         self.columns, self.store, self.layout = columns, store, columns.layout
         self.atol, self.rtol = atol, rtol
         found = colour(store, self.layout.n_rows)
-        self.colours, self.n_groups = found if found is not None else (torch.arange(columns.layout.n_cols),
-                                                                       columns.layout.n_cols)
+        self.coloured = found is not None  # else too many column patterns to colour: not worthwhile
+        self.colours, self.n_groups = found if found is not None else (torch.zeros(0, dtype=torch.long), 0)
         n = self.layout.n_cols
         self.weights = weights(n, gen)
         self.batched: bool | None = None if columns.batched else False
@@ -140,7 +140,7 @@ class Groups:
         """Fewer forwards than two per column, and the groups' rows (five float64 values per group and row
         at most) fit in half the memory budget (the share that dense analytical rows would hold)."""
         fits = 5 * 8 * self.n_groups * self.layout.n_rows <= self.columns.memory_bytes // 2
-        return fits and PASSES * self.n_groups < 2 * self.layout.n_cols
+        return self.coloured and fits and PASSES * self.n_groups < 2 * self.layout.n_cols
 
     def evaluate(self) -> None:
         """Every group's four forwards and its verdict: ``accepted`` per column, ``unit`` (groups x

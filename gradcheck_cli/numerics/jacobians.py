@@ -127,7 +127,6 @@ def compare(
         groups.evaluate()
         if calls:  # the columns of the groups that disagree, one by one
             budget(calls + 2 * int((~groups.accepted).sum()), 1)
-    if groups is not None:
         for i, entry in enumerate(entries):
             groups.fold(entry, layout.col_starts[i], layout.col_starts[i + 1], probe, chunk)
         return layout, entries

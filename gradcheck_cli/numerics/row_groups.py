@@ -107,10 +107,7 @@ class RowGroups:
     def _grad_outputs(self, out: torch.Tensor, k: int, stage: list[torch.Tensor]) -> list[torch.Tensor]:
         """Per group of ``stage``: grad_outputs 1, w and w' at its elements of ``out`` (0 elsewhere, and
         in the other outputs)."""
-        batch = CALLS * len(stage)
-        grads = [torch.zeros((batch,) + o.shape, dtype=o.dtype, device=o.device) for o in self.rows.live]
-        mine = grads[next(i for i, o in enumerate(self.rows.live) if o is out)]
-        flat = (torch.view_as_real(mine) if mine.is_complex() else mine).view(batch, -1)
+        grads, flat = self._blank(out, CALLS * len(stage))
         for i, members in enumerate(stage):
             flat[CALLS * i, members] = 1
             flat[CALLS * i + 1, members] = self.w[0, k + members].to(flat)
@@ -150,14 +147,19 @@ class RowGroups:
         self.found.append((cols * self.layout.n_rows + rows, vals))
         self.count += len(cols)
 
+    def _blank(self, out: torch.Tensor, batch: int) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """A batch of zero grad_outputs for every output that requires grad, and the one of ``out`` as
+        flat real rows (batch x real numel), to write into."""
+        grads = [torch.zeros((batch,) + o.shape, dtype=o.dtype, device=o.device) for o in self.rows.live]
+        mine = grads[next(i for i, o in enumerate(self.rows.live) if o is out)]
+        return grads, (torch.view_as_real(mine) if mine.is_complex() else mine).view(batch, -1)
+
     def _one_hot(self, out: torch.Tensor, k: int, members: torch.Tensor) -> bool:
         """The rows ``members`` of ``out`` one by one (batched as ``products`` may); False past ``limit``."""
         for r0 in range(0, len(members), CALLS * self.stage):
             part = members[r0 : r0 + CALLS * self.stage]
-            grads = [torch.zeros((len(part),) + o.shape, dtype=o.dtype, device=o.device) for o in self.rows.live]
-            mine = grads[next(i for i, o in enumerate(self.rows.live) if o is out)]
-            (torch.view_as_real(mine) if mine.is_complex() else mine).view(len(part), -1)[
-                torch.arange(len(part)), part] = 1
+            grads, flat = self._blank(out, len(part))
+            flat[torch.arange(len(part)), part] = 1
             got = self.rows.products(grads)
             self.calls += len(got)
             r, c = got.nonzero(as_tuple=True)  # NaN counts as non-zero
