@@ -27,6 +27,7 @@ bias take 2n + 1 groups; an elementwise function one. Pure torch.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterator
 from functools import partial
 
@@ -234,11 +235,17 @@ class Groups:
         return parts
 
     def _single(self, k: int, weighted: bool) -> torch.Tensor:
-        """Group ``k``'s difference quotient from two single calls."""
+        """Group ``k``'s difference quotient from two single calls; NaN where a call raises (the weighted
+        move goes up to 2 eps: past a domain edge that a column's own move of eps does not reach), so
+        that the group is not accepted and its columns are made one by one, where a forward that
+        fails there too fails the check as without compression."""
         move = GroupMove(self._parts(k, weighted))
         read = lambda outs: outputs_vector(outs, self.layout.outputs).cpu()  # noqa: E731
-        minus = call_moved(self.columns.call, self.columns.values, move.to(-self.columns.eps), read)
-        plus = call_moved(self.columns.call, self.columns.values, move.to(self.columns.eps), read)
+        try:
+            minus = call_moved(self.columns.call, self.columns.values, move.to(-self.columns.eps), read)
+            plus = call_moved(self.columns.call, self.columns.values, move.to(self.columns.eps), read)
+        except Exception:  # noqa: BLE001 - any failure of a group's call: its columns one by one
+            return torch.full((self.layout.n_rows,), math.nan, dtype=torch.float64)
         return (plus - minus) / (2 * self.columns.eps)
 
     def _batched(self, k0: int, k1: int) -> torch.Tensor:

@@ -99,7 +99,11 @@ class RowGroups:
         overlapping = []
         for g0 in range(0, len(groups), self.stage):
             stage = groups[g0 : g0 + self.stage]
-            got = self.rows.products(self._grad_outputs(out, k, stage))
+            try:
+                got = self.rows.products(self._grad_outputs(out, k, stage))
+            except Exception:  # noqa: BLE001 - a backward that fails on grouped grad_outputs: one-hot rows,
+                overlapping += stage  # where a backward that fails there too fails the check as before
+                continue
             self.calls += len(got)
             overlapping += self._decode(got, [k + members for members in stage], stage)
         return overlapping

@@ -405,3 +405,48 @@ def test_a_million_element_elementwise_check_is_not_refused():
     handful of calls."""
     x = torch.randn(1000, 1000, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
     assert check(NumpyTanh, (x,)).status.value == "pass"
+
+
+# ------------------------------------------------------ user code that fails where groups go further
+
+
+class SquareNonNegative(torch.autograd.Function):
+    """x^2 that refuses negative inputs: elements 1.5 eps above 0 are fine for a column's own move of
+    eps, not for a weighted move of up to 2 eps."""
+
+    @staticmethod
+    def forward(ctx, x):
+        if bool((x < 0).any()):
+            raise ValueError("negative input")
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 2 * x
+
+
+class BoundedGradOutput(torch.autograd.Function):
+    """A backward that refuses grad_outputs above 1 (the contract's are in (-1, 1), one-hot ones are 1;
+    the grouped rows' weights are in [1, 2))."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, g):
+        if bool((g.abs() > 1).any()):
+            raise ValueError("grad_output above 1")
+        return g * 3
+
+
+@pytest.mark.parametrize("fn", [SquareNonNegative, BoundedGradOutput], ids=lambda f: f.__name__)
+def test_a_call_that_fails_only_for_a_group_leaves_the_verdict_to_element_by_element(fn):
+    x = torch.rand(16, dtype=F64, generator=torch.Generator().manual_seed(0)).add_(0.5)
+    x[::2] = 1.5e-6
+    x.requires_grad_()
+    got, plain = check(fn, (x,)), check(fn, (x,), compress=False)
+    assert plain.status.value == "pass", plain
+    assert _rows(got) == _rows(plain)
