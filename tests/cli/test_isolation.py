@@ -203,7 +203,9 @@ def test_workers_and_their_replacements_fork_from_one_server_that_imported_torch
     user_module(FORKED_WORKERS)
     for k, name in enumerate(["Records", "Segfault", "Records", "Records", "Exits", "Records"]):
         write_spec(f"function: usermod:{name}\ninputs: [{{shape: [3]}}]\n", f"specs/{k}_{name.lower()}.yaml")
-    result = invoke("specs/", "--format", "json", "-j", "2")
+    # one worker: the cases after a crash are surely checked by its replacement (with -j 2 the surviving
+    # worker could take every Records case, and the test failed now and then)
+    result = invoke("specs/", "--format", "json", "-j", "1")
     assert [r["status"] for r in results(result)] == ["pass", "error", "pass", "pass", "error", "pass"]
     parents = {int(p.read_text()) for p in tmp_path.glob("worker-*.ppid")}
     assert len(list(tmp_path.glob("worker-*.ppid"))) >= 2  # a replacement worker checked some of them
