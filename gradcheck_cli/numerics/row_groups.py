@@ -5,10 +5,12 @@ A group of output elements whose analytical rows share no column ("structurally 
 share one backward call: with grad_output 1 at every element of the group, each column receives
 the entry of the one row that has it, the very number that row's own one-hot call gives there.
 Which row that is needs no pattern known in advance: two more calls, with grad_output w_r and
-w'_r at each element r (random, uniform in [1, 2)), give in each column w_r and w'_r times that
-entry, and the ratios to the first call name r. A column that two rows of the group reach has
-ratios that are mixtures, which name no row (unless both random mixtures fall within 1e-12 of one
-row's pair of weights), and the whole group is then taken one-hot, row by row.
+w'_r at each element r, give in each column w_r and w'_r times that entry, and the ratios to the
+first call name r. w_r = 1 + (r + 1/2 + j_r) / M (M rows, j_r random in [-1/4, 1/4)) is read back
+as r = floor((ratio - 1) M) and then confirmed to 1e-12; w'_r is random, uniform in [1, 2). A
+column that two rows of the group reach has ratios that are mixtures, which name no row of the
+group (unless both mixtures fall within 1e-12 of one row's pair of random weights), and the whole
+group is then taken one-hot, row by row.
 
 The groups are guessed from the output's shape: first all its elements at once (an elementwise
 function, a sum over rows), else its wrapped diagonals, the elements whose indices add up to
@@ -42,7 +44,12 @@ class RowGroups:
         self.calls = 0  # backward calls made
         n = self.layout.n_rows
         self.w = torch.rand(2, n, dtype=torch.float64, generator=gen).add_(1)
-        self.found: list[tuple[torch.Tensor, torch.Tensor]] = []  # (column x rows + row, value) of each entry
+        self.w[0].sub_(1.5).div_(2).add_(torch.arange(n, dtype=torch.float64)).add_(0.5).div_(n).add_(1)  # w_r
+        self.group = torch.full((n,), -1, dtype=torch.long)  # per row: its group's place in the stage decoded
+        # the entries found, as (column x rows + row, value), in buffers grown by doubling (one mapping each,
+        # handed back whole: a list of small pieces fragments the heap); 32-bit keys where they fit
+        self.key_dtype = torch.int32 if self.layout.n_cols * n < 2**31 else torch.long
+        self.keys, self.vals = torch.empty(0, dtype=self.key_dtype), torch.empty(0, dtype=torch.float64)
         self.count = 0
         row_bytes = sum(o.numel() * o.element_size() for o in rows.live) + 8 * self.layout.n_cols * 2
         self.stage = max(1, stage_size(ROW_STAGE, row_bytes, rows.memory_bytes) // CALLS)  # groups per call
@@ -61,18 +68,15 @@ class RowGroups:
             if out.requires_grad and not self._output(out, k):
                 return None
             k += real_numel(out)
-        keys = torch.cat([k for k, _ in self.found]) if self.found else torch.zeros(0, dtype=torch.long)
-        vals = torch.cat([v for _, v in self.found]) if self.found else torch.zeros(0, dtype=torch.float64)
-        self.found.clear()  # one copy of the entries at a time: a Linear layer's n = 128 has 4.2 million
-        keys, order = torch.sort(keys)  # by column then row, as the one-hot pass
-        vals = vals[order]
-        del order
-        cols = keys.div(self.layout.n_rows, rounding_mode="floor")
+        keys, order = torch.sort(self.keys[: self.count])  # by column then row, as the one-hot pass
+        vals = self.vals[: self.count][order]
+        self.keys = self.vals = order = torch.empty(0)  # one copy of the entries at a time: a Linear layer's
+        cols = keys.div(self.layout.n_rows, rounding_mode="floor")  # n = 128 has 4.2 million
         rows = keys.remainder_(self.layout.n_rows)  # in place: the keys are not needed past here
         return SparseRows(cols, rows, vals, self.layout.n_cols, ordered=True)
 
     def _output(self, out: torch.Tensor, k: int) -> bool:
-        """The entries of output ``out`` (its rows start at row ``k``) into ``found``; False to give up."""
+        """The entries of output ``out`` (its rows start at row ``k``) into the buffers; False to give up."""
         shape = real_view(out).shape
         m = real_numel(out)
         if m == 1:
@@ -94,7 +98,7 @@ class RowGroups:
         return all(self._one_hot(out, k, members) for members in overlapping)
 
     def _groups(self, out: torch.Tensor, k: int, groups: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The entries of ``groups`` (real indices into ``out``) into ``found``; returns the groups
+        """The entries of ``groups`` (real indices into ``out``) into the buffers; returns the groups
         that overlap (they add nothing)."""
         overlapping = []
         for g0 in range(0, len(groups), self.stage):
@@ -120,36 +124,43 @@ class RowGroups:
 
     def _decode(self, got: torch.Tensor, rows: list[torch.Tensor], stage: list[torch.Tensor]) -> list[torch.Tensor]:
         """The entries of a stage of groups (``rows``: each group's rows; ``got``: their three products
-        each) into ``found``; returns the groups of ``stage`` whose ratios name no single row of the
-        group for some column. Each group's weights w are shifted by 2 x its place in the stage (they
-        lie in [1, 2)), so that one sorted list and one search serve every group at once."""
+        each) into the buffers; returns the groups of ``stage`` whose ratios name no single row of
+        the group for some column."""
         unit, first, second = got[0::CALLS], got[1::CALLS], got[2::CALLS]
         g, cols = ((unit != 0) | (first != 0) | (second != 0)).nonzero(as_tuple=True)  # NaN counts as non-zero
-        every = torch.cat(rows)
-        place = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor([len(r) for r in rows]))
-        shifted = self.w[0, every] + 2 * place
-        order = torch.argsort(shifted)
-        ordered = shifted[order]
+        for i, members in enumerate(rows):
+            self.group[members] = i
+        n = self.layout.n_rows
         value = unit[g, cols]
-        ratio = first[g, cols] / value + 2 * g
-        at = torch.searchsorted(ordered, ratio)
-        lo, hi = (at - 1).clamp(0, len(ordered) - 1), at.clamp(0, len(ordered) - 1)
-        near_lo, near_hi = (self._near(ratio, ordered[i], place[order[i]]) for i in (lo, hi))
-        row = every[order[torch.where(near_lo, lo, hi)]]
-        named = (near_lo | near_hi) & ~(near_lo & near_hi & (lo != hi))
-        named &= (second[g, cols] / value - self.w[1, row]).abs() <= EXACT * self.w[1, row]
+        ratio = first[g, cols].div_(value)
+        row = ratio.sub(1).mul_(n).nan_to_num_(0.0, 0.0, 0.0).clamp_(0, n - 1).long()  # floor: not negative
+        w = self.w[:, row]
+        named = (ratio.sub_(w[0]).abs_() <= w[0].mul_(EXACT)) & (self.group[row] == g)
+        named &= second[g, cols].div_(value).sub_(w[1]).abs_() <= w[1].mul_(EXACT)
+        del ratio, w
+        for members in rows:
+            self.group[members] = -1
+        if bool(named.all()):
+            self._keep(cols, row, value)
+            return []
         bad = torch.zeros(len(rows), dtype=torch.bool).index_fill_(0, g[~named], True)
         good = ~bad[g]
         self._keep(cols[good], row[good], value[good])
         return [members for members, b in zip(stage, bad.tolist()) if b]
 
-    def _near(self, ratio: torch.Tensor, shifted: torch.Tensor, place: torch.Tensor) -> torch.Tensor:
-        """Whether each ratio (shifted) is the shifted weight, to EXACT of the weight itself."""
-        return (ratio - shifted).abs() <= EXACT * (shifted - 2 * place)
-
     def _keep(self, cols: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor) -> None:
-        self.found.append((cols * self.layout.n_rows + rows, vals))
-        self.count += len(cols)
+        """Entries into the buffers."""
+        end = self.count + len(cols)
+        if end > len(self.keys):
+            self._grow(max(end, 2 * len(self.keys), 2**16))
+        self.keys[self.count : end] = cols * self.layout.n_rows + rows
+        self.vals[self.count : end] = vals
+        self.count = end
+
+    def _grow(self, size: int) -> None:
+        keys, vals = torch.empty(size, dtype=self.key_dtype), torch.empty(size, dtype=torch.float64)
+        keys[: self.count], vals[: self.count] = self.keys[: self.count], self.vals[: self.count]
+        self.keys, self.vals = keys, vals
 
     def _blank(self, out: torch.Tensor, batch: int) -> tuple[list[torch.Tensor], torch.Tensor]:
         """A batch of zero grad_outputs for every output that requires grad, and the one of ``out`` as

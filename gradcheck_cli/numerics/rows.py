@@ -26,7 +26,7 @@ from .realify import Vjp, real_flat, real_numel, real_view
 @dataclass
 class SparseRows:
     """The non-zero entries of the analytical Jacobian, sorted by column (then row), read a span of
-    columns at a time."""
+    columns at a time (``cols`` and ``rows`` may be 32-bit; ``entries`` gives them 64-bit)."""
 
     cols: torch.Tensor
     rows: torch.Tensor
@@ -43,7 +43,7 @@ class SparseRows:
     def entries(self, col0: int, col1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The non-zero entries of columns col0..col1: column - col0, row and value, by column then row."""
         lo, hi = self.starts[col0], self.starts[col1]
-        return self.cols[lo:hi] - col0, self.rows[lo:hi], self.vals[lo:hi]
+        return self.cols[lo:hi].long() - col0, self.rows[lo:hi].long(), self.vals[lo:hi]
 
 
 class Rows:
