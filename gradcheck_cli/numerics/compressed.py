@@ -64,9 +64,11 @@ def _first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
     patterns); None beyond PATTERNS patterns."""
     n_cols = len(store.starts) - 1
     mix = torch.randint(1, 2**61, (n_rows,), generator=torch.Generator().manual_seed(0))
-    hashed = torch.zeros(n_cols, dtype=torch.long).index_add_(0, store.cols, mix[store.rows])
-    counts = torch.tensor(store.starts[1:]) - torch.tensor(store.starts[:-1])
-    _, pattern = torch.unique(torch.stack([hashed, counts]), dim=1, return_inverse=True)
+    starts = torch.tensor(store.starts)
+    summed = torch.cat([torch.zeros(1, dtype=torch.long), mix.index_select(0, store.rows).cumsum_(0)])  # wraps
+    hashed = summed[starts[1:]] - summed[starts[:-1]]  # each column's sum of its rows' numbers (modulo 2^64)
+    counts = starts[1:] - starts[:-1]
+    _, pattern = torch.unique(hashed ^ counts, return_inverse=True)  # the count: one more check of the pattern
     if int(pattern.max()) >= PATTERNS:
         return None
     rows = store.rows.numpy()
@@ -135,7 +137,8 @@ class Groups:
         self.batched: bool | None = None if columns.batched else False
         self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
         self.accepted = torch.zeros(n, dtype=torch.bool)
-        self.unit = torch.zeros(0, self.layout.n_rows, dtype=torch.float64)
+        self.numerical = torch.zeros(0, dtype=torch.float64)  # per analytical entry, once evaluated
+        self.starts = torch.tensor(store.starts)  # each column's first entry in the store
 
     def worthwhile(self) -> bool:
         """Fewer forwards than two per column, and the groups' rows (five float64 values per group and row
@@ -144,25 +147,54 @@ class Groups:
         return self.coloured and fits and PASSES * self.n_groups < 2 * self.layout.n_cols
 
     def evaluate(self) -> None:
-        """Every group's four forwards and its verdict: ``accepted`` per column, ``unit`` (groups x
-        rows) the unit moves' quotients, the numerical Jacobian's entries of the accepted groups."""
+        """Every group's four forwards and its verdict: ``accepted`` per column, and ``numerical`` per
+        analytical entry the unit moves' quotient there (the numerical Jacobian's entries where a group
+        is accepted: its other entries are exactly zero)."""
         self.members = _members(self.colours, self.n_groups)
         g, m = self.n_groups, self.layout.n_rows
-        at = self.colours[self.store.cols] * m + self.store.rows
-        on = torch.zeros(g * m, dtype=torch.bool).index_fill_(0, at, True).view(g, m)
-        want = torch.zeros(g * m, dtype=torch.float64).index_put_((at,), self.store.vals).view(g, m)
-        w = torch.ones(g * m, dtype=torch.float64).index_put_((at,), self.weights[self.store.cols]).view(g, m)
-        del at  # a value per entry: as large as the groups' arrays
-        self.unit, ok = torch.empty(g, m, dtype=torch.float64), torch.empty(g, dtype=torch.bool)
+        self.numerical = torch.empty(len(self.store.vals), dtype=torch.float64)
+        ok = torch.empty(g, dtype=torch.bool)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
         step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes) // 2)  # groups per batched forward
         with torch.no_grad():
             for k0 in range(0, g, step):
-                k = slice(k0, min(g, k0 + step))
-                unit, weighted = self._stage(k0, min(g, k0 + step))
-                self.unit[k] = unit
-                ok[k] = (self._agrees(unit, want[k], on[k]) & self._agrees(weighted.div_(w[k]), want[k], on[k])).all(1)
+                k1 = min(g, k0 + step)
+                ok[k0:k1] = self._accepted(k0, k1, *self._stage(k0, k1))
         self.accepted = ok[self.colours]
+
+    def _accepted(self, k0: int, k1: int, unit: torch.Tensor, weighted: torch.Tensor) -> torch.Tensor:
+        """Whether each of groups k0..k1 agrees with its analytical entries in both moves (``unit``,
+        ``weighted``: groups x rows), each entry within atol + rtol |n| (as ``stats.Entry``
+        compares) and every other row exactly zero (NaN agrees with nothing); their entries' unit
+        quotients into ``numerical``."""
+        cols = torch.cat(self.members[k0:k1])
+        at, counts = self._entries_of(cols)
+        mine = self.colours[cols] - k0
+        group = torch.repeat_interleave(mine, counts)
+        place = group * unit.shape[1] + self.store.rows.index_select(0, at)  # in a group x rows array
+        want = self.store.vals.index_select(0, at)
+        got, got_weighted = (q.contiguous().view(-1).index_select(0, place) for q in (unit, weighted))
+        del place
+        self.numerical.index_copy_(0, at, got)
+        scaled = got_weighted / torch.repeat_interleave(self.weights[cols], counts)
+        agree = self._within(want, got).logical_and_(self._within(want, scaled))
+        bad = torch.zeros(k1 - k0, dtype=torch.bool)
+        if not bool(agree.all()):
+            bad.index_fill_(0, group[~agree], True)
+        sizes = torch.zeros(k1 - k0, dtype=torch.long).index_add_(0, mine, counts)  # each (group, row): one entry
+        if bool((sizes < unit.shape[1]).any()):  # at most, so rows without one exist: they must be zero
+            for moved, at_entries in ((unit, got), (weighted, got_weighted)):
+                elsewhere = (moved != 0).sum(1) - torch.bincount(group[at_entries != 0], minlength=k1 - k0)
+                bad |= elsewhere != 0
+        return ~bad
+
+    def _entries_of(self, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The places in the store of the entries of columns ``cols``, column by column, and each
+        column's number of entries."""
+        starts = self.starts[cols]
+        counts = self.starts[cols + 1] - starts
+        offset = torch.repeat_interleave(starts - (torch.cumsum(counts, 0) - counts), counts)
+        return torch.arange(int(counts.sum())) + offset, counts
 
     def fold(self, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
         """Columns lo..hi (one argument's) into ``entry``: the spans of accepted groups' columns as
@@ -174,8 +206,8 @@ class Groups:
             end = hi if k is None else max(lo, k * chunk)
             for p, q in self._pieces(c0, end, chunk):  # accepted, as their entries alone
                 c, r, v = self.store.entries(p, q)
-                entry.update_entries(c, r, v, self.unit[self.colours[p + c], r], (q - p, self.layout.n_rows),
-                                     p - lo, probe)
+                entry.update_entries(c, r, v, self.numerical[self.store.starts[p] : self.store.starts[q]],
+                                     (q - p, self.layout.n_rows), p - lo, probe)
             if k is not None:
                 c0 = min(hi, (k + 1) * chunk)
                 self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
@@ -197,16 +229,14 @@ class Groups:
         ok = self.accepted[lo:hi]
         n = torch.zeros(hi - lo, self.layout.n_rows, dtype=torch.float64)
         mine = ok[c]
-        n[c[mine], r[mine]] = self.unit[self.colours[lo + c[mine]], r[mine]]
+        n[c[mine], r[mine]] = self.numerical[self.store.starts[lo] : self.store.starts[hi]][mine]
         for j0, j1 in _runs((~ok).nonzero().view(-1).tolist()):
             n[j0:j1] = self.columns.columns(lo + j0, lo + j1)
         entry.update_sparse(c, r, v, n, lo - first, probe)
 
-    def _agrees(self, got: torch.Tensor, want: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
-        """|want - got| <= atol + rtol |got| where the group has an analytical entry (as ``stats.Entry``
-        compares), got exactly zero elsewhere; NaN agrees with nothing."""
-        within = torch.sub(want, got).abs_() <= got.abs().mul_(self.rtol).add_(self.atol)
-        return within.where(on, got == 0)
+    def _within(self, want: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
+        """|want - got| <= atol + rtol |got|, as ``stats.Entry`` compares; NaN is within nothing."""
+        return torch.sub(want, got).abs_() <= got.abs().mul_(self.rtol).add_(self.atol)
 
     def _stage(self, k0: int, k1: int) -> torch.Tensor:
         """Groups k0..k1's quotients (2 x groups x rows): batched, or two single calls per group and move."""
@@ -253,14 +283,17 @@ class Groups:
         4 (k - k0) + 2 weighted + plus moves group k."""
         n, eps = 4 * (k1 - k0), self.columns.eps
         batches: Batches = {}
-        for k in range(k0, k1):
-            for weighted in (False, True):
-                base = 4 * (k - k0) + 2 * weighted
-                for x, index, w in self._parts(k, weighted):
-                    batch = copies(batches, x, n)
-                    x0 = batch[base, index].to(torch.float64)
-                    batch[base, index] = (x0 - eps * w).to(batch.dtype)
-                    batch[base + 1, index] = (x0 + eps * w).to(batch.dtype)
+        cols = torch.cat(self.members[k0:k1])
+        base = 4 * (self.colours[cols] - k0)
+        starts = self.layout.col_starts
+        for i, x in enumerate(self.layout.inputs):
+            mine = (cols >= starts[i]) & (cols < starts[i + 1])
+            if bool(mine.any()):
+                index, row, w = cols[mine] - starts[i], base[mine], self.weights[cols[mine]]
+                batch = copies(batches, x, n)
+                x0 = batch[0, index].to(torch.float64)  # every batch row is a copy of the argument
+                for shift, offset in enumerate((-eps, eps, -eps * w, eps * w)):
+                    batch[row + shift, index] = (x0 + offset).to(batch.dtype)
         assert self.columns.batched is not None  # self.batched is False without it
         flat = vmapped(self.columns.batched, self.columns.values, batches, self.layout.outputs).to("cpu", torch.float64)
         quotients = (flat[1::2] - flat[0::2]) / (2 * eps)  # groups x (unit, weighted) interleaved

@@ -126,18 +126,22 @@ class RowGroups:
         """The entries of a stage of groups (``rows``: each group's rows; ``got``: their three products
         each) into the buffers; returns the groups of ``stage`` whose ratios name no single row of
         the group for some column."""
-        unit, first, second = got[0::CALLS], got[1::CALLS], got[2::CALLS]
-        g, cols = ((unit != 0) | (first != 0) | (second != 0)).nonzero(as_tuple=True)  # NaN counts as non-zero
+        n_cols, n = got.shape[1], self.layout.n_rows
+        at = (got != 0).view(len(rows), CALLS, n_cols).any(1).view(-1).nonzero().squeeze(1)  # NaN is non-zero
+        g = at.div(n_cols, rounding_mode="floor")
+        cols = at - g * n_cols
+        at += g * ((CALLS - 1) * n_cols)  # the place in ``got`` of the group's first (unit) product
+        flat = got.reshape(-1)
+        value, first, second = (flat.index_select(0, at + i * n_cols) for i in range(CALLS))
+        del at
         for i, members in enumerate(rows):
             self.group[members] = i
-        n = self.layout.n_rows
-        value = unit[g, cols]
-        ratio = first[g, cols].div_(value)
+        ratio = first.div_(value)
         row = ratio.sub(1).mul_(n).nan_to_num_(0.0, 0.0, 0.0).clamp_(0, n - 1).long()  # floor: not negative
-        w = self.w[:, row]
-        named = (ratio.sub_(w[0]).abs_() <= w[0].mul_(EXACT)) & (self.group[row] == g)
-        named &= second[g, cols].div_(value).sub_(w[1]).abs_() <= w[1].mul_(EXACT)
-        del ratio, w
+        w, w2 = self.w[0].index_select(0, row), self.w[1].index_select(0, row)
+        named = (ratio.sub_(w).abs_() <= w.mul_(EXACT)) & (self.group.index_select(0, row) == g)
+        named &= second.div_(value).sub_(w2).abs_() <= w2.mul_(EXACT)
+        del ratio, w, w2
         for members in rows:
             self.group[members] = -1
         if bool(named.all()):

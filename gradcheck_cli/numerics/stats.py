@@ -144,8 +144,10 @@ class Entry:
         put at its rows)."""
         n_cols, n_rows = shape
         cols = slice(col0, col0 + n_cols)
-        self.proj_a[cols] = torch.zeros(n_cols, dtype=torch.float64).index_add_(0, c, av * probe[r])
-        self.proj_n[cols] = torch.zeros(n_cols, dtype=torch.float64).index_add_(0, c, nv * probe[r])
+        u = probe.index_select(0, r)
+        self.proj_a[cols] = torch.zeros(n_cols, dtype=torch.float64).index_add_(0, c, av * u)
+        self.proj_n[cols] = torch.zeros(n_cols, dtype=torch.float64).index_add_(0, c, u.mul_(nv))
+        del u
 
         def column(values: torch.Tensor) -> Callable[[int], torch.Tensor]:
             def dense(k: int) -> torch.Tensor:
@@ -168,7 +170,7 @@ class Entry:
 
         diff = torch.sub(av, nv).abs_()
         top = float(diff.max()) if diff.numel() else 0.0
-        broken = torch.zeros_like(diff, dtype=torch.bool)
+        broken: torch.Tensor | None = None
         if not math.isfinite(top):
             # a non-finite entry is a mismatch; the statistics below are over the finite ones
             finite = torch.isfinite(av) & torch.isfinite(nv)
@@ -181,7 +183,9 @@ class Entry:
         self._column_errors(diff, broken, at, n_cols, n_rows, col0)
         n_abs = nv.abs()
         tol = n_abs.mul(self.rtol).add_(self.atol)
-        wrong = (diff <= tol).logical_not_().logical_or_(broken)  # |a - n| <= atol + rtol |n|, as torch.allclose
+        wrong = diff > tol  # not |a - n| <= atol + rtol |n| (as torch.allclose): every value is finite here
+        if broken is not None:
+            wrong.logical_or_(broken)
         bad = (wrong.view(n_cols, n_rows).any(1) if at is None else
                torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True))
         self.bad[col0 : col0 + n_cols] |= bad
@@ -206,12 +210,12 @@ class Entry:
         self.sum_nn += float(nv @ nv)
         self.sum_aa += float(av @ av)
 
-    def _column_errors(self, diff: torch.Tensor, broken: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
+    def _column_errors(self, diff: torch.Tensor, broken: torch.Tensor | None, at: tuple[torch.Tensor, ...] | None,
                        n_cols: int, n_rows: int, col0: int) -> None:
         """Fold the entries' errors ``diff`` (non-finite ones: ``broken``) into ``err``, per column."""
         if not diff.numel():
             return
-        if broken.any():
+        if broken is not None:
             diff = diff.masked_fill(broken, math.inf)
         if at is None:
             per = diff.view(n_cols, n_rows).amax(1)
