@@ -292,8 +292,9 @@ class Groups:
                 index, row, w = cols[mine] - starts[i], base[mine], self.weights[cols[mine]]
                 batch = copies(batches, x, n)
                 x0 = batch[0, index].to(torch.float64)  # every batch row is a copy of the argument
-                for shift, offset in enumerate((-eps, eps, -eps * w, eps * w)):
-                    batch[row + shift, index] = (x0 + offset).to(batch.dtype)
+                moves: list[torch.Tensor] = [x0 - eps, x0 + eps, x0 - eps * w, x0 + eps * w]
+                for shift, moved in enumerate(moves):
+                    batch[row + shift, index] = moved.to(batch.dtype)
         assert self.columns.batched is not None  # self.batched is False without it
         flat = vmapped(self.columns.batched, self.columns.values, batches, self.layout.outputs).to("cpu", torch.float64)
         quotients = (flat[1::2] - flat[0::2]) / (2 * eps)  # groups x (unit, weighted) interleaved
