@@ -173,7 +173,7 @@ class Groups:
         group = torch.repeat_interleave(mine, counts)
         place = group * unit.shape[1] + self.store.rows.index_select(0, at)  # in a group x rows array
         want = self.store.vals.index_select(0, at)
-        got, got_weighted = (q.contiguous().view(-1).index_select(0, place) for q in (unit, weighted))
+        got, got_weighted = (q.reshape(-1).index_select(0, place) for q in (unit, weighted))
         del place
         self.numerical.index_copy_(0, at, got)
         scaled = got_weighted / torch.repeat_interleave(self.weights[cols], counts)
@@ -297,8 +297,8 @@ class Groups:
                     batch[row + shift, index] = moved.to(batch.dtype)
         assert self.columns.batched is not None  # self.batched is False without it
         flat = vmapped(self.columns.batched, self.columns.values, batches, self.layout.outputs).to("cpu", torch.float64)
-        quotients = (flat[1::2] - flat[0::2]) / (2 * eps)  # groups x (unit, weighted) interleaved
-        return quotients.view(k1 - k0, 2, -1).transpose(0, 1)
+        quotients = [(flat[1 + 2 * weighted :: 4] - flat[2 * weighted :: 4]).div_(2 * eps) for weighted in (0, 1)]
+        return torch.stack(quotients)
 
 
 def _runs(cols: list[int]) -> list[tuple[int, int]]:

@@ -71,9 +71,12 @@ class RowGroups:
         keys, order = torch.sort(self.keys[: self.count])  # by column then row, as the one-hot pass
         vals = self.vals[: self.count][order]
         self.keys = self.vals = order = torch.empty(0)  # one copy of the entries at a time: a Linear layer's
-        cols = keys.div(self.layout.n_rows, rounding_mode="floor")  # n = 128 has 4.2 million
-        rows = keys.remainder_(self.layout.n_rows)  # in place: the keys are not needed past here
-        return SparseRows(cols, rows, vals, self.layout.n_cols, ordered=True)
+        n, n_cols = self.layout.n_rows, self.layout.n_cols  # n = 128 has 4.2 million
+        ends = torch.searchsorted(keys, torch.arange(1, n_cols + 1, dtype=keys.dtype) * n)  # integer division is slow
+        counts = torch.diff(ends, prepend=ends.new_zeros(1))
+        cols = torch.repeat_interleave(torch.arange(n_cols, dtype=keys.dtype), counts)
+        rows = keys.sub_(cols * n)  # in place: the keys are not needed past here
+        return SparseRows(cols, rows, vals, n_cols, ordered=True)
 
     def _output(self, out: torch.Tensor, k: int) -> bool:
         """The entries of output ``out`` (its rows start at row ``k``) into the buffers; False to give up."""
@@ -116,10 +119,12 @@ class RowGroups:
         """Per group of ``stage``: grad_outputs 1, w and w' at its elements of ``out`` (0 elsewhere, and
         in the other outputs)."""
         grads, flat = self._blank(out, CALLS * len(stage))
-        for i, members in enumerate(stage):
-            flat[CALLS * i, members] = 1
-            flat[CALLS * i + 1, members] = self.w[0, k + members].to(flat)
-            flat[CALLS * i + 2, members] = self.w[1, k + members].to(flat)
+        members = torch.cat(stage)
+        sizes = torch.tensor([len(m) for m in stage])
+        unit = torch.repeat_interleave(torch.arange(0, CALLS * len(stage), CALLS), sizes)  # each group's first row
+        flat[unit, members] = 1
+        flat[unit + 1, members] = self.w[0, k + members].to(flat)
+        flat[unit + 2, members] = self.w[1, k + members].to(flat)
         return grads
 
     def _decode(self, got: torch.Tensor, rows: list[torch.Tensor], stage: list[torch.Tensor]) -> list[torch.Tensor]:
