@@ -132,12 +132,12 @@ class RowGroups:
         each) into the buffers; returns the groups of ``stage`` whose ratios name no single row of
         the group for some column."""
         n_cols, n = got.shape[1], self.layout.n_rows
-        at = (got != 0).view(len(rows), CALLS, n_cols).any(1).view(-1).nonzero().squeeze(1)  # NaN is non-zero
-        g = at.div(n_cols, rounding_mode="floor")
-        cols = at - g * n_cols
-        at += g * ((CALLS - 1) * n_cols)  # the place in ``got`` of the group's first (unit) product
-        flat = got.reshape(-1)
-        value, first, second = (flat.index_select(0, at + i * n_cols) for i in range(CALLS))
+        got = got.contiguous()
+        products = got.view(len(rows), CALLS, n_cols)
+        g, cols = ((products[:, 0] != 0) | (products[:, 1] != 0) | (products[:, 2] != 0)).nonzero(as_tuple=True)
+        at = g * (CALLS * n_cols) + cols  # NaN counts as non-zero; ``at``: the group's unit product in ``got``
+        flat = got.view(-1)
+        value, first, second = (flat.index_select(0, at + i * n_cols) for i in range(CALLS))  # gathers: fast
         del at
         for i, members in enumerate(rows):
             self.group[members] = i
