@@ -346,6 +346,35 @@ def test_a_linear_layer_takes_a_few_grouped_backward_calls(monkeypatch):
     assert sum(calls) == 3 + 3 * 24  # all at once (it overlaps), then each of 24 diagonals: 3 grad_outputs each
 
 
+def test_grouped_rows_past_the_first_buffer_are_the_one_hot_rows():
+    """More entries (Linear n = 40: 129,600) than the first buffer holds (65,536): grown, none lost."""
+    g = torch.Generator().manual_seed(3)
+    args = [torch.randn(*s, dtype=F64, generator=g).requires_grad_() for s in ((40, 40), (40, 40), (40,))]
+    grouped, one_hot = _stores(LinearOneWrong, args)
+    assert grouped is not None and len(grouped.vals) == 40 * 40 * 81
+    assert _same_store(grouped, one_hot)
+
+
+class ForgetsAnOutput(torch.autograd.Function):
+    """Outputs 2x and x_0 x_1; backward forgets the last: its analytical row is empty, so the one group
+    of columns (a diagonal pattern) leaves a row without an entry, where the moves are not zero."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return torch.cat([2 * x, (x[0] * x[1]).reshape(1)])
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g[:-1]
+
+
+def test_a_group_moving_a_row_the_analytical_pattern_leaves_empty_is_not_accepted():
+    x = torch.randn(6, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    got, plain = check(ForgetsAnOutput, (x,)), check(ForgetsAnOutput, (x,), compress=False)
+    assert got.status.value == plain.status.value == "fail"
+    assert _rows(got) == _rows(plain)
+
+
 class AbsGrad(torch.autograd.Function):
     """A backward that is not linear in grad_output: no ratio names a row, every row is one-hot."""
 
