@@ -111,14 +111,15 @@ def decide(
     grads: list[list[torch.Tensor | None]] = []
     for b, v in enumerate(vs):
         reused = reuse is not None and b == n_v - 1
-        got = reuse[1] if reuse is not None and reused else _backward(grad, diff_outputs, live, grad_inputs, v)
-        flats = [None if g is None else real_flat(g.contiguous()).to("cpu", torch.float64) for g in got]
-        grads.append([g / norm if reused and g is not None else g for g in flats])  # J^T g for the unit v = g / |g|
+        back = reuse[1] if reuse is not None and reused else _backward(grad, diff_outputs, live, grad_inputs, v)
+        scale = 1 / norm if reused else 1.0  # J^T g for the unit v = g / |g|
+        grads.append([None if g is None else real_flat(g.contiguous()).to("cpu", torch.float64) * scale
+                      for g in back])
     analytical = torch.zeros(len(sizes), probes, n_v, dtype=torch.float64)
     for b, row in enumerate(grads):  # products and sums: torch splits a small matmul over threads
-        for i, (u, g) in enumerate(zip(us, row)):
-            if g is not None:
-                analytical[i, :, b] = (u * g).sum(1)
+        for i, (u, jt) in enumerate(zip(us, row)):
+            if jt is not None:
+                analytical[i, :, b] = (u * jt).sum(1)
     centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
     budget = stage_budget(memory_bytes, BATCH_BYTES)
     if n_rows and len(sizes) > 1:
@@ -180,7 +181,8 @@ def _numerical_all(call: Call, batched: Call | None, values: list[Any], inputs: 
     fits in ``budget`` bytes, else two forwards per direction."""
     n_u = len(parts[0])
     if batched is not None and _bytes(n_u, sum(real_numel(x) for x in inputs), len(vs[0])) <= budget:
-        def agrees(got: tuple[torch.Tensor, torch.Tensor]) -> bool:
+        def agrees(got: tuple[torch.Tensor, torch.Tensor] | None) -> bool:
+            assert got is not None  # try_batched verifies a result it got
             here = centre
             if here is None:
                 with torch.no_grad():
@@ -189,10 +191,12 @@ def _numerical_all(call: Call, batched: Call | None, values: list[Any], inputs: 
                               lambda outputs: outputs_vector(outputs, positions).cpu())
             return _agrees(got[1], n_u, here, plus, eps)
 
-        batch = partial(_all_moved_at_once, batched, values, inputs, parts, eps, positions, vs)
-        got, _ = try_batched(None, batch, agrees)
-        if got is not None:
-            return got[0]
+        def batch() -> tuple[torch.Tensor, torch.Tensor]:
+            return _all_moved_at_once(batched, values, inputs, parts, eps, positions, vs)
+
+        done, _ = try_batched(None, batch, agrees)
+        if done is not None:
+            return done[0]
     out = torch.empty(n_u, len(vs), dtype=torch.float64)
     for a in range(n_u):
         minus, plus = (call_moved(call, values, _Steps(inputs, [sign * eps * p[a] for p in parts]),
