@@ -10,8 +10,10 @@ a wrong element is missed only where it is small in every u or in every v, where
 probes miss it where it is small in each pair. The first u and the first v are non-negative, as
 torch's fast mode's probe, so that errors of one sign (a constant offset, a missing term) add
 up; the others are signed (see ``signed_uniform``), so that errors of both signs (a transpose, a
-roll, one wrong element) cannot cancel. Directions per argument keep a small argument's error
-from drowning in a large one's tolerance.
+roll, one wrong element) cannot cancel. With several arguments, direction a first moves all of
+them at once (``_combined``: 2 forwards per direction, not per argument), each weighted by its
+analytical gradient's size so that a small argument's error does not drown in a large one's
+tolerance; only where that fails is each argument probed with its own directions, to name it.
 
 Where a batched forward is given (see ``columns``), the 2 x arguments x directions perturbed
 forwards are one vmapped call (several if they do not fit in BATCH_BYTES, or in a stage's share of
