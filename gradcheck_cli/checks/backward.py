@@ -126,7 +126,8 @@ def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[A
             row = result.inputs[i]
             row.max_abs_err, row.atol, row.rtol = s.max_abs, tol.atol, tol.rtol
             row.analytical, row.numerical = s.analytical, s.numerical
-            row.reason = (f"{s.probes} random probes v^T J u agree ({opts.probes} directions u x "
+            over = f" over all {len(stats)} arguments" if s.combined else ""
+            row.reason = (f"{s.probes} random probes v^T J u agree ({opts.probes} directions u{over} x "
                           f"{probes.weightings(opts.probes)} weightings v)")
     return failed
 

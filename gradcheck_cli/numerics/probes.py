@@ -10,8 +10,10 @@ a wrong element is missed only where it is small in every u or in every v, where
 probes miss it where it is small in each pair. The first u and the first v are non-negative, as
 torch's fast mode's probe, so that errors of one sign (a constant offset, a missing term) add
 up; the others are signed (see ``signed_uniform``), so that errors of both signs (a transpose, a
-roll, one wrong element) cannot cancel. Directions per argument keep a small argument's error
-from drowning in a large one's tolerance.
+roll, one wrong element) cannot cancel. With several arguments, direction a first moves all of
+them at once (``_combined``: 2 forwards per direction, not per argument), each weighted by its
+analytical gradient's size so that a small argument's error does not drown in a large one's
+tolerance; only where that fails is each argument probed with its own directions, to name it.
 
 Where a batched forward is given (see ``columns``), the 2 x arguments x directions perturbed
 forwards are one vmapped call (several if they do not fit in BATCH_BYTES, or in a stage's share of
@@ -27,9 +29,10 @@ about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -62,6 +65,7 @@ class ProbeStats:
     analytical: float = 0.0  # at the probe furthest out of tolerance
     numerical: float = 0.0
     worst_excess: float = -1.0
+    combined: bool = False  # the probes moved every argument at once (see ``_combined``)
 
 
 def weightings(probes: int) -> int:
@@ -105,20 +109,141 @@ def decide(
         g = torch.cat([real_flat(reuse[0][p].contiguous()).to("cpu", torch.float64) for p in positions])
         norm = float(torch.linalg.vector_norm(g))
         vs = torch.cat([vs, g.div_(norm).view(1, -1)])
-    centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
-    numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre,
-                            stage_budget(memory_bytes, BATCH_BYTES)) if n_rows
-                 else torch.zeros(len(sizes), probes, n_v, dtype=torch.float64))
-    analytical = torch.zeros(len(sizes), probes, n_v, dtype=torch.float64)
-    for b, v in enumerate(vs):  # u^T J^T v: one backward per v serves every argument and direction
+    # J^T v first: one backward per v serves every argument and direction (and sizes the combined directions)
+    grads: list[list[torch.Tensor | None]] = []
+    for b, v in enumerate(vs):
         reused = reuse is not None and b == n_v - 1
-        grads = reuse[1] if reuse is not None and reused else _backward(grad, diff_outputs, live, grad_inputs, v)
-        for i, (u, g) in enumerate(zip(us, grads)):
-            if g is not None:  # products and sums: torch splits a small matmul over threads
-                analytical[i, :, b] = (u * real_flat(g.contiguous()).to("cpu", torch.float64)).sum(1)
-        if reused:
-            analytical[:, :, b] /= norm  # J^T g for the unit v = g / |g|
+        back = reuse[1] if reuse is not None and reused else _backward(grad, diff_outputs, live, grad_inputs, v)
+        scale = 1 / norm if reused else 1.0  # J^T g for the unit v = g / |g|
+        grads.append([None if g is None else real_flat(g.contiguous()).to("cpu", torch.float64) * scale
+                      for g in back])
+    analytical = torch.zeros(len(sizes), probes, n_v, dtype=torch.float64)
+    for b, row in enumerate(grads):  # products and sums: torch splits a small matmul over threads
+        for i, (u, jt) in enumerate(zip(us, row)):
+            if jt is not None:
+                analytical[i, :, b] = (u * jt).sum(1)
+    centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
+    budget = stage_budget(memory_bytes, BATCH_BYTES)
+    if n_rows and len(sizes) > 1:
+        weights = _weights(grads, sizes, atol, rtol)
+        if weights is not None:  # one direction over all the arguments: 2 forwards per direction, not per argument
+            decided = _combined(call, batched, plain_values, plain_inputs, us, weights, analytical, eps, positions,
+                                vs, centre, budget, atol, rtol)
+            if decided is not None:
+                return decided
+    numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre, budget)
+                 if n_rows else torch.zeros(len(sizes), probes, n_v, dtype=torch.float64))
     return _stats(analytical.view(len(sizes), -1), numerical.view(len(sizes), -1), atol, rtol)
+
+
+def _weights(grads: list[list[torch.Tensor | None]], sizes: list[int], atol: float, rtol: float) -> list[float] | None:
+    """How much of a combined direction each argument takes (see ``_combined``): 1 / (its analytical
+    gradient's root-mean-square size over the weightings' largest, at least atol / rtol, the size
+    below which atol decides anyway); None where that cannot be sized (an empty argument, a
+    non-finite gradient, rtol 0 and a zero gradient): each argument is probed on its own."""
+    if rtol <= 0:
+        return [1.0] * len(sizes) if atol > 0 else None
+    weights = []
+    for i, n in enumerate(sizes):
+        if n == 0:
+            return None
+        size = max((float(torch.linalg.vector_norm(row[i])) for row in grads if row[i] is not None), default=0.0)
+        rms = max(size / math.sqrt(n), atol / rtol)
+        if not 0 < rms < math.inf:
+            return None
+        weights.append(1 / rms)
+    return weights
+
+
+def _combined(call: Call, batched: Call | None, values: list[Any], inputs: list[torch.Tensor],
+              us: list[torch.Tensor], weights: list[float], analytical: torch.Tensor, eps: float,
+              positions: list[int], vs: torch.Tensor, centre: torch.Tensor | None, budget: int, atol: float,
+              rtol: float) -> list[ProbeStats] | None:
+    """The probes of every argument at once: direction a is argument i's unit direction u_ia times
+    ``weights[i]`` for every i, made a unit vector, so its 2 forwards move all the arguments (as
+    torch's fast mode moves one argument). The weights make each argument move the outputs about
+    alike, so that a small argument's error does not drown in a large one's tolerance. All agree:
+    every argument's ProbeStats (the same, of all the probes); None where one fails (the caller
+    probes each argument on its own, to name those that fail)."""
+    parts = [u * w for u, w in zip(us, weights)]
+    norms = torch.linalg.vector_norm(torch.cat(parts, dim=1), dim=1, keepdim=True)
+    parts = [p.div_(norms) for p in parts]  # unit directions over all the arguments
+    a = (analytical * torch.tensor(weights, dtype=torch.float64).view(-1, 1, 1)).sum(0) / norms
+    n = _numerical_all(call, batched, values, inputs, parts, eps, positions, vs, centre, budget)
+    tight = math.sqrt(len(inputs))  # a failure only costs the probes of each argument: no verdict changes
+    (stats,) = _stats(a.view(1, -1), n.view(1, -1), atol / tight, rtol / tight)
+    return None if stats.failed else [replace(stats, combined=True) for _ in inputs]
+
+
+def _numerical_all(call: Call, batched: Call | None, values: list[Any], inputs: list[torch.Tensor],
+                   parts: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor,
+                   centre: torch.Tensor | None, budget: int) -> torch.Tensor:
+    """v_b^T (f(x + eps u_a) - f(x - eps u_a)) / 2 eps for directions u_a over all the arguments
+    (argument i moved by row a of ``parts[i]``): directions x weightings. One vmapped forward where
+    ``batched`` gives the single calls' outputs (checked by one single call, see ``_agrees``) and it
+    fits in ``budget`` bytes, else two forwards per direction."""
+    n_u = len(parts[0])
+    if batched is not None and _bytes(n_u, sum(real_numel(x) for x in inputs), len(vs[0])) <= budget:
+        def agrees(got: tuple[torch.Tensor, torch.Tensor] | None) -> bool:
+            assert got is not None  # try_batched verifies a result it got
+            here = centre
+            if here is None:
+                with torch.no_grad():
+                    here = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
+            plus = call_moved(call, values, _Steps(inputs, [eps * p[0] for p in parts]),
+                              lambda outputs: outputs_vector(outputs, positions).cpu())
+            return _agrees(got[1], n_u, here, plus, eps)
+
+        def batch() -> tuple[torch.Tensor, torch.Tensor]:
+            return _all_moved_at_once(batched, values, inputs, parts, eps, positions, vs)
+
+        done, _ = try_batched(None, batch, agrees)
+        if done is not None:
+            return done[0]
+    out = torch.empty(n_u, len(vs), dtype=torch.float64)
+    for a in range(n_u):
+        minus, plus = (call_moved(call, values, _Steps(inputs, [sign * eps * p[a] for p in parts]),
+                                  lambda outputs: outputs_vector(outputs, positions).cpu()) for sign in (-1.0, 1.0))
+        out[a] = vs @ (plus - minus) / (2 * eps)
+    return out
+
+
+def _bytes(n_u: int, elements: int, n_rows: int) -> int:
+    """Perturbed arguments and outputs of one vmapped forward over 2 ``n_u`` moves of all the arguments."""
+    return 2 * n_u * (elements + n_rows) * 8
+
+
+def _all_moved_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], parts: list[torch.Tensor],
+                       eps: float, positions: list[int], vs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_numerical_all`` from one vmapped forward, and its rows: row a moves every argument i by
+    -eps ``parts[i][a]``, row D + a by +eps ``parts[i][a]`` (D directions)."""
+    n_u = len(parts[0])
+    batches: Batches = {}
+    for x, part in zip(inputs, parts):
+        batch = copies(batches, x, 2 * n_u)  # a tensor passed twice moves by both its parts, as in a single call
+        step = eps * part.to(batch)
+        batch[:n_u] -= step
+        batch[n_u:] += step
+    flat = vmapped(batched, values, batches, positions).cpu()
+    return torch.matmul(flat[n_u:] - flat[:n_u], vs.T).div_(2 * eps), flat
+
+
+class _Steps:
+    """Every argument moved by its step at once (see ``Step``), and put back in the reverse order:
+    bit-exactly, also a tensor passed twice."""
+
+    def __init__(self, inputs: list[torch.Tensor], steps: list[torch.Tensor]) -> None:
+        self.moves = [Step(x, s) for x, s in zip(inputs, steps)]
+
+    def apply(self) -> None:
+        """Move every argument."""
+        for m in self.moves:
+            m.apply()
+
+    def restore(self) -> None:
+        """Put every argument back."""
+        for m in reversed(self.moves):
+            m.restore()
 
 
 def _stats(analytical: torch.Tensor, numerical: torch.Tensor, atol: float, rtol: float) -> list[ProbeStats]:

@@ -157,3 +157,82 @@ def test_fast_does_not_reuse_a_return_that_autograd_changes(case):
         fn = _counting(lambda g, x, y: (g * y, g * x))  # y's gradient not summed over the rows it was broadcast to
         args = [_x(0, 8), _x(1, 8)[0].detach().clone().requires_grad_()]  # y: (8,)
     assert _fast_backward_calls(fn, args) == ("pass", "probe", 3 + weightings(FAST_PROBES))
+
+
+# -- directions over all the arguments at once: 2 forwards per direction, not per argument ---------------
+
+
+class ScaledSum(torch.autograd.Function):
+    """1000 x + y (elementwise): x moves the outputs a thousand times more than y does; y's
+    gradient is ``factor`` times the right one. Counts its forward calls."""
+
+    factor = 1.0
+    calls = 0
+
+    @staticmethod
+    def forward(ctx, x, y):
+        ScaledSum.calls += 1
+        return 1000 * x + y
+
+    @staticmethod
+    def backward(ctx, g):
+        return 1000 * g, g * ScaledSum.factor
+
+
+@pytest.mark.parametrize("factor, verdict", [(1.0, "pass"), (1.01, "fail"), (0.0, "fail")])
+def test_a_small_arguments_error_does_not_drown_in_a_large_ones_tolerance(factor, verdict):
+    """The combined directions weight each argument by its gradient's size: unweighted, x's
+    contribution (1000 times y's) would make the tolerance 1000 times y's 1% error."""
+    ScaledSum.factor = factor
+    try:
+        for seed in range(3):
+            backward = check(ScaledSum, [_x(seed, 16), _x(seed + 10, 16)], probes=FAST_PROBES, seed=seed).checks[0]
+            assert backward.status.value == verdict, backward.message
+            if verdict == "fail":  # the probes over each argument on its own name y alone
+                assert backward.mode == "probe+elementwise"
+                assert {r.name: r.status.value for r in backward.inputs} == {"x": "pass", "y": "fail"}
+    finally:
+        ScaledSum.factor = 1.0
+
+
+def test_fast_moves_all_arguments_in_each_perturbed_forward():
+    """Two forwards per direction in all (torch's fast mode makes two per argument), plus backward's
+    contract's forward: single calls here, as the forward counts Python calls (vmap would batch them)."""
+    from gradcheck_cli.checks import backward as backward_check
+
+    def refuses(*args):
+        raise RuntimeError("vmap refuses")  # as for a forward that calls .item()
+
+    ScaledSum.calls = 0
+    args = [_x(0, 8), _x(1, 8)]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(backward_check.probes, "vmapped", refuses)
+        backward = check(ScaledSum, args, probes=FAST_PROBES).checks[0]
+    assert backward.status.value == "pass" and backward.mode == "probe", backward.message
+    assert ScaledSum.calls == 1 + 2 * FAST_PROBES  # not 1 + 2 x 3 directions x 2 arguments
+    reasons = {r.reason for r in backward.inputs}
+    assert reasons == {"6 random probes v^T J u agree (3 directions u over all 2 arguments x 2 weightings v)"}
+
+
+@pytest.mark.parametrize("wrong", ["weight", "bias"])
+def test_one_wrong_argument_of_several_is_caught_and_named(wrong):
+    """Linear: a 1% sign pattern in one argument's gradient. The combined probes fail, the probes of
+    each argument name it, and only it is compared element by element."""
+    from gradcheck_cli.examples.linear import LinearFunction
+
+    class Wrong(LinearFunction):
+        @staticmethod
+        def backward(ctx, g):
+            grads = list(LinearFunction.backward(ctx, g))
+            k = ["input", "weight", "bias"].index(wrong)
+            signs = torch.sign(torch.randn(grads[k].shape, generator=torch.Generator().manual_seed(1),
+                                           dtype=torch.float64))
+            grads[k] = grads[k] * (1 + 0.01 * signs)
+            return tuple(grads)
+
+    for seed in range(5):
+        n = 32
+        args = [_x(seed, n), _x(seed + 10, n), _x(seed + 20, n)[0].detach().clone().requires_grad_()]
+        backward = check(Wrong, args, probes=FAST_PROBES, seed=seed).checks[0]
+        assert backward.status.value == "fail" and backward.mode == "probe+elementwise", backward.message
+        assert {r.name for r in backward.inputs if r.status.value == "fail"} == {wrong}
