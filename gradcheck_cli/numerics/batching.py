@@ -20,6 +20,10 @@ from .realify import Call, as_tuple, outputs_vector, real_numel
 ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered per transposed write
 COL_STAGE = 256  # perturbations per batched forward
 STAGE_BYTES = 64 * 2**20  # at most this much of perturbed arguments and outputs per batched forward
+# the compressed checks' stages (grouped rows and columns): smaller, as their decoding makes a dozen
+# temporaries of a stage's size: 16 MB stages kept a Linear n=64 check's heap 40 MB smaller (fewer
+# pages faulted in on a first check) and its passes in cache, for a few more calls
+GROUP_STAGE_BYTES = 16 * 2**20
 BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward of probes
 STAGE_SHARE = 8  # and a stage (of rows, columns or probes) holds at most this share of the memory budget
 SLACK = 2  # the user's forward or backward makes temporaries about as large as the batch it is given
@@ -65,11 +69,11 @@ def stage_budget(memory_bytes: int, cap: int = STAGE_BYTES) -> int:
     return max(1, min(cap, memory_bytes // STAGE_SHARE))
 
 
-def stage_size(most: int, row_bytes: int, memory_bytes: int) -> int:
+def stage_size(most: int, row_bytes: int, memory_bytes: int, cap: int = STAGE_BYTES) -> int:
     """How many rows (one-hot grad_outputs, perturbed arguments) one batched call takes: at most
-    ``most``, within the stage's budget at ``row_bytes`` each plus the user code's temporaries
-    (SLACK); at least one, as a single call holds that much anyway."""
-    return max(1, min(most, stage_budget(memory_bytes) // max(1, SLACK * row_bytes)))
+    ``most``, within the stage's budget (at most ``cap``) at ``row_bytes`` each plus the user code's
+    temporaries (SLACK); at least one, as a single call holds that much anyway."""
+    return max(1, min(most, stage_budget(memory_bytes, cap) // max(1, SLACK * row_bytes)))
 
 
 def column_stages(layout: Layout, col0: int, col1: int, memory_bytes: int) -> Iterator[list[tuple[int, int, int]]]:

@@ -34,7 +34,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from .batching import COL_STAGE, Batches, copies, same, stage_size, try_batched, vmapped
+from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, same, stage_size, try_batched, vmapped
 from .columns import Columns
 from .differences import call_moved
 from .realify import outputs_vector, real_numel, real_view
@@ -42,7 +42,7 @@ from .rows import SparseRows
 from .stats import Entry
 
 PASSES = 4  # forwards per group: unit moves -eps, +eps, weighted moves -eps, +eps
-PIECE = 2**18  # entries folded at once into the statistics
+PIECE = 2**16  # entries folded at once into the statistics (their temporaries stay in cache)
 PATTERNS = 20_000  # at most this many column patterns are coloured (about 20 microseconds each)
 
 
@@ -155,7 +155,7 @@ class Groups:
         self.numerical = torch.empty(len(self.store.vals), dtype=torch.float64)
         ok = torch.empty(g, dtype=torch.bool)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
-        step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes) // 2)  # groups per batched forward
+        step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES) // 2)  # groups
         with torch.no_grad():
             for k0 in range(0, g, step):
                 k1 = min(g, k0 + step)
