@@ -42,9 +42,9 @@ def keep_freed_memory() -> None:
 
 
 # what the fork server imports before it forks workers: torch, the checks, and what torch itself imports on
-# the first autograd.grad and vmap (sympy through symbolic_shapes: a third of a small case's start-up)
+# the first vmap (numerics.engine's backward calls do without torch.autograd.grad's sympy)
 PRELOAD = ["gradcheck_cli.runner", *(f"gradcheck_cli.checks.{module}" for module in REGISTRY.values()),
-           "torch.fx.experimental.symbolic_shapes", "torch._functorch.vmap"]
+           "torch._functorch.vmap"]
 
 
 def start_method() -> str:

@@ -18,6 +18,7 @@ from .custom_op import vmap_fallback_quiet
 from .devices import device_problem
 from .errors import BindError, LoadError, UserCodeError, device_kind, guarded
 from .nn_module import init_target
+from .numerics import engine
 from .plan import RunOptions, Task
 from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Status, overall
 from .rng import seed_plus
@@ -36,15 +37,15 @@ RESAMPLE_STRIDE = 1_000_003  # resampled seeds stay clear of --trials' seed, see
 
 def warm_up() -> None:
     """Pay this process's one-time costs before its first case: the checks' modules, and what torch
-    loads on the first ``vmap`` of ``autograd.grad`` (functorch, sympy: most of a first case's time).
-    Otherwise the first case of each worker carries them in its duration (and its timeout)."""
+    loads on the first ``vmap`` of a backward (functorch). Otherwise the first case of each worker
+    carries them in its duration (and its timeout)."""
     for name in checks.NAMES:
         checks.get(name)
     x = torch.ones(2, dtype=torch.float64, requires_grad=True)
     y = x * x
 
     def vjp(v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return torch.autograd.grad(y, x, v, retain_graph=True)
+        return engine.grad(y, x, v, retain_graph=True)
 
     torch.func.vmap(vjp)(torch.eye(2, dtype=torch.float64))
 
