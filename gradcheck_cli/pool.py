@@ -10,6 +10,8 @@ or autograd thread exists in it when it forks. Elsewhere each worker is spawned 
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -60,6 +62,24 @@ def prepare() -> None:
 
         multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
         forkserver.ensure_running()
+        if not _ending:
+            _ending.append(True)
+            atexit.register(_end_server)
+
+
+_ending: list[bool] = []  # _end_server is registered to run at exit
+
+
+def _end_server() -> None:
+    """At this process's exit: end the fork server at once. Left alone it exits after this process, and its
+    shutdown (that of a process that imported torch: about half a second) holds this process's stdout and
+    stderr open, which whoever reads them (a CI step, a pipe, subprocess.run) waits for."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _serve(conn: Connection, threads: int, environ: dict[str, str]) -> None:
