@@ -96,11 +96,20 @@ def _serve(conn: Connection, threads: int, environ: dict[str, str]) -> None:
     keep_freed_memory()
     import torch
 
-    from .runner import run_task, warm_up
-    from .state import tainted
+    from .runner import warm_up
+    from .state import consecutive
 
     torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
     warm_up()  # before the first task: its duration and its timeout count from "started"
+    with consecutive():  # nothing but this loop runs between two cases
+        _tasks(conn)
+
+
+def _tasks(conn: Connection) -> None:
+    """Check the tasks that come, one at a time, until told to stop."""
+    from .runner import run_task
+    from .state import tainted
+
     me = os.getpid()
     while True:
         try:

@@ -89,7 +89,8 @@ def _resampled(task: Task, seed: int) -> CaseResult:
         drawn: set[str] = set()  # the arguments drawn at random (not literal data), which a new seed moves
 
         def body(r: CaseResult, case: Case = case, drawn: set[str] = drawn) -> None:
-            with state.preserved(r.warnings):  # what loading, initialising and binding change
+            # what loading, initialising and binding change; after its last check _check runs no code under test
+            with state.preserved(r.warnings, ends_with_block=True):
                 _check(case, task.device, task.opts, r, drawn)
 
         result = guard(plan.new_result(task, case.seed), body, where=_at(case))
