@@ -5,7 +5,6 @@ torch is imported only once there is something to check, so --help and --version
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
 import platform
 import signal
@@ -51,6 +50,8 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
     """``gradcheck-cli 0.1.0 (torch 2.13.0, Python 3.11.7)``, without importing torch."""
     if not value or ctx.resilient_parsing:
         return
+    import importlib.metadata  # here: a run's start-up (before the workers' torch import begins) need not pay it
+
     try:
         torch = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:

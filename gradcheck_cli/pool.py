@@ -10,6 +10,8 @@ or autograd thread exists in it when it forks. Elsewhere each worker is spawned 
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -42,9 +44,9 @@ def keep_freed_memory() -> None:
 
 
 # what the fork server imports before it forks workers: torch, the checks, and what torch itself imports on
-# the first autograd.grad and vmap (sympy through symbolic_shapes: a third of a small case's start-up)
+# the first vmap (numerics.engine's backward calls do without torch.autograd.grad's sympy)
 PRELOAD = ["gradcheck_cli.runner", *(f"gradcheck_cli.checks.{module}" for module in REGISTRY.values()),
-           "torch.fx.experimental.symbolic_shapes", "torch._functorch.vmap"]
+           "torch._functorch.vmap"]
 
 
 def start_method() -> str:
@@ -60,6 +62,24 @@ def prepare() -> None:
 
         multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
         forkserver.ensure_running()
+        if not _ending:
+            _ending.append(True)
+            atexit.register(_end_server)
+
+
+_ending: list[bool] = []  # _end_server is registered to run at exit
+
+
+def _end_server() -> None:
+    """At this process's exit: end the fork server at once. Left alone it exits after this process, and its
+    shutdown (that of a process that imported torch: about half a second) holds this process's stdout and
+    stderr open, which whoever reads them (a CI step, a pipe, subprocess.run) waits for."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _serve(conn: Connection, threads: int, environ: dict[str, str]) -> None:
@@ -76,11 +96,20 @@ def _serve(conn: Connection, threads: int, environ: dict[str, str]) -> None:
     keep_freed_memory()
     import torch
 
-    from .runner import run_task, warm_up
-    from .state import tainted
+    from .runner import warm_up
+    from .state import consecutive
 
     torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
     warm_up()  # before the first task: its duration and its timeout count from "started"
+    with consecutive():  # nothing but this loop runs between two cases
+        _tasks(conn)
+
+
+def _tasks(conn: Connection) -> None:
+    """Check the tasks that come, one at a time, until told to stop."""
+    from .runner import run_task
+    from .state import tainted
+
     me = os.getpid()
     while True:
         try:

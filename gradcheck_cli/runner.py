@@ -18,6 +18,7 @@ from .custom_op import vmap_fallback_quiet
 from .devices import device_problem
 from .errors import BindError, LoadError, UserCodeError, device_kind, guarded
 from .nn_module import init_target
+from .numerics import engine
 from .plan import RunOptions, Task
 from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Status, overall
 from .rng import seed_plus
@@ -36,15 +37,15 @@ RESAMPLE_STRIDE = 1_000_003  # resampled seeds stay clear of --trials' seed, see
 
 def warm_up() -> None:
     """Pay this process's one-time costs before its first case: the checks' modules, and what torch
-    loads on the first ``vmap`` of ``autograd.grad`` (functorch, sympy: most of a first case's time).
-    Otherwise the first case of each worker carries them in its duration (and its timeout)."""
+    loads on the first ``vmap`` of a backward (functorch). Otherwise the first case of each worker
+    carries them in its duration (and its timeout)."""
     for name in checks.NAMES:
         checks.get(name)
     x = torch.ones(2, dtype=torch.float64, requires_grad=True)
     y = x * x
 
     def vjp(v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return torch.autograd.grad(y, x, v, retain_graph=True)
+        return engine.grad(y, x, v, retain_graph=True)
 
     torch.func.vmap(vjp)(torch.eye(2, dtype=torch.float64))
 
@@ -88,7 +89,8 @@ def _resampled(task: Task, seed: int) -> CaseResult:
         drawn: set[str] = set()  # the arguments drawn at random (not literal data), which a new seed moves
 
         def body(r: CaseResult, case: Case = case, drawn: set[str] = drawn) -> None:
-            with state.preserved(r.warnings):  # what loading, initialising and binding change
+            # what loading, initialising and binding change; after its last check _check runs no code under test
+            with state.preserved(r.warnings, ends_with_block=True):
                 _check(case, task.device, task.opts, r, drawn)
 
         result = guard(plan.new_result(task, case.seed), body, where=_at(case))

@@ -112,6 +112,7 @@ class _Namespaces:
     sizes: list[int]
     names: list[Any]
     objects: list[Any]
+    modules: int = 0  # len(sys.modules) then: equal now, no torch module was imported since (none is missing here)
 
     def by_owner(self) -> dict[str, dict[str, Any]]:
         out, start = {}, 0
@@ -126,12 +127,13 @@ _values = operator.methodcaller("values")  # of a module's dict and of a class's
 
 def _torch_namespaces() -> _Namespaces:
     """The namespace of torch's modules and main classes, by owner: what monkeypatching changes."""
-    owners: dict[str, Any] = {name: module for name, module in list(sys.modules.items())
+    modules = list(sys.modules.items())
+    owners: dict[str, Any] = {name: module for name, module in modules
                               if (name == "torch" or name.startswith("torch.")) and module is not None}
     owners.update(_CLASSES)
     spaces = [vars(obj) for obj in owners.values()]
     return _Namespaces(tuple(owners), list(map(len, spaces)), list(chain.from_iterable(spaces)),
-                       list(chain.from_iterable(map(_values, spaces))))
+                       list(chain.from_iterable(map(_values, spaces))), len(modules))
 
 
 def _namespaces_kept(before: _Namespaces) -> bool:
@@ -204,6 +206,9 @@ def _show_replaced(before: _Namespaces, after: _Namespaces) -> str:
     return f" ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
 
 
+_NAMESPACES = "torch's functions (monkeypatched)"  # the switch that is costly to read: ~29,000 names
+
+
 def _new_threads(before: set[Any], after: set[Any]) -> bool:
     return after <= before
 
@@ -241,7 +246,7 @@ def _switches(only: Optional[tuple[str, ...]] = None) -> list[Switch]:
                _pop_to(c._len_torch_function_stack, c._pop_torch_function_stack)),
         Switch("a torch dispatch mode left active", c._len_torch_dispatch_stack,
                _pop_to(c._len_torch_dispatch_stack, c._pop_torch_dispatch_stack)),
-        Switch("torch's functions (monkeypatched)", _torch_namespaces, _put_namespaces,
+        Switch(_NAMESPACES, _torch_namespaces, _put_namespaces,
                same=_same_namespaces, show=_show_replaced,
                kept=_namespaces_kept),
         Switch("the working directory", os.getcwd, os.chdir),
@@ -306,6 +311,11 @@ _PER_CALL = ("torch.set_grad_enabled", "torch.set_default_dtype", "torch.set_def
 _noticed: list[str] = []
 _per_call: list[Switch] = []  # the switches of _PER_CALL, made once
 _open: list[int] = []  # one entry per preserved() block being run
+_outer: list[Any] = []  # torch's namespaces as each preserved() block being run found them
+# torch's namespaces as the last preserved() block to end found them again (none when it found them changed), while
+# no block has begun since; and how many consecutive() scopes are open
+_confirmed: list[_Namespaces] = []
+_consecutive: list[bool] = []
 
 
 @contextmanager
@@ -358,18 +368,59 @@ def _note(notes: list[str], text: str) -> None:
 
 
 @contextmanager
-def preserved(notes: list[str]) -> Iterator[None]:
+def consecutive() -> Iterator[None]:
+    """Around a loop of cases with nothing but gradcheck-cli's own code between them (a worker's, or
+    --no-isolate's): each case's ``preserved()`` starts from torch's namespaces as the case before it left
+    them and found them, instead of reading ~29,000 names again. A change made between two cases is then
+    told with (and put back after) the case after it, as it is not there when that case begins."""
+    _consecutive.append(True)
+    try:
+        yield
+    finally:
+        _consecutive.pop()
+        _confirmed.clear()
+
+
+def _namespaces_at_start(confirmed: Optional[_Namespaces]) -> Any:
+    """Torch's namespaces as a block begins: ``confirmed`` (what the block before it found at its end) inside
+    ``consecutive()``; the enclosing block's copy when they are still exactly that (a check after the case's
+    set-up changed none of them); else read anew. A torch module imported since a copy rules the copy out."""
+    if confirmed is not None and _consecutive and not _outer and confirmed.modules == len(sys.modules):
+        return confirmed
+    enclosing = _outer[-1] if _outer else None
+    if isinstance(enclosing, _Namespaces) and enclosing.modules == len(sys.modules) and _namespaces_kept(enclosing):
+        return enclosing
+    return _read(_switches((_NAMESPACES,))[0])
+
+
+def _start() -> Snapshot:
+    confirmed = _confirmed.pop() if _confirmed else None
+    return [(s, _namespaces_at_start(confirmed) if s.name == _NAMESPACES else _read(s)) for s in _switches()]
+
+
+@contextmanager
+def preserved(notes: list[str], ends_with_block: bool = False) -> Iterator[None]:
     """Save the global state, run the body, put the state back; append to ``notes`` what the body changed
-    (it is restored) and what could not be put back (this process is then ``tainted()``)."""
-    saved = snapshot()
+    (it is restored) and what could not be put back (this process is then ``tainted()``).
+
+    ``ends_with_block``: the caller's word that no code under test runs in the body after its last nested
+    ``preserved()`` block: when that block found torch's namespaces as this one began, they are not read again."""
+    saved = _start()
     _open.append(len(_noticed))
+    _outer.append(next((before for switch, before in saved if switch.name == _NAMESPACES), None))
     try:
         yield
     finally:
         mark = _open.pop()
+        namespaces = _outer.pop()
+        confirmed = ends_with_block and bool(_confirmed) and _confirmed[-1] is namespaces
+        _confirmed.clear()
         changed, stuck = list(dict.fromkeys(_noticed[mark:])), []
         del _noticed[mark:]
         for switch, before in saved:
+            if switch.name == _NAMESPACES and (confirmed or _kept(switch, before)):
+                _confirmed.append(before)
+                continue
             if _kept(switch, before):
                 continue
             after = _read(switch)

@@ -23,7 +23,7 @@ import torch
 from ..binding import Bound
 from ..custom_op import OpTarget
 from ..errors import UserCodeError, guarded, user_frame
-from ..numerics import as_tuple, vjp
+from ..numerics import as_tuple, engine, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator, signed_uniform
 from ..target import Target
@@ -144,7 +144,7 @@ def _batched_grad_outputs(leaves: list[Any], outputs: tuple[Any, ...], positions
                           inputs) for b in range(BATCH)]
     sent = [s.clone() for s in stacks]
     try:
-        got = torch.autograd.grad(live, inputs, sent, retain_graph=True, allow_unused=True, is_grads_batched=True)
+        got = engine.grad(live, inputs, sent, retain_graph=True, allow_unused=True, is_grads_batched=True)
     except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
         found.problems.append(refusal("backward", "backward with a batch of grad_outputs (vmap over backward)", exc))
         return

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..errors import UserCodeError, guarded
-from ..numerics import Entry, as_tuple, compare, vjp
+from ..numerics import Entry, as_tuple, compare, engine, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator
 from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like, refuse_if_too_big, work_limit
@@ -125,7 +125,7 @@ def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Call
                 args = [leaf if a is values[i] else a for a in args]  # keep aliases (same_as) aliased
         with torch.enable_grad():
             outs = as_tuple(call_forward(target, bound, args))
-            grads = guarded(ErrorKind.BACKWARD, "backward", torch.autograd.grad, [outs[p] for p in live],
+            grads = guarded(ErrorKind.BACKWARD, "backward", engine.grad, [outs[p] for p in live],
                             [args[i] for i in checked], list(values[n:]), create_graph=create_graph,
                             allow_unused=True)
         return tuple(g if g is not None else torch.zeros_like(args[i]) for g, i in zip(grads, checked))

@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 from ..errors import guarded, user_frame
-from ..numerics import vjp
+from ..numerics import engine, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator
 from ..target import Target
@@ -65,7 +65,7 @@ def run(ctx: CheckContext) -> CheckResult:
                             inputs)
         marked = [o if k in defined else make_undefined()(o) for k, o in enumerate(live)]
         try:
-            res = torch.autograd.grad(marked, inputs, [g.clone() for g in grads], retain_graph=True, allow_unused=True)
+            res = engine.grad(marked, inputs, [g.clone() for g in grads], retain_graph=True, allow_unused=True)
         except Exception as exc:  # noqa: BLE001 - a backward that breaks on None is the finding
             key = (type(exc).__name__, user_frame(exc))
             if key not in crashes:

@@ -10,6 +10,8 @@ from typing import Any, Callable
 
 import torch
 
+from . import engine
+
 Call = Callable[[Sequence[Any]], tuple[Any, ...]]
 Vjp = Callable[..., tuple[Any, ...]]  # signature of torch.autograd.grad
 
@@ -19,7 +21,7 @@ def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
     """Vector-Jacobian product through the graph (kept for more calls); None for unused inputs.
     Values only: a gradient that requires grad (backward computed it with grad mode on, or returned
     a parameter) is detached, as the tool only reads it."""
-    grads: tuple[Any, ...] = torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True)
+    grads: tuple[Any, ...] = engine.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True)
     return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in grads)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from . import engine
 from .batching import ROW_STAGE, same, stage_size, try_batched
 from .layout import Layout
 from .realify import Vjp, real_flat, real_numel, real_view
@@ -127,7 +128,7 @@ class Rows:
         inputs = self._wanted_inputs()
 
         def vjp(*grad_out: torch.Tensor) -> tuple[Any, ...]:  # through autograd's engine, as a single row is
-            return torch.autograd.grad(self.live, inputs, grad_out, retain_graph=True, materialize_grads=True)
+            return engine.grad(self.live, inputs, grad_out, retain_graph=True, materialize_grads=True)
 
         # faster than is_grads_batched (an older vmap) on a Linear layer's backward
         return self._flat_grads(torch.func.vmap(vjp)(*grad_outs), len(grad_outs[0]))

@@ -84,17 +84,17 @@ LAZY = """
 import json, sys
 import torch
 before = set(sys.modules)
+from gradcheck_cli.numerics.engine import grad  # how the checks call backward
 x = torch.ones(2, dtype=torch.float64, requires_grad=True)
 y = x * x
-torch.func.vmap(lambda v: torch.autograd.grad(y, x, v, retain_graph=True))(torch.eye(2, dtype=torch.float64))
+torch.func.vmap(lambda v: grad(y, x, v, retain_graph=True))(torch.eye(2, dtype=torch.float64))
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
 
 def test_a_workers_first_case_does_not_carry_its_warm_up(user_module, write_spec, tmp_path, monkeypatch):
-    """What torch loads on its first vmap of autograd.grad (most of a first case's time), and the checks'
-    modules, are loaded before the worker says it started its first case, from which the case's
-    duration and timeout count."""
+    """What the checks' backward calls load on their first vmap (functorch), and the checks' modules, are
+    loaded before the worker says it started its first case, from which the case's duration and timeout count."""
     lazy = json.loads(subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True,
                                      timeout=300).stdout)
     assert lazy  # what there is to warm up

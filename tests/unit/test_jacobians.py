@@ -12,6 +12,7 @@ from torch.autograd import Function
 from gradcheck_cli import check
 from gradcheck_cli.binding import bind
 from gradcheck_cli.examples.linear import LinearFunction
+from gradcheck_cli.numerics import engine
 from gradcheck_cli.numerics.batching import COL_STAGE
 from gradcheck_cli.numerics.jacobians import Jacobians
 from gradcheck_cli.numerics.layout import make_layout
@@ -177,10 +178,10 @@ def test_batched_columns_leave_the_inputs_as_they_were() -> None:
 
 
 def _spy_on_grad(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """is_grads_batched of every torch.autograd.grad call from now on."""
+    """is_grads_batched of every backward call (numerics.engine.grad, torch.autograd.grad's stand-in) from now on."""
     calls: list[bool] = []
-    grad = torch.autograd.grad
-    monkeypatch.setattr(torch.autograd, "grad", lambda *a, **k: calls.append(k.get("is_grads_batched", False))
+    grad = engine.grad
+    monkeypatch.setattr(engine, "grad", lambda *a, **k: calls.append(k.get("is_grads_batched", False))
                         or grad(*a, **k))
     return calls
 
