@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from ..rng import Stream, generator, signed_uniform
+from .batching import COL_STAGE, ROW_STAGE
 from .columns import Columns
 from .compressed import PASSES, Groups
 from .layout import Layout, make_layout
@@ -30,6 +31,9 @@ class Jacobians(Rows, Columns):
                  values: list[Any], layout: Layout, eps: float, batched: Call | None, memory_bytes: int) -> None:
         Rows.__init__(self, grad, outputs, grad_inputs, layout, memory_bytes)
         Columns.__init__(self, call, values, layout, eps, batched, memory_bytes)
+
+
+SMALL = 4096  # Jacobian entries at most, for a check taken whole (see ``compare``)
 
 
 def no_limit(calls: int, passes: int) -> None:
@@ -101,6 +105,11 @@ def compare(
     fits = block >= layout.n_cols
     limit = memory_bytes // 4 // 24
     most = min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit
+    # a small Jacobian (rows and columns one batched call each) is taken whole: grouping or a search
+    # for its non-zero entries costs more calls than it could save (a millisecond or two of a
+    # 3-5 ms check)
+    small = layout.n_rows * layout.n_cols <= SMALL and 2 * layout.n_cols <= COL_STAGE and layout.n_rows <= ROW_STAGE
+    compress = compress and not small
     grouping = compress and RowGroups.applies(jac)
     # first the compressed check at its cheapest: every output's elements in one backward call (an
     # elementwise or row-wise function), a few forwards per group of columns; its calls are
@@ -116,7 +125,7 @@ def compare(
         budget(2 * layout.n_cols + layout.n_rows, 1)
         if store is None:  # the diagonals, else one-hot rows
             store = (RowGroups(jac, generator(seed, Stream.ROW_GROUPS), most, tried=True).store() if grouping
-                     else None) or jac.sparse_rows(most, early=fits)
+                     else None) or (None if small else jac.sparse_rows(most, early=fits))
         if store is None and block < layout.n_cols:
             passes = -(-layout.n_cols // block)  # after the pass that looked for the non-zero entries
             budget(2 * layout.n_cols + (passes + 1) * layout.n_rows, passes)

@@ -155,6 +155,15 @@ def _rows(result) -> dict:
     return strip(out)
 
 
+@pytest.fixture(autouse=True)
+def compress_small_checks_too(monkeypatch):
+    """The corpus's Jacobians are small, which the default takes whole: compressed here, so that
+    every comparison below compares the compressed path."""
+    from gradcheck_cli.numerics import jacobians
+
+    monkeypatch.setattr(jacobians, "SMALL", 0)
+
+
 @pytest.fixture
 def used(monkeypatch):
     """Counts the checks whose numerical side was compressed."""
@@ -269,21 +278,18 @@ def test_a_function_vmap_refuses_takes_a_handful_of_forwards_instead_of_two_per_
 
 
 @pytest.mark.slow
-def test_every_shipped_and_broken_spec_gets_the_same_report_with_and_without_compression(tmp_path):
-    """`gradcheck specs/ broken-specs/ --format json`: the same report, but for times and the
-    replay command's --no-compress."""
+def test_every_shipped_and_broken_spec_gets_the_same_report_with_and_without_compression(invoke, monkeypatch):
+    """`gradcheck specs/ broken-specs/ --format json` (in this process, so that small checks are
+    compressed too): the same report, but for times and the replay command's --no-compress."""
     import json
-    import subprocess
-    import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
 
     def report(*extra: str) -> dict:
-        proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs", "broken-specs", "--format", "json",
-                               *extra], cwd=root, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 1, proc.stderr  # broken-specs fail
-        out = _rows(json.loads(proc.stdout))
+        result = invoke("specs", "broken-specs", "--format", "json", "--no-isolate", *extra)
+        assert result.exit_code == 1, result.stderr  # broken-specs fail
+        out = _rows(json.loads(result.stdout))
         for result in out["results"]:
             result["replay"] = result["replay"].replace(" --no-compress", "")
         return out

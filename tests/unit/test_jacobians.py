@@ -659,3 +659,41 @@ def test_fast_checks_of_small_tensors_run_on_one_thread(numel: int, probes: int,
         assert set(ThreadsSeen.seen) == {threads} and torch.get_num_threads() == 2  # and put back
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_small_jacobian_is_taken_whole_and_a_large_one_compressed(monkeypatch):
+    """Rows and columns that fit one batched call each: no grouped rows, no search for the non-zero
+    entries, no column groups (they would cost more calls than they save); the same rows as compressed."""
+    from gradcheck_cli import check
+    from gradcheck_cli.examples.linear import LinearFunction
+    from gradcheck_cli.numerics import jacobians as jac_module
+    from gradcheck_cli.numerics.compressed import Groups
+    from gradcheck_cli.numerics.row_groups import RowGroups
+    from gradcheck_cli.results import to_dict
+
+    seen: list[str] = []
+    for cls, name in ((RowGroups, "store"), (Groups, "evaluate"), (Jacobians, "sparse_rows")):
+        original = getattr(cls, name)
+        monkeypatch.setattr(cls, name, lambda self, *a, _o=original, _n=name, **k: seen.append(_n) or _o(self, *a, **k))
+    g = torch.Generator().manual_seed(0)
+
+    def args(n: int) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.randn(*s, dtype=torch.float64, generator=g).requires_grad_() for s in ((n, n), (n, n), (n,)))
+
+    from gradcheck_cli.examples.relu import ReLU
+
+    small = (torch.randn(8, 8, dtype=torch.float64, generator=g).requires_grad_(),)  # 64 x 64 entries
+    whole = to_dict(check(ReLU, small))
+    assert seen == []
+    check(LinearFunction, args(12))  # 300 input elements: 600 perturbations, more than one batched call
+    assert "store" in seen and "evaluate" in seen
+    monkeypatch.setattr(jac_module, "SMALL", 0)
+    seen.clear()
+    compressed = to_dict(check(ReLU, small))
+    assert "evaluate" in seen
+
+    def strip(d):  # times differ
+        return {k: strip(v) for k, v in d.items() if k != "duration_s"} if isinstance(d, dict) else (
+            [strip(v) for v in d] if isinstance(d, list) else d)
+
+    assert strip(whole) == strip(compressed)
