@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from .batching import GROUP_STAGE_BYTES, ROW_STAGE, stage_size
+from .layout import unravel
 from .realify import real_numel, real_view
 from .rows import Rows, SparseRows
 
@@ -91,7 +92,7 @@ class RowGroups:
         longest = max(shape, default=1)
         if longest * 4 > m:  # diagonals of a few elements each: as many calls as one-hot rows
             return self._one_hot(out, k, torch.arange(m))
-        index = torch.stack(torch.unravel_index(torch.arange(m), shape))
+        index = torch.stack(unravel(torch.arange(m), shape))
         diagonal = index.sum(0) % longest
         order = torch.argsort(diagonal, stable=True)
         groups = list(torch.split(order, torch.bincount(diagonal, minlength=longest).tolist()))
