@@ -70,7 +70,7 @@ class RowGroups:
                 return None
             k += real_numel(out)
         keys, order = torch.sort(self.keys[: self.count])  # by column then row, as the one-hot pass
-        vals = self.vals[: self.count][order]
+        vals = self.vals[: self.count].index_select(0, order)
         self.keys = self.vals = order = torch.empty(0)  # one copy of the entries at a time: a Linear layer's
         n, n_cols = self.layout.n_rows, self.layout.n_cols  # n = 128 has 4.2 million
         ends = torch.searchsorted(keys, torch.arange(1, n_cols + 1, dtype=keys.dtype) * n)  # integer division is slow
@@ -96,6 +96,7 @@ class RowGroups:
         diagonal = index.sum(0) % longest
         order = torch.argsort(diagonal, stable=True)
         groups = list(torch.split(order, torch.bincount(diagonal, minlength=longest).tolist()))
+        self._grow(self.count + min(self.limit, len(groups) * self.layout.n_cols))  # at most one entry a column
         overlapping = self._groups(out, k, groups)
         if len(overlapping) * 2 > len(groups) or self.count > self.limit:
             return False
@@ -168,6 +169,8 @@ class RowGroups:
         self.count = end
 
     def _grow(self, size: int) -> None:
+        if size <= len(self.keys):
+            return
         keys, vals = torch.empty(size, dtype=self.key_dtype), torch.empty(size, dtype=torch.float64)
         keys[: self.count], vals[: self.count] = self.keys[: self.count], self.vals[: self.count]
         self.keys, self.vals = keys, vals
