@@ -37,8 +37,7 @@ import torch
 from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, same, stage_size, try_batched, vmapped
 from .columns import Columns
 from .differences import call_moved
-from .layout import unravel
-from .realify import outputs_vector, real_numel, real_view
+from .realify import outputs_vector, real_numel, real_view, unravel
 from .rows import SparseRows
 from .stats import Entry
 
@@ -105,7 +104,7 @@ class GroupMove:
         self.parts = []
         for x, index, weights in parts:  # (argument, real indices within it, weights)
             real = real_view(x)
-            at = (real.view(-1), (index,)) if real.is_contiguous() else (real, unravel(index, real.shape))
+            at = (real.view(-1), (index,)) if real.is_contiguous() else (real, tuple(unravel(index, real.shape)))
             orig = at[0][at[1]].clone()
             self.parts.append((at[0], at[1], orig, orig.to(torch.float64), weights))
         self.offset = 0.0

@@ -53,12 +53,3 @@ def make_layout(inputs: list[torch.Tensor], outputs: tuple[Any, ...], positions:
         starts.append(starts[-1] + real_numel(t))
     return Layout(inputs, positions, starts, [real_numel(outputs[p]) for p in positions])
 
-
-def unravel(index: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-    """The coordinates of flat indices in ``shape``, as ``torch.unravel_index`` gives them; without it,
-    as its argument checks import sympy (a third of a second) on a process's first call."""
-    coords = []
-    for size in reversed(shape):
-        coords.append(index.remainder(size))
-        index = index.div(size, rounding_mode="floor")
-    return tuple(reversed(coords))

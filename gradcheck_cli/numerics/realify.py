@@ -6,7 +6,7 @@ Pure torch, no I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -14,6 +14,7 @@ from . import engine
 
 Call = Callable[[Sequence[Any]], tuple[Any, ...]]
 Vjp = Callable[..., tuple[Any, ...]]  # signature of torch.autograd.grad
+Flat = TypeVar("Flat", int, torch.Tensor)  # one flat position, or a tensor of them
 
 
 def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
@@ -47,12 +48,14 @@ def real_flat(t: torch.Tensor) -> torch.Tensor:
     return real_view(t).view(-1)
 
 
-def unravel(flat: int, shape: Sequence[int]) -> list[int]:
-    """The multi-index of flat (row-major) position ``flat`` in ``shape``."""
+def unravel(flat: Flat, shape: Sequence[int]) -> list[Flat]:
+    """The multi-index of flat (row-major) position ``flat`` in ``shape``; of every position at once
+    for a tensor of them (as ``torch.unravel_index``, whose argument checks import sympy, a third of
+    a second, on a process's first call)."""
     index = []
     for size in reversed(shape):
-        flat, r = divmod(flat, size)
-        index.append(r)
+        index.append(flat % size)
+        flat = flat // size
     return index[::-1]
 
 

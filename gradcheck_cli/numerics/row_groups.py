@@ -25,8 +25,7 @@ from __future__ import annotations
 import torch
 
 from .batching import GROUP_STAGE_BYTES, ROW_STAGE, stage_size
-from .layout import unravel
-from .realify import real_numel, real_view
+from .realify import real_numel, real_view, unravel
 from .rows import Rows, SparseRows
 
 EXACT = 1e-12  # relative: a single row's ratios are its weights to within a few roundings
