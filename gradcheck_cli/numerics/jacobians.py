@@ -134,8 +134,9 @@ def compare(
         block = max(1, layout.n_cols)  # no rows held: one pass over the chunks
     if groups is not None:
         groups.evaluate()
-        if calls:  # the columns of the groups that disagree, one by one
+        if calls:  # the columns of the groups that disagree, one by one (halving them first costs less)
             budget(calls + 2 * int((~groups.accepted).sum()), 1)
+        groups.narrow()
         for i, entry in enumerate(entries):
             groups.fold(entry, layout.col_starts[i], layout.col_starts[i + 1], probe, chunk)
         return layout, entries

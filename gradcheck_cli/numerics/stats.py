@@ -137,11 +137,12 @@ class Entry:
 
     def update_entries(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor,
                        shape: tuple[int, ...], col0: int, probe: torch.Tensor,
-                       n_column: Callable[[int], torch.Tensor] | None = None) -> None:
+                       n_column: Callable[[int], torch.Tensor] | None = None, spans: Sequence[int] = ()) -> None:
         """``update`` with both sides given as their entries that are not zero on both: column
         (within the block of ``shape``: columns x rows), row, analytical and numerical value, by
         column then row; ``n_column``: a numerical column of the block, whole (default: ``nv``
-        put at its rows)."""
+        put at its rows); ``spans``: the entries where the sums behind the reported ratio start
+        anew: where a comparison chunk by chunk starts a chunk, so that they are its very sums."""
         n_cols, n_rows = shape
         cols = slice(col0, col0 + n_cols)
         u = probe.index_select(0, r)
@@ -155,11 +156,11 @@ class Entry:
                 return torch.zeros(n_rows, dtype=torch.float64).index_put_((r[mine],), values[mine])
             return dense
 
-        self._fold(av, nv, (c, r), shape, col0, column(av), n_column or column(nv))
+        self._fold(av, nv, (c, r), shape, col0, column(av), n_column or column(nv), spans)
 
     def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
               shape: tuple[int, ...], col0: int, a_column: Callable[[int], torch.Tensor],
-              n_column: Callable[[int], torch.Tensor]) -> None:
+              n_column: Callable[[int], torch.Tensor], spans: Sequence[int] = ()) -> None:
         """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
         those at (column, row) indices ``at``; the block is ``shape`` (columns x rows);
         ``a_column``, ``n_column``: an analytical, a numerical column of the block, whole."""
@@ -206,9 +207,10 @@ class Entry:
         rel = torch.div(diff, n_abs, out=n_abs).masked_fill_(small, 0.0)
         if not bool(small.all()):
             self.max_rel = max(self.max_rel or 0.0, float(rel.max()))
-        self.sum_an += float(av @ nv)
-        self.sum_nn += float(nv @ nv)
-        self.sum_aa += float(av @ av)
+        for lo, hi in zip([0, *spans], [*spans, len(av)]):  # summed span by span (see ``update_entries``)
+            self.sum_an += float(av[lo:hi] @ nv[lo:hi])
+            self.sum_nn += float(nv[lo:hi] @ nv[lo:hi])
+            self.sum_aa += float(av[lo:hi] @ av[lo:hi])
 
     def _column_errors(self, diff: torch.Tensor, broken: torch.Tensor | None, at: tuple[torch.Tensor, ...] | None,
                        n_cols: int, n_rows: int, col0: int) -> None:

@@ -299,6 +299,54 @@ def test_every_shipped_and_broken_spec_gets_the_same_report_with_and_without_com
     assert compressed_report == plain_report
 
 
+class NumpyTanhOneWrong(NumpyTanh):
+    """NumpyTanh whose gradient is 1% off at one element (number 1234)."""
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        grad = g * (1 - y * y)
+        grad.view(-1)[1234] *= 1.01
+        return grad
+
+
+def test_a_wrong_element_in_a_large_group_is_found_by_halving_it_with_the_same_report(used):
+    """The one group of an elementwise function fails; its halves that agree are accepted and only the
+    last small group is made column by column: a few hundred forwards instead of 2 per element, and
+    the report element-wise checking gives."""
+    x = torch.randn(64, 64, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    NumpyTanh.calls = 0
+    got = check(NumpyTanhOneWrong, (x,))
+    halving_calls = NumpyTanh.calls
+    NumpyTanh.calls = 0
+    plain = check(NumpyTanhOneWrong, (x,), compress=False)
+    assert got.status.value == plain.status.value == "fail"
+    assert _rows(got) == _rows(plain)
+    assert used["n"] == 1 and NumpyTanh.calls >= 2 * 4096 and halving_calls < 300
+
+
+@pytest.mark.parametrize("wrong", [[5], [0, 4095], list(range(0, 4096, 7))], ids=["one", "two", "many"])
+def test_halving_names_the_same_elements_as_element_by_element(wrong):
+    """One, two far apart (in both halves at once) and every seventh element wrong: the same rows."""
+    class Square(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            grad = 2 * g * x
+            grad.view(-1)[wrong] *= 1.5
+            return grad
+
+    x = torch.randn(64, 64, dtype=F64, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    got, plain = check(Square, (x,)), check(Square, (x,), compress=False)
+    assert got.status.value == plain.status.value == "fail"
+    assert _rows(got) == _rows(plain)
+
+
 # ---------------------------------------------------------------------- the rows, grouped
 
 
