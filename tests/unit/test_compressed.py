@@ -328,19 +328,13 @@ def test_a_wrong_element_in_a_large_group_is_found_by_halving_it_with_the_same_r
 @pytest.mark.parametrize("wrong", [[5], [0, 4095], list(range(0, 4096, 7))], ids=["one", "two", "many"])
 def test_halving_names_the_same_elements_as_element_by_element(wrong):
     """One, two far apart (in both halves at once) and every seventh element wrong: the same rows."""
-    class Square(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x * x
 
-        @staticmethod
-        def backward(ctx, g):
-            (x,) = ctx.saved_tensors
-            grad = 2 * g * x
-            grad.view(-1)[wrong] *= 1.5
-            return grad
+    def some_wrong(x, g):
+        grad = 2 * g * x
+        grad.view(-1)[wrong] *= 1.5
+        return grad
 
+    Square = one_input_function(lambda x: x * x, some_wrong, "SquareSomeWrong")
     x = torch.randn(64, 64, dtype=F64, generator=torch.Generator().manual_seed(1)).requires_grad_()
     got, plain = check(Square, (x,)), check(Square, (x,), compress=False)
     assert got.status.value == plain.status.value == "fail"
