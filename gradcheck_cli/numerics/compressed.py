@@ -137,10 +137,14 @@ class Groups:
         self.weights = weights(n, gen)
         self.batched: bool | None = None if columns.batched else False
         self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
-        self.accepted = torch.zeros(n, dtype=torch.bool)
         self.ok = torch.zeros(0, dtype=torch.bool)  # per group evaluated (``members``), whether it was accepted
         self.numerical = torch.zeros(0, dtype=torch.float64)  # per analytical entry, once evaluated
         self.starts = torch.tensor(store.starts)  # each column's first entry in the store
+
+    @property
+    def accepted(self) -> torch.Tensor:
+        """Per column, whether its latest group (after ``evaluate``, and ``narrow``) was accepted."""
+        return self.ok[self.colours]
 
     def worthwhile(self) -> bool:
         """Fewer forwards than two per column, and the groups' rows (five float64 values per group and row
@@ -177,8 +181,7 @@ class Groups:
             self._evaluate(first)
 
     def _evaluate(self, first: int) -> None:
-        """Groups ``first``.. of ``members``, a stage of groups at a time: their verdicts into ``ok``
-        (per group) and ``accepted`` (per column, by its latest group)."""
+        """Groups ``first``.. of ``members``, a stage of groups at a time: their verdicts into ``ok``."""
         g, m = len(self.members), self.layout.n_rows
         ok = torch.empty(g - first, dtype=torch.bool)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
@@ -188,7 +191,6 @@ class Groups:
                 k1 = min(g, k0 + step)
                 ok[k0 - first : k1 - first] = self._accepted(k0, k1, *self._stage(k0, k1))
         self.ok = torch.cat([self.ok[:first], ok])
-        self.accepted = self.ok[self.colours]
 
     def _accepted(self, k0: int, k1: int, unit: torch.Tensor, weighted: torch.Tensor) -> torch.Tensor:
         """Whether each of groups k0..k1 agrees with its analytical entries in both moves (``unit``,
