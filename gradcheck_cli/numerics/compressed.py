@@ -65,7 +65,7 @@ def _first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
     patterns); None beyond PATTERNS patterns."""
     n_cols = len(store.starts) - 1
     mix = torch.randint(1, 2**61, (n_rows,), generator=torch.Generator().manual_seed(0))
-    starts = torch.tensor(store.starts)
+    starts = store.bounds
     summed = torch.cat([torch.zeros(1, dtype=torch.long), mix.index_select(0, store.rows).cumsum_(0)])  # wraps
     hashed = summed[starts[1:]] - summed[starts[:-1]]  # each column's sum of its rows' numbers (modulo 2^64)
     counts = starts[1:] - starts[:-1]
@@ -139,7 +139,6 @@ class Groups:
         self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
         self.ok = torch.zeros(0, dtype=torch.bool)  # per group evaluated (``members``), whether it was accepted
         self.numerical = torch.zeros(0, dtype=torch.float64)  # per analytical entry, once evaluated
-        self.starts = torch.tensor(store.starts)  # each column's first entry in the store
 
     @property
     def accepted(self) -> torch.Tensor:
@@ -221,8 +220,8 @@ class Groups:
     def _entries_of(self, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The places in the store of the entries of columns ``cols``, column by column, and each
         column's number of entries."""
-        starts = self.starts[cols]
-        counts = self.starts[cols + 1] - starts
+        starts = self.store.bounds[cols]
+        counts = self.store.bounds[cols + 1] - starts
         offset = torch.repeat_interleave(starts - (torch.cumsum(counts, 0) - counts), counts)
         return torch.arange(int(counts.sum())) + offset, counts
 

@@ -39,7 +39,9 @@ class SparseRows:
         if not self.ordered:
             order = torch.argsort(self.cols, stable=True)
             self.cols, self.rows, self.vals = self.cols[order], self.rows[order], self.vals[order]
-        self.starts = torch.searchsorted(self.cols, torch.arange(self.n_cols + 1)).tolist()
+        # each column's first entry (and the end), as a tensor and as a list (read one at a time)
+        self.bounds = torch.searchsorted(self.cols, torch.arange(self.n_cols + 1, dtype=self.cols.dtype))
+        self.starts = self.bounds.tolist()
 
     def entries(self, col0: int, col1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The non-zero entries of columns col0..col1: column - col0, row and value, by column then row."""
