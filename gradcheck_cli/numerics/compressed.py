@@ -85,7 +85,10 @@ def _first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
             free = np.concatenate([free, np.arange(used.shape[1], used.shape[1] + 64)])
             used = np.concatenate([used, np.zeros((n_rows, 64), dtype=bool)], axis=1)
         take = free[: len(cols)]
-        used[np.ix_(mine, take)] = True
+        if take[-1] - take[0] == len(take) - 1:  # consecutive colours (usual): a slice, not a cross product
+            used[mine, take[0] : take[-1] + 1] = True
+        else:
+            used[np.ix_(mine, take)] = True
         colours[cols.numpy()] = take
     return torch.from_numpy(colours)
 

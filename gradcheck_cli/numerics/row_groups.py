@@ -135,11 +135,17 @@ class RowGroups:
         n_cols, n = got.shape[1], self.layout.n_rows
         got = got.contiguous()
         products = got.view(len(rows), CALLS, n_cols)
-        g, cols = ((products[:, 0] != 0) | (products[:, 1] != 0) | (products[:, 2] != 0)).nonzero(as_tuple=True)
-        at = g * (CALLS * n_cols) + cols  # NaN counts as non-zero; ``at``: the group's unit product in ``got``
-        flat = got.view(-1)
-        value, first, second = (flat.index_select(0, at + i * n_cols) for i in range(CALLS))  # gathers: fast
-        del at
+        if int(torch.count_nonzero(got)) == got.numel():  # every group reaches every column (a Linear layer's
+            g = torch.arange(len(rows)).repeat_interleave(n_cols)  # diagonals): no search
+            cols = torch.arange(n_cols).repeat(len(rows))
+            value, first, second = (products[:, i].reshape(-1) for i in range(CALLS))
+        else:
+            moved = (products[:, 0] != 0) | (products[:, 1] != 0) | (products[:, 2] != 0)  # NaN counts as non-zero
+            g, cols = moved.nonzero(as_tuple=True)
+            at = g * (CALLS * n_cols) + cols  # the group's unit product in ``got``
+            flat = got.view(-1)
+            value, first, second = (flat.index_select(0, at + i * n_cols) for i in range(CALLS))  # gathers: fast
+            del at, moved
         for i, members in enumerate(rows):
             self.group[members] = i
         ratio = first.div_(value)
