@@ -331,8 +331,10 @@ class Groups:
                     batch[row + shift, index] = moved.to(batch.dtype)
         assert self.columns.batched is not None  # self.batched is False without it
         flat = vmapped(self.columns.batched, self.columns.values, batches, self.layout.outputs).to("cpu", torch.float64)
-        quotients = [(flat[1 + 2 * weighted :: 4] - flat[2 * weighted :: 4]).div_(2 * eps) for weighted in (0, 1)]
-        return torch.stack(quotients)
+        quotients = torch.empty(2, k1 - k0, flat.shape[1], dtype=torch.float64)
+        for weighted in (0, 1):
+            torch.sub(flat[1 + 2 * weighted :: 4], flat[2 * weighted :: 4], out=quotients[weighted]).div_(2 * eps)
+        return quotients
 
 
 def _runs(cols: list[int]) -> list[tuple[int, int]]:
