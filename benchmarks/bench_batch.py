@@ -1,7 +1,8 @@
 """Batch cost and cold start: a directory of small generated specs, checked by gradcheck-cli with -j 1,
 -j 2, the default (-j = the usable cores) and in-process, against a plain Python loop calling
-torch.autograd.gradcheck on the same Functions and the same inputs; and one small spec end to end
-against `python -c "import torch"`. Each runs as its own process, timed from start to exit (torch's
+torch.autograd.gradcheck on the same Functions and the same inputs; a batch of heavier specs (Linear
+layers of 96-112 features) with -j 1 and -j 2; and one small spec end to end against
+`python -c "import torch"`. Each runs as its own process, timed from start to exit (torch's
 import included for all). The variants take turns in every round, so a machine whose speed drifts
 (other work on it) moves them alike; medians over the rounds, then the ratios. Not a test: run it
 by hand,
@@ -52,6 +53,16 @@ def generate(folder: Path, n: int) -> None:
         (folder / f"spec_{i:03d}.yaml").write_text(text)
 
 
+def generate_heavy(folder: Path, n: int) -> None:
+    """Specs whose checks take a few tenths of a second each (Linear layers of 96 to 112 features):
+    the work, not the start-up, is most of a batch of them."""
+    function, inputs = KINDS[0]
+    for i in range(n):
+        a = 96 + 8 * (i % 3)
+        text = f"function: {function}\nseed: {i}\n" + inputs.format(a=a, b=a, c=a) + "\n"
+        (folder / f"heavy_{i:03d}.yaml").write_text(text)
+
+
 def timed(command: list[str]) -> tuple[float, str]:
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True)
@@ -60,8 +71,10 @@ def timed(command: list[str]) -> tuple[float, str]:
     return wall, f"exit {proc.returncode}: {last[:90]}"
 
 
+HEAVY = 24  # specs in the batch of heavier specs
 RATIOS = [  # (what, numerator, denominator, target)
     ("-j 2 vs -j 1", "gradcheck -j 2", "gradcheck -j 1", 0.6),
+    (f"-j 2 vs -j 1, {HEAVY} heavier specs", "heavier specs -j 2", "heavier specs -j 1", 0.6),
     ("default vs torch loop", "gradcheck (default -j)", "torch.autograd.gradcheck loop", 0.8),
     ("one spec vs import torch", "one spec end to end", 'python -c "import torch"', 1.15),
 ]
@@ -69,8 +82,11 @@ RATIOS = [  # (what, numerator, denominator, target)
 
 def main(n: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp)
+        folder, heavy = Path(tmp) / "small", Path(tmp) / "heavy"
+        folder.mkdir()
+        heavy.mkdir()
         generate(folder, n)
+        generate_heavy(heavy, HEAVY)
         gradcheck = [sys.executable, "-m", "gradcheck_cli", "--no-color"]
         one = str(Path(__file__).resolve().parents[1] / "specs" / "relu.yaml")
         runs = {
@@ -82,6 +98,8 @@ def main(n: int, rounds: int) -> None:
             'python -c "import torch"': [sys.executable, "-c", "import torch"],
             "one spec end to end": gradcheck + [one],
             "one spec --no-isolate": gradcheck + [one, "--no-isolate"],
+            "heavier specs -j 1": gradcheck + [str(heavy), "-j", "1"],
+            "heavier specs -j 2": gradcheck + [str(heavy), "-j", "2"],
         }
         times: dict[str, list[float]] = {name: [] for name in runs}
         outcomes = {}
@@ -100,6 +118,12 @@ def main(n: int, rounds: int) -> None:
             per_round = [a / b for a, b in zip(times[top], times[bottom])]
             spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
             print(f"{what:28} {median[top] / median[bottom]:9.2f}x {spread:>22} {target:6.2f}x")
+        start = 'python -c "import torch"'  # every worker imports torch: the part of each run past that
+        for what, top, bottom in (("-j 2 vs -j 1 past import torch", "gradcheck -j 2", "gradcheck -j 1"),
+                                  ("heavier, past import torch", "heavier specs -j 2", "heavier specs -j 1")):
+            per_round = [(a - t) / (b - t) for a, b, t in zip(times[top], times[bottom], times[start])]
+            past = (median[top] - median[start]) / (median[bottom] - median[start])
+            print(f"{what:28} {past:9.2f}x {min(per_round):.2f}-{max(per_round):.2f}".rstrip())
 
 
 if __name__ == "__main__":
