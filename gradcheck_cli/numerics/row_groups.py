@@ -122,10 +122,10 @@ class RowGroups:
         grads, flat = self._blank(out, CALLS * len(stage))
         members = torch.cat(stage)
         sizes = torch.tensor([len(m) for m in stage])
-        unit = torch.repeat_interleave(torch.arange(0, CALLS * len(stage), CALLS), sizes)  # each group's first row
+        unit = torch.repeat_interleave(torch.arange(len(stage)), sizes)  # the unit calls first, then the w, the w'
         flat[unit, members] = 1
-        flat[unit + 1, members] = self.w[0, k + members].to(flat)
-        flat[unit + 2, members] = self.w[1, k + members].to(flat)
+        flat[unit + len(stage), members] = self.w[0, k + members].to(flat)
+        flat[unit + 2 * len(stage), members] = self.w[1, k + members].to(flat)
         return grads
 
     def _decode(self, got: torch.Tensor, rows: list[torch.Tensor], stage: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -134,17 +134,17 @@ class RowGroups:
         the group for some column."""
         n_cols, n = got.shape[1], self.layout.n_rows
         got = got.contiguous()
-        products = got.view(len(rows), CALLS, n_cols)
+        products = got.view(CALLS, len(rows), n_cols)  # the unit products, the w products, the w' products
         if int(torch.count_nonzero(got)) == got.numel():  # every group reaches every column (a Linear layer's
             g = torch.arange(len(rows)).repeat_interleave(n_cols)  # diagonals): no search
             cols = torch.arange(n_cols).repeat(len(rows))
-            value, first, second = (products[:, i].reshape(-1) for i in range(CALLS))
+            value, first, second = (products[i].view(-1) for i in range(CALLS))
         else:
-            moved = (products[:, 0] != 0) | (products[:, 1] != 0) | (products[:, 2] != 0)  # NaN counts as non-zero
+            moved = (products[0] != 0) | (products[1] != 0) | (products[2] != 0)  # NaN counts as non-zero
             g, cols = moved.nonzero(as_tuple=True)
-            at = g * (CALLS * n_cols) + cols  # the group's unit product in ``got``
+            at = g * n_cols + cols  # the group's unit product in ``got``
             flat = got.view(-1)
-            value, first, second = (flat.index_select(0, at + i * n_cols) for i in range(CALLS))  # gathers: fast
+            value, first, second = (flat.index_select(0, at + i * len(rows) * n_cols) for i in range(CALLS))
             del at, moved
         for i, members in enumerate(rows):
             self.group[members] = i
