@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from .batching import GROUP_STAGE_BYTES, ROW_STAGE, stage_size
+from .batching import ROW_GROUP_STAGE_BYTES, ROW_STAGE, stage_size
 from .realify import real_numel, real_view, unravel
 from .rows import Rows, SparseRows
 
@@ -52,7 +52,7 @@ class RowGroups:
         self.keys, self.vals = torch.empty(0, dtype=self.key_dtype), torch.empty(0, dtype=torch.float64)
         self.count = 0
         row_bytes = sum(o.numel() * o.element_size() for o in rows.live) + 8 * self.layout.n_cols * 2
-        self.stage = max(1, stage_size(ROW_STAGE, row_bytes, rows.memory_bytes, GROUP_STAGE_BYTES) // CALLS)  # groups
+        self.stage = max(1, stage_size(ROW_STAGE, row_bytes, rows.memory_bytes, ROW_GROUP_STAGE_BYTES) // CALLS)  # groups
 
     @staticmethod
     def applies(rows: Rows) -> bool:
