@@ -66,7 +66,8 @@ def _first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
     n_cols = len(store.starts) - 1
     mix = torch.randint(1, 2**61, (n_rows,), generator=torch.Generator().manual_seed(0))
     starts = store.bounds
-    summed = torch.cat([torch.zeros(1, dtype=torch.long), mix.index_select(0, store.rows).cumsum_(0)])  # wraps
+    summed = torch.zeros(len(store.rows) + 1, dtype=torch.long)  # one temporary of the entries' size
+    torch.index_select(mix, 0, store.rows, out=summed[1:]).cumsum_(0)  # wraps
     hashed = summed[starts[1:]] - summed[starts[:-1]]  # each column's sum of its rows' numbers (modulo 2^64)
     counts = starts[1:] - starts[:-1]
     _, pattern = torch.unique(hashed ^ counts, return_inverse=True)  # the count: one more check of the pattern

@@ -69,8 +69,9 @@ class RowGroups:
                 return None
             k += real_numel(out)
         keys, order = torch.sort(self.keys[: self.count])  # by column then row, as the one-hot pass
+        self.keys = torch.empty(0)
         vals = self.vals[: self.count].index_select(0, order)
-        self.keys = self.vals = order = torch.empty(0)  # one copy of the entries at a time: a Linear layer's
+        self.vals = order = torch.empty(0)  # one copy of the entries at a time: a Linear layer's
         n, n_cols = self.layout.n_rows, self.layout.n_cols  # n = 128 has 4.2 million
         ends = torch.searchsorted(keys, torch.arange(1, n_cols + 1, dtype=keys.dtype) * n)  # integer division is slow
         counts = torch.diff(ends, prepend=ends.new_zeros(1))
