@@ -15,7 +15,7 @@ from typing import Any, Callable, TypeVar
 import torch
 
 from .layout import Layout
-from .realify import Call, as_tuple, outputs_vector, real_numel
+from .realify import Call, as_tuple, real_numel, real_view
 
 ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered per transposed write
 COL_STAGE = 256  # perturbations per batched forward
@@ -139,12 +139,24 @@ def vmapped(batched: Call, values: list[Any], batches: Batches, positions: list[
     runs forward."""
     moved = list(batches)
 
-    def forward(*xbs: torch.Tensor) -> torch.Tensor:
+    def forward(*xbs: torch.Tensor) -> Any:
         swap = dict(zip(moved, xbs))
-        return outputs_vector(as_tuple(batched([swap.get(id(v), v) for v in values])), positions, copy=False)
+        outputs = as_tuple(batched([swap.get(id(v), v) for v in values]))
+        return outputs[positions[0]] if len(positions) == 1 else tuple(outputs[p] for p in positions)
 
-    with torch.no_grad():
-        return torch.func.vmap(forward)(*(_shaped(x, batch) for x, batch in batches.values()))
+    rows = len(next(iter(batches.values()))[1])
+    with torch.no_grad():  # the outputs realified after the call: an operation under vmap costs more
+        outputs = torch.func.vmap(forward)(*(_shaped(x, batch) for x, batch in batches.values()))
+        return _flat_rows(as_tuple(outputs), rows)
+
+
+def _flat_rows(outputs: tuple[torch.Tensor, ...], rows: int) -> torch.Tensor:
+    """A batch's outputs as ``outputs_vector`` makes them of a single call's, one row per batch row
+    (a view where there is one float64 output)."""
+    if not outputs:
+        return torch.zeros(rows, 0, dtype=torch.float64)
+    parts = [real_view(o.detach()).reshape(rows, -1).to(torch.float64) for o in outputs]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 def _shaped(x: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:

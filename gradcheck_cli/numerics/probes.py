@@ -222,8 +222,8 @@ def _all_moved_at_once(batched: Call, values: list[Any], inputs: list[torch.Tens
     for x, part in zip(inputs, parts):
         batch = copies(batches, x, 2 * n_u)  # a tensor passed twice moves by both its parts, as in a single call
         step = eps * part.to(batch)
-        batch[:n_u] -= step
-        batch[n_u:] += step
+        batch[:n_u].sub_(step)  # in place on the views: `batch[a:b] -= step` would copy the rows back too
+        batch[n_u:].add_(step)
     flat = vmapped(batched, values, batches, positions).cpu()
     return torch.matmul(flat[n_u:] - flat[:n_u], vs.T).div_(2 * eps), flat
 
@@ -335,8 +335,8 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
     for i, x in enumerate(inputs):
         batch = copies(batches, x, rows)
         at, step = 2 * n_u * i, eps * us[i].to(batch)
-        batch[at : at + n_u] -= step
-        batch[at + n_u : at + 2 * n_u] += step
+        batch[at : at + n_u].sub_(step)
+        batch[at + n_u : at + 2 * n_u].add_(step)
     flat = vmapped(batched, values, batches, positions).cpu()  # probes are reduced on the CPU
     pairs = flat[:rows].view(len(inputs), 2, n_u, -1)
     return torch.matmul(pairs[:, 1] - pairs[:, 0], vs.T).div_(2 * eps), flat
