@@ -11,6 +11,7 @@ from ..binding import Bound
 from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, is_float_tensor, kinks, precision, probes, real_numel, unravel, vjp
 from ..numerics.jacobians import projection
+from ..numerics.realify import Vjp
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator, signed_uniform
 from ..spec import Tolerance
@@ -83,7 +84,8 @@ def _check(ctx: CheckContext) -> CheckResult:
     tensors = [v for v in bound.values if isinstance(v, torch.Tensor)]
     given = ((found.probe[0], [found.probe[1][i] for i in checked])
              if found.probe and len({id(t) for t in tensors}) == len(tensors) else None)
-    todo = (_probe(result, checked, bound, (forward, batched, backward, given), outputs, positions, grad_inputs,
+    probing = backward if given is None else _through_node(found, outputs, positions, checked, backward)
+    todo = (_probe(result, checked, bound, (forward, batched, probing, given), outputs, positions, grad_inputs,
                    plain, plain_inputs, replace(opts, tolerance=tol)) if opts.probes else list(range(len(checked))))
     if todo:  # element by element: every argument, or under --fast those whose probes failed
         layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in todo], plain,
@@ -101,6 +103,21 @@ def _check(ctx: CheckContext) -> CheckResult:
     nondeterministic = [] if found.repeated else _determinism(  # the contract compared its repeated calls
         outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, opts.repeat)
     return _finish(result, found, nondeterministic, start)
+
+
+def _through_node(found: contract.Findings, outputs: tuple[Any, ...], positions: list[int], checked: list[int],
+                  backward: Vjp) -> Vjp:
+    """The probes' backward (``vjp``'s signature) through the contract's graph node, where its raw return is
+    what autograd gives (``Findings.again``): the engine's bookkeeping left out. Other calls: ``backward``."""
+    again = found.again
+
+    def through(live: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
+        if again is None or len(inputs) != len(checked) or [id(o) for o in live] != [id(outputs[p]) for p in positions]:
+            return tuple(backward(live, inputs, grad_outputs))
+        back = again(dict(zip(positions, grad_outputs)))
+        return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in (back[i] for i in checked))
+
+    return through
 
 
 def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any, Any],

@@ -100,7 +100,7 @@ def decide(
     vs, u_all = w[: drawn * n_rows].view(drawn, n_rows), w[drawn * n_rows :].view(probes, sum(sizes))
     vs[0].abs_()  # the first u and v are non-negative, as torch's: errors of one sign add up in their probe
     u_all[0].abs_()
-    us = list(u_all.split(sizes, dim=1))
+    us = list(u_all.split(sizes, dim=1)) if len(sizes) > 1 else [u_all]
     for unit in (vs, *us):
         if unit.shape[1]:
             unit.div_(torch.linalg.vector_norm(unit, dim=1, keepdim=True))
@@ -114,14 +114,14 @@ def decide(
     for b, v in enumerate(vs):
         reused = reuse is not None and b == n_v - 1
         back = reuse[1] if reuse is not None and reused else _backward(grad, diff_outputs, live, grad_inputs, v)
-        scale = 1 / norm if reused else 1.0  # J^T g for the unit v = g / |g|
-        grads.append([None if g is None else real_flat(g.contiguous()).to("cpu", torch.float64) * scale
-                      for g in back])
+        flat = [None if g is None else real_flat(g.contiguous()).to("cpu", torch.float64) for g in back]
+        grads.append([g * (1 / norm) if reused and g is not None else g for g in flat])  # J^T g for v = g / |g|
     analytical = torch.zeros(len(sizes), probes, n_v, dtype=torch.float64)
-    for b, row in enumerate(grads):  # products and sums: torch splits a small matmul over threads
-        for i, (u, jt) in enumerate(zip(us, row)):
-            if jt is not None:
-                analytical[i, :, b] = (u * jt).sum(1)
+    for i, u in enumerate(us):  # products and sums (torch splits a small matmul over threads): all weightings at once
+        jts = [row[i] for row in grads]
+        if any(jt is not None for jt in jts):
+            stacked = torch.stack([torch.zeros_like(u[0]) if jt is None else jt for jt in jts])
+            analytical[i] = (u.unsqueeze(1) * stacked).sum(2)
     centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
     budget = stage_budget(memory_bytes, BATCH_BYTES)
     if n_rows and len(sizes) > 1:
@@ -321,7 +321,8 @@ def _agrees(rows: torch.Tensor, n_u: int, centre: torch.Tensor, plus: torch.Tens
     their first argument's first direction (``plus``), compared as difference quotients from the
     outputs at x (``centre``): a perturbation that the batch dropped shows there (the outputs
     themselves move by only eps), as does any other difference."""
-    return same((rows[n_u] - centre[0]) / eps, (plus - centre[0]) / eps)
+    row = rows[n_u]
+    return torch.equal(row, plus) or same((row - centre[0]) / eps, (plus - centre[0]) / eps)  # equal: equal quotients
 
 
 def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
