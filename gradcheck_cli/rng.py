@@ -48,14 +48,16 @@ def generator(seed: int, stream: Stream) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + 7919 * (int(stream) + 1)) % 2**63)
 
 
-def signed_uniform(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+def signed_uniform(shape: Sequence[int], gen: torch.Generator, scaled: bool = True) -> torch.Tensor:
     """Float64 random probe values, uniform on (-1, 1) in 2^16 steps symmetric about 0. Made from
     the generator's raw bits, which torch draws faster than normals: a probe needs
     independent, symmetric values that are almost never equal, not a Gaussian (torch's fast mode
-    draws uniform ones too)."""
+    draws uniform ones too). Not ``scaled``: the same values times 2^15 (on (-2^15, 2^15)), for
+    vectors made unit afterwards: the same unit vectors, bit for bit (a power of 2 scales exactly)."""
     n = math.prod(shape)
     bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None, generator=gen)
-    return bits.view(torch.int16)[:n].to(torch.float64).add_(0.5).div_(2**15).view(tuple(shape))
+    values = bits.view(torch.int16)[:n].to(torch.float64).add_(0.5)
+    return (values.div_(2**15) if scaled else values).view(tuple(shape))
 
 
 @dataclass

@@ -96,7 +96,7 @@ def decide(
     reuse = given if n_v > 1 and n_rows > 0 and len(live) == len(diff_outputs) else None
     drawn = n_v - (reuse is not None)
     # every probe drawn in one call: the weightings v, then the directions u of all arguments side by side
-    w = signed_uniform((drawn * n_rows + probes * sum(sizes),), generator(seed, Stream.PROBES))
+    w = signed_uniform((drawn * n_rows + probes * sum(sizes),), generator(seed, Stream.PROBES), scaled=False)
     vs, u_all = w[: drawn * n_rows].view(drawn, n_rows), w[drawn * n_rows :].view(probes, sum(sizes))
     vs[0].abs_()  # the first u and v are non-negative, as torch's: errors of one sign add up in their probe
     u_all[0].abs_()
@@ -165,10 +165,9 @@ def _combined(call: Call, batched: Call | None, values: list[Any], inputs: list[
     alike, so that a small argument's error does not drown in a large one's tolerance. All agree:
     every argument's ProbeStats (the same, of all the probes); None where one fails (the caller
     probes each argument on its own, to name those that fail)."""
-    parts = [u * w for u, w in zip(us, weights)]
-    norms = torch.linalg.vector_norm(torch.cat(parts, dim=1), dim=1, keepdim=True)
-    parts = [p.div_(norms) for p in parts]  # unit directions over all the arguments
-    a = (analytical * torch.tensor(weights, dtype=torch.float64).view(-1, 1, 1)).sum(0) / norms
+    norm = math.sqrt(sum(w * w for w in weights))  # of every direction: each argument's part is a unit vector
+    parts = [u * (w / norm) for u, w in zip(us, weights)]  # unit directions over all the arguments
+    a = (analytical * torch.tensor(weights, dtype=torch.float64).view(-1, 1, 1)).sum(0) / norm
     n = _numerical_all(call, batched, values, inputs, parts, eps, positions, vs, centre, budget)
     tight = math.sqrt(len(inputs))  # a failure only costs the probes of each argument: no verdict changes
     (stats,) = _stats(a.view(1, -1), n.view(1, -1), atol / tight, rtol / tight)
@@ -220,10 +219,18 @@ def _all_moved_at_once(batched: Call, values: list[Any], inputs: list[torch.Tens
     n_u = len(parts[0])
     batches: Batches = {}
     for x, part in zip(inputs, parts):
-        batch = copies(batches, x, 2 * n_u)  # a tensor passed twice moves by both its parts, as in a single call
+        if id(x) in batches:  # a tensor passed twice moves by both its parts, as in a single call
+            batch = batches[id(x)][1]
+            step = eps * part.to(batch)
+            batch[:n_u].sub_(step)  # in place on the views: `batch[a:b] -= step` would copy the rows back too
+            batch[n_u:].add_(step)
+            continue
+        real = (torch.view_as_real(x) if x.is_complex() else x).contiguous().view(1, -1)
+        batch = torch.empty(2 * n_u, real.shape[1], dtype=real.dtype, device=real.device)
         step = eps * part.to(batch)
-        batch[:n_u].sub_(step)  # in place on the views: `batch[a:b] -= step` would copy the rows back too
-        batch[n_u:].add_(step)
+        torch.sub(real, step, out=batch[:n_u])  # x - step and x + step written straight into the batch
+        torch.add(real, step, out=batch[n_u:])
+        batches[id(x)] = x, batch
     flat = vmapped(batched, values, batches, positions).cpu()
     return torch.matmul(flat[n_u:] - flat[:n_u], vs.T).div_(2 * eps), flat
 
@@ -331,6 +338,9 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
     (2 D i + a) perturbs argument i by -eps u_ia, row (2 D i + D + a) by +eps u_ia (D directions),
     every other argument as it is."""
     n_u = len(us[0])
+    if len(inputs) == 1:  # the same rows as one direction over all the arguments
+        got, flat = _all_moved_at_once(batched, values, inputs, us, eps, positions, vs)
+        return got.unsqueeze(0), flat
     rows = 2 * len(inputs) * n_u
     batches: Batches = {}
     for i, x in enumerate(inputs):
