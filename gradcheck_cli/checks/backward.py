@@ -73,7 +73,8 @@ def _check(ctx: CheckContext) -> CheckResult:
     direct = not target.is_function or target.own_vmap or bool(bound.clone_inputs)
     batched: Callable[[Sequence[Any]], Any] = (forward if direct
                                                else lambda vals: target.body(bound.arguments(vals)))
-    plain, tol, notes = _reference(forward, fresh_leaves(bound.values, grad=False), bound, checked, tol)
+    copies = found.copies if found.graph and found.copies is not None else fresh_leaves(bound.values, grad=False)
+    plain, tol, notes = _reference(forward, copies, bound, checked, tol)  # copies: what finite differences move
     if plain is None:  # half precision only: finite differences there measure rounding
         return _half_only(ctx, result, notes[0], start)
     result.warnings += notes
@@ -86,7 +87,7 @@ def _check(ctx: CheckContext) -> CheckResult:
              if found.probe and len({id(t) for t in tensors}) == len(tensors) else None)
     probing = backward if given is None else _through_node(found, outputs, positions, checked, backward)
     todo = (_probe(result, checked, bound, (forward, batched, probing, given), outputs, positions, grad_inputs,
-                   plain, plain_inputs, replace(opts, tolerance=tol)) if opts.probes else list(range(len(checked))))
+                   plain, plain_inputs, opts, tol) if opts.probes else list(range(len(checked))))
     if todo:  # element by element: every argument, or under --fast those whose probes failed
         layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in todo], plain,
                                   [plain_inputs[k] for k in todo], eps=tol.eps, atol=tol.atol, rtol=tol.rtol,
@@ -122,12 +123,12 @@ def _through_node(found: contract.Findings, outputs: tuple[Any, ...], positions:
 
 def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any, Any],
            outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
-           plain_inputs: list[torch.Tensor], opts: Options) -> list[int]:
+           plain_inputs: list[torch.Tensor], opts: Options, tol: Tolerance) -> list[int]:
     """The fast decision: the rows of the arguments whose probes all passed are filled; returned are
     the others (indices into ``checked``), to compare element by element. ``calls``: forward, the
     forward that vmap may batch (or None), backward, and (grad_outputs, gradients of the checked
-    arguments) of one backward call already made (or None)."""
-    tol = opts.tolerance
+    arguments) of one backward call already made (or None); ``tol``: the tolerance used (not
+    necessarily ``opts``' own: see ``_reference``)."""
     forward, batched, backward, given = calls
     at_x = all(p.dtype == g.dtype for p, g in zip(plain_inputs, grad_inputs))  # not taken in another dtype
     stats = probes.decide(forward, outputs, positions, grad_inputs, plain, plain_inputs, eps=tol.eps,

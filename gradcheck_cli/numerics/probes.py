@@ -116,13 +116,8 @@ def decide(
         back = reuse[1] if reuse is not None and reused else _backward(grad, diff_outputs, live, grad_inputs, v)
         flat = [None if g is None else real_flat(g.contiguous()).to("cpu", torch.float64) for g in back]
         grads.append([g * (1 / norm) if reused and g is not None else g for g in flat])  # J^T g for v = g / |g|
-    analytical = torch.zeros(len(sizes), probes, n_v, dtype=torch.float64)
-    for i, u in enumerate(us):  # products and sums (torch splits a small matmul over threads): all weightings at once
-        jts = [row[i] for row in grads]
-        if any(jt is not None for jt in jts):
-            stacked = torch.stack([torch.zeros_like(u[0]) if jt is None else jt for jt in jts])
-            analytical[i] = (u.unsqueeze(1) * stacked).sum(2)
-    centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
+    analytical = torch.stack([_products(u, [row[i] for row in grads]) for i, u in enumerate(us)])  # args x u x v
+    centre = outputs_vector(outputs, positions, copy=False).cpu().view(1, -1) if at_x else None  # only read
     budget = stage_budget(memory_bytes, BATCH_BYTES)
     if n_rows and len(sizes) > 1:
         weights = _weights(grads, sizes, atol, rtol)
@@ -134,6 +129,13 @@ def decide(
     numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre, budget)
                  if n_rows else torch.zeros(len(sizes), probes, n_v, dtype=torch.float64))
     return _stats(analytical.view(len(sizes), -1), numerical.view(len(sizes), -1), atol, rtol)
+
+
+def _products(u: torch.Tensor, jts: list[torch.Tensor | None]) -> torch.Tensor:
+    """<J^T v_b, u_a> for one argument's directions (rows of ``u``) and every weighting's J^T v_b (0 for
+    None): directions x weightings, in products and sums (torch splits a small matmul over threads)."""
+    stacked = torch.stack([torch.zeros_like(u[0]) if jt is None else jt for jt in jts])
+    return (u.unsqueeze(1) * stacked).sum(2)
 
 
 def _weights(grads: list[list[torch.Tensor | None]], sizes: list[int], atol: float, rtol: float) -> list[float] | None:
@@ -279,8 +281,12 @@ def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tens
         return [None] * len(grad_inputs)
     grad_outs, k = [], 0
     for o in diff_outputs:
-        g = torch.zeros_like(o, memory_format=torch.contiguous_format)
-        real_flat(g).copy_(v[k : k + real_numel(o)])
+        part = v[k : k + real_numel(o)]
+        if o.is_complex():
+            g = torch.zeros_like(o, memory_format=torch.contiguous_format)
+            real_flat(g).copy_(part)
+        else:  # a copy of its own: backward may not change v
+            g = part.view(o.shape).to(o.device, o.dtype, copy=True)
         grad_outs.append(g)
         k += real_numel(o)
     return grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad])
@@ -314,6 +320,8 @@ def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list
             got, _ = try_batched(None, batch, partial(agrees, group))
             if got is None:
                 break
+            if len(group) == len(inputs):
+                return got[0]
             out[group] = got[0]
             todo -= set(group)
     for i in sorted(todo):
