@@ -7,6 +7,7 @@ another check's numbers.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,7 +79,7 @@ class RngFork:
     @classmethod
     def capture(cls, values: list[Any], seed: int = 0) -> RngFork:
         devices = sorted({v.get_device() for v in values if isinstance(v, torch.Tensor) and v.is_cuda})
-        return cls(torch.Generator().manual_seed(seed).get_state(),
+        return cls(_seeded_state(seed),
                    [(d, torch.Generator(f"cuda:{d}").manual_seed(seed).get_state()) for d in devices],
                    torch.default_generator.get_state(),
                    [(d, torch.cuda.default_generators[d].get_state()) for d in devices])
@@ -96,3 +97,10 @@ class RngFork:
         torch.default_generator.set_state(cpu)
         for d, state in cuda:
             torch.cuda.default_generators[d].set_state(state)
+
+
+@functools.lru_cache(maxsize=64)
+def _seeded_state(seed: int) -> torch.Tensor:
+    """The CPU generator's state right after ``manual_seed(seed)`` (the same for every check with that seed;
+    only read: ``set_state`` copies it)."""
+    return torch.Generator().manual_seed(seed).get_state()
