@@ -133,9 +133,8 @@ def decide(
 
 def _products(u: torch.Tensor, jts: list[torch.Tensor | None]) -> torch.Tensor:
     """<J^T v_b, u_a> for one argument's directions (rows of ``u``) and every weighting's J^T v_b (0 for
-    None): directions x weightings, in products and sums (torch splits a small matmul over threads)."""
-    stacked = torch.stack([torch.zeros_like(u[0]) if jt is None else jt for jt in jts])
-    return (u.unsqueeze(1) * stacked).sum(2)
+    None): directions x weightings, one matrix product (as the numerical side's)."""
+    return torch.mm(u, torch.stack([torch.zeros_like(u[0]) if jt is None else jt for jt in jts]).T)
 
 
 def _weights(grads: list[list[torch.Tensor | None]], sizes: list[int], atol: float, rtol: float) -> list[float] | None:
