@@ -331,18 +331,27 @@ def _per_call_quick() -> Optional[tuple[Any, ...]]:
     return torch.is_grad_enabled(), torch.get_default_dtype(), _CPU, 0, torch._C._len_torch_dispatch_stack()
 
 
-@contextmanager
-def kept_for_call() -> Iterator[None]:
-    """Around one call into user code: put back the state gradcheck-cli's next step relies on."""
-    if not _per_call:  # in _PER_CALL's order, as _per_call_quick reads them
-        _per_call.extend(sorted(_switches(_PER_CALL), key=lambda s: _PER_CALL.index(s.name)))
-    quick = _per_call_quick()
-    saved = list(zip(_per_call, quick)) if quick is not None else [(s, _read(s)) for s in _per_call]
-    try:
-        yield
-    finally:
+def kept_for_call() -> _KeptForCall:
+    """Around one call into user code (``with kept_for_call():``): put back the state gradcheck-cli's
+    next step relies on."""
+    return _KeptForCall()
+
+
+class _KeptForCall:
+    """``kept_for_call``'s context (a class: a generator's context costs more than the quick reading)."""
+
+    __slots__ = ("quick", "saved")
+
+    def __enter__(self) -> None:
+        if not _per_call:  # in _PER_CALL's order, as _per_call_quick reads them
+            _per_call.extend(sorted(_switches(_PER_CALL), key=lambda s: _PER_CALL.index(s.name)))
+        self.quick = _per_call_quick()
+        self.saved = None if self.quick is not None else [(s, _read(s)) for s in _per_call]
+
+    def __exit__(self, *exc: object) -> None:
+        quick, saved = self.quick, self.saved
         if quick is None or _per_call_quick() != quick:
-            _put_back(saved)
+            _put_back(saved if saved is not None else list(zip(_per_call, quick or ())))
 
 
 def _put_back(saved: Snapshot) -> None:
