@@ -30,7 +30,7 @@ about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -190,9 +190,9 @@ def _numerical_all(call: Call, batched: Call | None, values: list[Any], inputs: 
             if here is None:
                 with torch.no_grad():
                     here = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
-            plus = call_moved(call, values, _Steps(inputs, [eps * p[0] for p in parts]),
-                              lambda outputs: outputs_vector(outputs, positions).cpu())
-            return _agrees(got[1], n_u, here, plus, eps)
+            return bool(call_moved(call, values, _Steps(inputs, [eps * p[0] for p in parts]),  # read before put back
+                                   lambda outputs: _agrees(got[1], n_u, here, outputs_vector(outputs, positions,
+                                                                                              copy=False).cpu(), eps)))
 
         def batch() -> tuple[torch.Tensor, torch.Tensor]:
             return _all_moved_at_once(batched, values, inputs, parts, eps, positions, vs)
@@ -309,8 +309,8 @@ def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list
         if centre is None:
             with torch.no_grad():
                 centre = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
-        x, u = inputs[group[0]], us[group[0]][0]
-        return _agrees(got[1], n_u, centre, _perturbed(call, values, x, eps * u, positions), eps)
+        x, u, here = inputs[group[0]], us[group[0]][0], centre
+        return bool(_perturbed(call, values, x, eps * u, positions, lambda plus: _agrees(got[1], n_u, here, plus, eps)))
 
     if batched is not None:  # arguments batched in groups, each group verified, until one is not
         for group in argument_groups(inputs, n_u, len(vs[0]), BATCH_BYTES if budget is None else budget):
@@ -378,8 +378,12 @@ def one_thread_below_grain(elements: int) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor,
-               positions: list[int]) -> torch.Tensor:
-    """The realified outputs (a copy) of one single call with ``x`` moved by ``step`` in place, then restored."""
+def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor, positions: list[int],
+               read: Callable[[torch.Tensor], Any] | None = None) -> Any:
+    """The realified outputs (a copy) of one single call with ``x`` moved by ``step`` in place, then
+    restored; or ``read`` of them (not a copy), before x is put back."""
+    if read is not None:
+        return call_moved(call, values, Step(x, step), lambda outputs: read(outputs_vector(outputs, positions,
+                                                                                          copy=False).cpu()))
     # a copy, made before x is put back: an output may be a view of x
     return call_moved(call, values, Step(x, step), lambda outputs: outputs_vector(outputs, positions).cpu())
