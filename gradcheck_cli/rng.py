@@ -7,6 +7,7 @@ another check's numbers.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,14 +49,16 @@ def generator(seed: int, stream: Stream) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + 7919 * (int(stream) + 1)) % 2**63)
 
 
-def signed_uniform(shape: Sequence[int], gen: torch.Generator) -> torch.Tensor:
+def signed_uniform(shape: Sequence[int], gen: torch.Generator, scaled: bool = True) -> torch.Tensor:
     """Float64 random probe values, uniform on (-1, 1) in 2^16 steps symmetric about 0. Made from
     the generator's raw bits, which torch draws faster than normals: a probe needs
     independent, symmetric values that are almost never equal, not a Gaussian (torch's fast mode
-    draws uniform ones too)."""
+    draws uniform ones too). Not ``scaled``: the same values times 2^15 (on (-2^15, 2^15)), for
+    vectors made unit afterwards: the same unit vectors, bit for bit (a power of 2 scales exactly)."""
     n = math.prod(shape)
     bits = torch.empty((n + 3) // 4, dtype=torch.int64).random_(-(2**63), None, generator=gen)
-    return bits.view(torch.int16)[:n].to(torch.float64).add_(0.5).div_(2**15).view(tuple(shape))
+    values = bits.view(torch.int16)[:n].to(torch.float64).add_(0.5)
+    return (values.div_(2**15) if scaled else values).view(tuple(shape))
 
 
 @dataclass
@@ -76,7 +79,7 @@ class RngFork:
     @classmethod
     def capture(cls, values: list[Any], seed: int = 0) -> RngFork:
         devices = sorted({v.get_device() for v in values if isinstance(v, torch.Tensor) and v.is_cuda})
-        return cls(torch.Generator().manual_seed(seed).get_state(),
+        return cls(_seeded_state(seed),
                    [(d, torch.Generator(f"cuda:{d}").manual_seed(seed).get_state()) for d in devices],
                    torch.default_generator.get_state(),
                    [(d, torch.cuda.default_generators[d].get_state()) for d in devices])
@@ -94,3 +97,10 @@ class RngFork:
         torch.default_generator.set_state(cpu)
         for d, state in cuda:
             torch.cuda.default_generators[d].set_state(state)
+
+
+@functools.lru_cache(maxsize=64)
+def _seeded_state(seed: int) -> torch.Tensor:
+    """The CPU generator's state right after ``manual_seed(seed)`` (the same for every check with that seed;
+    only read: ``set_state`` copies it)."""
+    return torch.Generator().manual_seed(seed).get_state()

@@ -318,24 +318,53 @@ _confirmed: list[_Namespaces] = []
 _consecutive: list[bool] = []
 
 
-@contextmanager
-def kept_for_call() -> Iterator[None]:
-    """Around one call into user code: put back the state gradcheck-cli's next step relies on."""
-    if not _per_call:
-        _per_call.extend(_switches(_PER_CALL))
-    saved = [(s, _read(s)) for s in _per_call]
-    try:
-        yield
-    finally:
-        for switch, before in saved:
-            after = _read(switch)
-            if not _unchanged(switch, before, after) and switch.put is not None and before is not _UNREADABLE:
-                try:
-                    switch.put(before)
-                except Exception:  # noqa: BLE001 - the case-level restore names what is left
-                    continue
-                if _open:  # told in the warnings of the case (or check) being preserved
-                    _noticed.append(switch.name + switch.show(before, after))
+_CPU = torch.device("cpu")
+
+
+def _per_call_quick() -> Optional[tuple[Any, ...]]:
+    """The values of _PER_CALL's switches, in their order, where they can be read quickly: no torch
+    function mode is active and no default device is set, so the default device is the CPU (reading
+    it through torch.get_default_device takes longer than the rest together). None otherwise."""
+    context = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
+    if context is None or getattr(context, "device_context", None) is not None or torch._C._len_torch_function_stack():
+        return None
+    return torch.is_grad_enabled(), torch.get_default_dtype(), _CPU, 0, torch._C._len_torch_dispatch_stack()
+
+
+def kept_for_call() -> _KeptForCall:
+    """Around one call into user code (``with kept_for_call():``): put back the state gradcheck-cli's
+    next step relies on."""
+    return _KeptForCall()
+
+
+class _KeptForCall:
+    """``kept_for_call``'s context (a class: a generator's context costs more than the quick reading)."""
+
+    __slots__ = ("quick", "saved")
+
+    def __enter__(self) -> None:
+        if not _per_call:  # in _PER_CALL's order, as _per_call_quick reads them
+            _per_call.extend(sorted(_switches(_PER_CALL), key=lambda s: _PER_CALL.index(s.name)))
+        self.quick = _per_call_quick()
+        self.saved = None if self.quick is not None else [(s, _read(s)) for s in _per_call]
+
+    def __exit__(self, *exc: object) -> None:
+        quick, saved = self.quick, self.saved
+        if quick is None or _per_call_quick() != quick:
+            _put_back(saved if saved is not None else list(zip(_per_call, quick or ())))
+
+
+def _put_back(saved: Snapshot) -> None:
+    """Put back what a call changed of ``saved`` (see ``kept_for_call``)."""
+    for switch, before in saved:
+        after = _read(switch)
+        if not _unchanged(switch, before, after) and switch.put is not None and before is not _UNREADABLE:
+            try:
+                switch.put(before)
+            except Exception:  # noqa: BLE001 - the case-level restore names what is left
+                continue
+            if _open:  # told in the warnings of the case (or check) being preserved
+                _noticed.append(switch.name + switch.show(before, after))
 
 
 def snapshot() -> Snapshot:

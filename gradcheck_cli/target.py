@@ -6,6 +6,7 @@ and extra arguments (its parameters).
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -53,7 +54,7 @@ class Target:
     def parameters(self) -> Optional[list[inspect.Parameter]]:
         """The user-visible parameters (forward's, without ctx), or None when unknown."""
         try:
-            params = list(inspect.signature(self.forward).parameters.values())
+            params = list(signature(self.forward).parameters.values())
         except (TypeError, ValueError):
             return None
         if self.is_function and not has_setup_context(self.obj):
@@ -98,6 +99,23 @@ class StandInCtx:
 
     def mark_dirty(self, *tensors: Any) -> None:
         raise RuntimeError("an in-place forward (mark_dirty) runs through apply only")
+
+
+_SIGNATURES: weakref.WeakKeyDictionary[Any, inspect.Signature] = weakref.WeakKeyDictionary()
+
+
+def signature(fn: Callable[..., Any]) -> inspect.Signature:
+    """``inspect.signature(fn)``, kept while ``fn`` lives: every check of a Function binds to it again."""
+    try:
+        return _SIGNATURES[fn]
+    except (KeyError, TypeError):  # TypeError: no weak reference to it (a builtin): not kept
+        pass
+    found = inspect.signature(fn)
+    try:
+        _SIGNATURES[fn] = found
+    except TypeError:
+        pass
+    return found
 
 
 def has_setup_context(cls: type) -> bool:

@@ -11,6 +11,7 @@ from ..binding import Bound
 from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, is_float_tensor, kinks, precision, probes, real_numel, unravel, vjp
 from ..numerics.jacobians import projection
+from ..numerics.realify import Vjp
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator, signed_uniform
 from ..spec import Tolerance
@@ -72,7 +73,8 @@ def _check(ctx: CheckContext) -> CheckResult:
     direct = not target.is_function or target.own_vmap or bool(bound.clone_inputs)
     batched: Callable[[Sequence[Any]], Any] = (forward if direct
                                                else lambda vals: target.body(bound.arguments(vals)))
-    plain, tol, notes = _reference(forward, fresh_leaves(bound.values, grad=False), bound, checked, tol)
+    copies = found.copies if found.graph and found.copies is not None else fresh_leaves(bound.values, grad=False)
+    plain, tol, notes = _reference(forward, copies, bound, checked, tol)  # copies: what finite differences move
     if plain is None:  # half precision only: finite differences there measure rounding
         return _half_only(ctx, result, notes[0], start)
     result.warnings += notes
@@ -83,8 +85,9 @@ def _check(ctx: CheckContext) -> CheckResult:
     tensors = [v for v in bound.values if isinstance(v, torch.Tensor)]
     given = ((found.probe[0], [found.probe[1][i] for i in checked])
              if found.probe and len({id(t) for t in tensors}) == len(tensors) else None)
-    todo = (_probe(result, checked, bound, (forward, batched, backward, given), outputs, positions, grad_inputs,
-                   plain, plain_inputs, replace(opts, tolerance=tol)) if opts.probes else list(range(len(checked))))
+    probing = backward if given is None else _through_node(found, outputs, positions, checked, backward)
+    todo = (_probe(result, checked, bound, (forward, batched, probing, given), outputs, positions, grad_inputs,
+                   plain, plain_inputs, opts, tol) if opts.probes else list(range(len(checked))))
     if todo:  # element by element: every argument, or under --fast those whose probes failed
         layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in todo], plain,
                                   [plain_inputs[k] for k in todo], eps=tol.eps, atol=tol.atol, rtol=tol.rtol,
@@ -103,14 +106,29 @@ def _check(ctx: CheckContext) -> CheckResult:
     return _finish(result, found, nondeterministic, start)
 
 
+def _through_node(found: contract.Findings, outputs: tuple[Any, ...], positions: list[int], checked: list[int],
+                  backward: Vjp) -> Vjp:
+    """The probes' backward (``vjp``'s signature) through the contract's graph node, where its raw return is
+    what autograd gives (``Findings.again``): the engine's bookkeeping left out. Other calls: ``backward``."""
+    again = found.again
+
+    def through(live: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
+        if again is None or len(inputs) != len(checked) or [id(o) for o in live] != [id(outputs[p]) for p in positions]:
+            return tuple(backward(live, inputs, grad_outputs))
+        back = again(dict(zip(positions, grad_outputs)))
+        return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in (back[i] for i in checked))
+
+    return through
+
+
 def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any, Any],
            outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
-           plain_inputs: list[torch.Tensor], opts: Options) -> list[int]:
+           plain_inputs: list[torch.Tensor], opts: Options, tol: Tolerance) -> list[int]:
     """The fast decision: the rows of the arguments whose probes all passed are filled; returned are
     the others (indices into ``checked``), to compare element by element. ``calls``: forward, the
     forward that vmap may batch (or None), backward, and (grad_outputs, gradients of the checked
-    arguments) of one backward call already made (or None)."""
-    tol = opts.tolerance
+    arguments) of one backward call already made (or None); ``tol``: the tolerance used (not
+    necessarily ``opts``' own: see ``_reference``)."""
     forward, batched, backward, given = calls
     at_x = all(p.dtype == g.dtype for p, g in zip(plain_inputs, grad_inputs))  # not taken in another dtype
     stats = probes.decide(forward, outputs, positions, grad_inputs, plain, plain_inputs, eps=tol.eps,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from functools import partial
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -30,7 +31,13 @@ class Findings:
     bad_args: set[int] = field(default_factory=set)
     repeated: bool = False  # backward was called twice with the same grad_output and compared
     graph: Optional[tuple[list[Any], tuple[Any, ...]]] = None  # (leaves, outputs) of the inspected forward
+    # copies of the arguments as forward found them (``fresh_leaves`` without grad), left as they were: where
+    # ``graph`` is set, what the finite differences may move
+    copies: Optional[list[Any]] = None
     probe: Optional[tuple[list[Any], tuple[Any, ...]]] = None  # (grad_outputs, backward's return), as autograd's
+    # where ``probe`` is set: backward called again on the same node, as the engine would call it, with the
+    # grad_outputs given by output position (the others those of ``probe``): its raw return, as autograd's
+    again: Optional[Callable[[dict[int, torch.Tensor]], tuple[Any, ...]]] = None
 
     def fail(self, message: str, fatal: bool = False, arg: Optional[int] = None) -> None:
         self.failures.append(message)
@@ -44,11 +51,13 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     ``repeat`` calls with the same grad_output must agree within ``nondet_tol``."""
     found = Findings()
     leaves = fresh_leaves(bound.values)
-    before = _snapshot(leaves)
+    copies = fresh_leaves(leaves, grad=False)  # a tensor passed twice is one copy, as in ``leaves``
+    before = [v if isinstance(v, torch.Tensor) else None for v in copies]
     outputs = as_tuple(call_forward(target, bound, leaves))
-    after_forward = _snapshot(leaves)
+    after_forward = [b if b is None or same_values(v.detach(), b) else v.detach().clone()  # copied again where changed
+                     for v, b in zip(leaves, before)]
     for i, (b, a) in enumerate(zip(before, after_forward)):
-        if b is not None and a is not None and not same_values(a, b):
+        if b is not None and a is not None and a is not b:
             found.fail(f"forward modified '{bound.names[i]}' in place without ctx.mark_dirty: work on a copy "
                        f"(x = x.clone()), or mark it with ctx.mark_dirty({bound.names[i]}) and return it; autograd "
                        "does not know of the change, and every finite difference would be taken on a changed "
@@ -56,6 +65,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     if found.fatal:
         return found
     found.graph = leaves, outputs  # node.apply below leaves the graph as it was (unless fatal)
+    found.copies = copies
     node = next((o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
     if node is None or getattr(type(node), "_forward_cls", None) is not target.obj:
         found.warnings.append("backward's raw return values could not be inspected: "
@@ -89,7 +99,16 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
         found.repeated = True
     if not found.failures and not found.warnings:  # autograd would pass the returned values on as they are
         found.probe = kept, returned
+        found.again = partial(_again, apply, kept)
     return found
+
+
+def _again(apply: Callable[..., Any], kept: list[Any], given: dict[int, torch.Tensor]) -> tuple[Any, ...]:
+    """``Findings.again``: the node's backward with ``given`` grad_outputs (by output position) and copies of
+    the inspected call's for the other outputs (zeros, as autograd materialises them)."""
+    grads = [given[p] if p in given else k.clone() if k is not None else None for p, k in enumerate(kept)]
+    with torch.no_grad():
+        return as_tuple(guarded(ErrorKind.BACKWARD, "backward", apply, *grads))
 
 
 def _check_returned(grads: tuple[Any, ...], leaves: list[Any], bound: Bound, found: Findings) -> None:
@@ -147,10 +166,6 @@ def _check_repeat(first: tuple[Any, ...], again: list[tuple[Any, ...]], bound: B
             found.fail(f"backward returned different values for '{bound.names[i]}' when called {len(again) + 1} "
                        f"times with the same grad_output (max difference {spread:.3g}): it keeps or changes state "
                        f"between calls, or is nondeterministic; {nondet_hint(spread)}", arg=i)
-
-
-def _snapshot(values: list[Any]) -> list[Optional[torch.Tensor]]:
-    return [v.detach().clone() if isinstance(v, torch.Tensor) else None for v in values]
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:

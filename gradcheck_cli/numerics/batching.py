@@ -8,14 +8,16 @@ calls (``quietly``). Pure torch.
 """
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from .layout import Layout
-from .realify import Call, as_tuple, outputs_vector, real_numel
+from .realify import Call, as_tuple, real_numel, real_view
 
 ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered per transposed write
 COL_STAGE = 256  # perturbations per batched forward
@@ -142,12 +144,53 @@ def vmapped(batched: Call, values: list[Any], batches: Batches, positions: list[
     runs forward."""
     moved = list(batches)
 
-    def forward(*xbs: torch.Tensor) -> torch.Tensor:
+    def forward(*xbs: torch.Tensor) -> Any:
         swap = dict(zip(moved, xbs))
-        return outputs_vector(as_tuple(batched([swap.get(id(v), v) for v in values])), positions, copy=False)
+        outputs = as_tuple(batched([swap.get(id(v), v) for v in values]))
+        return outputs[positions[0]] if len(positions) == 1 else tuple(outputs[p] for p in positions)
 
-    with torch.no_grad():
-        return torch.func.vmap(forward)(*(_shaped(x, batch) for x, batch in batches.values()))
+    rows = len(next(iter(batches.values()))[1])
+    with torch.no_grad():  # the outputs realified after the call: an operation under vmap costs more
+        outputs = _vmap(forward, [_shaped(x, batch) for x, batch in batches.values()], rows)
+        return _flat_rows(as_tuple(outputs), rows)
+
+
+def _flat_vmap() -> Any:
+    """torch.func.vmap's last step (torch/_functorch/vmap.py) after its checks of the arguments' structure,
+    where this torch has it with the arguments this module gives it; else None."""
+    try:
+        from torch._functorch import vmap as functorch_vmap
+        from torch._functorch.predispatch import lazy_load_decompositions
+
+        step = functorch_vmap._flat_vmap
+        params = list(inspect.signature(step).parameters)
+    except (ImportError, AttributeError, TypeError, ValueError):  # pragma: no cover - another torch
+        return None
+    expected = ["func", "batch_size", "flat_in_dims", "flat_args", "args_spec", "out_dims", "randomness", "kwargs"]
+    return (lazy_load_decompositions, step) if params == expected else None
+
+
+_FLAT_VMAP = _flat_vmap()
+
+
+def _vmap(forward: Callable[..., Any], xs: list[torch.Tensor], rows: int) -> Any:
+    """``torch.func.vmap(forward)(*xs)`` for ``xs`` batched along their first dimension (``rows`` long):
+    torch.func.vmap's own last step, without its checks of the arguments' structure, which is always
+    this one here (a third of a small vmapped call); torch.func.vmap itself where that step differs."""
+    if _FLAT_VMAP is None:  # pragma: no cover - another torch
+        return torch.func.vmap(forward)(*xs)
+    load, step = _FLAT_VMAP
+    load()  # what torch.func.vmap does first: its batching rules, loaded on the first call
+    return step(forward, rows, [0] * len(xs), xs, tree_flatten(tuple(xs))[1], 0, "error")  # vmap's defaults
+
+
+def _flat_rows(outputs: tuple[torch.Tensor, ...], rows: int) -> torch.Tensor:
+    """A batch's outputs as ``outputs_vector`` makes them of a single call's, one row per batch row
+    (a view where there is one float64 output)."""
+    if not outputs:
+        return torch.zeros(rows, 0, dtype=torch.float64)
+    parts = [real_view(o.detach()).reshape(rows, -1).to(torch.float64) for o in outputs]
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 def _shaped(x: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,7 @@ about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
@@ -96,11 +96,11 @@ def decide(
     reuse = given if n_v > 1 and n_rows > 0 and len(live) == len(diff_outputs) else None
     drawn = n_v - (reuse is not None)
     # every probe drawn in one call: the weightings v, then the directions u of all arguments side by side
-    w = signed_uniform((drawn * n_rows + probes * sum(sizes),), generator(seed, Stream.PROBES))
+    w = signed_uniform((drawn * n_rows + probes * sum(sizes),), generator(seed, Stream.PROBES), scaled=False)
     vs, u_all = w[: drawn * n_rows].view(drawn, n_rows), w[drawn * n_rows :].view(probes, sum(sizes))
     vs[0].abs_()  # the first u and v are non-negative, as torch's: errors of one sign add up in their probe
     u_all[0].abs_()
-    us = list(u_all.split(sizes, dim=1))
+    us = list(u_all.split(sizes, dim=1)) if len(sizes) > 1 else [u_all]
     for unit in (vs, *us):
         if unit.shape[1]:
             unit.div_(torch.linalg.vector_norm(unit, dim=1, keepdim=True))
@@ -114,15 +114,10 @@ def decide(
     for b, v in enumerate(vs):
         reused = reuse is not None and b == n_v - 1
         back = reuse[1] if reuse is not None and reused else _backward(grad, diff_outputs, live, grad_inputs, v)
-        scale = 1 / norm if reused else 1.0  # J^T g for the unit v = g / |g|
-        grads.append([None if g is None else real_flat(g.contiguous()).to("cpu", torch.float64) * scale
-                      for g in back])
-    analytical = torch.zeros(len(sizes), probes, n_v, dtype=torch.float64)
-    for b, row in enumerate(grads):  # products and sums: torch splits a small matmul over threads
-        for i, (u, jt) in enumerate(zip(us, row)):
-            if jt is not None:
-                analytical[i, :, b] = (u * jt).sum(1)
-    centre = outputs_vector(outputs, positions).cpu().view(1, -1) if at_x else None
+        flat = [None if g is None else real_flat(g.contiguous()).to("cpu", torch.float64) for g in back]
+        grads.append([g * (1 / norm) if reused and g is not None else g for g in flat])  # J^T g for v = g / |g|
+    analytical = torch.stack([_products(u, [row[i] for row in grads]) for i, u in enumerate(us)])  # args x u x v
+    centre = outputs_vector(outputs, positions, copy=False).cpu().view(1, -1) if at_x else None  # only read
     budget = stage_budget(memory_bytes, BATCH_BYTES)
     if n_rows and len(sizes) > 1:
         weights = _weights(grads, sizes, atol, rtol)
@@ -134,6 +129,12 @@ def decide(
     numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre, budget)
                  if n_rows else torch.zeros(len(sizes), probes, n_v, dtype=torch.float64))
     return _stats(analytical.view(len(sizes), -1), numerical.view(len(sizes), -1), atol, rtol)
+
+
+def _products(u: torch.Tensor, jts: list[torch.Tensor | None]) -> torch.Tensor:
+    """<J^T v_b, u_a> for one argument's directions (rows of ``u``) and every weighting's J^T v_b (0 for
+    None): directions x weightings, one matrix product (as the numerical side's)."""
+    return torch.mm(u, torch.stack([torch.zeros_like(u[0]) if jt is None else jt for jt in jts]).T)
 
 
 def _weights(grads: list[list[torch.Tensor | None]], sizes: list[int], atol: float, rtol: float) -> list[float] | None:
@@ -165,10 +166,9 @@ def _combined(call: Call, batched: Call | None, values: list[Any], inputs: list[
     alike, so that a small argument's error does not drown in a large one's tolerance. All agree:
     every argument's ProbeStats (the same, of all the probes); None where one fails (the caller
     probes each argument on its own, to name those that fail)."""
-    parts = [u * w for u, w in zip(us, weights)]
-    norms = torch.linalg.vector_norm(torch.cat(parts, dim=1), dim=1, keepdim=True)
-    parts = [p.div_(norms) for p in parts]  # unit directions over all the arguments
-    a = (analytical * torch.tensor(weights, dtype=torch.float64).view(-1, 1, 1)).sum(0) / norms
+    norm = math.sqrt(sum(w * w for w in weights))  # of every direction: each argument's part is a unit vector
+    parts = [u * (w / norm) for u, w in zip(us, weights)]  # unit directions over all the arguments
+    a = (analytical * torch.tensor(weights, dtype=torch.float64).view(-1, 1, 1)).sum(0) / norm
     n = _numerical_all(call, batched, values, inputs, parts, eps, positions, vs, centre, budget)
     tight = math.sqrt(len(inputs))  # a failure only costs the probes of each argument: no verdict changes
     (stats,) = _stats(a.view(1, -1), n.view(1, -1), atol / tight, rtol / tight)
@@ -190,9 +190,9 @@ def _numerical_all(call: Call, batched: Call | None, values: list[Any], inputs: 
             if here is None:
                 with torch.no_grad():
                     here = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
-            plus = call_moved(call, values, _Steps(inputs, [eps * p[0] for p in parts]),
-                              lambda outputs: outputs_vector(outputs, positions).cpu())
-            return _agrees(got[1], n_u, here, plus, eps)
+            return bool(call_moved(call, values, _Steps(inputs, [eps * p[0] for p in parts]),  # read before put back
+                                   lambda outputs: _agrees(got[1], n_u, here, outputs_vector(outputs, positions,
+                                                                                              copy=False).cpu(), eps)))
 
         def batch() -> tuple[torch.Tensor, torch.Tensor]:
             return _all_moved_at_once(batched, values, inputs, parts, eps, positions, vs)
@@ -220,10 +220,18 @@ def _all_moved_at_once(batched: Call, values: list[Any], inputs: list[torch.Tens
     n_u = len(parts[0])
     batches: Batches = {}
     for x, part in zip(inputs, parts):
-        batch = copies(batches, x, 2 * n_u)  # a tensor passed twice moves by both its parts, as in a single call
+        if id(x) in batches:  # a tensor passed twice moves by both its parts, as in a single call
+            batch = batches[id(x)][1]
+            step = eps * part.to(batch)
+            batch[:n_u].sub_(step)  # in place on the views: `batch[a:b] -= step` would copy the rows back too
+            batch[n_u:].add_(step)
+            continue
+        real = (torch.view_as_real(x) if x.is_complex() else x).contiguous().view(1, -1)
+        batch = torch.empty(2 * n_u, real.shape[1], dtype=real.dtype, device=real.device)
         step = eps * part.to(batch)
-        batch[:n_u] -= step
-        batch[n_u:] += step
+        torch.sub(real, step, out=batch[:n_u])  # x - step and x + step written straight into the batch
+        torch.add(real, step, out=batch[n_u:])
+        batches[id(x)] = x, batch
     flat = vmapped(batched, values, batches, positions).cpu()
     return torch.matmul(flat[n_u:] - flat[:n_u], vs.T).div_(2 * eps), flat
 
@@ -272,8 +280,12 @@ def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tens
         return [None] * len(grad_inputs)
     grad_outs, k = [], 0
     for o in diff_outputs:
-        g = torch.zeros_like(o, memory_format=torch.contiguous_format)
-        real_flat(g).copy_(v[k : k + real_numel(o)])
+        part = v[k : k + real_numel(o)]
+        if o.is_complex():
+            g = torch.zeros_like(o, memory_format=torch.contiguous_format)
+            real_flat(g).copy_(part)
+        else:  # a copy of its own: backward may not change v
+            g = part.view(o.shape).to(o.device, o.dtype, copy=True)
         grad_outs.append(g)
         k += real_numel(o)
     return grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad])
@@ -297,8 +309,8 @@ def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list
         if centre is None:
             with torch.no_grad():
                 centre = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
-        x, u = inputs[group[0]], us[group[0]][0]
-        return _agrees(got[1], n_u, centre, _perturbed(call, values, x, eps * u, positions), eps)
+        x, u, here = inputs[group[0]], us[group[0]][0], centre
+        return bool(_perturbed(call, values, x, eps * u, positions, lambda plus: _agrees(got[1], n_u, here, plus, eps)))
 
     if batched is not None:  # arguments batched in groups, each group verified, until one is not
         for group in argument_groups(inputs, n_u, len(vs[0]), BATCH_BYTES if budget is None else budget):
@@ -307,6 +319,8 @@ def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list
             got, _ = try_batched(None, batch, partial(agrees, group))
             if got is None:
                 break
+            if len(group) == len(inputs):
+                return got[0]
             out[group] = got[0]
             todo -= set(group)
     for i in sorted(todo):
@@ -321,7 +335,8 @@ def _agrees(rows: torch.Tensor, n_u: int, centre: torch.Tensor, plus: torch.Tens
     their first argument's first direction (``plus``), compared as difference quotients from the
     outputs at x (``centre``): a perturbation that the batch dropped shows there (the outputs
     themselves move by only eps), as does any other difference."""
-    return same((rows[n_u] - centre[0]) / eps, (plus - centre[0]) / eps)
+    row = rows[n_u]
+    return torch.equal(row, plus) or same((row - centre[0]) / eps, (plus - centre[0]) / eps)  # equal: equal quotients
 
 
 def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
@@ -330,13 +345,16 @@ def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], u
     (2 D i + a) perturbs argument i by -eps u_ia, row (2 D i + D + a) by +eps u_ia (D directions),
     every other argument as it is."""
     n_u = len(us[0])
+    if len(inputs) == 1:  # the same rows as one direction over all the arguments
+        got, flat = _all_moved_at_once(batched, values, inputs, us, eps, positions, vs)
+        return got.unsqueeze(0), flat
     rows = 2 * len(inputs) * n_u
     batches: Batches = {}
     for i, x in enumerate(inputs):
         batch = copies(batches, x, rows)
         at, step = 2 * n_u * i, eps * us[i].to(batch)
-        batch[at : at + n_u] -= step
-        batch[at + n_u : at + 2 * n_u] += step
+        batch[at : at + n_u].sub_(step)
+        batch[at + n_u : at + 2 * n_u].add_(step)
     flat = vmapped(batched, values, batches, positions).cpu()  # probes are reduced on the CPU
     pairs = flat[:rows].view(len(inputs), 2, n_u, -1)
     return torch.matmul(pairs[:, 1] - pairs[:, 0], vs.T).div_(2 * eps), flat
@@ -360,8 +378,12 @@ def one_thread_below_grain(elements: int) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor,
-               positions: list[int]) -> torch.Tensor:
-    """The realified outputs (a copy) of one single call with ``x`` moved by ``step`` in place, then restored."""
+def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor, positions: list[int],
+               read: Callable[[torch.Tensor], Any] | None = None) -> Any:
+    """The realified outputs (a copy) of one single call with ``x`` moved by ``step`` in place, then
+    restored; or ``read`` of them (not a copy), before x is put back."""
+    if read is not None:
+        return call_moved(call, values, Step(x, step), lambda outputs: read(outputs_vector(outputs, positions,
+                                                                                          copy=False).cpu()))
     # a copy, made before x is put back: an output may be a view of x
     return call_moved(call, values, Step(x, step), lambda outputs: outputs_vector(outputs, positions).cpu())

@@ -145,6 +145,22 @@ def test_fast_reuses_the_contracts_backward_call_as_a_probe():
     assert _fast_backward_calls(fn, [_x(0, 8), _x(1, 8)]) == ("pass", "probe", 3 + weightings(FAST_PROBES) - 1)
 
 
+def test_fast_calls_its_own_backward_on_the_contracts_node_where_autograd_passes_the_return_on(monkeypatch):
+    """Where autograd would pass backward's return on as it is, the probes' own backward is the
+    contract's graph node called again, without autograd's engine (the same gradients: the wrong
+    ones above are caught through it); where autograd changes the return, through the engine."""
+    from gradcheck_cli.numerics import engine
+
+    runs, grad = [], engine.grad
+    monkeypatch.setattr(engine, "grad", lambda *a, **k: runs.append(1) or grad(*a, **k))
+    fn = _counting(lambda g, x, y: (g * y, g * x))
+    assert _fast_backward_calls(fn, [_x(0, 8), _x(1, 8)]) == ("pass", "probe", 3 + weightings(FAST_PROBES) - 1)
+    assert runs == []
+    x = _x(0, 8)
+    assert _fast_backward_calls(fn, [x, x]) == ("pass", "probe", 3 + weightings(FAST_PROBES))
+    assert len(runs) == weightings(FAST_PROBES)
+
+
 @pytest.mark.parametrize("case", ["one tensor passed twice", "a broadcast gradient"])
 def test_fast_does_not_reuse_a_return_that_autograd_changes(case):
     """Autograd sums a tensor's two gradients, and sums a broadcast gradient down to the input's

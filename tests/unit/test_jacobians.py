@@ -697,3 +697,29 @@ def test_a_small_jacobian_is_taken_whole_and_a_large_one_compressed(monkeypatch)
             [strip(v) for v in d] if isinstance(d, list) else d)
 
     assert strip(whole) == strip(compressed)
+
+
+@pytest.mark.parametrize("own_step", [True, False], ids=["torch's last step", "torch.func.vmap"])
+def test_vmapped_rows_are_torch_func_vmaps(own_step: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vmapped forward gives torch.func.vmap's rows (through its own last step where torch has it
+    as expected, else through torch.func.vmap), realified and flat, for a tensor passed twice, one
+    argument left unbatched and outputs of several dtypes."""
+    from gradcheck_cli.numerics import batching
+
+    if not own_step:
+        monkeypatch.setattr(batching, "_FLAT_VMAP", None)
+    x, y, w = randn(3, 4), randn(4, seed=1), torch.complex(randn(4, seed=2), randn(4, seed=3))
+
+    def forward(values: list) -> tuple:
+        a, b, c, d = values
+        return (a * b).sum(-1), 2, (a + c).float(), d * b
+
+    values = [x, y, x, w]
+    batches: dict = {}
+    for v in (x, y):
+        batching.copies(batches, v, 5)
+        batches[id(v)][1].add_(torch.arange(5, dtype=torch.float64).view(5, 1))  # row r moved by r
+    got = batching.vmapped(forward, values, batches, [0, 2, 3])
+    rows = [torch.cat([o.reshape(-1) if not o.is_complex() else torch.view_as_real(o).reshape(-1) for o in (
+        out[0], out[2].double(), out[3])]) for out in (forward([x + r, y + r, x + r, w]) for r in range(5))]
+    assert torch.allclose(got, torch.stack(rows))
