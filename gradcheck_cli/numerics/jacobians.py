@@ -33,7 +33,8 @@ class Jacobians(Rows, Columns):
         Columns.__init__(self, call, values, layout, eps, batched, memory_bytes)
 
 
-SMALL = 4096  # Jacobian entries at most, for a check taken whole (see ``compare``)
+SMALL = 2**17  # Jacobian entries at most, for a check taken whole (see ``compare``)
+WHOLE_STAGES = 4  # and batched forwards at most (of COL_STAGE perturbations), with one batched backward
 
 
 def no_limit(calls: int, passes: int) -> None:
@@ -105,10 +106,12 @@ def compare(
     fits = block >= layout.n_cols
     limit = memory_bytes // 4 // 24
     most = min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit
-    # a small Jacobian (rows and columns one batched call each) is taken whole: grouping or a search
-    # for its non-zero entries costs more calls than it could save (a millisecond or two of a
-    # 3-5 ms check)
-    small = layout.n_rows * layout.n_cols <= SMALL and 2 * layout.n_cols <= COL_STAGE and layout.n_rows <= ROW_STAGE
+    # a small Jacobian (rows one batched backward, columns at most four batched forwards) is taken
+    # whole: grouping's fixed costs (its own backward calls, the colouring, a forward per group and
+    # move) are more than the few batched calls it could save (12 inputs of 4 x 4: 7.5 ms against
+    # 5.5; a Linear layer of 12 features 5.7 against 4.6)
+    small = (layout.n_rows * layout.n_cols <= SMALL and 2 * layout.n_cols <= WHOLE_STAGES * COL_STAGE
+             and layout.n_rows <= ROW_STAGE)
     compress = compress and not small
     grouping = compress and RowGroups.applies(jac)
     # first the compressed check at its cheapest: every output's elements in one backward call (an

@@ -662,8 +662,8 @@ def test_fast_checks_of_small_tensors_run_on_one_thread(numel: int, probes: int,
 
 
 def test_a_small_jacobian_is_taken_whole_and_a_large_one_compressed(monkeypatch):
-    """Rows and columns that fit one batched call each: no grouped rows, no search for the non-zero
-    entries, no column groups (they would cost more calls than they save); the same rows as compressed."""
+    """Rows that fit one batched backward and columns at most four batched forwards: no grouped rows,
+    no column groups (their fixed costs are more than the calls they save); the same rows as compressed."""
     from gradcheck_cli import check
     from gradcheck_cli.examples.linear import LinearFunction
     from gradcheck_cli.numerics import jacobians as jac_module
@@ -685,7 +685,9 @@ def test_a_small_jacobian_is_taken_whole_and_a_large_one_compressed(monkeypatch)
     small = (torch.randn(8, 8, dtype=torch.float64, generator=g).requires_grad_(),)  # 64 x 64 entries
     whole = to_dict(check(ReLU, small))
     assert seen == []
-    check(LinearFunction, args(12))  # 300 input elements: 600 perturbations, more than one batched call
+    check(LinearFunction, args(12))  # 300 input elements: 600 perturbations, three batched forwards
+    assert "store" not in seen and "evaluate" not in seen
+    check(LinearFunction, args(24))  # 1,176 input elements: 2,352 perturbations, more than four batched calls
     assert "store" in seen and "evaluate" in seen
     monkeypatch.setattr(jac_module, "SMALL", 0)
     seen.clear()
