@@ -52,7 +52,8 @@ class RowGroups:
         self.keys, self.vals = torch.empty(0, dtype=self.key_dtype), torch.empty(0, dtype=torch.float64)
         self.count = 0
         row_bytes = sum(o.numel() * o.element_size() for o in rows.live) + 8 * self.layout.n_cols * 2
-        self.stage = max(1, stage_size(ROW_STAGE, row_bytes, rows.memory_bytes, ROW_GROUP_STAGE_BYTES) // CALLS)  # groups
+        stage = stage_size(ROW_STAGE, row_bytes, rows.memory_bytes, ROW_GROUP_STAGE_BYTES)
+        self.stage = max(1, stage // CALLS)  # groups
 
     @staticmethod
     def applies(rows: Rows) -> bool:

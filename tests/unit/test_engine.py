@@ -142,7 +142,7 @@ def test_checking_a_small_spec_does_not_import_sympy() -> None:
 
 def test_a_compressed_check_does_not_import_sympy() -> None:
     """Nor does the compressed path (torch.unravel_index's argument checks import it too): a Linear layer
-    of 12, past the size taken whole, with grouped rows on its diagonals."""
+    of 24, past the size taken whole, with grouped rows on its diagonals."""
     script = textwrap.dedent("""
         import sys
         import torch
@@ -152,7 +152,7 @@ def test_a_compressed_check_does_not_import_sympy() -> None:
         used = []
         evaluate = compressed.Groups.evaluate
         compressed.Groups.evaluate = lambda self: used.append(1) or evaluate(self)
-        args = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in ((12, 12), (12, 12), (12,))]
+        args = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in ((24, 24), (24, 24), (24,))]
         print(check(LinearFunction, args).status.value, bool(used), "sympy" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True)
