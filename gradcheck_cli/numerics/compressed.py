@@ -245,11 +245,18 @@ class Groups:
                 c, r, v = self.store.entries(p, q)
                 first = self.store.starts[p]
                 spans = [self.store.starts[j] - first for j in range((p // chunk + 1) * chunk, q, chunk)]
-                entry.update_entries(c, r, v, self.numerical[first : self.store.starts[q]],
-                                     (q - p, self.layout.n_rows), p - lo, probe, spans=spans)
+                n = self.numerical[first : self.store.starts[q]]
+                entry.update_entries(c, r, v, n, (q - p, self.layout.n_rows), p - lo, probe, spans=spans, extras=False)
+                entry.defer(partial(self._extras, p, q, n, p - lo, probe))
             if k is not None:
                 c0 = min(hi, (k + 1) * chunk)
                 self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
+
+    def _extras(self, p: int, q: int, n: torch.Tensor, col0: int, probe: torch.Tensor, entry: Entry) -> None:
+        """The per-column errors and the probe's projections of columns p..q, folded without them (the
+        columns and rows read from the store again rather than kept: 16 bytes an entry)."""
+        c, r, v = self.store.entries(p, q)
+        entry.add_extras(c, r, v, n, q - p, col0, probe)
 
     def _pieces(self, c0: int, end: int, chunk: int) -> Iterator[tuple[int, int]]:
         """Columns c0..end in pieces of whole chunks holding about PIECE entries at most (one chunk at least):

@@ -82,18 +82,48 @@ class Entry:
     sum_an: float = 0.0
     sum_nn: float = 0.0
     sum_aa: float = 0.0
-    err: torch.Tensor = field(init=False)  # per column: max |a - n| over its entries (inf where one is not finite)
-    proj_a: torch.Tensor = field(init=False)  # u^T J for one random probe u over the outputs
-    proj_n: torch.Tensor = field(init=False)
+    # per column: max |a - n| over its entries (inf where one is not finite), and u^T J of both sides for
+    # one random probe u over the outputs: read through ``err``, ``proj_a`` and ``proj_n`` (see ``defer``)
+    _err: torch.Tensor = field(init=False, repr=False)
+    _proj_a: torch.Tensor = field(init=False, repr=False)
+    _proj_n: torch.Tensor = field(init=False, repr=False)
+    _deferred: list[Callable[[Entry], None]] = field(default_factory=list, init=False, repr=False)
     keep_bytes: int = KEEP_BYTES  # at most this much of bad_columns (give it by name)
     # (column, analytical column, numerical column) of the first mismatching input elements
     bad_columns: KeptColumns = field(default_factory=KeptColumns, init=False)
 
     def __post_init__(self) -> None:
         self.bad = torch.zeros(self.real_numel, dtype=torch.bool)
-        self.err = torch.zeros(self.real_numel, dtype=torch.float64)
-        self.proj_a = torch.zeros(self.real_numel, dtype=torch.float64)
-        self.proj_n = torch.zeros(self.real_numel, dtype=torch.float64)
+        self._err = torch.zeros(self.real_numel, dtype=torch.float64)
+        self._proj_a = torch.zeros(self.real_numel, dtype=torch.float64)
+        self._proj_n = torch.zeros(self.real_numel, dtype=torch.float64)
+
+    @property
+    def err(self) -> torch.Tensor:
+        self._settle()
+        return self._err
+
+    @property
+    def proj_a(self) -> torch.Tensor:
+        self._settle()
+        return self._proj_a
+
+    @property
+    def proj_n(self) -> torch.Tensor:
+        self._settle()
+        return self._proj_n
+
+    def defer(self, extras: Callable[[Entry], None]) -> None:
+        """``extras(self)`` (an ``add_extras`` call for entries folded with ``extras=False``) runs when
+        ``err``, ``proj_a`` or ``proj_n`` is first read: only a failing argument's maps, its diagnosis
+        and --strict read them, so a passing argument never pays for them. ``extras`` is given the
+        entry rather than holding it: a cycle would keep what it holds (the store of a compressed
+        check: tens of MB) alive until the garbage collector runs."""
+        self._deferred.append(extras)
+
+    def _settle(self) -> None:
+        while self._deferred:
+            self._deferred.pop()(self)
 
     def update(self, a: torch.Tensor, n: torch.Tensor, col0: int, probe: torch.Tensor) -> None:
         """Fold in analytical ``a`` and numerical ``n`` for columns col0..col0+C of the Jacobian.
@@ -103,8 +133,8 @@ class Entry:
         are (a sparse Jacobian, e.g. of a Linear layer), only the others are compared.
         """
         cols = slice(col0, col0 + a.shape[0])
-        self.proj_a[cols] = a @ probe
-        self.proj_n[cols] = n @ probe
+        self._proj_a[cols] = a @ probe
+        self._proj_n[cols] = n @ probe
         if a.numel() == 0:
             return
         nonzero = torch.logical_or(a, n)  # NaN counts as non-zero
@@ -137,19 +167,18 @@ class Entry:
 
     def update_entries(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor,
                        shape: tuple[int, ...], col0: int, probe: torch.Tensor,
-                       n_column: Callable[[int], torch.Tensor] | None = None, spans: Sequence[int] = ()) -> None:
+                       n_column: Callable[[int], torch.Tensor] | None = None, spans: Sequence[int] = (),
+                       extras: bool = True) -> None:
         """``update`` with both sides given as their entries that are not zero on both: column
         (within the block of ``shape``: columns x rows), row, analytical and numerical value, by
         column then row; ``n_column``: a numerical column of the block, whole (default: ``nv``
         put at its rows); ``spans``: the entries where the sums behind the reported ratio start
-        anew: where a comparison chunk by chunk starts a chunk, so that they are its very sums."""
+        anew: where a comparison chunk by chunk starts a chunk, so that they are its very sums;
+        ``extras`` False: the per-column errors and the probe's projections left to a deferred
+        ``add_extras`` of the same entries (see ``defer``)."""
         n_cols, n_rows = shape
-        cols = slice(col0, col0 + n_cols)
-        u = probe.index_select(0, r)
-        lengths = torch.diff(torch.searchsorted(c, torch.arange(n_cols + 1, dtype=c.dtype)))  # entries per column
-        self.proj_a[cols] = torch.segment_reduce(av * u, "sum", lengths=lengths)  # (2.5x faster than index_add_)
-        self.proj_n[cols] = torch.segment_reduce(u.mul_(nv), "sum", lengths=lengths)
-        del u
+        if extras:
+            self._project(c, r, av, nv, n_cols, col0, probe)
 
         def column(values: torch.Tensor) -> Callable[[int], torch.Tensor]:
             def dense(k: int) -> torch.Tensor:
@@ -157,14 +186,35 @@ class Entry:
                 return torch.zeros(n_rows, dtype=torch.float64).index_put_((r[mine],), values[mine])
             return dense
 
-        self._fold(av, nv, (c, r), shape, col0, column(av), n_column or column(nv), spans)
+        self._fold(av, nv, (c, r), shape, col0, column(av), n_column or column(nv), spans, extras)
+
+    def add_extras(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor, n_cols: int,
+                   col0: int, probe: torch.Tensor) -> None:
+        """The per-column errors and the probe's projections of entries given to ``update_entries`` with
+        ``extras=False`` (the same arguments): what it would have made of them."""
+        self._project(c, r, av, nv, n_cols, col0, probe)
+        finite = torch.isfinite(av) & torch.isfinite(nv)
+        broken = None if bool(finite.all()) else ~finite
+        if broken is not None:
+            av, nv = torch.where(finite, av, 0.0), torch.where(finite, nv, 0.0)
+        self._column_errors(torch.sub(av, nv).abs_(), broken, (c, r), n_cols, 0, col0)
+
+    def _project(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor, n_cols: int,
+                 col0: int, probe: torch.Tensor) -> None:
+        """u^T J of both sides for columns col0..col0+n_cols, from their entries (by column)."""
+        cols = slice(col0, col0 + n_cols)
+        u = probe.index_select(0, r)
+        lengths = torch.diff(torch.searchsorted(c, torch.arange(n_cols + 1, dtype=c.dtype)))  # entries per column
+        self._proj_a[cols] = torch.segment_reduce(av * u, "sum", lengths=lengths)  # (2.5x faster than index_add_)
+        self._proj_n[cols] = torch.segment_reduce(u.mul_(nv), "sum", lengths=lengths)
 
     def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
               shape: tuple[int, ...], col0: int, a_column: Callable[[int], torch.Tensor],
-              n_column: Callable[[int], torch.Tensor], spans: Sequence[int] = ()) -> None:
+              n_column: Callable[[int], torch.Tensor], spans: Sequence[int] = (), extras: bool = True) -> None:
         """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
         those at (column, row) indices ``at``; the block is ``shape`` (columns x rows);
-        ``a_column``, ``n_column``: an analytical, a numerical column of the block, whole."""
+        ``a_column``, ``n_column``: an analytical, a numerical column of the block, whole; ``extras``
+        False: no per-column errors (see ``update_entries``)."""
         n_cols, n_rows = shape
 
         def where(k: int) -> tuple[int, int]:
@@ -182,7 +232,8 @@ class Entry:
             diff = torch.sub(av, nv).abs_()
             top = float(diff.max())
         self.max_abs = max(self.max_abs, top)
-        self._column_errors(diff, broken, at, n_cols, n_rows, col0)
+        if extras:
+            self._column_errors(diff, broken, at, n_cols, n_rows, col0)
         n_abs = nv.abs()
         tol = n_abs.mul(self.rtol).add_(self.atol)
         wrong = diff > tol  # not |a - n| <= atol + rtol |n| (as torch.allclose): every value is finite here
@@ -225,4 +276,4 @@ class Entry:
         else:
             per = torch.zeros(n_cols, dtype=torch.float64).scatter_reduce_(0, at[0], diff, "amax")
         cols = slice(col0, col0 + n_cols)
-        torch.maximum(self.err[cols], per, out=self.err[cols])
+        torch.maximum(self._err[cols], per, out=self._err[cols])

@@ -2,6 +2,8 @@
 that cancel in a unit move, and the forwards they save (numerics/compressed.py)."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -527,3 +529,74 @@ def test_a_call_that_fails_only_for_a_group_leaves_the_verdict_to_element_by_ele
     got, plain = check(fn, (x,)), check(fn, (x,), compress=False)
     assert plain.status.value == "pass", plain
     assert _rows(got) == _rows(plain)
+
+
+def test_deferred_column_errors_and_projections_equal_the_eager_ones_and_wait_to_be_read() -> None:
+    """Entries folded with ``extras=False`` and their ``add_extras`` deferred: nothing computed until
+    ``err``/``proj_a``/``proj_n`` are read, then exactly what an eager fold makes of them (an
+    infinite and a NaN entry among them: their columns' error is inf)."""
+    from gradcheck_cli.numerics.stats import Entry
+
+    g = torch.Generator().manual_seed(3)
+    n_cols, n_rows = 6, 5
+    c = torch.arange(n_cols).repeat_interleave(torch.tensor([2, 0, 3, 1, 4, 2]))
+    r = torch.cat([torch.randperm(n_rows, generator=g)[:k].sort().values for k in (2, 0, 3, 1, 4, 2)])
+    av, nv = torch.randn(len(c), dtype=F64, generator=g), torch.randn(len(c), dtype=F64, generator=g)
+    nv[3], av[7] = float("inf"), float("nan")
+    probe = torch.randn(n_rows, dtype=F64, generator=g)
+    eager, lazy = (Entry(n_cols + 2, 1e-5, 1e-3) for _ in range(2))
+    eager.update_entries(c, r, av, nv.clone(), (n_cols, n_rows), 2, probe)
+    lazy.update_entries(c, r, av, nv.clone(), (n_cols, n_rows), 2, probe, extras=False)
+    assert not bool(lazy._err.any()) and not bool(lazy._proj_a.any())  # not computed at the fold
+    lazy.defer(lambda entry: entry.add_extras(c, r, av, nv.clone(), n_cols, 2, probe))
+    assert torch.equal(lazy.err, eager.err)
+    for side in ("proj_a", "proj_n"):  # a NaN entry makes its column's projection NaN on both
+        assert torch.equal(getattr(lazy, side).nan_to_num(7.0), getattr(eager, side).nan_to_num(7.0))
+    assert math.isinf(float(lazy.err[2 + 2])) and math.isinf(float(lazy.err[2 + 4]))  # entries 3 and 7
+    assert (lazy.max_abs, lazy.nonfinite, bool(lazy.bad.any())) == (eager.max_abs, eager.nonfinite, True)
+
+
+def test_a_passing_compressed_check_never_computes_the_deferred_extras(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's projections and the per-column errors serve a failing argument's maps, its
+    diagnosis and --strict: a passing check's accepted groups never compute them (that a failing
+    one's reports are the same as element by element, maps included, the comparisons above show)."""
+    from gradcheck_cli.examples.linear import LinearFunction
+    from gradcheck_cli.numerics.stats import Entry
+
+    calls: list[int] = []
+    original = Entry.add_extras
+    monkeypatch.setattr(Entry, "add_extras", lambda self, *a: calls.append(1) or original(self, *a))
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(*s, dtype=F64, generator=g).requires_grad_() for s in ((24, 24), (24, 24), (24,))]
+    assert check(LinearFunction, args).status.value == "pass"
+    assert calls == []
+
+
+
+def test_a_checks_groups_and_store_are_freed_when_it_ends_without_the_garbage_collector(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deferred extras hold the groups (and through them the store: tens of MB), not the entry
+    that holds them: no reference cycle keeps them alive after the check, with the collector off."""
+    import gc
+    import weakref
+
+    from gradcheck_cli.examples.linear import LinearFunction
+    from gradcheck_cli.numerics.compressed import Groups
+
+    made: list[weakref.ref] = []
+    original = Groups.__init__
+
+    def init(self, *a, **k):  # type: ignore[no-untyped-def]
+        original(self, *a, **k)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(Groups, "__init__", init)
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(*s, dtype=F64, generator=g).requires_grad_() for s in ((24, 24), (24, 24), (24,))]
+    gc.collect()
+    gc.disable()
+    try:
+        assert check(LinearFunction, args).status.value == "pass"
+        assert made and all(ref() is None for ref in made)
+    finally:
+        gc.enable()
