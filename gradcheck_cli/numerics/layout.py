@@ -52,4 +52,3 @@ def make_layout(inputs: list[torch.Tensor], outputs: tuple[Any, ...], positions:
     for t in inputs:
         starts.append(starts[-1] + real_numel(t))
     return Layout(inputs, positions, starts, [real_numel(outputs[p]) for p in positions])
-

@@ -193,11 +193,8 @@ class Entry:
         """The per-column errors and the probe's projections of entries given to ``update_entries`` with
         ``extras=False`` (the same arguments): what it would have made of them."""
         self._project(c, r, av, nv, n_cols, col0, probe)
-        finite = torch.isfinite(av) & torch.isfinite(nv)
-        broken = None if bool(finite.all()) else ~finite
-        if broken is not None:
-            av, nv = torch.where(finite, av, 0.0), torch.where(finite, nv, 0.0)
-        self._column_errors(torch.sub(av, nv).abs_(), broken, (c, r), n_cols, 0, col0)
+        _, _, diff, broken, _ = _differences(av, nv)
+        self._column_errors(diff, broken, (c, r), n_cols, 0, col0)
 
     def _project(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor, n_cols: int,
                  col0: int, probe: torch.Tensor) -> None:
@@ -220,17 +217,10 @@ class Entry:
         def where(k: int) -> tuple[int, int]:
             return divmod(k, n_rows) if at is None else (int(at[0][k]), int(at[1][k]))
 
-        diff = torch.sub(av, nv).abs_()
-        top = float(diff.max()) if diff.numel() else 0.0
-        broken: torch.Tensor | None = None
-        if not math.isfinite(top):
-            # a non-finite entry is a mismatch; the statistics below are over the finite ones
-            finite = torch.isfinite(av) & torch.isfinite(nv)
-            self.nonfinite += int((~finite).sum())
-            broken = ~finite
-            av, nv = torch.where(finite, av, 0.0), torch.where(finite, nv, 0.0)
-            diff = torch.sub(av, nv).abs_()
-            top = float(diff.max())
+        # a non-finite entry is a mismatch; the statistics below are over the finite ones
+        av, nv, diff, broken, top = _differences(av, nv)
+        if broken is not None:
+            self.nonfinite += int(broken.sum())
         self.max_abs = max(self.max_abs, top)
         if extras:
             self._column_errors(diff, broken, at, n_cols, n_rows, col0)
@@ -277,3 +267,17 @@ class Entry:
             per = torch.zeros(n_cols, dtype=torch.float64).scatter_reduce_(0, at[0], diff, "amax")
         cols = slice(col0, col0 + n_cols)
         torch.maximum(self._err[cols], per, out=self._err[cols])
+
+
+def _differences(av: torch.Tensor, nv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                              torch.Tensor | None, float]:
+    """|a - n| of entries ``av``/``nv``, as the statistics take them: where an entry is not finite on
+    either side (``broken``; None where all are), both sides count as 0; also the largest difference."""
+    diff = torch.sub(av, nv).abs_()
+    top = float(diff.max()) if diff.numel() else 0.0
+    if math.isfinite(top):
+        return av, nv, diff, None, top
+    finite = torch.isfinite(av) & torch.isfinite(nv)
+    av, nv = torch.where(finite, av, 0.0), torch.where(finite, nv, 0.0)
+    diff = torch.sub(av, nv).abs_()
+    return av, nv, diff, ~finite, float(diff.max())
