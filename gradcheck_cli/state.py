@@ -319,6 +319,8 @@ _consecutive: list[bool] = []
 
 
 _CPU = torch.device("cpu")
+_FUNCTION_STACK = getattr(torch._C, "_len_torch_function_stack", None)
+_DISPATCH_STACK = getattr(torch._C, "_len_torch_dispatch_stack", None)
 
 
 def _per_call_quick() -> Optional[tuple[Any, ...]]:
@@ -326,9 +328,10 @@ def _per_call_quick() -> Optional[tuple[Any, ...]]:
     function mode is active and no default device is set, so the default device is the CPU (reading
     it through torch.get_default_device takes longer than the rest together). None otherwise."""
     context = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
-    if context is None or getattr(context, "device_context", None) is not None or torch._C._len_torch_function_stack():
-        return None
-    return torch.is_grad_enabled(), torch.get_default_dtype(), _CPU, 0, torch._C._len_torch_dispatch_stack()
+    if (_FUNCTION_STACK is None or _DISPATCH_STACK is None or context is None
+            or getattr(context, "device_context", None) is not None or _FUNCTION_STACK()):
+        return None  # (another torch, without these private readers: the full reading)
+    return torch.is_grad_enabled(), torch.get_default_dtype(), _CPU, 0, _DISPATCH_STACK()
 
 
 def kept_for_call() -> _KeptForCall:

@@ -103,3 +103,19 @@ def test_a_torch_module_imported_in_one_case_is_watched_in_the_next(monkeypatch:
             late.first = _second
     assert notes[0] == [] and len(notes[1]) == 1 and "torch.gradcheck_consecutive_late.first" in notes[1][0], notes
     assert late.first is _first
+
+
+@pytest.mark.parametrize("quick", [True, False], ids=["quick reading", "full reading (no private readers)"])
+def test_kept_for_call_puts_back_what_a_call_changed(quick: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grad mode and the default dtype changed inside one user call are put back after it, whether the
+    state is read the quick way or (a torch without the private stack readers) in full."""
+    import torch
+
+    if not quick:
+        monkeypatch.setattr(state, "_FUNCTION_STACK", None)
+    assert (state._per_call_quick() is not None) is quick
+    before = torch.is_grad_enabled(), torch.get_default_dtype()
+    with state.kept_for_call():
+        torch.set_grad_enabled(not before[0])
+        torch.set_default_dtype(torch.float16 if before[1] != torch.float16 else torch.float32)
+    assert (torch.is_grad_enabled(), torch.get_default_dtype()) == before
