@@ -70,6 +70,17 @@ def _anomaly() -> tuple[bool, bool]:
     return torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()
 
 
+def _default_device() -> Optional[torch.device]:
+    """The device torch.set_default_device set, None where none is set: not the same as "cpu" set, which is a
+    device context every torch call goes through (torch.set_default_device(None) takes it away)."""
+    context = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
+    return None if getattr(context, "device_context", None) is None else torch.get_default_device()
+
+
+def _device_name(device: Optional[torch.device]) -> str:
+    return "none set" if device is None else str(device)
+
+
 def _cudnn() -> tuple[bool, bool, bool, bool]:
     cudnn = torch.backends.cudnn
     return cudnn.enabled, cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32
@@ -229,7 +240,8 @@ def _switches(only: Optional[tuple[str, ...]] = None) -> list[Switch]:
         Switch("torch.set_grad_enabled", torch.is_grad_enabled, torch._C._set_grad_enabled),
         Switch("torch.inference_mode", torch.is_inference_mode_enabled, None),
         Switch("torch.set_default_dtype", torch.get_default_dtype, torch.set_default_dtype),
-        Switch("torch.set_default_device", torch.get_default_device, torch.set_default_device),
+        Switch("torch.set_default_device", _default_device, torch.set_default_device,
+               show=lambda before, after: f" ({_device_name(before)} -> {_device_name(after)})"),
         Switch("torch.use_deterministic_algorithms", _deterministic,
                lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
         Switch("torch.autograd.set_detect_anomaly", _anomaly, lambda v: torch.autograd.set_detect_anomaly(*v)),
@@ -318,20 +330,19 @@ _confirmed: list[_Namespaces] = []
 _consecutive: list[bool] = []
 
 
-_CPU = torch.device("cpu")
 _FUNCTION_STACK = getattr(torch._C, "_len_torch_function_stack", None)
 _DISPATCH_STACK = getattr(torch._C, "_len_torch_dispatch_stack", None)
 
 
 def _per_call_quick() -> Optional[tuple[Any, ...]]:
     """The values of _PER_CALL's switches, in their order, where they can be read quickly: no torch
-    function mode is active and no default device is set, so the default device is the CPU (reading
-    it through torch.get_default_device takes longer than the rest together). None otherwise."""
+    function mode is active and no default device is set (reading the default device through
+    torch.get_default_device takes longer than the rest together). None otherwise."""
     context = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
     if (_FUNCTION_STACK is None or _DISPATCH_STACK is None or context is None
             or getattr(context, "device_context", None) is not None or _FUNCTION_STACK()):
         return None  # (another torch, without these private readers: the full reading)
-    return torch.is_grad_enabled(), torch.get_default_dtype(), _CPU, 0, _DISPATCH_STACK()
+    return torch.is_grad_enabled(), torch.get_default_dtype(), None, 0, _DISPATCH_STACK()
 
 
 def kept_for_call() -> _KeptForCall:

@@ -51,6 +51,20 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
+@pytest.fixture(autouse=True)
+def no_default_device_left_set() -> Iterator[None]:
+    """No test leaves torch.set_default_device set: every later test in its worker would run under that
+    device context (a gradcheck-cli that put a user's default device back as "cpu" set, not none set,
+    did that)."""
+    yield
+    torch = sys.modules.get("torch")
+    context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+    if context is not None:
+        torch.set_default_device(None)  # type: ignore[union-attr]
+        pytest.fail(f"the test left a default device set ({context.device}): put it back with "
+                    "torch.set_default_device(None)")
+
+
 @pytest.fixture
 def write_spec(tmp_path: Path) -> Callable[..., Path]:
     """A function ``write_spec(text, name="spec.yaml") -> Path``.

@@ -172,6 +172,43 @@ def test_the_random_state_is_put_back_without_a_word():
     assert notes == []
 
 
+def _device_context():
+    return getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+
+
+@pytest.mark.parametrize("kind", ["call", "case"])
+def test_a_default_device_set_by_user_code_is_put_back_to_none_set_not_to_cpu_set(kind):
+    """No default device set is not "cpu" set: a set device is a DeviceContext every torch call goes
+    through (and the quick state reading stands down under it for the rest of the process)."""
+    from gradcheck_cli.errors import guarded
+    from gradcheck_cli.results import ErrorKind
+
+    assert _device_context() is None
+    notes: list[str] = []
+    with state.preserved(notes):
+        if kind == "call":
+            guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, "meta")
+        else:  # outside any single call: the case's restore puts it back
+            torch.set_default_device("meta")
+    assert _device_context() is None and torch.get_default_device().type == "cpu"
+    assert len(notes) == 1 and "torch.set_default_device (none set -> meta)" in notes[0], notes
+
+
+def test_a_default_device_the_user_had_set_is_kept():
+    from gradcheck_cli.errors import guarded
+    from gradcheck_cli.results import ErrorKind
+
+    torch.set_default_device("cpu")
+    try:
+        notes: list[str] = []
+        with state.preserved(notes):
+            guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, None)
+            assert _device_context() is not None
+        assert _device_context() is not None and notes and "(cpu -> none set)" in notes[0], notes
+    finally:
+        torch.set_default_device(None)
+
+
 def test_a_call_that_changes_the_default_device_is_put_back_and_told_once():
     from gradcheck_cli.errors import guarded
     from gradcheck_cli.results import ErrorKind
