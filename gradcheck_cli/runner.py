@@ -162,8 +162,8 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
                        named=not case.all_checks,
                        oracle=oracle.load(case, target, device) if "reference" in case.checks else None)
-    for name in case.checks:
-        with state.preserved(result.warnings), vmap_fallback_quiet():  # no check sees what another one's calls changed
+    for k, name in enumerate(case.checks):  # no check sees what another one's calls changed
+        with state.preserved(result.warnings, last=k == len(case.checks) - 1), vmap_fallback_quiet():
             check: CheckResult = checks.get(name)(ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))

@@ -424,31 +424,37 @@ def consecutive() -> Iterator[None]:
         _confirmed.clear()
 
 
-def _namespaces_at_start(confirmed: Optional[_Namespaces]) -> Any:
+def _namespaces_at_start(confirmed: Optional[_Namespaces], last: bool) -> Any:
     """Torch's namespaces as a block begins: ``confirmed`` (what the block before it found at its end) inside
     ``consecutive()``; the enclosing block's copy when they are still exactly that (a check after the case's
-    set-up changed none of them); else read anew. A torch module imported since a copy rules the copy out."""
+    set-up changed none of them), or without looking for a ``last`` block (see ``preserved``); else read anew.
+    A torch module imported since a copy rules the copy out."""
     if confirmed is not None and _consecutive and not _outer and confirmed.modules == len(sys.modules):
         return confirmed
     enclosing = _outer[-1] if _outer else None
-    if isinstance(enclosing, _Namespaces) and enclosing.modules == len(sys.modules) and _namespaces_kept(enclosing):
+    if (isinstance(enclosing, _Namespaces) and enclosing.modules == len(sys.modules)
+            and (last or _namespaces_kept(enclosing))):
         return enclosing
     return _read(_switches((_NAMESPACES,))[0])
 
 
-def _start() -> Snapshot:
+def _start(last: bool) -> Snapshot:
     confirmed = _confirmed.pop() if _confirmed else None
-    return [(s, _namespaces_at_start(confirmed) if s.name == _NAMESPACES else _read(s)) for s in _switches()]
+    return [(s, _namespaces_at_start(confirmed, last) if s.name == _NAMESPACES else _read(s)) for s in _switches()]
 
 
 @contextmanager
-def preserved(notes: list[str], ends_with_block: bool = False) -> Iterator[None]:
+def preserved(notes: list[str], ends_with_block: bool = False, last: bool = False) -> Iterator[None]:
     """Save the global state, run the body, put the state back; append to ``notes`` what the body changed
     (it is restored) and what could not be put back (this process is then ``tainted()``).
 
     ``ends_with_block``: the caller's word that no code under test runs in the body after its last nested
-    ``preserved()`` block: when that block found torch's namespaces as this one began, they are not read again."""
-    saved = _start()
+    ``preserved()`` block: when that block found torch's namespaces as this one began, they are not read again.
+    ``last``: the caller's word that this block is the last one nested in its enclosing block (a case's last
+    check) and that both tell ``notes`` alike: nothing after it needs what the enclosing block's body changed
+    of torch's namespaces before it (a case's set-up), so it starts from the enclosing block's copy of them
+    without reading them (about 1.3 ms), and a change made before it is told and put back at its end."""
+    saved = _start(last)
     _open.append(len(_noticed))
     _outer.append(next((before for switch, before in saved if switch.name == _NAMESPACES), None))
     try:

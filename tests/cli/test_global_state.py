@@ -302,3 +302,78 @@ def test_a_change_between_two_blocks_belongs_to_the_block_around_them(monkeypatc
             assert fake.first is _second  # the change holds for the checks after it
     assert inner == [] and len(outer) == 1 and "torch.gradcheck_state_fake.first" in outer[0], (inner, outer)
     assert fake.first is _first
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_a_change_before_the_last_block_holds_in_it_and_is_told_once_and_put_back(monkeypatch, last):
+    """A case's last check (``last``) starts from the case's copy of torch's namespaces without reading
+    them: a change the set-up made before it still holds in it, and is told once and put back, at its
+    end rather than the case's."""
+    fake = ModuleType("torch.gradcheck_state_fake")
+    fake.first = _first
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    reads = []
+    kept = state._namespaces_kept
+    monkeypatch.setattr(state, "_namespaces_kept", lambda before: reads.append(1) or kept(before))
+    notes: list[str] = []
+    with state.preserved(notes, ends_with_block=True):
+        fake.first = _second  # as a Module's __init__ would, before the checks
+        before = len(reads)
+        with state.preserved(notes, last=last):
+            assert fake.first is _second
+            started = len(reads) - before
+        assert (fake.first is _first) is last  # put back at the end of the last block
+    assert fake.first is _first
+    assert len(notes) == 1 and "torch.gradcheck_state_fake.first" in notes[0], notes
+    assert started == (0 if last else 1)
+
+
+def test_the_last_block_reads_torch_namespaces_once_for_a_case_that_changes_nothing(monkeypatch):
+    reads = []
+    kept = state._namespaces_kept
+    monkeypatch.setattr(state, "_namespaces_kept", lambda before: reads.append("kept") or kept(before))
+    with state.consecutive():
+        for _ in range(3):  # cases of a worker, one check each
+            notes: list[str] = []
+            with state.preserved(notes, ends_with_block=True):
+                with state.preserved(notes, last=True):
+                    pass
+            assert notes == []
+    assert reads == ["kept"] * 3  # one look per case, at its check's end
+
+
+PATCHING_MODULE = '''
+import torch
+
+
+class Patching(torch.nn.Module):  # its __init__ patches torch (the case's set-up); its forward needs the patch
+    def __init__(self):
+        super().__init__()
+        torch.sinc = lambda t: 2 * t
+
+    def forward(self, x):
+        assert torch.sinc(torch.ones(1)).item() == 2.0
+        return torch.sinc(x).sin()
+
+
+def plain(x):
+    assert torch.sinc(torch.zeros(1)).item() == 1.0
+    return x.sin()
+'''
+
+
+@pytest.mark.parametrize("checks", ["[backward]", "[backward, double_backward, forward_ad]"])
+@pytest.mark.parametrize("mode", [["--no-isolate"], ["-j", "1"]])
+def test_a_patch_made_by_a_cases_set_up_holds_for_every_check_and_is_told_once(user_module, write_spec, invoke,
+                                                                                 checks, mode):
+    user_module(PATCHING_MODULE, "patching")
+    # the module imported by the case before (a new module makes the checks read torch's namespaces anew)
+    write_spec(f"function: patching:Patching\ninputs: [{{shape: [3]}}]\nchecks: {checks}\ncases:\n"
+               "  - name: before\n    function: patching:plain\n  - name: patching\n"
+               "  - name: after\n    function: patching:plain\n", "specs/s.yaml")
+    result = invoke("specs/s.yaml", "--format", "json", *mode)
+    results = {r["case"]: r for r in json.loads(result.stdout)["results"]}
+    assert [r["status"] for r in results.values()] == ["pass"] * 3, results
+    told = [w for w in results["patching"]["warnings"] if "torch.sinc" in w]
+    assert len(told) == 1 and "put it back" in told[0], results["patching"]["warnings"]
+    assert torch.sinc(torch.zeros(1)).item() == 1.0
