@@ -15,11 +15,17 @@ and a group is perturbed at once, in two ways:
    where the analytical pattern says zero next to a wrong one).
 
 A group is accepted when every row of both agrees within the element-wise tolerance
-(atol + rtol |n|) and every row without an analytical entry is exactly zero in both; its columns
-are then the numbers of (1), put where the analytical entries are. The columns of every other
-group are made one by one, as without compression, so every mismatch, kink and reported element
-comes from the element-by-element columns. A wrong gradient passes only if the random weights of
-(2) cancel its error in every row it touches.
+(atol + rtol |n|), every row without an analytical entry is exactly zero in both, and in every row
+with one, (2) over its element's weight equals (1) up to the rounding of the forwards (NOISE ulps
+of the largest output, over eps): a gradient the analytical pattern leaves out beside an entry
+(an element whose gradient backward forgets, smaller than the entry's rtol) moves (1) and (2)
+differently, by (w_k / w_j - 1) times it, where the element-wise tolerance would catch it and the
+row's, relative to the entry, would not. Its columns are then the numbers of (1), put where the
+analytical entries are. The columns of every other group are made one by one, as without
+compression, so every mismatch, kink and reported element comes from the element-by-element
+columns. A wrong gradient passes only if the random weights of (2) cancel its error in every row
+it touches: to within the tolerance in a row without an analytical entry, to within the rounding
+in a row with one.
 
 Four forwards per group instead of two per column: a Linear layer's n x n weight, n x n input and
 bias take 2n + 1 groups; an elementwise function one. Pure torch.
@@ -45,6 +51,8 @@ PASSES = 4  # forwards per group: unit moves -eps, +eps, weighted moves -eps, +e
 PIECE = 2**16  # entries folded at once into the statistics (their temporaries stay in cache)
 PATTERNS = 20_000  # at most this many column patterns are coloured (about 20 microseconds each)
 LEAF = 32  # a group not accepted of at most this many columns has them made one by one; a larger one is halved
+NOISE = 64  # ulps of the largest output, over eps: how far (2) / w may differ from (1) in a row with an entry
+# (the benchmark's Functions: within 1.5; a sine of 50 x, whose third derivative separates the two steps: 320)
 
 
 def colour(store: SparseRows, n_rows: int) -> tuple[torch.Tensor, int] | None:
@@ -94,6 +102,14 @@ def _first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
     return torch.from_numpy(colours)
 
 
+def _rounding(outputs: list[torch.Tensor], inputs: list[torch.Tensor], eps: float) -> float:
+    """How far the two moves' quotients of an element may differ by rounding alone: NOISE ulps (of the
+    arguments' dtype) of the largest output, over eps (inf where an output is not finite: no limit)."""
+    largest = max((float(real_view(o.detach()).abs().max()) for o in outputs if o.numel()), default=0.0)
+    ulp = max((torch.finfo(x.dtype).eps for x in inputs), default=torch.finfo(torch.float64).eps)
+    return NOISE * ulp * largest / eps if math.isfinite(largest) else math.inf
+
+
 def weights(n: int, gen: torch.Generator) -> torch.Tensor:
     """The second moves' weights, one per column: magnitude uniform in [1, 2), random sign."""
     sign = torch.randint(0, 2, (n,), generator=gen, dtype=torch.float64).mul_(2).sub_(1)
@@ -131,9 +147,11 @@ class Groups:
     """The groups of one check's numerical columns, each evaluated (four forwards) and accepted or not;
     ``fold`` gives an ``Entry`` the numerical columns of a span, from the groups or made one by one."""
 
-    def __init__(self, columns: Columns, store: SparseRows, atol: float, rtol: float, gen: torch.Generator) -> None:
+    def __init__(self, columns: Columns, store: SparseRows, atol: float, rtol: float, gen: torch.Generator,
+                 outputs: list[torch.Tensor]) -> None:
         self.columns, self.store, self.layout = columns, store, columns.layout
         self.atol, self.rtol = atol, rtol
+        self.rounding = _rounding(outputs, self.layout.inputs, columns.eps)
         found = colour(store, self.layout.n_rows)
         self.coloured = found is not None  # else too many column patterns to colour: not worthwhile
         self.colours, self.n_groups = found if found is not None else (torch.zeros(0, dtype=torch.long), 0)
@@ -198,8 +216,8 @@ class Groups:
     def _accepted(self, k0: int, k1: int, unit: torch.Tensor, weighted: torch.Tensor) -> torch.Tensor:
         """Whether each of groups k0..k1 agrees with its analytical entries in both moves (``unit``,
         ``weighted``: groups x rows), each entry within atol + rtol |n| (as ``stats.Entry``
-        compares) and every other row exactly zero (NaN agrees with nothing); their entries' unit
-        quotients into ``numerical``."""
+        compares) and the moves within ``rounding`` of each other there, and every other row exactly
+        zero (NaN agrees with nothing); their entries' unit quotients into ``numerical``."""
         cols = torch.cat(self.members[k0:k1])
         at, counts, repeats = self._entries_of(cols)
         mine = self.colours[cols] - k0
@@ -211,6 +229,7 @@ class Groups:
         self.numerical.index_copy_(0, at, got)
         scaled = got_weighted / torch.repeat_interleave(self.weights[cols], repeats)
         agree = self._within(want, got).logical_and_(self._within(want, scaled))
+        agree &= torch.sub(scaled, got).abs_() <= self.rounding  # no gradient left out beside the entry
         bad = torch.zeros(k1 - k0, dtype=torch.bool)
         if not bool(agree.all()):
             bad.index_fill_(0, group[~agree], True)

@@ -167,5 +167,5 @@ def _groups(jac: Jacobians, store: SparseRows, atol: float, rtol: float, seed: i
     """The compressed numerical side, where it takes fewer forwards and fits (None: column by column)."""
     if len({id(x) for x in jac.layout.inputs}) < len(jac.layout.inputs):
         return None  # a tensor passed twice moves in both places: its columns are not independent
-    groups = Groups(jac, store, atol, rtol, generator(seed, Stream.COMPRESSION))
+    groups = Groups(jac, store, atol, rtol, generator(seed, Stream.COMPRESSION), jac.outputs)
     return groups if groups.worthwhile() else None

@@ -600,3 +600,40 @@ def test_a_checks_groups_and_store_are_freed_when_it_ends_without_the_garbage_co
         assert made and all(ref() is None for ref in made)
     finally:
         gc.enable()
+
+
+def _forgets(coupling: float, every_row: bool) -> type:
+    """y = x + coupling * (next element of x), in every output element or only in the first; backward
+    forgets the coupling (returns g): the analytical pattern is the diagonal, so every column is in one
+    group, whose rows carry 1 + coupling beside the entry 1, within the entry's rtol."""
+
+    class ForgetsCoupling(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            if every_row:
+                return x + coupling * x.roll(-1)
+            y = x.clone()
+            y[0] = y[0] + coupling * x[1]
+            return y
+
+        @staticmethod
+        def backward(ctx, g):
+            return g.clone()
+
+    return ForgetsCoupling
+
+
+@pytest.mark.parametrize("every_row", [True, False], ids=["every-row", "one-element"])
+@pytest.mark.parametrize("coupling", [3e-4, 1e-4, 5e-5])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_small_gradient_left_out_beside_an_entry_fails_as_without_compression(every_row, coupling, seed, used):
+    """The forgotten gradient is 5-30x atol, so element by element fails it, but under rtol of the entry beside
+    it: the group's rows agree with the analytical side within the element-wise tolerance in both moves, and
+    only the two moves' difference (over the element's weight) shows it."""
+    fn = _forgets(coupling, every_row)
+    x = torch.randn(1000, dtype=F64, generator=torch.Generator().manual_seed(seed)).requires_grad_()
+    before = used["n"]
+    got, plain = check(fn, (x,), seed=seed), check(fn, (x,), seed=seed, compress=False)
+    assert plain.status.value == "fail"
+    assert _rows(got) == _rows(plain)
+    assert used["n"] > before  # the compressed path judged it
