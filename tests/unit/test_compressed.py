@@ -11,12 +11,11 @@ from gradcheck_cli import check
 from gradcheck_cli.numerics import compressed
 from gradcheck_cli.numerics.compressed import colour
 from gradcheck_cli.numerics.rows import SparseRows
-from gradcheck_cli.results import to_dict
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
-    from corpus import CORPUS, one_input_function
+    from corpus import CORPUS, one_input_function, report_rows
 except ImportError:  # pragma: no cover
-    from tests.corpus import CORPUS, one_input_function
+    from tests.corpus import CORPUS, one_input_function, report_rows
 
 F64 = torch.float64
 
@@ -143,18 +142,7 @@ def test_the_weighted_moves_are_what_catches_two_minus_next(monkeypatch):
 # ----------------------------------------------------------------- the same verdicts and rows
 
 
-def _rows(result) -> dict:
-    """A result (or a JSON report) as JSON, without its times."""
-    out = result if isinstance(result, dict) else to_dict(result)
-
-    def strip(d):
-        if isinstance(d, dict):
-            return {k: strip(v) for k, v in d.items() if k != "duration_s"}
-        if isinstance(d, list):
-            return [strip(v) for v in d]
-        return d
-
-    return strip(out)
+_rows = report_rows  # a result as JSON, without its times
 
 
 @pytest.fixture(autouse=True)

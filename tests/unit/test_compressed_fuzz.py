@@ -16,9 +16,12 @@ an infinity, pairs of errors that cancel in a unit move, a gradient given to the
 errors in the columns of one colour group only, a wrong derivative of phi.
 
 Every compressed check here must really be compressed (``compressed.Groups.evaluate`` counted),
-small Jacobians included (``jacobians.SMALL`` set to 0, as in test_compressed.py). A subset of the
-cases is also judged by ``torch.autograd.gradcheck`` (slow mode), where the bug is far from the
-tolerance either way.
+small Jacobians included (``jacobians.SMALL`` set to 0, as in test_compressed.py). Two comparisons:
+with every forward a single call (``_single_calls``), the reports must be identical, number for
+number; with the batched (vmapped) forwards, whose matmuls round each batch row differently, the
+verdicts and mismatched elements must be the same (where the differences' rounding is well below
+atol). A subset of the cases is also judged by ``torch.autograd.gradcheck`` (slow mode), where the
+bug is far from the tolerance either way.
 
 It found a wrong pass, now fixed (the tests after "the discrepancies found"): an entry that backward
 forgets, in an output element where a column of the same group has an analytical entry, was absorbed
@@ -43,7 +46,11 @@ import torch
 from gradcheck_cli import check
 from gradcheck_cli.numerics import compressed
 from gradcheck_cli.numerics.rows import SparseRows
-from gradcheck_cli.results import to_dict
+
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from corpus import report_rows
+except ImportError:  # pragma: no cover
+    from tests.corpus import report_rows
 
 F64 = torch.float64
 ATOL, RTOL = 1e-5, 1e-3
@@ -64,18 +71,7 @@ def _seeds(seeds: range) -> list[Any]:
 # ------------------------------------------------------------------------------- comparing reports
 
 
-def _rows(result: Any) -> Any:
-    """A result as JSON, without its times (as test_compressed.py compares)."""
-    out = result if isinstance(result, dict) else to_dict(result)
-
-    def strip(d: Any) -> Any:
-        if isinstance(d, dict):
-            return {k: strip(v) for k, v in d.items() if k != "duration_s"}
-        if isinstance(d, list):
-            return [strip(v) for v in d]
-        return d
-
-    return strip(out)
+_rows = report_rows  # a result as JSON, without its times
 
 
 def _first_difference(a: Any, b: Any, path: str = "") -> Optional[str]:
