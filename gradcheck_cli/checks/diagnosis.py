@@ -11,6 +11,10 @@ from ..numerics import Entry
 from ..results import InputReport, Pattern
 
 CONSTANT_RATIO_RESIDUAL = 1e-6  # relative squared residual below which a ratio counts as constant
+# a numerical gradient this small against atol (the root of its sum of squares) is rounding: a batched
+# forward's matmul rounds each batch row in its own way, so an input the outputs do not depend on gets
+# differences of about ulp / eps (1e-10) there, not zeros
+ROUNDING = 1e-3
 
 
 @dataclass(frozen=True)
@@ -99,9 +103,9 @@ def describe(entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] =
     if entry.sum_aa == 0 and entry.sum_nn > 0:
         return Diagnosis(Pattern.ZERO_ANALYTICAL, "analytical gradient is all zeros: backward returns zeros or None "
                          "for it (a missing return, a detached result, or the wrong position in the returned tuple?)")
-    if entry.sum_nn == 0 and entry.sum_aa > 0:
-        return Diagnosis(Pattern.ZERO_NUMERICAL, "the outputs do not depend on it (numerical gradient is zero), but "
-                         "backward returns a non-zero gradient")
+    if entry.sum_nn <= (entry.atol * ROUNDING) ** 2 and entry.sum_aa > 0:
+        return Diagnosis(Pattern.ZERO_NUMERICAL, "the outputs do not depend on it (numerical gradient zero, up to "
+                         "rounding), but backward returns a non-zero gradient")
     r = constant_ratio(entry)
     if r is not None and abs(r + 1) < max(1e-3, entry.rtol):
         return Diagnosis(Pattern.SIGN_FLIP, "sign flipped: analytical = -numerical", r)

@@ -233,3 +233,17 @@ def test_batched_on_a_64_dimensional_tensor_is_unsupported_not_a_wrong_gradient(
     assert batched.status is Status.SKIP and "at most 64" in batched.message
     named = check(lambda x: x * 2, [x], checks=["batched"])
     assert named.status is Status.FAIL and "named explicitly" in named.checks[0].message
+
+
+@pytest.mark.parametrize("numerical, said", [(0.0, "zero_numerical"), (1e-10, "zero_numerical"),
+                                             (2e-8, "some_elements")])
+def test_a_numerical_gradient_at_rounding_level_is_zero_for_the_diagnosis(numerical, said):
+    """Batched forwards round each batch row in their own way: an input the outputs do not depend on gets
+    differences of about 1e-10, which the diagnosis takes as zero (below atol / 1000), and nothing larger."""
+    from gradcheck_cli.checks.diagnosis import describe
+    from gradcheck_cli.numerics import Entry
+
+    entry = Entry(65, atol=1e-5, rtol=1e-3)
+    entry.sum_aa, entry.sum_nn, entry.sum_an = 9e-10, 65 * numerical**2, 3e-5 * numerical
+    found = describe(entry, mismatched=1, numel=65)
+    assert found is not None and found.pattern.value == said, found
