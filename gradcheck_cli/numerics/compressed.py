@@ -53,6 +53,7 @@ PATTERNS = 20_000  # at most this many column patterns are coloured (about 20 mi
 LEAF = 32  # a group not accepted of at most this many columns has them made one by one; a larger one is halved
 NOISE = 64  # ulps of the largest output, over eps: how far (2) / w may differ from (1) in a row with an entry
 # (the benchmark's Functions: within 1.5; a sine of 50 x, whose third derivative separates the two steps: 320)
+CURVED = 8  # how far off one line the three moves' quotients may be, in ``rounding``s (see ``Groups._curved``)
 
 
 def colour(store: SparseRows, n_rows: int) -> tuple[torch.Tensor, int] | None:
@@ -157,6 +158,7 @@ class Groups:
         self.colours, self.n_groups = found if found is not None else (torch.zeros(0, dtype=torch.long), 0)
         n = self.layout.n_cols
         self.weights = weights(n, gen)
+        self.weights2 = weights(n, gen)  # a third move's, for the groups the other two leave in doubt
         self.batched: bool | None = None if columns.batched else False
         self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
         self.ok = torch.zeros(0, dtype=torch.bool)  # per group evaluated (``members``), whether it was accepted
@@ -210,14 +212,15 @@ class Groups:
         with torch.no_grad():
             for k0 in range(first, g, step):
                 k1 = min(g, k0 + step)
-                ok[k0 - first : k1 - first] = self._accepted(k0, k1, *self._stage(k0, k1))
+                ok[k0 - first : k1 - first] = self._accepted(k0, k1, *self._stage(k0, k1, [None, self.weights]))
         self.ok = torch.cat([self.ok[:first], ok])
 
     def _accepted(self, k0: int, k1: int, unit: torch.Tensor, weighted: torch.Tensor) -> torch.Tensor:
         """Whether each of groups k0..k1 agrees with its analytical entries in both moves (``unit``,
         ``weighted``: groups x rows), each entry within atol + rtol |n| (as ``stats.Entry``
-        compares) and the moves within ``rounding`` of each other there, and every other row exactly
-        zero (NaN agrees with nothing); their entries' unit quotients into ``numerical``."""
+        compares) and the moves within ``rounding`` of each other there (see ``_curved`` for those
+        that are not), and every other row exactly zero (NaN agrees with nothing); their entries'
+        unit quotients into ``numerical``."""
         cols = torch.cat(self.members[k0:k1])
         at, counts, repeats = self._entries_of(cols)
         mine = self.colours[cols] - k0
@@ -225,19 +228,37 @@ class Groups:
         place = group * unit.shape[1] + self.store.rows.index_select(0, at)  # in a group x rows array
         want = self.store.vals.index_select(0, at)
         got, got_weighted = (q.reshape(-1).index_select(0, place) for q in (unit, weighted))
-        del place
         self.numerical.index_copy_(0, at, got)
-        scaled = got_weighted / torch.repeat_interleave(self.weights[cols], repeats)
-        agree = self._within(want, got).logical_and_(self._within(want, scaled))
-        agree &= torch.sub(scaled, got).abs_() <= self.rounding  # no gradient left out beside the entry
-        bad = torch.zeros(k1 - k0, dtype=torch.bool)
-        if not bool(agree.all()):
-            bad.index_fill_(0, group[~agree], True)
+        w = torch.repeat_interleave(self.weights[cols], repeats)
+        scaled = got_weighted / w
+        bad = _groups(~self._within(want, got).logical_and_(self._within(want, scaled)), group, k1 - k0)
         sizes = torch.zeros(k1 - k0, dtype=torch.long).index_add_(0, mine, counts)  # each (group, row): one entry
-        if bool((sizes < unit.shape[1]).any()):  # at most, so rows without one exist: they must be zero
-            for moved, at_entries in ((unit, got), (weighted, got_weighted)):
-                elsewhere = (moved != 0).sum(1) - torch.bincount(group[at_entries != 0], minlength=k1 - k0)
-                bad |= elsewhere != 0
+        rows_left = bool((sizes < unit.shape[1]).any())  # at most, so rows without one exist: they must be zero
+        if rows_left:
+            bad |= _elsewhere(((unit, got), (weighted, got_weighted)), group, k1 - k0)
+        apart = _groups(~(torch.sub(scaled, got).abs_() <= self.rounding), group, k1 - k0) & ~bad
+        if bool(apart.any()):  # a gradient left out beside an entry, or a curvature, moves them apart
+            third = self._stage(k0, k1, [self.weights2])[0]
+            w2 = torch.repeat_interleave(self.weights2[cols], repeats)
+            bad |= apart & ~self._curved(third, place, want, got, scaled, w, w2, group, rows_left, k1 - k0)
+        return ~bad
+
+    def _curved(self, third: torch.Tensor, place: torch.Tensor, want: torch.Tensor, got: torch.Tensor,
+                scaled: torch.Tensor, w: torch.Tensor, w2: torch.Tensor, group: torch.Tensor,
+                rows_left: bool, n: int) -> torch.Tensor:
+        """Per group of a stage whose two moves are apart at an entry by more than rounding, whether only
+        the finite differences' third-order term puts them apart: a third move (``third``, weights
+        ``w2`` at the entries) within the tolerance and exactly zero elsewhere, like the others, and the
+        three quotients at each entry on one line in the square of the step (that term is the third
+        derivative times eps^2 w^2 / 6; a gradient h left out beside the entry adds (w_k / w_j - 1) h
+        and (w2_k / w2_j - 1) h instead, off that line). A sine of 50 x or a log near 0 stays compressed."""
+        got_third = third.reshape(-1).index_select(0, place)
+        scaled2 = got_third / w2
+        a, b = w * w - 1, w2 * w2 - 1  # each step's square, less the unit move's
+        off_line = torch.sub(scaled, got).mul_(b).sub_(torch.sub(scaled2, got).mul_(a)).abs_()
+        bad = _groups(~self._within(want, scaled2).logical_and_(off_line <= CURVED * self.rounding), group, n)
+        if rows_left:
+            bad |= _elsewhere(((third, got_third),), group, n)
         return ~bad
 
     def _entries_of(self, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
@@ -303,38 +324,38 @@ class Groups:
         """|want - got| <= atol + rtol |got|, as ``stats.Entry`` compares; NaN is within nothing."""
         return torch.sub(want, got).abs_() <= got.abs().mul_(self.rtol).add_(self.atol)
 
-    def _stage(self, k0: int, k1: int) -> torch.Tensor:
-        """Groups k0..k1's quotients (2 x groups x rows): batched, or two single calls per group and move."""
-        got, self.batched = try_batched(self.batched, partial(self._batched, k0, k1),
-                                        partial(self._groups_agree, k0))
+    def _stage(self, k0: int, k1: int, moves: list[torch.Tensor | None]) -> torch.Tensor:
+        """Groups k0..k1's quotients (moves x groups x rows) for each of ``moves`` (None: every element by
+        eps; else by eps times its weight there): batched, or two single calls per group and move."""
+        got, self.batched = try_batched(self.batched, partial(self._batched, k0, k1, moves),
+                                        partial(self._groups_agree, k0, moves))
         if got is not None:
             return got
-        return torch.stack([torch.stack([self._single(k, weighted) for k in range(k0, k1)])
-                            for weighted in (False, True)])
+        return torch.stack([torch.stack([self._single(k, weights) for k in range(k0, k1)]) for weights in moves])
 
-    def _groups_agree(self, k0: int, got: torch.Tensor) -> bool:
+    def _groups_agree(self, k0: int, moves: list[torch.Tensor | None], got: torch.Tensor) -> bool:
         """A batched stage's quotients are single calls' quotients: compared on its first group."""
-        single = torch.stack([self._single(k0, weighted) for weighted in (False, True)])
+        single = torch.stack([self._single(k0, weights) for weights in moves])
         return same(got[:, 0], single)
 
-    def _parts(self, k: int, weighted: bool) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """(argument, real indices, weights) of group ``k``'s elements, argument by argument."""
+    def _parts(self, k: int, weights: torch.Tensor | None) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(argument, real indices, weights: ones for None) of group ``k``'s elements, argument by argument."""
         cols = self.members[k]
         starts = self.layout.col_starts
         parts = []
         for i, x in enumerate(self.layout.inputs):
             mine = cols[(cols >= starts[i]) & (cols < starts[i + 1])]
             if len(mine):
-                w = self.weights[mine] if weighted else torch.ones(len(mine), dtype=torch.float64)
+                w = weights[mine] if weights is not None else torch.ones(len(mine), dtype=torch.float64)
                 parts.append((x, mine - starts[i], w))
         return parts
 
-    def _single(self, k: int, weighted: bool) -> torch.Tensor:
+    def _single(self, k: int, weights: torch.Tensor | None) -> torch.Tensor:
         """Group ``k``'s difference quotient from two single calls; NaN where a call raises (the weighted
         move goes up to 2 eps: past a domain edge that a column's own move of eps does not reach), so
         that the group is not accepted and its columns are made one by one, where a forward that
         fails there too fails the check as without compression."""
-        move = GroupMove(self._parts(k, weighted))
+        move = GroupMove(self._parts(k, weights))
         read = lambda outs: outputs_vector(outs, self.layout.outputs).cpu()  # noqa: E731
         try:
             minus = call_moved(self.columns.call, self.columns.values, move.to(-self.columns.eps), read)
@@ -343,29 +364,49 @@ class Groups:
             return torch.full((self.layout.n_rows,), math.nan, dtype=torch.float64)
         return (plus - minus) / (2 * self.columns.eps)
 
-    def _batched(self, k0: int, k1: int) -> torch.Tensor:
-        """Groups k0..k1's quotients (2 x groups x rows) from one vmapped forward: batch row
-        4 (k - k0) + 2 weighted + plus moves group k."""
-        n, eps = 4 * (k1 - k0), self.columns.eps
+    def _batched(self, k0: int, k1: int, moves: list[torch.Tensor | None]) -> torch.Tensor:
+        """Groups k0..k1's quotients (moves x groups x rows) from one vmapped forward: batch row
+        2 M (k - k0) + 2 m + plus moves group k by move m (M moves)."""
+        per = 2 * len(moves)
+        n, eps = per * (k1 - k0), self.columns.eps
         batches: Batches = {}
         cols = torch.cat(self.members[k0:k1])
-        base = 4 * (self.colours[cols] - k0)
+        base = per * (self.colours[cols] - k0)
         starts = self.layout.col_starts
         for i, x in enumerate(self.layout.inputs):
             mine = (cols >= starts[i]) & (cols < starts[i + 1])
             if bool(mine.any()):
-                index, row, w = cols[mine] - starts[i], base[mine], self.weights[cols[mine]]
+                index, row = cols[mine] - starts[i], base[mine]
                 batch = copies(batches, x, n)
                 x0 = batch[0, index].to(torch.float64)  # every batch row is a copy of the argument
-                moves: list[torch.Tensor] = [x0 - eps, x0 + eps, x0 - eps * w, x0 + eps * w]
-                for shift, moved in enumerate(moves):
-                    batch[row + shift, index] = moved.to(batch.dtype)
+                for m, weights in enumerate(moves):
+                    step = eps if weights is None else eps * weights[cols[mine]]
+                    batch[row + 2 * m, index] = (x0 - step).to(batch.dtype)
+                    batch[row + 2 * m + 1, index] = (x0 + step).to(batch.dtype)
         assert self.columns.batched is not None  # self.batched is False without it
         flat = vmapped(self.columns.batched, self.columns.values, batches, self.layout.outputs).to("cpu", torch.float64)
-        quotients = torch.empty(2, k1 - k0, flat.shape[1], dtype=torch.float64)
-        for weighted in (0, 1):
-            torch.sub(flat[1 + 2 * weighted :: 4], flat[2 * weighted :: 4], out=quotients[weighted]).div_(2 * eps)
+        quotients = torch.empty(len(moves), k1 - k0, flat.shape[1], dtype=torch.float64)
+        for m in range(len(moves)):
+            torch.sub(flat[2 * m + 1 :: per], flat[2 * m :: per], out=quotients[m]).div_(2 * eps)
         return quotients
+
+
+def _groups(failed: torch.Tensor, group: torch.Tensor, n: int) -> torch.Tensor:
+    """Per group of a stage (``n`` of them), whether an entry of it (entries' groups: ``group``) ``failed``."""
+    bad = torch.zeros(n, dtype=torch.bool)
+    if bool(failed.any()):
+        bad.index_fill_(0, group[failed], True)
+    return bad
+
+
+def _elsewhere(moves: tuple[tuple[torch.Tensor, torch.Tensor], ...], group: torch.Tensor, n: int) -> torch.Tensor:
+    """Per group of a stage, whether a move (groups x rows, and its values at the entries) is not exactly zero
+    in a row where the group has no analytical entry."""
+    bad = torch.zeros(n, dtype=torch.bool)
+    for moved, at_entries in moves:
+        elsewhere = (moved != 0).sum(1) - torch.bincount(group[at_entries != 0], minlength=n)
+        bad |= elsewhere != 0
+    return bad
 
 
 def _runs(cols: list[int]) -> list[tuple[int, int]]:

@@ -625,3 +625,47 @@ def test_a_small_gradient_left_out_beside_an_entry_fails_as_without_compression(
     assert plain.status.value == "fail"
     assert _rows(got) == _rows(plain)
     assert used["n"] > before  # the compressed path judged it
+
+
+sine50 = one_input_function(lambda x: torch.sin(50 * x), lambda x, g: g * 50 * torch.cos(50 * x), "Sine50")
+log_near_0 = one_input_function(torch.log, lambda x, g: g / x, "LogNear0")
+
+
+@pytest.mark.parametrize("fn", [sine50, log_near_0], ids=lambda f: f.__name__)
+def test_a_large_third_derivative_stays_compressed_with_the_same_report(fn, used):
+    """The unit and weighted moves differ by the finite differences' third-order term (sin 50x: third
+    derivative 125,000; log at 0.001: 2e9), far past their rounding: a third move shows the three quotients
+    on one line in the step's square, and the groups are accepted."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 40, dtype=F64, generator=g) if fn is sine50 else 0.001 + torch.rand(40, 40, dtype=F64,
+                                                                                            generator=g)
+    evaluated = []
+    accepted = compressed.Groups._accepted
+    # the groups' verdicts: all accepted at once, none halved
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compressed.Groups, "_accepted", lambda self, *a: evaluated.append(accepted(self, *a)) or evaluated[-1])
+        got = check(fn, (x.requires_grad_(),))
+    assert used["n"] == 1 and len(evaluated) == 1 and bool(evaluated[0].all())
+    assert _rows(got) == _rows(check(fn, (x,), compress=False))
+
+
+class CurvedAndForgetful(torch.autograd.Function):
+    """sin(50 x) + 3e-4 x.roll(-1), backward forgetting the coupling: curved and wrong."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(50 * x) + 3e-4 * x.roll(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * 50 * torch.cos(50 * x)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_gradient_left_out_of_a_curved_function_is_not_taken_for_curvature(seed, used):
+    x = torch.randn(1000, dtype=F64, generator=torch.Generator().manual_seed(seed)).requires_grad_()
+    got, plain = check(CurvedAndForgetful, (x,), seed=seed), check(CurvedAndForgetful, (x,), seed=seed, compress=False)
+    assert plain.status.value == "fail" and used["n"] == 1
+    assert _rows(got) == _rows(plain)
