@@ -53,7 +53,7 @@ PATTERNS = 20_000  # at most this many column patterns are coloured (about 20 mi
 LEAF = 32  # a group not accepted of at most this many columns has them made one by one; a larger one is halved
 NOISE = 64  # ulps of the largest output, over eps: how far (2) / w may differ from (1) in a row with an entry
 # (the benchmark's Functions: within 1.5; a sine of 50 x, whose third derivative separates the two steps: 320)
-CURVED = 8  # how far off one line the three moves' quotients may be, in ``rounding``s (see ``Groups._curved``)
+CURVED = 4  # how far off one line the three moves' quotients may be, in ``rounding``s (see ``Groups._curved``)
 
 
 def colour(store: SparseRows, n_rows: int) -> tuple[torch.Tensor, int] | None:
