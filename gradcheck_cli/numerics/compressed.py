@@ -281,16 +281,24 @@ class Groups:
         c0 = lo
         for k in [*bad, None]:
             end = hi if k is None else max(lo, k * chunk)
-            for p, q in self._pieces(c0, end, chunk):  # accepted, as their entries alone
-                c, r, v = self.store.entries(p, q)
-                first = self.store.starts[p]
+            for p, q in self._pieces(c0, end, chunk):  # accepted, as their entries alone: all agree
+                first, last = self.store.starts[p], self.store.starts[q]
                 spans = [self.store.starts[j] - first for j in range((p // chunk + 1) * chunk, q, chunk)]
-                n = self.numerical[first : self.store.starts[q]]
-                entry.update_entries(c, r, v, n, (q - p, self.layout.n_rows), p - lo, probe, spans=spans, extras=False)
+                n = self.numerical[first:last]
+                if not entry.update_agreed(self.store.vals[first:last], n, (q - p, self.layout.n_rows), p - lo,
+                                           partial(self._place, p), spans=spans):
+                    c, r, v = self.store.entries(p, q)
+                    entry.update_entries(c, r, v, n, (q - p, self.layout.n_rows), p - lo, probe, spans=spans,
+                                         extras=False)
                 entry.defer(partial(self._extras, p, q, n, p - lo, probe))
             if k is not None:
                 c0 = min(hi, (k + 1) * chunk)
                 self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
+
+    def _place(self, p: int, k: int) -> tuple[int, int]:
+        """Entry k of the columns from p on: its column (less p) and its row."""
+        at = self.store.starts[p] + k
+        return bisect.bisect_right(self.store.starts, at) - 1 - p, int(self.store.rows[at])
 
     def _extras(self, p: int, q: int, n: torch.Tensor, col0: int, probe: torch.Tensor, entry: Entry) -> None:
         """The per-column errors and the probe's projections of columns p..q, folded without them (the

@@ -188,6 +188,21 @@ class Entry:
 
         self._fold(av, nv, (c, r), shape, col0, column(av), n_column or column(nv), spans, extras)
 
+    def update_agreed(self, av: torch.Tensor, nv: torch.Tensor, shape: tuple[int, int], col0: int,
+                      locate: Callable[[int], tuple[int, int]], spans: Sequence[int] = ()) -> bool:
+        """``update_entries`` with ``extras=False``, of entries the caller knows agree: each within
+        atol + rtol |n| by this very comparison (a compressed group's, accepted by it), so none is bad
+        and no column is kept. ``locate(k)``: entry k's column (within the block) and row, asked of the
+        worst entry only (no index tensors are made). False, folding nothing, where an entry is not
+        finite (an infinite numerical value is within an infinite tolerance): the caller folds them
+        with ``update_entries``."""
+        differences = _differences(av, nv)
+        if differences[3] is not None:
+            return False
+        self._fold(av, nv, None, shape, col0, _no_column, _no_column, spans, extras=False, locate=locate,
+                   differences=differences)
+        return True
+
     def add_extras(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor, n_cols: int,
                    col0: int, probe: torch.Tensor) -> None:
         """The per-column errors and the probe's projections of entries given to ``update_entries`` with
@@ -207,18 +222,24 @@ class Entry:
 
     def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
               shape: tuple[int, ...], col0: int, a_column: Callable[[int], torch.Tensor],
-              n_column: Callable[[int], torch.Tensor], spans: Sequence[int] = (), extras: bool = True) -> None:
+              n_column: Callable[[int], torch.Tensor], spans: Sequence[int] = (), extras: bool = True,
+              locate: Callable[[int], tuple[int, int]] | None = None,
+              differences: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, float] | None = None,
+              ) -> None:
         """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
         those at (column, row) indices ``at``; the block is ``shape`` (columns x rows);
         ``a_column``, ``n_column``: an analytical, a numerical column of the block, whole; ``extras``
-        False: no per-column errors (see ``update_entries``)."""
+        False: no per-column errors (see ``update_entries``); ``locate``: the entries agree, and this
+        gives entry k's (column, row) (see ``update_agreed``); ``differences``: ``_differences(av, nv)``, made."""
         n_cols, n_rows = shape
 
         def where(k: int) -> tuple[int, int]:
+            if locate is not None:
+                return locate(k)
             return divmod(k, n_rows) if at is None else (int(at[0][k]), int(at[1][k]))
 
         # a non-finite entry is a mismatch; the statistics below are over the finite ones
-        av, nv, diff, broken, top = _differences(av, nv)
+        av, nv, diff, broken, top = differences or _differences(av, nv)
         if broken is not None:
             self.nonfinite += int(broken.sum())
         self.max_abs = max(self.max_abs, top)
@@ -226,15 +247,16 @@ class Entry:
             self._column_errors(diff, broken, at, n_cols, n_rows, col0)
         n_abs = nv.abs()
         tol = n_abs.mul(self.rtol).add_(self.atol)
-        wrong = diff > tol  # not |a - n| <= atol + rtol |n| (as torch.allclose): every value is finite here
-        if broken is not None:
-            wrong.logical_or_(broken)
-        bad = (wrong.view(n_cols, n_rows).any(1) if at is None else
-               torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True))
-        self.bad[col0 : col0 + n_cols] |= bad
-        for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
-            if not self.bad_columns.add(col0 + c, a_column(c), n_column(c), self.keep_bytes):  # to re-examine
-                break
+        if locate is None:  # else every entry is within tol (see ``update_agreed``): none is bad
+            wrong = diff > tol  # not |a - n| <= atol + rtol |n| (as torch.allclose): every value is finite here
+            if broken is not None:
+                wrong.logical_or_(broken)
+            bad = (wrong.view(n_cols, n_rows).any(1) if at is None else
+                   torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True))
+            self.bad[col0 : col0 + n_cols] |= bad
+            for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
+                if not self.bad_columns.add(col0 + c, a_column(c), n_column(c), self.keep_bytes):  # to re-examine
+                    break
         excess = torch.div(diff, tol, out=tol)
         if diff.numel():
             k = int(torch.argmax(excess))
@@ -267,6 +289,10 @@ class Entry:
             per = torch.zeros(n_cols, dtype=torch.float64).scatter_reduce_(0, at[0], diff, "amax")
         cols = slice(col0, col0 + n_cols)
         torch.maximum(self._err[cols], per, out=self._err[cols])
+
+
+def _no_column(k: int) -> torch.Tensor:
+    raise AssertionError("no column of agreed entries is kept")  # pragma: no cover - update_agreed keeps none
 
 
 def _differences(av: torch.Tensor, nv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,

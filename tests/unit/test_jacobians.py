@@ -3,6 +3,7 @@ calls give, and single calls whenever batching cannot be done (forward's body do
 does not give those numbers."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
 import pytest
@@ -725,3 +726,27 @@ def test_vmapped_rows_are_torch_func_vmaps(own_step: bool, monkeypatch: pytest.M
     rows = [torch.cat([o.reshape(-1) if not o.is_complex() else torch.view_as_real(o).reshape(-1) for o in (
         out[0], out[2].double(), out[3])]) for out in (forward([x + r, y + r, x + r, w]) for r in range(5))]
     assert torch.allclose(got, torch.stack(rows))
+
+
+def test_agreed_entries_fold_as_update_entries_does_and_infinite_ones_are_refused():
+    """``Entry.update_agreed`` (a compressed group's accepted entries: no bad ones, no index tensors)
+    gives the statistics ``update_entries`` gives; an entry that is not finite is left to it."""
+    from gradcheck_cli.numerics import Entry
+
+    g = torch.Generator().manual_seed(0)
+    c = torch.tensor([0, 0, 1, 3, 3, 3])
+    r = torch.tensor([1, 4, 2, 0, 1, 5])
+    av = torch.randn(6, dtype=torch.float64, generator=g)
+    nv = av * (1 + 1e-5 * torch.randn(6, dtype=torch.float64, generator=g))
+    plain, agreed = Entry(8, atol=1e-5, rtol=1e-3), Entry(8, atol=1e-5, rtol=1e-3)
+    plain.update_entries(c, r, av, nv, (4, 6), 2, torch.zeros(6, dtype=torch.float64), spans=[3], extras=False)
+    assert agreed.update_agreed(av, nv, (4, 6), 2, lambda k: (int(c[k]), int(r[k])), spans=[3])
+    fields = ("max_abs", "max_rel", "worst_excess", "worst_row", "worst_col", "analytical", "numerical", "nonfinite",
+              "sum_an", "sum_nn", "sum_aa")
+    assert [getattr(agreed, f) for f in fields] == [getattr(plain, f) for f in fields]
+    assert torch.equal(agreed.bad, plain.bad) and not bool(agreed.bad.any())
+    infinite = nv.clone()
+    infinite[2] = math.inf
+    refused = Entry(8, atol=1e-5, rtol=1e-3)
+    assert not refused.update_agreed(av, infinite, (4, 6), 2, lambda k: (int(c[k]), int(r[k])))
+    assert refused.sum_nn == 0 and refused.worst_excess == -1.0  # nothing folded
