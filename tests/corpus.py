@@ -27,10 +27,11 @@ DT = torch.float64
 
 
 def report_rows(result: Any) -> Any:
-    """A result (or a JSON report) as JSON, without its times: what two checks of the same case must share."""
+    """A result (or JSON: a report, a list of results) as JSON, without its times: what two checks of the same
+    case must share."""
     from gradcheck_cli.results import to_dict
 
-    out = result if isinstance(result, dict) else to_dict(result)
+    out = result if isinstance(result, (dict, list)) else to_dict(result)
 
     def strip(d: Any) -> Any:
         if isinstance(d, dict):

@@ -8,6 +8,11 @@ import pytest
 from gradcheck_cli import plan
 from gradcheck_cli.spec import Case
 
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from corpus import report_rows
+except ImportError:  # pragma: no cover
+    from tests.corpus import report_rows
+
 USER = """
 import ctypes, os, sys, time
 import torch
@@ -101,17 +106,6 @@ def test_user_prints_go_to_stderr_and_stdout_stays_valid_json(batch, invoke):
         json.loads(result.stdout)
 
 
-def _without_durations(items: list[dict]) -> list[dict]:
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k != "duration_s"}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    return strip(items)
-
-
 @pytest.mark.slow
 def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(monkeypatch, invoke):
     from pathlib import Path
@@ -121,7 +115,7 @@ def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(m
     two = invoke("specs/", "broken-specs/", "--format", "json", "-j", "2")
     inproc = invoke("specs/", "broken-specs/", "--format", "json", "--no-isolate")
     assert one.exit_code == two.exit_code == inproc.exit_code == 1
-    assert _without_durations(results(one)) == _without_durations(results(two)) == _without_durations(results(inproc))
+    assert report_rows(results(one)) == report_rows(results(two)) == report_rows(results(inproc))
 
 
 def test_fail_fast_starts_nothing_after_the_first_failure(user_module, write_spec, invoke):
