@@ -236,26 +236,28 @@ class Groups:
         rows_left = bool((sizes < unit.shape[1]).any())  # at most, so rows without one exist: they must be zero
         if rows_left:
             bad |= _elsewhere(((unit, got), (weighted, got_weighted)), group, k1 - k0)
-        apart = _groups(~(torch.sub(scaled, got).abs_() <= self.rounding), group, k1 - k0) & ~bad
+        gap = torch.sub(scaled, got)  # (2) / w - (1) at each entry
+        apart = _groups(~(gap.abs() <= self.rounding), group, k1 - k0) & ~bad
         if bool(apart.any()):  # a gradient left out beside an entry, or a curvature, moves them apart
             third = self._stage(k0, k1, [self.weights2])[0]
             w2 = torch.repeat_interleave(self.weights2[cols], repeats)
-            bad |= apart & ~self._curved(third, place, want, got, scaled, w, w2, group, rows_left, k1 - k0)
+            bad |= apart & ~self._curved(third, place, want, got, gap, w, w2, group, rows_left, k1 - k0)
         return ~bad
 
     def _curved(self, third: torch.Tensor, place: torch.Tensor, want: torch.Tensor, got: torch.Tensor,
-                scaled: torch.Tensor, w: torch.Tensor, w2: torch.Tensor, group: torch.Tensor,
+                gap: torch.Tensor, w: torch.Tensor, w2: torch.Tensor, group: torch.Tensor,
                 rows_left: bool, n: int) -> torch.Tensor:
         """Per group of a stage whose two moves are apart at an entry by more than rounding, whether only
-        the finite differences' third-order term puts them apart: a third move (``third``, weights
-        ``w2`` at the entries) within the tolerance and exactly zero elsewhere, like the others, and the
-        three quotients at each entry on one line in the square of the step (that term is the third
-        derivative times eps^2 w^2 / 6; a gradient h left out beside the entry adds (w_k / w_j - 1) h
-        and (w2_k / w2_j - 1) h instead, off that line). A sine of 50 x or a log near 0 stays compressed."""
+        the finite differences' third-order term puts them apart (``gap``: (2) / w - (1) at each entry): a
+        third move (``third``, weights ``w2`` at the entries) within the tolerance and exactly zero
+        elsewhere, like the others, and the three quotients at each entry on one line in the square of
+        the step (that term is the third derivative times eps^2 w^2 / 6; a gradient h left out beside the
+        entry adds (w_k / w_j - 1) h and (w2_k / w2_j - 1) h instead, off that line). A sine of 50 x or
+        a log near 0 stays compressed."""
         got_third = third.reshape(-1).index_select(0, place)
         scaled2 = got_third / w2
         a, b = w * w - 1, w2 * w2 - 1  # each step's square, less the unit move's
-        off_line = torch.sub(scaled, got).mul_(b).sub_(torch.sub(scaled2, got).mul_(a)).abs_()
+        off_line = torch.mul(gap, b).sub_(torch.sub(scaled2, got).mul_(a)).abs_()
         bad = _groups(~self._within(want, scaled2).logical_and_(off_line <= CURVED * self.rounding), group, n)
         if rows_left:
             bad |= _elsewhere(((third, got_third),), group, n)
