@@ -72,9 +72,11 @@ def _anomaly() -> tuple[bool, bool]:
 
 def _default_device() -> Optional[torch.device]:
     """The device torch.set_default_device set, None where none is set: not the same as "cpu" set, which is a
-    device context every torch call goes through (torch.set_default_device(None) takes it away)."""
-    context = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
-    return None if getattr(context, "device_context", None) is None else torch.get_default_device()
+    device context every torch call goes through (torch.set_default_device(None) takes it away). Read from
+    that context itself, not through torch.get_default_device, which looks at the function mode stack
+    first: a vmap around the call can leave the context set with its mode gone, and then says "cpu"."""
+    context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
+    return None if context is None else getattr(context, "device", None)
 
 
 def _device_name(device: Optional[torch.device]) -> str:
@@ -483,7 +485,7 @@ def preserved(notes: list[str], ends_with_block: bool = False, last: bool = Fals
             words = switch.name + ("" if after is _UNREADABLE else switch.show(before, after))
             if not _unchanged(switch, before, _read(switch)):
                 stuck.append(words)
-            elif not switch.quiet:
+            elif not switch.quiet and words not in changed:  # (a single call's put-back may have told it already)
                 changed.append(words)
         if changed:
             _note(notes, f"the code under test changed global state and left it changed: {'; '.join(changed)}. "

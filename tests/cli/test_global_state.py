@@ -377,3 +377,15 @@ def test_a_patch_made_by_a_cases_set_up_holds_for_every_check_and_is_told_once(u
     told = [w for w in results["patching"]["warnings"] if "torch.sinc" in w]
     assert len(told) == 1 and "put it back" in told[0], results["patching"]["warnings"]
     assert torch.sinc(torch.zeros(1)).item() == 1.0
+
+
+def test_a_default_device_whose_mode_a_transform_dropped_is_told_as_it_was_set():
+    """torch.set_default_device inside a vmapped backward leaves the device context set with its function mode
+    gone; torch.get_default_device then says "cpu". The warning names the device that was set."""
+    notes: list[str] = []
+    with state.preserved(notes):
+        torch.set_default_device("meta")
+        torch._C._pop_torch_function_stack()  # as the transform's exit leaves it
+        assert _device_context() is not None and torch.get_default_device().type == "cpu"
+    assert _device_context() is None
+    assert len(notes) == 1 and "torch.set_default_device (none set -> meta)" in notes[0], notes
