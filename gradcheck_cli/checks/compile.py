@@ -70,7 +70,7 @@ def run(ctx: CheckContext) -> CheckResult:
     rule = ReferenceRule("allclose", 2.0, ctx.options.compile_atol, ctx.options.compile_rtol)
     breaks: dict[str, int] = {}
     n, kw = bound.n_positional, bound.kw_names
-    plain = lambda *values: target.call(values, n, kw)  # noqa: E731
+    plain = lambda *values: target.call(_copied(values) if bound.clone_inputs else values, n, kw)  # noqa: E731
     try:
         with _compiling(breaks):
             compiled = side(_Calls(target.path, torch.compile(plain, backend=backend)), bound, bound.values,
@@ -101,6 +101,24 @@ def run(ctx: CheckContext) -> CheckResult:
     notes = [vjp_note] if vjp_note else []
     return conclude(result, start, [], _wrong, lambda right: _passed(right, backend, paths), name_right=False,
                     nothing="nothing to compare: no argument requires grad and no output", notes=notes)
+
+
+def _copied(values: Sequence[Any]) -> list[Any]:
+    """An in-place target's arguments (lists and dicts of tensors included) as copies made inside the
+    compiled code, aliasing kept: as it is called in a model, on a tensor the compiled graph made, not on
+    one of the graph's own inputs (dynamo treats a mutated graph input as a change to the caller's tensor)."""
+    made: dict[int, Any] = {}
+
+    def copy(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return made.setdefault(id(v), v.clone())
+        if isinstance(v, (list, tuple)):
+            return type(v)(copy(x) for x in v)
+        if isinstance(v, dict):
+            return {k: copy(x) for k, x in v.items()}
+        return v
+
+    return [copy(v) for v in values]
 
 
 def _vjp_path(target: Target, bound: Bound, checked: list[int], positions: list[int],
