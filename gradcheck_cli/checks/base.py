@@ -22,6 +22,7 @@ from .rows import short
 
 MEMORY_BYTES = 512 * 2**20  # Jacobian entries held at once, unless --max-memory says otherwise
 IN_PLACE_ON_LEAF = "a leaf Variable that requires grad"  # autograd's error for an in-place change of a leaf
+HALF = (torch.float16, torch.bfloat16)  # finite differences in these measure rounding, not derivatives
 WORK_LIMIT = 10**11  # calls x tensor elements per call: an element-by-element check beyond this takes hours
 
 
@@ -220,3 +221,17 @@ def work_limit(ctx: CheckContext, check: str, checked: Sequence[int], outputs: t
             f"{remedy}"))
 
     return budget
+
+
+def half_precision(bound: Bound, checked: list[int], order: str) -> Optional[str]:
+    """Why finite differences cannot judge ``order`` (e.g. "the second derivative") of a Function whose
+    checked arguments include float16 or bfloat16 tensors, or None: its steps and values round at about
+    1e-3 relative, so the differences measure rounding (the reference check judges such kernels)."""
+    half = [i for i in checked if isinstance(bound.values[i], torch.Tensor) and bound.values[i].dtype in HALF]
+    if not half:
+        return None
+    names = ", ".join(repr(bound.names[i]) for i in half)
+    dtypes = " / ".join(sorted({str(bound.values[i].dtype)[6:] for i in half}))
+    return (f"{names} {'is' if len(half) == 1 else 'are'} {dtypes}: finite differences in half precision measure "
+            f"its rounding (about 1e-3 relative), not {order}, so they cannot judge it; the reference check "
+            "judges a half-precision kernel against a plain PyTorch implementation (`reference: pkg.mod:fn`)")

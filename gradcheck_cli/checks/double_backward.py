@@ -16,7 +16,16 @@ from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, engine, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator
-from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like, refuse_if_too_big, work_limit
+from .base import (
+    CheckContext,
+    call_forward,
+    fresh_leaves,
+    graph_forward,
+    half_precision,
+    probe_like,
+    refuse_if_too_big,
+    work_limit,
+)
 from .rows import fill_jacobian
 from .verdict import begin, conclude, label, labels, reword, skip, unsupported
 
@@ -38,6 +47,9 @@ def run(ctx: CheckContext) -> CheckResult:
     start, reports, checked, result = begin(bound, "double_backward", "elementwise")
     if not checked:
         return skip(result, "no argument requires grad: there is no backward to differentiate", start)
+    half = half_precision(bound, checked, "the second derivative")
+    if half:
+        return skip(result, half, start, row_reason="half precision")
     leaves, outputs, live = graph_forward(target, bound)
     refuse_if_too_big(ctx, outputs)
     if not live:

@@ -20,7 +20,15 @@ from ..numerics import Entry, as_tuple, central_difference, make_layout, real_fl
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator, signed_uniform
 from ..target import Target
-from .base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big, work_limit
+from .base import (
+    CheckContext,
+    call_forward,
+    differentiable,
+    fresh_leaves,
+    half_precision,
+    refuse_if_too_big,
+    work_limit,
+)
 from .rows import fill_jacobian
 from .verdict import begin, conclude, labels, reword, skip, unsupported
 
@@ -44,6 +52,9 @@ def run(ctx: CheckContext) -> CheckResult:
                            start, ctx.named)
     if not checked:
         return skip(result, "no argument requires grad: there is no tangent to push forward", start)
+    half = half_precision(bound, checked, "the derivative")
+    if half:
+        return skip(result, half, start, row_reason="half precision")
     outputs = as_tuple(call_forward(target, bound, fresh_leaves(bound.values)))
     refuse_if_too_big(ctx, outputs)
     positions = differentiable(outputs)
