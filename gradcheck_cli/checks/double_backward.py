@@ -14,7 +14,7 @@ import torch
 
 from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, engine, vjp
-from ..results import CheckResult, ErrorKind, InputReport, Status
+from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator
 from .base import (
     CheckContext,
@@ -92,6 +92,14 @@ def run(ctx: CheckContext) -> CheckResult:
         _name_worst_output(row, entry, layout, names)
         reword(entry, row, zeros.format(label(row)), "differentiating backward")
     notes, omit = _detached(rows, entries, layout, grads, names)
+    hazard = _not_differentiable(rows, omit)
+    if hazard and not ctx.named:  # under `all`: a warning; named, the rows fail as they are
+        result.warnings.append(hazard)
+        for r in rows:
+            if r.status is Status.FAIL:
+                r.status, r.reason = Status.SKIP, "backward is not differentiable with respect to it"
+        return skip(result, f"{hazard} (a warning under `checks: all`; naming double_backward makes it a fail)",
+                    start)
 
     def wrong(r: InputReport) -> Optional[str]:
         if r.name in omit:
@@ -117,6 +125,19 @@ def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads:
     return [f"backward is not differentiable: the gradient it returns for "
             f"{', '.join(repr(names[k]) for k in detached)} does not require grad, so all its derivatives come "
             "out zero (numerically they are not)"], omit
+
+
+def _not_differentiable(rows: list[InputReport], omit: set[str]) -> Optional[str]:
+    """The hazard, when every failing row's analytical side is all zeros (backward's result does not
+    depend on that argument through autograd: a value it uses was computed outside autograd, as a
+    correct first-order backward may do) and no row is wrong otherwise; else None."""
+    failing = [r for r in rows if r.status is Status.FAIL]
+    if not failing or not all(r.pattern is Pattern.ZERO_ANALYTICAL or r.name in omit for r in failing):
+        return None
+    return (f"backward is not differentiable with respect to {labels(failing)} and not marked @once_differentiable: "
+            "second derivatives through it (double backward, Hessian-vector products, gradient penalties) come out "
+            "silently zero or partial; mark it @once_differentiable, or compute what backward uses inside backward "
+            "with differentiable torch ops")
 
 
 def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Callable[..., tuple[Any, ...]]:
