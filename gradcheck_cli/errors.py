@@ -57,8 +57,10 @@ def user_frame(exc: BaseException) -> Optional[str]:
 
 
 def device_kind(exc: BaseException) -> Optional[ErrorKind]:
-    """OUT_OF_MEMORY or CUDA for errors of the GPU (the latter leave its context unusable)."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
+    """OUT_OF_MEMORY for an allocation that failed (GPU, or CPU: torch's allocator, or Python's), CUDA for
+    other errors of the GPU (they leave its context unusable)."""
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or (
+            isinstance(exc, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(exc)):
         return ErrorKind.OUT_OF_MEMORY
     if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("CUDA error", "CUBLAS_STATUS", "CUDNN_STATUS")):
         return ErrorKind.CUDA

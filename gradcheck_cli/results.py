@@ -33,6 +33,7 @@ class ErrorKind(str, enum.Enum):
     FORWARD = "forward"  # the user's forward raised
     BACKWARD = "backward"  # the user's backward raised
     JVP = "jvp"  # the user's jvp raised
+    REFERENCE = "reference"  # the reference implementation raised, or returned what cannot be compared
     DEVICE = "device"  # a required device is not available (--require-device)
     CUDA = "cuda"  # a CUDA error (the worker's context is replaced)
     OUT_OF_MEMORY = "out_of_memory"

@@ -92,6 +92,14 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
     if not isinstance(out, torch.Tensor) and not any(isinstance(o, torch.Tensor) for o in as_tuple(out)):
         raise UserCodeError(ErrorKind.FORWARD, f"{what} returned {_returned(out)}, not a tensor or a tuple of tensors: "
                                                "there is no output to differentiate (a missing `return`?)")
+    eight = [(p, o) for p, o in enumerate(as_tuple(out)) if isinstance(o, torch.Tensor) and o.is_floating_point()
+             and o.dtype.itemsize == 1]
+    if eight:
+        p, o = eight[0]
+        raise UserCodeError(ErrorKind.FORWARD, f"{what} returned a {str(o.dtype)[6:]} tensor (output {p}): 8-bit "
+                                               "floats step by an eighth or more of their value, so no gradient can be "
+                                               "judged through them; return the value before the cast to 8 bits (cast "
+                                               "outside the Function), or compare a wider kernel with `reference:`")
     return out
 
 

@@ -26,7 +26,7 @@ import torch
 
 from ..binding import Bound
 from ..errors import BindError, UserCodeError, guarded
-from ..numerics import is_float_tensor
+from ..numerics import is_float_tensor, unravel
 from ..oracle import Oracle
 from ..results import CheckResult, ErrorKind, InputReport
 from ..rng import Stream, generator
@@ -34,6 +34,8 @@ from ..spec import ReferenceRule
 from .base import CheckContext, differentiable, fresh_leaves, probe_like
 from .sides import Side, compare, eps, gradients, output_row, side
 from .verdict import begin, conclude, skip
+
+REF = ErrorKind.REFERENCE  # the reference's errors: it cannot judge the target
 
 
 def run(ctx: CheckContext) -> CheckResult:
@@ -54,6 +56,7 @@ def run(ctx: CheckContext) -> CheckResult:
     rule = _rule(ctx.tolerance.reference, bound, checked, target.outputs, oracle.dtype)
     high = _reference(oracle, bound, checked, probes, target.outputs, oracle.dtype)
     low = _reference(oracle, bound, checked, probes, target.outputs, None) if rule.rule == "relative" else None
+    _finite(high, target, oracle, [bound.names[i] for i in checked])
     result.mode = rule.rule
     for k, i in enumerate(checked):
         compare(rows[i], target.grads[k], high.grads[k], low.grads[k] if low else None, rule, "gradient")
@@ -77,18 +80,18 @@ def _reference(oracle: Oracle, bound: Bound, checked: list[int], probes: dict[in
     fn = oracle.forward if dtype else oracle.low
     written = str(dtype or "the target's dtype").replace("torch.", "")
     if fn is not None:
-        ref = side(fn, bound, values, checked, f"reference {oracle.forward_path} (in {written})")
+        ref = side(fn, bound, values, checked, f"reference {oracle.forward_path} (in {written})", REF)
         _same_structure(ref.outputs, like, oracle.forward_path or "")
     else:
         ref = Side((), [values[i] for i in checked])
     if oracle.backward is None:
         cut = [p for p in probes if is_float_tensor(ref.outputs[p]) and not ref.outputs[p].requires_grad]
         if cut and ref.leaves:
-            raise UserCodeError(ErrorKind.FORWARD, (
+            raise UserCodeError(REF, (
                 f"output {cut[0]} of the reference {oracle.forward_path} does not require grad, so it gives no "
                 "gradient to compare with (a .detach(), torch.no_grad() or a non-differentiable op inside?); "
                 "make it differentiable, or give the intended gradients with `reference_backward:`"))
-        ref.grads = gradients(ref, probes, f"backward of the reference {oracle.forward_path} (in {written})")
+        ref.grads = gradients(ref, probes, f"backward of the reference {oracle.forward_path} (in {written})", REF)
         return ref
     zeros = _upcast([torch.zeros_like(o.detach()) if is_float_tensor(o) else None for o in like], dtype) if dtype \
         else [torch.zeros_like(o.detach()) if is_float_tensor(o) else None for o in like]
@@ -106,7 +109,7 @@ def _intended(oracle: Oracle, bound: Bound, values: list[Any], checked: list[int
     list or dict of gradients."""
     assert oracle.backward is not None
     plain = tuple(bound.assemble([v.detach() if isinstance(v, torch.Tensor) else v for v in values]))
-    out = guarded(ErrorKind.BACKWARD, what, oracle.backward, plain, grad_outputs)
+    out = guarded(REF, what, oracle.backward, plain, grad_outputs)
     grads = [out] if isinstance(out, torch.Tensor) else list(out) if isinstance(out, (tuple, list)) else None
     if grads is not None and len(grads) == len(plain):
         try:
@@ -131,8 +134,11 @@ def _intended(oracle: Oracle, bound: Bound, values: list[Any], checked: list[int
             result.append(torch.zeros_like(v))
         elif not isinstance(g, torch.Tensor) or g.shape != v.shape:
             shape = list(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-            raise UserCodeError(ErrorKind.BACKWARD, f"{what} returned {shape} for '{bound.names[i]}', which has "
-                                                    f"shape {list(v.shape)}")
+            raise UserCodeError(REF, f"{what} returned {shape} for '{bound.names[i]}', which has shape {list(v.shape)}")
+        elif not g.is_floating_point() and not g.is_complex() or g.is_complex() != v.is_complex():
+            raise UserCodeError(REF, f"{what} returned a {str(g.dtype)[6:]} gradient for '{bound.names[i]}', which is "
+                                     f"{str(v.dtype)[6:]}: return a gradient of the argument's kind (floating or "
+                                     "complex)")
         else:
             result.append(g.detach())
     return result
@@ -159,15 +165,37 @@ def _upcast(values: Sequence[Any], dtype: torch.dtype) -> list[Any]:
 
 
 def _same_structure(got: tuple[Any, ...], want: tuple[Any, ...], path: str) -> None:
-    """The reference returns as many outputs as the target, each tensor of the same shape."""
+    """The reference returns as many outputs as the target, each tensor of the same shape, and of the same
+    kind (floating, complex) where the target's is floating or complex."""
     if len(got) != len(want):
-        raise UserCodeError(ErrorKind.FORWARD, f"the reference {path} returned {len(got)} output"
-                                               f"{'s' * (len(got) != 1)}, the target {len(want)}: they must match")
+        raise UserCodeError(REF, f"the reference {path} returned {len(got)} output{'s' * (len(got) != 1)}, the "
+                                 f"target {len(want)}: they must match")
     for p, (g, w) in enumerate(zip(got, want)):
         if isinstance(w, torch.Tensor) and (not isinstance(g, torch.Tensor) or g.shape != w.shape):
             shape = list(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-            raise UserCodeError(ErrorKind.FORWARD, f"output {p} of the reference {path} is {shape}, the target's "
-                                                   f"is {list(w.shape)}: they must match")
+            raise UserCodeError(REF, f"output {p} of the reference {path} is {shape}, the target's is "
+                                     f"{list(w.shape)}: they must match")
+        if is_float_tensor(w) and (not is_float_tensor(g) or g.is_complex() != w.is_complex()):
+            raise UserCodeError(REF, f"output {p} of the reference {path} is {str(g.dtype)[6:]}, the target's is "
+                                     f"{str(w.dtype)[6:]}: a reference returns values of the same kind (floating or "
+                                     "complex) to compare with")
+
+
+def _finite(ref: Side, target: Side, oracle: Oracle, names: list[str]) -> None:
+    """A reference whose outputs or gradients are NaN or infinite where the target's are finite cannot
+    judge it: an error about the reference (equal non-finite values agree, and the target's own
+    non-finite values are its failure, found by the comparison)."""
+    pairs = [(f"output {p} of the reference {oracle.forward_path}", r, t)
+             for p, (r, t) in enumerate(zip(ref.outputs, target.outputs)) if is_float_tensor(r) and is_float_tensor(t)]
+    path = oracle.backward_path or f"backward of the reference {oracle.forward_path}"
+    pairs += [(f"the gradient of '{name}' from {path}", r, t) for name, r, t in zip(names, ref.grads, target.grads)]
+    for what, r, t in pairs:
+        bad = ~torch.isfinite(r.detach()) & torch.isfinite(t.detach()).to(r.device)
+        if bool(bad.any()):
+            at = unravel(int(bad.reshape(-1).nonzero()[0]), tuple(r.shape))
+            raise UserCodeError(REF, f"{what} is NaN or infinite at {list(at)} where the target's is finite "
+                                     f"({int(bad.sum())} of {r.numel()} values): a reference must be finite there to "
+                                     "judge the target; check it on these inputs, or draw other inputs")
 
 
 def _rule(given: ReferenceRule, bound: Bound, checked: list[int], outputs: tuple[Any, ...],

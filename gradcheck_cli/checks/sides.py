@@ -38,21 +38,23 @@ class Side:
     grads: list[torch.Tensor] = field(default_factory=list)
 
 
-def side(fn: Target, bound: Bound, values: Sequence[Any], checked: list[int], what: str) -> Side:
-    """``fn``'s outputs on fresh leaves of ``values`` (gradients to come)."""
+def side(fn: Target, bound: Bound, values: Sequence[Any], checked: list[int], what: str,
+         kind: ErrorKind = ErrorKind.FORWARD) -> Side:
+    """``fn``'s outputs on fresh leaves of ``values`` (gradients to come); its errors are of ``kind``."""
     leaves = fresh_leaves(list(values))
-    outputs = as_tuple(call_forward(fn, bound, leaves, what=what))
+    outputs = as_tuple(call_forward(fn, bound, leaves, kind, what=what))
     return Side(outputs, [leaves[i] for i in checked])
 
 
-def gradients(side: Side, probes: dict[int, torch.Tensor], what: str) -> list[torch.Tensor]:
+def gradients(side: Side, probes: dict[int, torch.Tensor], what: str,
+              kind: ErrorKind = ErrorKind.BACKWARD) -> list[torch.Tensor]:
     """The checked arguments' gradients for grad_outputs ``probes`` (output position -> probe),
-    zeros where unused."""
+    zeros where unused; errors of backward are of ``kind``."""
     live = [(side.outputs[p], g.to(side.outputs[p].dtype)) for p, g in probes.items()
             if is_float_tensor(side.outputs[p]) and side.outputs[p].requires_grad]
     if not live or not side.leaves:
         return [torch.zeros_like(x) for x in side.leaves]
-    grads = guarded(ErrorKind.BACKWARD, what, vjp, [o for o, _ in live], side.leaves, [g for _, g in live])
+    grads = guarded(kind, what, vjp, [o for o, _ in live], side.leaves, [g for _, g in live])
     return [torch.zeros_like(x) if g is None else g for g, x in zip(grads, side.leaves)]
 
 
