@@ -291,7 +291,8 @@ def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, agai
         return False
     again(row, replace(tol, eps=eps, atol=atol, rtol=rtol))
     given = "the spec's" if {"atol", "rtol"} & set(tol.given) else f"{grid or 'float32'}"
-    what = (f"forward computes in {grid or 'low precision'} inside, so finite differences at eps={tol.eps:g} "
+    inside = f"{grid} or lower precision" if grid else "low precision"
+    what = (f"forward computes in {inside} inside, so finite differences at eps={tol.eps:g} "
             f"measure rounding: judged at eps {eps:g} with {given} tolerances (atol {atol:g}, rtol {rtol:g})")
     if row.status is Status.PASS:
         row.pattern, row.ratio = Pattern.PRECISION, None  # a factor below rtol is float32 noise here
