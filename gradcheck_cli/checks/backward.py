@@ -280,7 +280,7 @@ def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, agai
     the rounding seen (``coarse``: its precision verdicts, by step), with the tolerances of that
     precision (the spec's atol and rtol where it set them): a pass there is a pass with a
     warning that says what was and was not checked; a fail gives those numbers. False where no step
-    resolves it (the row is untouched)."""
+    is left, or the user's code raises there (the row is untouched)."""
     median = coarse[len(coarse) // 2]  # a few entries' values fit in fewer bits by chance: their step is overestimated
     grid = median.grid
     low_atol, low_rtol, _ = LOW_TOLERANCE[GRID_DTYPES.get(grid, torch.float32)]
@@ -289,7 +289,10 @@ def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, agai
     eps = precision.rejudge_eps(median.step, tol.eps, atol)
     if eps is None:
         return False
-    again(row, replace(tol, eps=eps, atol=atol, rtol=rtol))
+    try:
+        again(row, replace(tol, eps=eps, atol=atol, rtol=rtol))
+    except UserCodeError:  # forward raises at the larger step (a domain it checks), or the work is too large
+        return False
     given = "the spec's" if {"atol", "rtol"} & set(tol.given) else f"{grid or 'float32'}"
     inside = f"{grid} or lower precision" if grid else "low precision"
     what = (f"forward computes in {inside} inside, so finite differences at eps={tol.eps:g} "

@@ -234,3 +234,20 @@ def test_rejudge_eps_is_the_smallest_step_that_puts_the_rounding_well_below_atol
     assert precision.rejudge_eps(2.0**-16, 1e-6, 1e-4) == 1e-2  # none well below: the largest
     assert precision.rejudge_eps(2.0**-26, 1e-3, 1e-4) == 1e-2  # never the step already used, nor a smaller one
     assert precision.rejudge_eps(2.0**-26, 1e-2, 1e-4) is None
+
+
+def test_a_forward_that_raises_at_the_larger_step_keeps_the_precision_fail(x):
+    """Judged again at eps 1e-2, forward raises (it checks its domain just above the largest value): the
+    verdict stays the precision fail at eps=1e-6, not an error."""
+    bound = float(x.detach().max()) + 5e-3
+
+    def checked(t):
+        if float(t.max()) > bound:
+            raise ValueError(f"input above {bound}")
+        return cast(t)
+
+    result = check(one_input("Bounded", checked, lambda t, g: g * torch.cos(t)), (x,))
+    assert result.error is None, result.error
+    (row,) = result.checks[0].inputs
+    assert result.status is Status.FAIL and row.pattern is Pattern.PRECISION
+    assert "cannot check it at eps=1e-06" in row.diagnosis and "judged at eps" not in row.diagnosis
