@@ -244,13 +244,13 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
 
 def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, again: Optional[Again] = None) -> None:
     """A row whose finite differences are limited by forward's precision (it computes in float32,
-    or is quantised: see ``numerics.precision``): never a kink story. With ``again`` (and not
-    --strict) the row is judged again at a step that resolves that precision, with its tolerances
-    (``_rejudge``). Else, every mismatch examined within that rounding: pattern PRECISION and the eps
-    that resolves it, a fail (nothing was verified at this eps). Else the gradient is wrong anyway:
-    its pattern stays, the precision noted."""
+    or is quantised: see ``numerics.precision``): never a kink story. With ``again`` the row is
+    judged again at a step that resolves that precision, with its tolerances (``_rejudge``). Else,
+    every mismatch examined within that rounding: pattern PRECISION and the eps that resolves it, a
+    fail (nothing was verified at this eps). Else the gradient is wrong anyway: its pattern stays,
+    the precision noted."""
     coarse = sorted((v for v in verdicts if v.kind == "precision"), key=lambda v: v.step)
-    if again is not None and not tol.strict and _rejudge(row, coarse, tol, again):
+    if again is not None and _rejudge(row, coarse, tol, again):
         return
     median = coarse[len(coarse) // 2]
     advised = precision.advice(median.step, tol.eps, tol.atol)
@@ -279,7 +279,8 @@ def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, agai
     """Judge ``row`` again, element by element, at the step of ``precision.STEPS`` that resolves
     the rounding seen (``coarse``: its precision verdicts, by step), with the tolerances of that
     precision (the spec's atol and rtol where it set them): a pass there is a pass with a
-    warning that says what was and was not checked; a fail gives those numbers. False where no step
+    warning that says what was and was not checked (under --strict a fail that says so); a fail
+    gives those numbers. False where no step
     is left, or the user's code raises there (the row is untouched)."""
     median = coarse[len(coarse) // 2]  # a few entries' values fit in fewer bits by chance: their step is overestimated
     grid = median.grid
@@ -293,11 +294,18 @@ def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, agai
         again(row, replace(tol, eps=eps, atol=atol, rtol=rtol))
     except UserCodeError:  # forward raises at the larger step (a domain it checks), or the work is too large
         return False
-    given = "the spec's" if {"atol", "rtol"} & set(tol.given) else f"{grid or 'float32'}"
+    given = "the spec's" if {"atol", "rtol"} & set(tol.given) else grid or "float32"
     inside = f"{grid} or lower precision" if grid else "low precision"
     what = (f"forward computes in {inside} inside, so finite differences at eps={tol.eps:g} "
             f"measure rounding: judged at eps {eps:g} with {given} tolerances (atol {atol:g}, rtol {rtol:g})")
-    if row.status is Status.PASS:
+    if row.status is Status.PASS and tol.strict:  # agreeing at a step and tolerance the user did not choose
+        setting = ", ".join(f"{k}: {_yaml_number(v)}" for k, v, was in (("eps", eps, tol.eps), ("atol", atol, tol.atol),
+                                                                         ("rtol", rtol, tol.rtol)) if v != was)
+        row.status, row.pattern, row.ratio = Status.FAIL, Pattern.PRECISION, None
+        row.diagnosis = (f"{what}, it agrees; --strict does not count a check limited by forward's precision as a "
+                         f"pass: set `tolerance: {{{setting}}}` in the spec to choose that check, or give "
+                         "`reference: pkg.mod:fn` for a tighter one")
+    elif row.status is Status.PASS:
         row.pattern, row.ratio = Pattern.PRECISION, None  # a factor below rtol is float32 noise here
         row.diagnosis = "; ".join([f"{what}; a relative error below about {rtol:g} cannot be seen this way; give "
                                    "`reference: pkg.mod:fn` for a tighter check", *([row.reason] if row.at_kinks

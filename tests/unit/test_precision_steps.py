@@ -113,18 +113,18 @@ def test_a_quantised_forward_coarser_than_eps_1e2_resolves_stays_a_precision_fai
     assert check(make("quantised", 1.1), (x,), **tolerance).status is Status.FAIL
 
 
-@pytest.mark.parametrize("kind", FORWARDS)
-def test_strict_keeps_the_precision_fail_with_the_eps_that_works(kind, x):
+@pytest.mark.parametrize("kind", FLOAT32)
+def test_strict_does_not_count_the_second_judgement_as_a_pass_and_says_how_to_choose_it(kind, x):
     result = check(make(kind), (x,), strict=True)
     (row,) = result.checks[0].inputs
-    assert result.status is Status.FAIL  # nothing was verified at this eps (torch's gradcheck fails too)
+    assert result.status is Status.FAIL and row.status is Status.FAIL  # a precision-limited check is not a pass
     assert row.pattern is Pattern.PRECISION and row.at_kinks == 0
     message = result.checks[0].message
     assert "kink" not in message and "tie" not in message, message
-    assert "cannot check it at eps=1e-06" in message and "measure rounding" in message, message
-    assert "no verdict on backward" in message and "judged at eps" not in message
+    assert ("judged at eps 0.01 with float32 tolerances (atol 0.0001, rtol 0.001), it agrees; --strict does not "
+            "count a check limited by forward's precision as a pass") in message, message
     tolerance = advised(row.diagnosis)
-    assert tolerance["eps"] > 1e-6
+    assert tolerance == {"eps": 1e-2, "atol": 1e-4}
 
     assert check(make(kind), (x,), strict=True, **tolerance).status is Status.PASS  # the advice works
     wrong = check(make(kind, 1.1), (x,), strict=True, **tolerance)  # and still catches a wrong gradient
@@ -132,10 +132,11 @@ def test_strict_keeps_the_precision_fail_with_the_eps_that_works(kind, x):
     assert wrong.checks[0].inputs[0].pattern is Pattern.CONSTANT_RATIO, wrong.checks[0].message
 
 
-def test_float32_values_advise_the_float32_settings(x):
-    row = check(make("cast"), (x,), strict=True).checks[0].inputs[0]
-    assert advised(row.diagnosis) == {"eps": 1e-3, "atol": 1e-4}
-    assert "computes in float32" in row.diagnosis
+@pytest.mark.parametrize("factor", [1.01, 1.1])
+def test_strict_fails_a_wrong_gradient_with_its_factor_at_float32_level(factor, x):
+    row = check(make("cast", factor), (x,), strict=True).checks[0].inputs[0]
+    assert row.status is Status.FAIL and row.pattern is Pattern.CONSTANT_RATIO
+    assert "judged at eps 0.01 with float32 tolerances (atol 0.0001, rtol 0.001): analytical is " in row.diagnosis
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -147,9 +148,9 @@ def test_the_advice_never_names_the_step_already_used(x, strict):
     (row,) = result.checks[0].inputs
     if strict:
         assert result.status is Status.FAIL and row.pattern is Pattern.PRECISION
-        assert "cannot check it at eps=0.001" in row.diagnosis
-        assert advised(row.diagnosis) == {"eps": 1e-2}
-        assert check(flat, (x,), eps=1e-2, strict=True).status is Status.PASS
+        assert "at eps=0.001 measure rounding: judged at eps 0.01" in row.diagnosis
+        assert advised(row.diagnosis) == {"eps": 1e-2, "atol": 1e-4}
+        assert check(flat, (x,), eps=1e-2, atol=1e-4, strict=True).status is Status.PASS
     else:
         assert result.status is Status.PASS, result.checks[0].message
         (warning,) = result.checks[0].warnings
@@ -177,13 +178,6 @@ def test_a_wrong_gradient_behind_float32_is_wrong_not_a_kink(kind, x):
         message = result.checks[0].message
         assert "kink" not in message and "one-sided" not in message, message
         assert result.checks[0].inputs[0].pattern is not Pattern.KINK
-
-
-def test_a_wrong_gradient_beyond_the_rounding_says_so(x):
-    """1.5x is further off than the rounding of a float32 forward at eps=1e-6 (+-0.03): wrong, not precision."""
-    row = check(make("cast", 1.5), (x,), strict=True).checks[0].inputs[0]
-    assert row.pattern is not Pattern.PRECISION
-    assert "further off than that" in row.diagnosis and "eps: 0.001" in row.diagnosis
 
 
 def test_outputs_that_do_not_move_across_eps_are_precision_not_independence():
@@ -236,18 +230,32 @@ def test_rejudge_eps_is_the_smallest_step_that_puts_the_rounding_well_below_atol
     assert precision.rejudge_eps(2.0**-26, 1e-2, 1e-4) is None
 
 
-def test_a_forward_that_raises_at_the_larger_step_keeps_the_precision_fail(x):
-    """Judged again at eps 1e-2, forward raises (it checks its domain just above the largest value): the
-    verdict stays the precision fail at eps=1e-6, not an error."""
-    bound = float(x.detach().max()) + 5e-3
+def bounded(x: torch.Tensor, factor: float = 1.0):
+    """cast, but forward raises just above x's largest value (it checks its domain): no step above 1e-3 can be taken."""
+    bound = float(x.detach().max()) + 5e-4
 
     def checked(t):
         if float(t.max()) > bound:
             raise ValueError(f"input above {bound}")
         return cast(t)
 
-    result = check(one_input("Bounded", checked, lambda t, g: g * torch.cos(t)), (x,))
+    return one_input("Bounded", checked, lambda t, g: factor * g * torch.cos(t))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_forward_that_raises_at_the_larger_step_keeps_the_precision_fail_with_the_eps_that_works(x, strict):
+    """Judged again at eps 1e-2 forward raises: the verdict stays the precision fail at eps=1e-6, not an error."""
+    result = check(bounded(x), (x,), strict=strict)
     assert result.error is None, result.error
     (row,) = result.checks[0].inputs
     assert result.status is Status.FAIL and row.pattern is Pattern.PRECISION
     assert "cannot check it at eps=1e-06" in row.diagnosis and "judged at eps" not in row.diagnosis
+    assert "measure rounding" in row.diagnosis and "no verdict on backward" in row.diagnosis
+    assert advised(row.diagnosis) == {"eps": 1e-3, "atol": 1e-4}  # float32 values near 1
+
+
+def test_a_wrong_gradient_beyond_the_rounding_says_so(x):
+    """1.5x is further off than the rounding of a float32 forward at eps=1e-6 (+-0.03): wrong, not precision."""
+    row = check(bounded(x, 1.5), (x,)).checks[0].inputs[0]
+    assert row.status is Status.FAIL and row.pattern is not Pattern.PRECISION
+    assert "further off than that" in row.diagnosis and "eps: 0.001" in row.diagnosis
