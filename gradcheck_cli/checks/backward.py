@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any, Callable, Optional
 
 import torch
@@ -27,6 +27,8 @@ LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3, 1e-3), torch.complex64: (1e-4, 1e-3
                  torch.float16: (1e-2, 1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2, 5e-2)}
 # (atol, rtol) unless the spec sets them; eps for finite differences in the low dtype itself
 HALF = (torch.float16, torch.bfloat16)  # finite differences are never taken in these
+GRID_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # precision.GRIDS
+Again = Callable[[InputReport, Tolerance], None]  # judge an argument's row again, element by element, at a tolerance
 STRICT_MARGIN = 10  # --strict fails a constant factor off 1 by this many times the finite differences' own error
 
 
@@ -97,7 +99,9 @@ def _check(ctx: CheckContext) -> CheckResult:
         for k, entry in zip(todo, entries):
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
-            _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, tol)
+            _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, tol,
+                       _again(ctx, (forward, batched, backward), outputs, positions, plain, grad_inputs[k],
+                              plain_inputs[k], i))
             if reports[i].pattern is Pattern.SYSTEMATIC and tol.strict:
                 _strict(reports[i], entry, forward, plain, plain_inputs[k], positions, projection(layout, opts.seed),
                         tol.eps, opts.seed)
@@ -202,7 +206,7 @@ def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -
 
 
 def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: torch.Tensor,
-               positions: list[int], tol: Tolerance) -> None:
+               positions: list[int], tol: Tolerance, again: Optional[Again] = None) -> None:
     """Look again at the mismatching elements kept whole: one at a kink, a tie or a domain edge,
     where backward gives a one-sided derivative, is not a wrong gradient."""
     if not row.mismatched or not entry.bad_columns:
@@ -216,7 +220,7 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
         if element not in verdicts or verdicts[element].explained:  # explained when all its parts are
             verdicts[element] = verdict
     if any(v.kind == "precision" for v in verdicts.values()):
-        _imprecise(row, list(verdicts.values()), tol)
+        _imprecise(row, list(verdicts.values()), tol, again)
         return
     explained = [v for v in verdicts.values() if v.explained]
     if row.mismatched_indices is not None:  # an explained element is not a mismatch
@@ -238,16 +242,26 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
     row.diagnosis = "; ".join([d for d in [row.diagnosis, *notes] if d])
 
 
-def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance) -> None:
+def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, again: Optional[Again] = None) -> None:
     """A row whose finite differences are limited by forward's precision (it computes in float32,
-    or is quantised: see ``numerics.precision``): never a kink story. Every mismatch examined
-    within that rounding: pattern PRECISION and the eps that resolves it, a fail (nothing was
-    verified at this eps). Else the gradient is wrong anyway: its pattern stays, the precision noted."""
+    or is quantised: see ``numerics.precision``): never a kink story. With ``again`` the row is
+    judged again at a step that resolves that precision, with its tolerances (``_rejudge``). Else,
+    every mismatch examined within that rounding: pattern PRECISION and the eps that resolves it, a
+    fail (nothing was verified at this eps). Else the gradient is wrong anyway: its pattern stays,
+    the precision noted."""
     coarse = sorted((v for v in verdicts if v.kind == "precision"), key=lambda v: v.step)
+    if again is not None and _rejudge(row, coarse, tol, again):
+        return
     median = coarse[len(coarse) // 2]
-    eps, atol = precision.advice(median.step, tol.eps, tol.atol)
-    setting = f"eps: {_yaml_number(eps)}" + (f", atol: {_yaml_number(atol)}" if atol is not None else "")
-    fix = (f"set `tolerance: {{{setting}}}` in the spec (from Python: check(..., {setting.replace(': ', '=')}))")
+    advised = precision.advice(median.step, tol.eps, tol.atol)
+    if advised is None:
+        fix = ("give `reference: pkg.mod:fn` (a plain PyTorch implementation, run in float64) and `checks: "
+               "[reference]` (no larger step resolves it; README: Checking kernels and surrogate gradients)")
+    else:
+        eps, atol = advised
+        setting = f"eps: {_yaml_number(eps)}" + (f", atol: {_yaml_number(atol)}" if atol is not None else "")
+        fix = (f"set `tolerance: {{{setting}}}` in the spec (from Python: check(..., {setting.replace(': ', '=')})), "
+               "or give `reference:`")
     row.at_kinks = 0
     wrong = [v for v in verdicts if not v.explained]  # beyond the rounding, or where it did not limit
     if not wrong:
@@ -257,9 +271,71 @@ def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance) 
                          f"so they measure rounding, not the derivative (no verdict on backward); {fix}; "
                          f"e.g. {median.text}")
         return
-    closer = (f"forward's precision limits finite differences at eps={tol.eps:g} too: to check closer, {fix}"
-              if eps > tol.eps or atol is not None else "")
+    closer = f"forward's precision limits finite differences at eps={tol.eps:g} too: to check closer, {fix}"
     row.diagnosis = "; ".join(d for d in [row.diagnosis, wrong[0].text, closer] if d)
+
+
+def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, again: Again) -> bool:
+    """Judge ``row`` again, element by element, at the step of ``precision.STEPS`` that resolves
+    the rounding seen (``coarse``: its precision verdicts, by step), with the tolerances of that
+    precision (the spec's atol and rtol where it set them): a pass there is a pass with a
+    warning that says what was and was not checked (under --strict a fail that says so); a fail
+    gives those numbers. False where no step
+    is left, or the user's code raises there (the row is untouched)."""
+    median = coarse[len(coarse) // 2]  # a few entries' values fit in fewer bits by chance: their step is overestimated
+    grid = median.grid
+    low_atol, low_rtol, _ = LOW_TOLERANCE[GRID_DTYPES.get(grid, torch.float32)]
+    atol = tol.atol if "atol" in tol.given else max(tol.atol, low_atol)
+    rtol = tol.rtol if "rtol" in tol.given else max(tol.rtol, low_rtol)
+    eps = precision.rejudge_eps(median.step, tol.eps, atol)
+    if eps is None:
+        return False
+    try:
+        again(row, replace(tol, eps=eps, atol=atol, rtol=rtol))
+    except UserCodeError:  # forward raises at the larger step (a domain it checks), or the work is too large
+        return False
+    given = "the spec's" if {"atol", "rtol"} & set(tol.given) else grid or "float32"
+    inside = f"{grid} or lower precision" if grid else "low precision"
+    what = (f"forward computes in {inside} inside, so finite differences at eps={tol.eps:g} "
+            f"measure rounding: judged at eps {eps:g} with {given} tolerances (atol {atol:g}, rtol {rtol:g})")
+    if row.status is Status.PASS and tol.strict:  # agreeing at a step and tolerance the user did not choose
+        setting = ", ".join(f"{k}: {_yaml_number(v)}" for k, v, was in (("eps", eps, tol.eps), ("atol", atol, tol.atol),
+                                                                         ("rtol", rtol, tol.rtol)) if v != was)
+        row.status, row.pattern, row.ratio = Status.FAIL, Pattern.PRECISION, None
+        row.diagnosis = (f"{what}, it agrees; --strict does not count a check limited by forward's precision as a "
+                         f"pass: set `tolerance: {{{setting}}}` in the spec to choose that check, or give "
+                         "`reference: pkg.mod:fn` for a tighter one")
+    elif row.status is Status.PASS:
+        row.pattern, row.ratio = Pattern.PRECISION, None  # a factor below rtol is float32 noise here
+        row.diagnosis = "; ".join([f"{what}; a relative error below about {rtol:g} cannot be seen this way; give "
+                                   "`reference: pkg.mod:fn` for a tighter check", *([row.reason] if row.at_kinks
+                                                                                     and row.reason else [])])
+    else:
+        row.diagnosis = f"{what}: {row.diagnosis or f'{row.mismatched} of {row.numel} elements out of tolerance'}"
+    return True
+
+
+def _again(ctx: CheckContext, calls: tuple[Callable[[Sequence[Any]], Any], Any, Vjp], outputs: tuple[Any, ...],
+           positions: list[int], plain: list[Any], leaf: torch.Tensor, x: torch.Tensor, i: int) -> Again:
+    """How argument ``i`` (its leaf in the graph of ``outputs``, ``x`` its copy inside ``plain`` that
+    finite differences move) is judged again at another tolerance: compared element by element as
+    ``_check`` does (same layout, memory bound and budget), its row refilled and reexamined."""
+    forward, batched, backward = calls
+    opts = ctx.options
+
+    def judge(row: InputReport, t: Tolerance) -> None:
+        layout, (entry,) = compare(forward, outputs, positions, [leaf], plain, [x], eps=t.eps, atol=t.atol,
+                                   rtol=t.rtol, memory_bytes=opts.memory_bytes, grad=backward, seed=opts.seed,
+                                   batched=batched, budget=work_limit(ctx, "backward", [i], outputs, positions,
+                                                                      fast=True), compress=opts.compress)
+        fresh = InputReport(row.index, row.name, row.shape, row.dtype, Status.PASS, numel=row.numel, line=row.line,
+                            role=row.role, via=row.via)
+        fill_jacobian(fresh, entry, layout, ctx.bound.values[i], outputs)
+        _reexamine(fresh, entry, forward, plain, x, positions, t)  # no third judgement
+        for f in fields(InputReport):
+            setattr(row, f.name, getattr(fresh, f.name))
+
+    return judge
 
 
 def _yaml_number(v: float) -> str:

@@ -31,6 +31,9 @@ from .realify import Call, outputs_vector
 OFFSETS = (-1.0, 1.0, 0.5**0.5, -(1 / 3) ** 0.5)  # sample points x + k eps: no two in a ratio of small integers
 MIN_BITS, MAX_BITS = 8, 30  # significant bits that tell a grid (bfloat16 has 8, float16 11, float32 24)
 GRIDS = ((8, "bfloat16"), (11, "float16"), (24, "float32"))
+STEPS = (1e-3, 1e-2)  # the steps at which a forward that computes in low precision is judged again
+WELL_BELOW = 10  # there the central difference's rounding error, step / 2 eps, is at most atol / WELL_BELOW
+MAX_EPS = 1e-2  # no larger step is advised: its truncation error eps**2 f''' / 6 nears rtol for ordinary f
 
 
 def significant_bits(v: torch.Tensor) -> torch.Tensor:
@@ -62,15 +65,32 @@ def grid_name(bits: int) -> str:
     return next((name for size, name in GRIDS if 0 < bits <= size), "")
 
 
-def advice(step: float, eps: float, atol: float) -> tuple[float, float | None]:
+def advice(step: float, eps: float, atol: float) -> tuple[float, float | None] | None:
     """(eps, atol) at which central differences resolve a derivative of a function whose outputs
-    change in steps of ``step``: eps near step**(1/3), which balances the rounding error step / 2 eps
-    against the truncation error eps**2 f''' / 6, as a power of ten (1e-3 for float32 outputs near
-    1); and an atol that covers that rounding error (None where the given ``atol`` already does)."""
-    new_eps = max(eps, 10.0 ** (math.ceil(math.log10(step) / 3) - 1))
+    change in steps of ``step``, when ``eps`` and ``atol`` did not: eps near step**(1/3), which
+    balances the rounding error step / 2 eps against the truncation error eps**2 f''' / 6, as a
+    power of ten (1e-3 for float32 outputs near 1), or ten times ``eps`` where that is already as
+    large (never the step already used), at most MAX_EPS; and an atol that covers the rounding error
+    there (None where ``atol`` already does). None where neither helps (``eps`` is MAX_EPS already
+    and ``atol`` covers the rounding): finite differences cannot check it."""
+    balanced = 10.0 ** (math.ceil(math.log10(step) / 3) - 1)
+    new_eps = balanced if balanced > eps else 10 * eps
+    if new_eps > MAX_EPS * (1 + 1e-9):
+        new_eps = eps
     rounding = step / (2 * new_eps)
     new_atol = 10.0 ** math.ceil(math.log10(rounding))
+    if new_eps == eps and new_atol <= atol:
+        return None
     return new_eps, new_atol if new_atol > atol else None
+
+
+def rejudge_eps(step: float, eps: float, atol: float) -> float | None:
+    """The step of ``STEPS`` at which to judge again an argument whose finite differences at ``eps``
+    measure rounding (its outputs change in steps of ``step``): the smallest one above ``eps`` where
+    the rounding error step / 2 eps is at most atol / WELL_BELOW (room for a low-precision
+    computation's noise of a few steps), else the largest; None where none is above ``eps``."""
+    above = [s for s in STEPS if s > eps]
+    return next((s for s in above if step / (2 * s) <= atol / WELL_BELOW), above[-1] if above else None)
 
 
 def directional(call: Call, values: Sequence[Any], x: torch.Tensor, u: torch.Tensor, eps: float,
