@@ -72,18 +72,19 @@ def _judge(row: InputReport, exp: Expected, expect: Expect) -> Optional[str]:
 
 def _differs(row: InputReport, exp: Expected) -> Optional[str]:
     """Which given field of ``exp`` the failing ``row`` does not match, in words (None: every one matches)."""
-    if exp.pattern is None:  # `fail`: any mismatch
+    pattern = exp.pattern or ("constant_ratio" if exp.ratio is not None else None)  # (a ratio alone, in code)
+    if pattern is None:  # `fail`: any mismatch
         return None
-    if exp.pattern not in RATIO_PATTERNS:
-        same = row.pattern is not None and row.pattern.value == exp.pattern
+    if pattern not in RATIO_PATTERNS:
+        same = row.pattern is not None and row.pattern.value == pattern
         return None if same else "the pattern does not match"
     if row.pattern not in (Pattern.SIGN_FLIP, Pattern.CONSTANT_RATIO) or row.ratio is None:
         return "the pattern does not match (no constant ratio)"
     # a sign flip is the constant ratio -1: the pattern sign_flip holds the ratio to -1 (spec.contradicts)
-    want = -1.0 if exp.pattern == "sign_flip" else exp.ratio
+    want = -1.0 if pattern == "sign_flip" else exp.ratio
     if want is None or abs(row.ratio - want) <= RATIO_RTOL * abs(want):
         return None
-    field = "pattern" if exp.pattern == "sign_flip" else "ratio"
+    field = "pattern" if pattern == "sign_flip" else "ratio"
     return f"the {field} does not match ({row.ratio:.3g} is not {want:g} within {RATIO_RTOL:.0%})"
 
 

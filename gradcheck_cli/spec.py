@@ -753,7 +753,10 @@ def _expected(arg: str, value: Any, key: Key, ctx: _Ctx) -> Expected:
 
 
 def contradicts(pattern: Optional[str], ratio: Optional[float], written: Any = None) -> Optional[str]:
-    """Why an expectation's fields cannot all hold at once (None: they can): a sign flip is the ratio -1."""
+    """Why an expectation's fields cannot all hold at once (None: they can): a sign flip is the ratio -1, and
+    only the ratio patterns have a ratio."""
+    if ratio is not None and pattern not in (None, "constant_ratio", "sign_flip"):
+        return f"a ratio belongs to pattern constant_ratio or sign_flip, not {pattern}"
     if pattern == "sign_flip" and ratio is not None and ratio != -1:
         return (f"pattern sign_flip means ratio -1, got ratio {_show(ratio if written is None else written)}: "
                 f"give the pattern or the ratio (`{{ratio: {ratio:g}}}` for a constant ratio)")

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -215,6 +216,17 @@ def test_a_contradictory_expectation_built_in_code_is_a_spec_error_too(check):
     with pytest.raises(Exception, match=r"pattern sign_flip means ratio -1, got ratio 0\.5") as caught:
         expectations.validate(expect, names, ["backward"])
     assert type(caught.value).__name__ == "BindError" and caught.value.key == "expect.x"
+
+
+def test_a_ratio_given_in_code_without_a_pattern_counts_too(user_module, write_spec):
+    user_module(SOURCE)
+    (case,) = load_file(write_spec(REVERSE.format(function="GradReverse", lambd=0.5, expected="fail")))
+    result = run_case(replace(case, expect=Expect(REASON, (Expected("x", None, 2.0, "expect.x"),))), "cpu")
+    assert result.status is Status.FAIL  # the ratio is -0.5, not 2 (it was ignored: XFAIL)
+    assert "the ratio does not match (-0.5 is not 2 within 1%)" in _backward(result).message
+    result = run_case(replace(case, expect=Expect(REASON, (Expected("x", "zero_analytical", 2.0, "expect.x"),))), "cpu")
+    assert result.status is Status.ERROR and result.error is not None
+    assert "expect.x: a ratio belongs to pattern constant_ratio or sign_flip, not zero_analytical" in result.error.message
 
 
 def test_a_failure_besides_the_expected_rows_keeps_the_check_failing(check):
