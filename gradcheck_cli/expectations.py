@@ -11,7 +11,7 @@ from typing import Optional
 
 from .errors import BindError
 from .results import CaseResult, CheckResult, InputReport, Pattern, Status
-from .spec import Expect, Expected
+from .spec import Expect, Expected, contradicts
 
 RATIO_RTOL = 0.01  # an expected ratio matches the measured one within 1 % (relative)
 RATIO_PATTERNS = ("sign_flip", "constant_ratio")  # a sign flip is the constant ratio -1
@@ -38,6 +38,9 @@ def validate(expect: Optional[Expect], names: list[str], checks: Sequence[str]) 
     for exp in expect.args:
         if exp.arg not in names:
             raise BindError(exp.key, f"no argument named '{exp.arg}'; the arguments are {', '.join(names)}")
+        contradiction = contradicts(exp.pattern, exp.ratio)
+        if contradiction:
+            raise BindError(exp.key or f"{expect.key}.{exp.arg}", contradiction)
     for name in expect.checks:
         if name not in checks:
             raise BindError(f"{expect.key}.checks", f"{name} is not among the case's checks ({', '.join(checks)}): "
@@ -59,22 +62,30 @@ def _judge(row: InputReport, exp: Expected, expect: Expect) -> Optional[str]:
         return f"'{row.name}': {row.reason}"
     if row.status is not Status.FAIL or not row.mismatched:  # not compared, or backward's contract is broken
         return None
-    if _matches(row, exp):
+    differs = _differs(row, exp)
+    if differs is None:
         row.status, row.reason = Status.XFAIL, expect.reason
         return f"'{row.name}' mismatches as expected ({expect.reason})"
-    row.diagnosis = f"{row.diagnosis or 'mismatch'}; {what}, found {_found(row)}"
-    return f"'{row.name}': {what}, found {_found(row)}"
+    row.diagnosis = f"{row.diagnosis or 'mismatch'}; {what}, found {_found(row)}: {differs}"
+    return f"'{row.name}': {what}, found {_found(row)}: {differs}"
 
 
-def _matches(row: InputReport, exp: Expected) -> bool:
-    if exp.pattern is None:  # `fail`: any mismatch
-        return True
-    if exp.pattern not in RATIO_PATTERNS:
-        return row.pattern is not None and row.pattern.value == exp.pattern
+def _differs(row: InputReport, exp: Expected) -> Optional[str]:
+    """Which given field of ``exp`` the failing ``row`` does not match, in words (None: every one matches)."""
+    pattern = exp.pattern or ("constant_ratio" if exp.ratio is not None else None)  # (a ratio alone, in code)
+    if pattern is None:  # `fail`: any mismatch
+        return None
+    if pattern not in RATIO_PATTERNS:
+        same = row.pattern is not None and row.pattern.value == pattern
+        return None if same else "the pattern does not match"
     if row.pattern not in (Pattern.SIGN_FLIP, Pattern.CONSTANT_RATIO) or row.ratio is None:
-        return False
-    want = exp.ratio if exp.ratio is not None else -1.0 if exp.pattern == "sign_flip" else None
-    return want is None or abs(row.ratio - want) <= RATIO_RTOL * abs(want)
+        return "the pattern does not match (no constant ratio)"
+    # a sign flip is the constant ratio -1: the pattern sign_flip holds the ratio to -1 (spec.contradicts)
+    want = -1.0 if pattern == "sign_flip" else exp.ratio
+    if want is None or abs(row.ratio - want) <= RATIO_RTOL * abs(want):
+        return None
+    field = "pattern" if pattern == "sign_flip" else "ratio"
+    return f"the {field} does not match ({row.ratio:.3g} is not {want:g} within {RATIO_RTOL:.0%})"
 
 
 def _found(row: InputReport) -> str:

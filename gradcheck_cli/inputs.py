@@ -66,13 +66,47 @@ def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dic
         return by_name[arg.same_as]
     if not isinstance(arg, TensorArg):
         return arg.value
-    t = _draw(_tied(arg, by_name), case, gen)
-    t = t.to(device)
+    arg = _tied(arg, by_name)
+    t = _draw(arg, case, gen)
     rg = arg.requires_grad if arg.requires_grad is not None else (t.is_floating_point() or t.is_complex())
     if rg and not (t.is_floating_point() or t.is_complex()):
         raise InputError(arg.key + ".requires_grad", f"{str(t.dtype)[6:]} tensors cannot require grad; "
                                                      "use a floating or complex dtype, or drop requires_grad")
-    return t.requires_grad_(rg)
+    if rg:
+        refuse_nonfinite(t, arg, path)
+    return t.to(device).requires_grad_(rg)
+
+
+def refuse_nonfinite(t: torch.Tensor, arg: TensorArg, name: str) -> None:
+    """InputError when ``t`` (argument ``name``, which requires grad) holds NaN or inf: a finite difference
+    through it is NaN or 0 whatever backward returns, so no verdict on its gradient would mean anything."""
+    found = nonfinite(t)
+    if found is None:
+        return
+    if arg.data is not None:
+        raise InputError(arg.key + ".data", f"'{name}': data holds {found} (as {str(t.dtype)[6:]}): {NONFINITE_WHY}; "
+                                            "use finite values (or `requires_grad: false` for a mask that is not "
+                                            "differentiated)")
+    params = "".join(f", {k} {v:g}" for k, v in arg.params).lstrip(",")
+    raise InputError(arg.key, f"'{name}': {arg.dist or 'normal'}{params} overflows {str(t.dtype)[6:]}: draws "
+                              f"{found}: {NONFINITE_WHY}; narrow the range")
+
+
+NONFINITE_WHY = "finite differences cannot be taken through NaN or inf"
+
+
+def nonfinite(t: torch.Tensor) -> Optional[str]:
+    """Where a floating or complex tensor holds NaN or inf, in words ("NaN at [1, 2], 1 of 6 values not finite");
+    None where every value is finite, or it holds no floating values."""
+    if not (t.is_floating_point() or t.is_complex()) or t.layout is not torch.strided or t.device.type == "meta":
+        return None  # (a user's sparse or meta tensor: its checks say what they can)
+    finite = torch.isfinite(t.detach())
+    if bool(finite.all()):
+        return None
+    where = [int(i) for i in (~finite).nonzero()[0]]
+    value = t[tuple(where)].item()
+    seen = "NaN" if value != value else str(value)
+    return f"{seen} at {where}, {int((~finite).sum())} of {t.numel()} values not finite"
 
 
 def _leaf(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dict[str, Any], path: str) -> Any:

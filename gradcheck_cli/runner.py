@@ -205,7 +205,11 @@ def bind_case(target: Target, case: Case, device: str) -> Bound:
     bound.seed = case.seed
     for i, entry in enumerate(bound.entries):
         if isinstance(entry, ValueArg) and entry.imported:
-            bound.values[i] = loader.load_object(entry.imported, f"{entry.key}.value.import")
+            bound.values[i] = value = loader.load_object(entry.imported, f"{entry.key}.value.import")
+            found = inputs.nonfinite(value) if isinstance(value, torch.Tensor) and value.requires_grad else None
+            if found:
+                raise BindError(f"{entry.key}.value.import", f"'{bound.names[i]}' requires grad and holds {found}: "
+                                                             f"{inputs.NONFINITE_WHY}; return finite values")
         if isinstance(entry, TensorArg) and entry.via:
             bound.via[i] = entry.via
             bound.transforms[i] = (loader.load_callable(entry.param, f"{entry.key}.param") if entry.param

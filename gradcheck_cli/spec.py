@@ -746,7 +746,21 @@ def _expected(arg: str, value: Any, key: Key, ctx: _Ctx) -> Expected:
     ratio = number(value["ratio"], key + ("ratio",), ctx) if "ratio" in value else None
     if ratio is not None and pattern not in ("constant_ratio", "sign_flip"):
         raise ctx.fail(key + ("ratio",), f"a ratio belongs to pattern constant_ratio or sign_flip, not {pattern}")
+    contradiction = contradicts(pattern, ratio, value.get("ratio"))
+    if contradiction:
+        raise ctx.fail(key, contradiction)
     return Expected(arg, pattern, ratio, _keystr(key), line)
+
+
+def contradicts(pattern: Optional[str], ratio: Optional[float], written: Any = None) -> Optional[str]:
+    """Why an expectation's fields cannot all hold at once (None: they can): a sign flip is the ratio -1, and
+    only the ratio patterns have a ratio."""
+    if ratio is not None and pattern not in (None, "constant_ratio", "sign_flip"):
+        return f"a ratio belongs to pattern constant_ratio or sign_flip, not {pattern}"
+    if pattern == "sign_flip" and ratio is not None and ratio != -1:
+        return (f"pattern sign_flip means ratio -1, got ratio {_show(ratio if written is None else written)}: "
+                f"give the pattern or the ratio (`{{ratio: {ratio:g}}}` for a constant ratio)")
+    return None
 
 
 def _checks(value: Any, key: Key, ctx: _Ctx) -> tuple[str, ...]:

@@ -83,6 +83,37 @@ def _device_name(device: Optional[torch.device]) -> str:
     return "none set" if device is None else str(device)
 
 
+# A subnormal times one, and two normal numbers whose product is subnormal: 0.0 when the calling thread's
+# floating-point unit treats subnormal inputs as zero (DAZ) or flushes subnormal results to zero (FTZ), the two
+# flags torch.set_flush_denormal sets (Python's own float arithmetic runs on that unit, with those flags).
+_SUBNORMAL, _ONE, _SMALL, _TINY = 1e-310, 1.0, 1e-300, 1e-10
+
+
+def _flush_denormal() -> bool:
+    """Whether torch.set_flush_denormal(True) (or any other setter of the same flags) holds for this thread:
+    torch has no getter, so two multiplications tell."""
+    return _SUBNORMAL * _ONE == 0.0 or _SMALL * _TINY == 0.0
+
+
+_PRINT_FIELDS = ("precision", "threshold", "edgeitems", "linewidth", "sci_mode")
+_PRINT_OPTS = torch._tensor_str.PRINT_OPTS  # torch.set_printoptions sets its fields; the object stays
+_print_fields = operator.attrgetter(*_PRINT_FIELDS)
+
+
+def _print_options() -> tuple[Any, ...]:
+    return tuple(_print_fields(_PRINT_OPTS))
+
+
+def _put_print_options(saved: tuple[Any, ...]) -> None:
+    for field, value in zip(_PRINT_FIELDS, saved):
+        setattr(_PRINT_OPTS, field, value)
+
+
+def _show_print_options(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
+    return " (" + ", ".join(f"{field} {old} -> {new}" for field, old, new in zip(_PRINT_FIELDS, before, after)
+                            if old != new) + ")"
+
+
 def _cudnn() -> tuple[bool, bool, bool, bool]:
     cudnn = torch.backends.cudnn
     return cudnn.enabled, cudnn.benchmark, cudnn.deterministic, cudnn.allow_tf32
@@ -251,6 +282,8 @@ def _switches(only: Optional[tuple[str, ...]] = None) -> list[Switch]:
         Switch("torch.set_float32_matmul_precision", torch.get_float32_matmul_precision,
                torch.set_float32_matmul_precision),
         Switch("torch.set_warn_always", torch.is_warn_always_enabled, torch.set_warn_always),
+        Switch("torch.set_flush_denormal", _flush_denormal, torch.set_flush_denormal),
+        Switch("torch.set_printoptions", _print_options, _put_print_options, show=_show_print_options),
         Switch("torch.set_autocast_enabled('cpu')", lambda: torch.is_autocast_enabled("cpu"),
                lambda v: torch.set_autocast_enabled("cpu", v)),
         Switch("torch.backends.cudnn's flags", _cudnn, _put_cudnn),

@@ -389,3 +389,66 @@ def test_a_default_device_whose_mode_a_transform_dropped_is_told_as_it_was_set()
         assert _device_context() is not None and torch.get_default_device().type == "cpu"
     assert _device_context() is None
     assert len(notes) == 1 and "torch.set_default_device (none set -> meta)" in notes[0], notes
+
+
+SUBNORMAL_SOURCE = '''
+import torch
+
+
+class ThroughSubnormals(torch.autograd.Function):  # correct: y = x, computed through subnormal values
+    @staticmethod
+    def forward(ctx, x):
+        return (x * 1e-308) * 1e308
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 1.0
+
+
+def flushes(x):
+    torch.set_flush_denormal(True)
+    return x * 3
+
+
+def prints_short(x):
+    torch.set_printoptions(precision=2, linewidth=40)
+    return x * 3
+'''
+
+
+@pytest.mark.skipif(not torch.set_flush_denormal(False), reason="this CPU cannot flush subnormals")
+@pytest.mark.parametrize("changer, said", [
+    ("flushes", "torch.set_flush_denormal (False -> True)"),
+    ("prints_short", "torch.set_printoptions (precision 4 -> 2, linewidth 80 -> 40)"),
+])
+@pytest.mark.parametrize("mode", [["--no-isolate"], ["-j", "1"]])
+def test_flush_denormal_and_print_options_set_by_a_case_are_put_back_and_named(user_module, write_spec, invoke,
+                                                                               changer, said, mode):
+    """Issue 27, item 6: a case's torch.set_flush_denormal(True) made the next correct Function, whose
+    arithmetic passes through subnormals, FAIL in the same worker."""
+    user_module(SUBNORMAL_SOURCE)
+    write_spec(SPEC.format(changer=changer, victim="ThroughSubnormals"), "specs/s.yaml")
+    result = invoke("specs/s.yaml", "--format", "json", *mode)
+    results = {r["case"]: r for r in json.loads(result.stdout)["results"]}
+    assert results["victim"]["status"] == "pass", results["victim"]
+    assert results["changer"]["status"] == "pass", results["changer"]
+    assert any(said in w and "put it back" in w for w in results["changer"]["warnings"]), results["changer"]
+    assert result.exit_code == 0, result.output
+    assert torch.tensor([1e-310], dtype=torch.float64).mul(1).item() != 0.0  # nor in this process
+    assert torch._tensor_str.PRINT_OPTS.precision == 4
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda: torch.set_flush_denormal(True), "torch.set_flush_denormal (False -> True)"),
+    (lambda: torch.set_printoptions(sci_mode=True), "torch.set_printoptions (sci_mode None -> True)"),
+])
+def test_flush_denormal_and_print_options_are_read_without_a_getter(change, said):
+    if "flush" in said and not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush subnormals")
+    notes: list[str] = []
+    with state.preserved(notes):
+        change()
+    assert any(said in n for n in notes), notes
+    assert torch.tensor([1e-310], dtype=torch.float64).mul(1).item() != 0.0
+    assert torch.tensor([1e-40], dtype=torch.float32).mul(1).item() != 0.0
+    assert torch._tensor_str.PRINT_OPTS.sci_mode is None

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -171,6 +172,61 @@ def test_expectations_that_do_not_match(check, lambd, expected, found):
     result = check(lambd=lambd, expected=expected)
     assert result.status is Status.FAIL
     assert found in _backward(result).message
+
+
+@pytest.mark.parametrize("lambd, expected, differs", [
+    (0.5, "sign_flip", "found constant_ratio with ratio -0.5: the pattern does not match (-0.5 is not -1 within 1%)"),
+    (1.0, "{ratio: -0.5}", "found sign_flip with ratio -1: the ratio does not match (-1 is not -0.5 within 1%)"),
+    (-0.5, "{pattern: constant_ratio, ratio: -0.5}",
+     "found constant_ratio with ratio 0.5: the ratio does not match (0.5 is not -0.5 within 1%)"),
+    (0.5, "zero_analytical", "found constant_ratio with ratio -0.5: the pattern does not match"),
+    (-0.5, "{pattern: sign_flip, ratio: -1}",
+     "found constant_ratio with ratio 0.5: the pattern does not match (0.5 is not -1 within 1%)"),
+])
+def test_a_mismatch_that_differs_says_which_field_did_not_match(check, lambd, expected, differs):
+    """Issue 27, item 7: every field given counts, and the failure names the one that did not match."""
+    result = check(lambd=lambd, expected=expected)
+    assert result.status is Status.FAIL and _row(result, "x").status is Status.FAIL
+    assert differs in _backward(result).message, _backward(result).message
+
+
+def test_a_sign_flip_with_another_ratio_is_a_spec_error_naming_the_key(user_module, write_spec, invoke):
+    """Issue 27, item 7: `{pattern: sign_flip, ratio: 0.5}` gave XFAIL for a 0.5x backward that is not
+    sign-flipped (the pattern was ignored); the pair contradicts itself (a sign flip is the ratio -1)."""
+    user_module(SOURCE)
+    write_spec(REVERSE.format(function="GradReverse", lambd=-0.5, expected="{pattern: sign_flip, ratio: 0.5}"),
+               "specs/x.yaml")
+    said = ("specs/x.yaml:7: expect.x: pattern sign_flip means ratio -1, got ratio 0.5: give the pattern or the "
+            "ratio (`{ratio: 0.5}` for a constant ratio)")
+    result = invoke("specs/x.yaml", "--no-color")
+    assert result.exit_code == 3, result.output
+    assert said in " ".join(result.output.split()), result.output
+    assert "Traceback" not in result.output
+    result = invoke("specs/x.yaml", "--format", "json")
+    assert result.exit_code == 3, result.output
+    (entry,) = json.loads(result.stdout)["results"]
+    assert entry["status"] == "error" and entry["error"]["kind"] == "spec" and said in entry["error"]["message"]
+
+
+def test_a_contradictory_expectation_built_in_code_is_a_spec_error_too(check):
+    user_case = check(lambd=-0.5, expected="{ratio: 0.5}")  # the same Function: a constant ratio 0.5
+    assert user_case.status is Status.XFAIL
+    names = ["x", "lambd"]
+    expect = Expect("reversal", (Expected("x", "sign_flip", 0.5, "expect.x"),))
+    with pytest.raises(Exception, match=r"pattern sign_flip means ratio -1, got ratio 0\.5") as caught:
+        expectations.validate(expect, names, ["backward"])
+    assert type(caught.value).__name__ == "BindError" and caught.value.key == "expect.x"
+
+
+def test_a_ratio_given_in_code_without_a_pattern_counts_too(user_module, write_spec):
+    user_module(SOURCE)
+    (case,) = load_file(write_spec(REVERSE.format(function="GradReverse", lambd=0.5, expected="fail")))
+    result = run_case(replace(case, expect=Expect(REASON, (Expected("x", None, 2.0, "expect.x"),))), "cpu")
+    assert result.status is Status.FAIL  # the ratio is -0.5, not 2 (it was ignored: XFAIL)
+    assert "the ratio does not match (-0.5 is not 2 within 1%)" in _backward(result).message
+    result = run_case(replace(case, expect=Expect(REASON, (Expected("x", "zero_analytical", 2.0, "expect.x"),))), "cpu")
+    assert result.status is Status.ERROR and result.error is not None
+    assert "expect.x: a ratio belongs to pattern constant_ratio or sign_flip, not zero_analytical" in result.error.message
 
 
 def test_a_failure_besides_the_expected_rows_keeps_the_check_failing(check):

@@ -7,6 +7,7 @@ independently; ``requires_grad`` defaults to true for floating and complex tenso
 from __future__ import annotations
 
 import importlib
+import json
 
 import pytest
 import torch
@@ -417,3 +418,88 @@ def test_spec_errors_are_not_input_errors(write_spec):
     path = write_spec(HEAD + "inputs: [{shape: [-1]}]\n")
     (item,) = load_file(path)
     assert isinstance(item, SpecError)
+
+
+# ------------------------------------------------------------------ issue 27, item 12: NaN and inf in inputs
+
+NONFINITE_SOURCE = '''
+import torch
+
+
+class Sin(torch.autograd.Function):  # correct
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return torch.sin(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * torch.cos(x)
+
+
+def masked(x, mask=None, xs=None):  # correct: a mask with -inf that is not differentiated is fine
+    return torch.softmax(x + mask, dim=0) if mask is not None else x * 2
+
+
+def overflows(x):  # correct, and its forward is inf at finite inputs: a different story, still judged
+    return torch.exp(x * 1000)
+
+
+NAN = torch.tensor([1.0, float("nan")], dtype=torch.float64, requires_grad=True)
+'''
+
+WHY = "finite differences cannot be taken through NaN or inf"
+USE = f"{WHY}; use finite values (or `requires_grad: false` for a mask that is not differentiated)"
+
+
+@pytest.mark.parametrize("text, said", [
+    ("function: usermod:Sin\ninputs: [{name: x, shape: [3], dist: uniform, low: -1.0e+308, high: 1.0e+308}]\n",
+     f"specs/bad.yaml:1: inputs[0]: 'x': uniform low -1e+308, high 1e+308 overflows float64: draws inf at [0], "
+     f"3 of 3 values not finite: {WHY}; narrow the range"),
+    ("function: usermod:Sin\ninputs: [{data: [[1.0, 2.0, 3.0], [1.0, 2.0, .nan]]}]\n",
+     f"specs/bad.yaml:1: inputs[0].data: 'x': data holds NaN at [1, 2], 1 of 6 values not finite (as float64): {USE}"),
+    ("function: usermod:Sin\ninputs: [{data: [1.0e+39, 1.0], dtype: float32}]\n",
+     f"inputs[0].data: 'x': data holds inf at [0], 1 of 2 values not finite (as float32): {USE}"),
+    ("function: usermod:Sin\ninputs: [{shape: [2, 2], dtype: complex128, std: 1.0e+308}]\n",
+     "inputs[0]: 'x': normal mean 0, std 1e+308 overflows complex128: draws (-inf+4.03"),
+    ("function: usermod:masked\ninputs: [{shape: [2]}]\nkwargs: {mask: {data: [1.0, .inf]}}\n",
+     f"kwargs.mask.data: 'mask': data holds inf at [1], 1 of 2 values not finite (as float64): {USE}"),
+    ("function: usermod:masked\ninputs: [{shape: [2]}, {value: null}, {list: [{shape: [2]}, {data: [.nan, 1.0]}]}]\n",
+     f"inputs[2].list[1].data: 'xs[1]': data holds NaN at [0], 1 of 2 values not finite (as float64): {USE}"),
+    ("function: usermod:Sin\ninputs: [{shape: [2]}]\ncases:\n  - name: ok\n  - name: bad\n"
+     "    inputs: [{data: [-.inf, 1.0]}]\n",
+     f"cases[1].inputs[0].data: 'x': data holds -inf at [0], 1 of 2 values not finite (as float64): {USE}"),
+    ("function: usermod:masked\ninputs: [{shape: [2]}, {value: {import: 'usermod:NAN'}}]\n",
+     f"inputs[1].value.import: 'mask' requires grad and holds NaN at [1], 1 of 2 values not finite: {WHY}; "
+     "return finite values"),
+])
+@pytest.mark.parametrize("mode", [["--no-isolate"], ["-j", "1"]])
+def test_an_input_holding_nan_or_inf_is_a_spec_error_naming_the_argument(user_module, write_spec, invoke,
+                                                                          text, said, mode):
+    """Before, a correct Function given NaN (or drawn inf) FAILED (exit 1): no gradient was wrong."""
+    user_module(NONFINITE_SOURCE)
+    write_spec(text, "specs/bad.yaml")
+    result = invoke("specs/bad.yaml", "--no-color", *mode)
+    assert result.exit_code == 3, result.output
+    assert said in " ".join(result.output.split()), result.output
+    assert "Traceback" not in result.output
+    result = invoke("specs/bad.yaml", "--format", "json", *mode)
+    assert result.exit_code == 3, result.output
+    errors = [r for r in json.loads(result.stdout)["results"] if r["status"] != "pass"]
+    assert [(r["status"], r["error"]["kind"]) for r in errors] == [("error", "spec")], errors
+    assert said in errors[0]["error"]["message"]
+
+
+def test_non_finite_values_that_are_not_differentiated_and_inf_made_by_forward_are_left_alone(
+        user_module, write_spec, invoke):
+    user_module(NONFINITE_SOURCE)
+    write_spec("function: usermod:masked\ninputs: [{shape: [2]}, {data: [0.0, -.inf], requires_grad: false}]\n",
+               "specs/mask.yaml")
+    write_spec("function: usermod:overflows\ninputs: [{shape: [2], dist: uniform, low: 1, high: 2}]\n",
+               "specs/overflows.yaml")
+    result = invoke("specs/mask.yaml", "--format", "json")
+    assert result.exit_code == 0, result.output
+    result = invoke("specs/overflows.yaml", "--format", "json")
+    (entry,) = json.loads(result.stdout)["results"]
+    assert (result.exit_code, entry["status"], entry["error"]) == (1, "fail", None), entry  # as before: its own story

@@ -47,6 +47,7 @@ SCHEMA_CANNOT = {
     r"randint draws integers: .*, got '": "whether a numeric string ('2.5', '1e2') is a whole number",
     r"lists nested \d+ deep": "the depth of nested `data` lists (its dimensions) has no keyword",
     r"draws values above low: expected low > 0, got '": "whether a numeric string ('0') is above 0",
+    r"pattern sign_flip means ratio -1, got ratio '": "whether a numeric string ('-1.0', '-10e-1') is -1",
 }
 
 
@@ -181,6 +182,10 @@ PROBES = [
     ("expect ratio on zero pattern", {**BASE, "expect": {"reason": "why", "x": {"pattern": "zero_analytical",
                                                                                   "ratio": 2}}}, False),
     ("expect ratio only", {**BASE, "expect": {"reason": "why", "x": {"ratio": 2}}}, True),
+    ("expect sign flip with its ratio", {**BASE, "expect": {"reason": "why", "x": {"pattern": "sign_flip",
+                                                                               "ratio": -1.0}}}, True),
+    ("expect sign flip with another ratio", {**BASE, "expect": {"reason": "why", "x": {"pattern": "sign_flip",
+                                                                                   "ratio": 0.5}}}, False),
     ("expect null", {**BASE, "expect": None}, True),
     ("opcheck", {**BASE, "checks": ["backward", "opcheck"]}, True),
     ("strict", {**BASE, "strict": True}, True),
@@ -220,6 +225,7 @@ INEXPRESSIBLE = [  # one document per rule of SCHEMA_CANNOT, in its order
     {**BASE, "inputs": [{**TENSOR, "dist": "randint", "high": "2.5"}]},
     {**BASE, "inputs": [{"data": _nested(spec.MAX_DIMS + 1)}]},
     {**BASE, "inputs": [{**TENSOR, "dist": "positive", "low": "0"}]},
+    {**BASE, "expect": {"reason": "why", "x": {"pattern": "sign_flip", "ratio": "0.5"}}},
 ]
 
 
