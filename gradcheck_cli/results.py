@@ -143,6 +143,8 @@ class InputReport:
     pattern: Optional[Pattern] = None  # the pattern as data
     ratio: Optional[float] = None  # analytical / numerical, where the pattern is a constant ratio (or a sign flip)
     at_kinks: int = 0  # elements whose mismatch a kink, tie or domain edge explains (not counted as wrong)
+    unreliable: int = 0  # elements where finite differences lose to cancellation and backward agrees with the
+    # estimate at the steps where they settle (not counted as wrong)
     line: Optional[int] = None  # line of the argument's entry in the spec file, where known
     role: str = "argument"  # "output": a forward output's row (the reference check); "test": an opcheck test's
     baseline_err: Optional[float] = None  # reference check: the reference's own max abs error in the target's dtype

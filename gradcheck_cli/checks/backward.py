@@ -1,8 +1,9 @@
 """The ``backward`` check: backward's contract, then the Jacobian entry by entry, then determinism."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import fields, replace
+from functools import partial
 from typing import Any, Callable, Optional
 
 import torch
@@ -29,6 +30,7 @@ LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3, 1e-3), torch.complex64: (1e-4, 1e-3
 HALF = (torch.float16, torch.bfloat16)  # finite differences are never taken in these
 GRID_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # precision.GRIDS
 Again = Callable[[InputReport, Tolerance], None]  # judge an argument's row again, element by element, at a tolerance
+Columns = Callable[[list[int], dict[int, torch.Tensor]], Iterator[tuple[int, torch.Tensor]]]  # see _reexamine
 STRICT_MARGIN = 10  # --strict fails a constant factor off 1 by this many times the finite differences' own error
 
 
@@ -100,6 +102,8 @@ def _check(ctx: CheckContext) -> CheckResult:
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
             _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, tol,
+                       partial(kinks.analytical_columns, backward, outputs, positions, grad_inputs[k],
+                               memory_bytes=opts.memory_bytes),
                        _again(ctx, (forward, batched, backward), outputs, positions, plain, grad_inputs[k],
                               plain_inputs[k], i))
             if reports[i].pattern is Pattern.SYSTEMATIC and tol.strict:
@@ -206,19 +210,37 @@ def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -
 
 
 def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: torch.Tensor,
-               positions: list[int], tol: Tolerance, again: Optional[Again] = None) -> None:
-    """Look again at the mismatching elements kept whole: one at a kink, a tie or a domain edge,
-    where backward gives a one-sided derivative, is not a wrong gradient."""
+               positions: list[int], tol: Tolerance, columns: Columns, again: Optional[Again] = None) -> None:
+    """Look again at the mismatching elements: one at a kink, a tie or a domain edge, where backward
+    gives a one-sided derivative, or one whose finite differences lose to cancellation, where backward
+    agrees with the estimate at the steps where they settle, is not a wrong gradient. The columns the
+    comparison kept come first, worst first, then the others, worst first, their analytical columns made
+    a batch at a time (``columns``: see ``kinks.analytical_columns``), until one element is confirmed
+    wrong: that decides the fail, and the rest are not examined; no mismatch is left unexamined on a pass.
+    A row limited by forward's precision goes to ``_imprecise`` (judged again with ``again``)."""
     if not row.mismatched or not entry.bad_columns:
         return
     per = 2 if x.is_complex() else 1
+    kept = {col: a_col for col, a_col, _ in entry.bad_columns}
+    err = entry.err
+    bad = entry.bad.nonzero().view(-1).tolist()
+    worst: dict[int, float] = {}  # element -> its worst column's error
+    for col in bad:
+        worst[col // per] = max(worst.get(col // per, -1.0), float(err[col]))
+    first = {col // per for col in kept}
+    elements = sorted(worst, key=lambda e: (e not in first, -worst[e]))  # kept first, then the worst first
+    order = [col for e in elements for col in range(e * per, e * per + per) if entry.bad[col]]
     verdicts: dict[int, kinks.Verdict] = {}
-    for col, a_col, _ in entry.bad_columns:
+    decided = False  # an element confirmed wrong (or finite differences limited by precision): stop where it costs
+    for col, a_col in columns(order, kept):
         element = col // per
+        if decided and element not in first and element not in verdicts:
+            break
         verdict = kinks.examine(forward, plain, x, col, tol.eps, positions, a_col, atol=tol.atol, rtol=tol.rtol,
                                 index_text=f"{row.name}{unravel(element, x.shape)}")
         if element not in verdicts or verdicts[element].explained:  # explained when all its parts are
             verdicts[element] = verdict
+        decided = decided or not verdict.explained or verdict.kind == "precision"
     if any(v.kind == "precision" for v in verdicts.values()):
         _imprecise(row, list(verdicts.values()), tol, again)
         return
@@ -227,19 +249,43 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
         gone = [unravel(e, x.shape) for e, v in verdicts.items() if v.explained]
         row.mismatched_indices = [ix for ix in row.mismatched_indices if ix not in gone]
     wrong_at_kinks = [v.text for v in verdicts.values() if v.kind != "smooth" and not v.explained]
-    row.at_kinks = len(explained)
+    at_kinks = [v for v in explained if v.kind != "cancellation"]
+    unreliable = [v for v in explained if v.kind == "cancellation"]
+    row.at_kinks, row.unreliable = len(at_kinks), len(unreliable)
     if explained and len(explained) == row.mismatched:  # every mismatch was examined and explained
-        row.status, row.mismatched, row.diagnosis, row.pattern, row.ratio = Status.PASS, 0, None, Pattern.KINK, None
-        row.reason = (f"{len(explained)} element{'s' * (len(explained) != 1)} at a kink, tie or domain edge, "
-                      f"where backward gives a one-sided derivative: {explained[0].text}; "
-                      f"{kinks.resample_hint(row.name)}")
+        row.status, row.mismatched, row.diagnosis, row.ratio = Status.PASS, 0, None, None
+        row.pattern = Pattern.KINK if at_kinks else None
+        row.reason = "; ".join(_explained_text(at_kinks, unreliable) + [kinks.resample_hint(row.name)] * bool(at_kinks))
         return
     if explained:
         row.mismatched -= len(explained)
         diagnose(row, entry, tuple(x.shape))
-    notes = wrong_at_kinks[:1] + [f"{len(explained)} more mismatching at a kink, tie or domain edge, where backward "
-                                  "gives a one-sided derivative (not counted)"] * bool(explained)
+    unexamined = len(worst) - len(verdicts)
+    notes = (wrong_at_kinks[:1]
+             + [f"{len(explained)} more mismatching {_where(at_kinks, unreliable)} (not counted)"] * bool(explained)
+             + [f"{unexamined} of the {row.mismatched} not looked at again for kinks or cancellation (one element "
+                "confirmed wrong decides the fail)"] * bool(unexamined and explained))
     row.diagnosis = "; ".join([d for d in [row.diagnosis, *notes] if d])
+
+
+def _explained_text(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdict]) -> list[str]:
+    """What the explained elements of a row that passes are, with an example of each kind."""
+    texts = []
+    if at_kinks:
+        texts.append(f"{len(at_kinks)} element{'s' * (len(at_kinks) != 1)} at a kink, tie or domain edge, where "
+                     f"backward gives a one-sided derivative: {at_kinks[0].text}")
+    if unreliable:
+        texts.append(f"{len(unreliable)} element{'s' * (len(unreliable) != 1)} where finite differences lose to "
+                     f"cancellation (not a wrong gradient): {unreliable[0].text}")
+    return texts
+
+
+def _where(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdict]) -> str:
+    """Where the explained elements of a failing row are, in words."""
+    parts = (["at a kink, tie or domain edge, where backward gives a one-sided derivative"] * bool(at_kinks)
+             + ["where finite differences lose to cancellation and backward agrees with them where they settle"]
+             * bool(unreliable))
+    return " or ".join(parts)
 
 
 def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, again: Optional[Again] = None) -> None:
@@ -331,7 +377,8 @@ def _again(ctx: CheckContext, calls: tuple[Callable[[Sequence[Any]], Any], Any, 
         fresh = InputReport(row.index, row.name, row.shape, row.dtype, Status.PASS, numel=row.numel, line=row.line,
                             role=row.role, via=row.via)
         fill_jacobian(fresh, entry, layout, ctx.bound.values[i], outputs)
-        _reexamine(fresh, entry, forward, plain, x, positions, t)  # no third judgement
+        columns = partial(kinks.analytical_columns, backward, outputs, positions, leaf, memory_bytes=opts.memory_bytes)
+        _reexamine(fresh, entry, forward, plain, x, positions, t, columns)  # no third judgement
         for f in fields(InputReport):
             setattr(row, f.name, getattr(fresh, f.name))
 
@@ -393,7 +440,7 @@ def _finish(result: CheckResult, found: contract.Findings, more: list[str], star
         result.inputs[i].status = Status.FAIL
         result.inputs[i].reason = result.inputs[i].reason or "backward's contract is broken (see below)"
     for r in result.inputs:
-        if r.status is Status.PASS and (r.at_kinks or r.diagnosis):
+        if r.status is Status.PASS and (r.at_kinks or r.unreliable or r.diagnosis):
             result.warnings.append(f"'{r.name}': {r.diagnosis or r.reason}")
 
     def wrong(r: InputReport) -> Optional[str]:

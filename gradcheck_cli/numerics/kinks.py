@@ -23,10 +23,34 @@ sampled at a few more points; where the rounding of the central difference at ep
 quarter of the tolerance of a mismatching entry, the verdict is "precision" (finite differences
 cannot resolve the derivative at this eps), never a kink; elsewhere steps are never halved below
 where that rounding reaches a quarter of atol.
+
+Cancellation (a removable singularity such as (cos a - cos b) / (a - b) at a == b, or any forward
+that loses digits to cancellation): the outputs are float64 but carry a rounding error r far above
+float64's, so the central difference at step h is off by about r / h, and at eps that can exceed
+the tolerance. Where the left and right differences at eps agree, or neither side settles as the
+step shrinks (a kink within eps settles both: that story stands), the central difference is also
+taken at eps / 4 and at eps * 4^k, k = 1..6. The element is excused ("cancellation", explained)
+only if all of these hold:
+(1) the error grows as the step shrinks, as rounding's does: the estimate at eps / 4 differs from
+    the one at eps by more than the tolerance;
+(2) the estimates settle at larger steps: three neighbouring steps above eps agree within a quarter
+    of the tolerance (neither truncation, O(h^2), nor rounding, O(r / h), matters there; noise or a
+    jump never settles); the middle one is the most reliable estimate d, the larger of the two gaps
+    its error bound;
+(3) the estimate at eps is further than the tolerance from d, and the one at eps / 4 further still;
+(4) backward agrees with d: |a - d| <= atol + rtol |d| + gap on every output entry.
+(1)-(3) show that the finite differences at eps are unreliable; (4) is the check of backward, as
+strict as the comparison's own. Where (1)-(3) hold and (4) does not, the verdict is "cancellation",
+not explained: a wrong gradient, with d in its text. Elsewhere the central difference stands.
+
+Every mismatching element is examined, none skipped for a cap: ``analytical_columns`` gives the
+analytical columns of elements whose columns the comparison did not keep, a batch at a time (one
+pass of backward calls per batch), so that a caller can look at the worst first and stop as soon
+as one element is confirmed wrong.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -34,17 +58,21 @@ import torch
 
 from . import precision
 from .differences import call_moved, elements
-from .realify import as_tuple, outputs_vector, real_numel, unravel
+from .layout import make_layout
+from .realify import Vjp, as_tuple, outputs_vector, real_numel, unravel
+from .rows import Rows
 
 HALVINGS = 16  # smallest step eps / 2**16 (~1.5e-11 for eps = 1e-6): rounding noise stays far below rtol
+STEPS = range(1, 7)  # central differences at eps * 4^k to find the plateau (see the module's docstring)
 Point = tuple[float, torch.Tensor]  # (offset actually taken, realified float64 outputs there)
 
 
 @dataclass
 class Verdict:
-    """What one mismatched element is: ``kind`` "kink" | "domain_edge" | "smooth" | "precision";
-    ``explained`` True when backward is consistent with a one-sided derivative, or for
-    "precision" with the central difference within its rounding error (not a wrong gradient);
+    """What one mismatched element is: ``kind`` "kink" | "domain_edge" | "smooth" | "precision" |
+    "cancellation"; ``explained`` True when backward is consistent with a one-sided derivative, or for
+    "precision" with the central difference within its rounding error, or for "cancellation" with the
+    most reliable central difference where the one at eps is shown unreliable (not a wrong gradient);
     ``text`` one phrase for the report. For "precision": ``step``, the largest step in which the
     outputs change, and ``grid``, the float format their values fit ('float32'), or ''."""
 
@@ -138,9 +166,54 @@ def examine(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torc
     if _agree(left, right, atol, rtol):
         central = (left + right) / 2
         m = _worst(a, central, _tol(central, atol, rtol))
-        return Verdict("smooth", False, f"{what} is not at a kink or domain edge{f.entry(m)}: the left and right "
-                                        f"differences agree on {_num(central[m])}, backward gives {_num(a[m])}")
+        return _cancellation(f, what, a, eps, minus, plus, atol, rtol) or Verdict(
+            "smooth", False, f"{what} is not at a kink or domain edge{f.entry(m)}: the left and right differences "
+                             f"agree on {_num(central[m])}, backward gives {_num(a[m])}")
     return _kink(f, what, y0, a, eps, minus, plus, atol, rtol)
+
+
+def analytical_columns(grad: Vjp, outputs: Sequence[Any], positions: Sequence[int], x: torch.Tensor,
+                       order: Iterable[int], kept: Mapping[int, torch.Tensor],
+                       memory_bytes: int) -> Iterator[tuple[int, torch.Tensor]]:
+    """(column, analytical column) for the real columns ``order`` of d outputs / d ``x``, in that order,
+    lazily: a column in ``kept`` as it is, the others a batch at a time, each batch one pass of
+    backward calls over one-hot grad_outputs (``grad`` is ``vjp``'s signature; ``x`` requires grad
+    and ``outputs`` are its live graph). A batch holds at most a quarter of ``memory_bytes``."""
+    live = [outputs[p] for p in positions]
+    layout = make_layout([x], tuple(outputs), list(positions))
+    rows = Rows(grad, live, [x], layout, memory_bytes)
+    batch = max(1, memory_bytes // 4 // (8 * max(1, layout.n_rows)))
+    pending: list[int] = []
+    done: dict[int, torch.Tensor] = {}
+    wanted = list(order)
+    for i, col in enumerate(wanted):
+        if col in kept:
+            yield col, kept[col]
+            continue
+        if col not in done:
+            done.clear()
+            pending = [c for c in wanted[i:] if c not in kept][:batch]
+            done.update(zip(pending, _columns(rows, live, pending, layout.n_rows)))
+        yield col, done[col]
+
+
+def _columns(rows: Rows, live: list[Any], cols: list[int], n_rows: int) -> torch.Tensor:
+    """Analytical columns ``cols`` (len(cols) x rows), from every row's backward call, a stage at a time."""
+    out = torch.zeros(len(cols), n_rows, dtype=torch.float64)
+    needing = [o for o in live if o.requires_grad]
+    index = torch.tensor(cols, dtype=torch.long)
+    k = 0
+    for o in live:
+        size = real_numel(o)
+        for j0 in range(0, size if o.requires_grad else 0, rows.stage):
+            j1 = min(size, j0 + rows.stage)
+            grad_outs = [torch.zeros((j1 - j0,) + g.shape, dtype=g.dtype, device=g.device) for g in needing]
+            one = grad_outs[next(i for i, g in enumerate(needing) if g is o)]
+            flat = (torch.view_as_real(one) if one.is_complex() else one).view(j1 - j0, -1)
+            flat[torch.arange(j1 - j0), torch.arange(j0, j1)] = 1
+            out[:, k + j0 : k + j1] = rows.products(grad_outs)[:, index].t()
+        k += size
+    return out
 
 
 def resample_hint(name: str) -> str:
@@ -184,6 +257,55 @@ def _precision(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: f
                                       f"within that of {_num(central[m])}", float(step[m]), grid)
 
 
+def _cancellation(f: _Element, what: str, a: torch.Tensor, eps: float, minus: Point, plus: Point,
+                  atol: float, rtol: float) -> Verdict | None:
+    """A "cancellation" verdict where the central difference at eps is shown unreliable by those at
+    smaller and larger steps (see the module's docstring for the rule); else None."""
+    estimates: dict[int, tuple[float, torch.Tensor]] = {0: (eps, _central(minus, plus))}
+
+    def at(k: int) -> torch.Tensor:
+        if k not in estimates:
+            h = eps * 4.0**k
+            estimates[k] = (h, _central(f(-h), f(h)))
+        return estimates[k][1]
+
+    d0 = at(0)
+    if not bool(torch.isfinite(d0).all()) or _agree(at(-1), d0, atol, rtol):
+        return None  # the error does not grow as the step shrinks: not rounding
+    ds = [at(k) for k in STEPS]
+    if not all(bool(torch.isfinite(d).all()) for d in ds):
+        return None
+    # three neighbouring steps above eps whose estimates agree: the plateau (in units of the tolerance)
+    gaps = [float(((u - v).abs() / _tol(torch.maximum(u.abs(), v.abs()), atol, rtol)).max())
+            for u, v in zip(ds, ds[1:])]
+    i = min(range(len(STEPS) - 2), key=lambda i: max(gaps[i], gaps[i + 1]))
+    if not 4 * max(gaps[i], gaps[i + 1]) <= 1:
+        return None  # never settles: noise or a jump, the central difference stands
+    d, gap = ds[i + 1], torch.maximum((ds[i] - ds[i + 1]).abs(), (ds[i + 2] - ds[i + 1]).abs())
+    tol = _tol(d, atol, rtol)
+    moved = (d0 - d).abs()
+    # rounding's signature: the estimate at eps is off by more than the tolerance, and further off at eps / 4
+    shown = (moved > tol) & ((at(-1) - d).abs() > moved)
+    if not bool(shown.any()):
+        return None
+    m = int(torch.argmax(torch.where(shown, moved / tol, -1.0)))
+    head = (f"finite differences unreliable at {what}{f.entry(m)} (cancellation: the estimate moves by "
+            f"{_num(moved[m])} between steps {_num(eps)} and {_num(estimates[STEPS[i + 1]][0])}, and is off by "
+            f"{_num((at(-1) - d)[m].abs())} at step {_num(estimates[-1][0])}); at steps "
+            f"{_num(estimates[STEPS[i]][0])} to {_num(estimates[STEPS[i + 2]][0])} it settles on {_num(d[m])}")
+    off = torch.nan_to_num((a - d).abs(), nan=torch.inf)
+    wrong = off > tol + gap
+    if bool(wrong.any()):
+        w = int(torch.argmax(torch.where(wrong, off / (tol + gap), -1.0)))
+        return Verdict("cancellation", False, f"{head}; yet backward gives {_num(a[w])}{f.entry(w)} where it is "
+                                              f"{_num(d[w])}")
+    return Verdict("cancellation", True, f"{head}, backward gives {_num(a[m])}")
+
+
+def _central(minus: Point, plus: Point) -> torch.Tensor:
+    return (plus[1] - minus[1]) / (plus[0] - minus[0])
+
+
 def _domain_edge(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float, minus: Point,
                  plus: Point, atol: float, rtol: float) -> Verdict:
     """A step left the domain: judge with the one-sided derivative of the side that stayed inside."""
@@ -209,9 +331,10 @@ def _kink(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float,
     """Left and right differences at eps disagree: settle each side with smaller steps and compare."""
     left = _settle(f, y0, -1, eps, minus, atol, rtol)
     right = _settle(f, y0, 1, eps, plus, atol, rtol)
-    if left is None and right is None:
-        return Verdict("smooth", False, f"{what}: the one-sided differences do not settle as the step shrinks "
-                                        "(noise or a jump); the central difference stands")
+    if left is None and right is None:  # rounding, noise or a jump: cancellation may tell
+        return _cancellation(f, what, a, eps, minus, plus, atol, rtol) or Verdict(
+            "smooth", False, f"{what}: the one-sided differences do not settle as the step shrinks (noise or a "
+                             "jump); the central difference stands")
     if left is None or right is None:
         side, name, other = (right, "right", "left") if left is None else (left, "left", "right")
         assert side is not None  # both None returned above

@@ -160,6 +160,8 @@ def check_table_entry(res: dict[str, Any], name: str, status: Status, at_kinks: 
     (row,) = check["inputs"]
     assert res["status"] == status.value, (name, check["message"])
     assert row["at_kinks"] == at_kinks, (name, row)
+    assert row["unreliable"] == 0, (name, row)  # kinks and domain edges keep their stories: not cancellation
+    assert not any("cancellation" in w for w in check["warnings"]) and "cancellation" not in check["message"]
     warned = [w for w in check["warnings"] if "kink, tie or domain edge" in w]
     if status is Status.PASS and at_kinks:
         assert row["status"] == "pass" and row["mismatched"] == 0

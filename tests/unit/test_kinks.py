@@ -369,3 +369,89 @@ def test_agreement_with_torch(name, f, x, j, torch_ok, kind, explained):
     # ours: a mismatch counts as a wrong gradient unless explained; that is torch's verdict
     # overturned exactly on the correct Functions, and kept on every wrong one
     assert (torch_ok or explained) is correct
+
+
+# ------------------------------------------------------------------------ cancellation (a removable singularity)
+
+
+def cos_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(cos a - cos b) / (a - b), with its limit -sin a where a == b (as a reference formula writes it)."""
+    return torch.where(a == b, -torch.sin(a), (torch.cos(a) - torch.cos(b)) / (a - b))
+
+
+def cos_div_da(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """d/da of cos_div: (-sin a (a - b) - (cos a - cos b)) / (a - b)^2, and -cos(a) / 2 where a == b (the
+    Taylor expansion about b: cos_div = -sin b - (a - b) cos b / 2 + O((a - b)^2))."""
+    same = a == b
+    d = torch.where(same, torch.ones_like(a), a - b)
+    return torch.where(same, -torch.cos(a) / 2, (-torch.sin(a) * d - (torch.cos(a) - torch.cos(b))) / d**2)
+
+
+CANCEL = {"atol": 1e-6, "rtol": 1e-4}  # a tolerance a user may set; at a == b cancellation costs the
+# central difference at eps = 1e-6 about 1e-16 |cos a| / eps^2 ~ 5e-5, more than that tolerance
+
+
+def cancellation_verdict(a: float, scale: float) -> Verdict:
+    """examine() on a[0] of cos_div(a, b) at a == b, with backward ``scale`` times the true d/da."""
+    x, y = t(a), t(a)
+    analytical = scale * cos_div_da(x, y)
+    return examine(lambda vals: cos_div(*vals), [x, y], x, 0, EPS, [0], analytical, index_text="a[0]", **CANCEL)
+
+
+def test_cancellation_at_a_removable_singularity_is_not_a_wrong_gradient():
+    x = t(0.3)
+    assert float(cos_div_da(x, x)) == pytest.approx(-float(torch.cos(x)) / 2)
+    # the central difference at eps really is outside the tolerance (what the comparison saw)
+    e = 1e-6
+    central = float((cos_div(x + e, x) - cos_div(x - e, x)) / (2 * e))
+    true = -float(torch.cos(x)) / 2
+    assert abs(central - true) > CANCEL["atol"] + CANCEL["rtol"] * abs(true)
+    v = cancellation_verdict(0.3, 1.0)
+    assert (v.kind, v.explained) == ("cancellation", True), v.text
+    assert v.text.startswith("finite differences unreliable at a[0] = 0.3 (cancellation: the estimate moves by ")
+    assert "it settles on -0.4777, backward gives -0.4777" in v.text
+
+
+@pytest.mark.parametrize("scale", [1.1, 0.9, -1.0, 1.002])
+def test_a_wrong_gradient_at_a_removable_singularity_stays_wrong(scale):
+    v = cancellation_verdict(0.3, scale)
+    assert (v.kind, v.explained) == ("cancellation", False), v.text
+    assert "yet backward gives" in v.text and "where it is -0.4777" in v.text
+
+
+def test_where_the_estimate_does_not_move_the_central_difference_stands():
+    # sin is smooth and its differences do not cancel: a 1.001x backward (just outside rtol 1e-4) stays wrong
+    x = t(0.3)
+    v = examine(lambda vals: torch.sin(vals[0]), [x], x, 0, EPS, [0], 1.001 * torch.cos(x), index_text="x[0]",
+                **CANCEL)
+    assert (v.kind, v.explained) == ("smooth", False), v.text
+
+
+# ------------------------------------------------------------------------ analytical columns for re-examination
+
+
+def test_analytical_columns_are_the_jacobian_columns_in_the_order_asked():
+    from gradcheck_cli.numerics.kinks import analytical_columns
+    from gradcheck_cli.numerics.realify import vjp
+
+    w = torch.randn(4, 5, dtype=F64, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(5, dtype=F64, generator=torch.Generator().manual_seed(1)).requires_grad_(True)
+    outputs = (w @ x.sin(), x.argmax(), torch.complex(x.cumsum(0), x * x))
+    jac = torch.autograd.functional.jacobian(lambda v: torch.cat([w @ v.sin(), v.cumsum(0), v * v]), x.detach())
+    # the realified rows: w @ sin x, then the complex output's (real, imaginary) pairs
+    rows = torch.cat([jac[:4], torch.stack([jac[4:9], jac[9:]], 1).reshape(10, 5)])
+    order = [3, 0, 4, 1]
+    kept = {0: torch.full((14,), 7.0, dtype=F64)}  # a kept column is given back as it is
+    for memory in (1, 2**20):  # a batch of one column at a time, and all at once
+        got = list(analytical_columns(vjp, outputs, [0, 2], x, order, kept, memory))
+        assert [c for c, _ in got] == order
+        for c, col in got:
+            assert torch.allclose(col, kept[c] if c in kept else rows[:, c]), c
+
+
+@pytest.mark.parametrize("x0", [-1e-8, -3e-7, 5e-6])
+def test_a_kink_near_x_is_not_taken_for_cancellation(x0):
+    # relu near its kink: the central differences at larger steps drift towards 1/2 as the kink
+    # comes inside them (a smooth 1/h drift, not rounding); 1/2 is not relu's derivative at x0 != 0
+    v = verdict(ReLU, t(x0), 0, analytical=[0.5])
+    assert not v.explained and v.kind != "cancellation", v.text
