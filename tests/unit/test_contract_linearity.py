@@ -297,6 +297,7 @@ def test_a_backward_not_linear_in_grad_output_fails(fn: Any, ratio: str, n: int)
     assert all(r.status.value == "fail" for r in check.inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_a_one_hot_only_backward_fails_whatever_the_seed(seed: int) -> None:
     check = backward_check(LinearOneHotOnly, linear_args(64), seed=seed)
