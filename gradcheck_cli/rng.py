@@ -28,6 +28,7 @@ class Stream(enum.IntEnum):
     STRICT = 4  # --strict: the direction along which the finite differences' own error is estimated
     COMPRESSION = 5  # compressed finite differences: the weights of the groups' second moves
     ROW_GROUPS = 6  # compressed analytical rows: the weights that name each column's row
+    LINEARITY = 7  # backward's linearity in grad_output: the one-hot's places
     DOUBLE_BACKWARD = 10  # double_backward's grad_outputs
     FORWARD_AD = 11  # forward_ad's projection
     BATCHED = 20  # batched's stack of grad_outputs

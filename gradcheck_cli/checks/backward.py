@@ -90,6 +90,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     given = ((found.probe[0], [found.probe[1][i] for i in checked])
              if found.probe and len({id(t) for t in tensors}) == len(tensors) else None)
     probing = backward if given is None else _through_node(found, outputs, positions, checked, backward)
+    contract.in_use(found, target, bound, (leaves, outputs), positions, checked, probing, given, opts.seed, tol)
     todo = (_probe(result, checked, bound, (forward, batched, probing, given), outputs, positions, grad_inputs,
                    plain, plain_inputs, opts, tol) if opts.probes else list(range(len(checked))))
     if todo:  # element by element: every argument, or under --fast those whose probes failed

@@ -2,7 +2,9 @@
 
 The raw return values are seen by calling the graph node's ``apply`` directly, as the autograd
 engine does, so that what autograd would repair or reject (extra gradients, casts, sums over
-broadcast dimensions, in-place changes) is seen as the user wrote it.
+broadcast dimensions, in-place changes) is seen as the user wrote it. ``in_use`` adds what
+autograd's use of backward needs of any target: linearity in grad_output, and undefined output
+gradients treated as zeros.
 """
 from __future__ import annotations
 
@@ -16,8 +18,12 @@ import torch
 from ..binding import Bound
 from ..errors import guarded
 from ..numerics import as_tuple, is_float_tensor
+from ..numerics.realify import Vjp
 from ..results import ErrorKind
+from ..rng import Stream, generator
+from ..spec import Tolerance
 from ..target import Target
+from . import linearity, undefined_grad
 from .base import call_forward, fresh_leaves, probe_like
 
 
@@ -101,6 +107,32 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
         found.probe = kept, returned
         found.again = partial(_again, apply, kept)
     return found
+
+
+def in_use(found: Findings, target: Target, bound: Bound, graph: tuple[list[Any], tuple[Any, ...]],
+           positions: list[int], checked: list[int], backward: Vjp,
+           given: Optional[tuple[list[Any], list[Any]]], seed: int, tol: Tolerance) -> None:
+    """Backward as autograd uses it, on the check's graph (leaves, outputs; left as it was): linear in
+    grad_output (see ``linearity``), and undefined output gradients (None after
+    ``ctx.set_materialize_grads(False)``) treated as zeros, as the ``undefined_grad`` check and
+    torch.autograd.gradcheck's ``check_undefined_grad`` test it. ``backward``: ``vjp``'s signature;
+    ``given``: a signed grad_output per output and the gradients of the ``checked`` arguments that
+    backward returned for it (or None). What is wrong is a failure in ``found``, naming the arguments."""
+    leaves, outputs = graph
+    live = [outputs[p] for p in positions if outputs[p].requires_grad]
+    if not live or not checked:
+        return
+    dense = ([given[0][p] for p in positions], given[1]) if given is not None else None
+    message, bad = linearity.examine(backward, live, positions, [leaves[i] for i in checked],
+                                     [bound.names[i] for i in checked], dense, generator(seed, Stream.LINEARITY), tol)
+    if message:
+        found.failures.append(message)
+        found.bad_args.update(checked[k] for k in bad)
+    seen = undefined_grad.situations(target, bound.names, leaves, outputs, positions, checked, seed, tol.nondet_tol)
+    if seen is not None:
+        problems, args = undefined_grad.findings(seen, bound.names, bound.values, tol.nondet_tol)
+        found.failures += problems
+        found.bad_args |= args
 
 
 def _again(apply: Callable[..., Any], kept: list[Any], given: dict[int, torch.Tensor]) -> tuple[Any, ...]:

@@ -12,11 +12,13 @@ Gradients are made undefined as torch's check makes them (``UndefinedGrad`` on t
 the autograd engine calls backward exactly as in training, materialization included: calling
 the graph node's ``apply`` directly would hand None even to Functions that get zeros.
 A backward that raises on None is a failure with a message that says how to handle it.
+The default ``backward`` check runs the same situations (``situations``, ``findings``), on its own graph.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -26,7 +28,7 @@ from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator
 from ..target import Target
 from .base import CheckContext, graph_forward, probe_like
-from .rows import agreement, fill, tolerance, zeros_if_none
+from .rows import agreement, fill, mismatched, tolerance, zeros_if_none
 from .verdict import begin, conclude, skip
 
 
@@ -44,52 +46,107 @@ def run(ctx: CheckContext) -> CheckResult:
     target, bound, opts = ctx.target, ctx.bound, ctx.options
     start, rows, checked, result = begin(bound, "undefined_grad", "undefined")
     leaves, outputs, positions = graph_forward(target, bound)
-    make_undefined = getattr(getattr(torch._C, "_functions", None), "UndefinedGrad", None)
     reason = ("no argument requires grad: nothing to check" if not checked else
               "no output requires grad: backward is never called" if not positions else
-              None if make_undefined else "this version of torch cannot make an undefined gradient")
-    if reason or make_undefined is None:
+              None if _make_undefined() else "this version of torch cannot make an undefined gradient")
+    seen = None if reason else situations(target, bound.names, leaves, outputs, positions, checked, opts.seed,
+                                             opts.tolerance.nondet_tol)
+    if seen is None:
         return skip(result, reason or "", start)
+    for i in seen.nonzero:
+        rows[i].status = Status.FAIL
+    for i in checked:
+        if not seen.got[i]:
+            rows[i].status, rows[i].reason = Status.SKIP, "not compared: backward raised (see the message)"
+            continue
+        atol, rtol = tolerance(bound.values[i].dtype, opts.tolerance.nondet_tol)
+        fill(rows[i], agreement(torch.cat(seen.got[i]), torch.cat(seen.want[i]), atol, rtol), bound.values[i],
+             lambda r: seen.labels[r])
+        rows[i].reason = rows[i].reason or f"{len(seen.labels)} situation(s) against explicit zero grad_outputs"
+    return _finish(result, start, seen.problems, seen.labels)
+
+
+@dataclass
+class Situations:
+    """Backward's gradients in each situation (``labels``), per argument: with the undefined gradients
+    (``got``) and with explicit zeros in their place (``want``), a leading index per situation; what
+    else was wrong (``problems``: a raise, a nonzero gradient), and the arguments with a nonzero gradient
+    when every output's gradient is undefined."""
+
+    labels: list[str]
+    got: dict[int, list[torch.Tensor]]
+    want: dict[int, list[torch.Tensor]]
+    problems: list[str] = field(default_factory=list)
+    nonzero: set[int] = field(default_factory=set)
+
+
+def situations(target: Target, arg_names: list[str], leaves: list[Any], outputs: tuple[Any, ...],
+               positions: list[int], checked: list[int], seed: int, nondet_tol: float = 0.0) -> Optional[Situations]:
+    """Backward through the graph of ``outputs`` (forward on ``leaves``, named ``arg_names``; the graph is
+    kept) in each of ``scenarios``, for the arguments at ``checked``; None where torch cannot make an
+    undefined gradient. With every output's gradient undefined, a gradient must be zero (within
+    ``nondet_tol``, the nondeterminism the spec allows)."""
+    make_undefined = _make_undefined()
+    if make_undefined is None or not positions or not checked:
+        return None
     live, inputs = [outputs[p] for p in positions], [leaves[i] for i in checked]
-    gen = generator(opts.seed, Stream.UNDEFINED_GRAD)
+    gen = generator(seed, Stream.UNDEFINED_GRAD)
     probes = [probe_like(o, gen) for o in live]
     names = _grad_names(target, len(outputs))
-    got: dict[int, list[torch.Tensor]] = {i: [] for i in checked}
-    want: dict[int, list[torch.Tensor]] = {i: [] for i in checked}
-    labels, problems = [], []
+    seen = Situations([], {i: [] for i in checked}, {i: [] for i in checked})
     crashes: dict[tuple[str, Optional[str]], list[list[int]]] = {}  # (exception type, where) -> its situations
     for defined in scenarios(len(live)):
         undefined = [positions[k] for k in range(len(live)) if k not in defined]
         grads = [probes[k] if k in defined else torch.zeros_like(o) for k, o in enumerate(live)]
-        ref = zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [g.clone() for g in grads]),
-                            inputs)
         marked = [o if k in defined else make_undefined()(o) for k, o in enumerate(live)]
         try:
             res = engine.grad(marked, inputs, [g.clone() for g in grads], retain_graph=True, allow_unused=True)
         except Exception as exc:  # noqa: BLE001 - a backward that breaks on None is the finding
             key = (type(exc).__name__, user_frame(exc))
             if key not in crashes:
-                problems.append(_crash(exc, undefined, names, len(live)))
+                seen.problems.append(_crash(exc, undefined, names, len(live)))
             crashes.setdefault(key, []).append(undefined)
             continue
-        labels.append(_situation(undefined, names, len(live)))
+        ref = zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [g.clone() for g in grads]),
+                            inputs)
+        seen.labels.append(_situation(undefined, names, len(live)))
         for i, r, w in zip(checked, zeros_if_none(res, inputs), ref):
-            got[i].append(r.detach().unsqueeze(0))
-            want[i].append(w.detach().unsqueeze(0))
-            if not defined and not bool((r == 0).all()):
-                problems.append(_nonzero(bound.names[i], r))
-                rows[i].status = Status.FAIL
-    for i in checked:
-        if not got[i]:
-            rows[i].status, rows[i].reason = Status.SKIP, "not compared: backward raised (see the message)"
+            seen.got[i].append(r.detach().unsqueeze(0))
+            seen.want[i].append(w.detach().unsqueeze(0))
+            if not defined and not bool((r.abs() <= nondet_tol).all()):
+                seen.problems.append(_nonzero(arg_names[i], r))
+                seen.nonzero.add(i)
+    seen.problems += [f"backward also raised {kind} with the "
+                      f"{', '.join(_situation(u, names, len(live)) for u in more[1:])}"
+                      for (kind, _), more in crashes.items() if len(more) > 1]
+    return seen
+
+
+def findings(seen: Situations, arg_names: list[str], values: list[Any],
+             nondet_tol: float) -> tuple[list[str], set[int]]:
+    """What ``seen`` shows wrong, as the backward check says it: the messages, and the arguments whose
+    gradient is wrong (a nonzero gradient with every output's gradient undefined, or one that differs from
+    that of explicit zeros)."""
+    problems, bad = list(seen.problems), set(seen.nonzero)
+    for i, got in seen.got.items():
+        if not got:
             continue
-        atol, rtol = tolerance(bound.values[i].dtype, opts.tolerance.nondet_tol)
-        fill(rows[i], agreement(torch.cat(got[i]), torch.cat(want[i]), atol, rtol), bound.values[i],
-                 lambda r: labels[r])
-        rows[i].reason = rows[i].reason or f"{len(labels)} situation(s) against explicit zero grad_outputs"
-    problems += [f"backward also raised {kind} with the {', '.join(_situation(u, names, len(live)) for u in seen[1:])}"
-                 for (kind, _), seen in crashes.items() if len(seen) > 1]
-    return _finish(result, start, problems, labels)
+        atol, rtol = tolerance(values[i].dtype, nondet_tol)
+        entry = agreement(torch.cat(got), torch.cat(seen.want[i]), atol, rtol)
+        if mismatched(entry, values[i]):
+            problems.append(_differs(arg_names[i], seen.labels[entry.worst_row], entry.max_abs))
+            bad.add(i)
+    return problems, bad
+
+
+def _make_undefined() -> Optional[Callable[[], Any]]:
+    """torch's ``UndefinedGrad`` (applied to an output, it makes the output's gradient undefined), if it has one."""
+    return getattr(getattr(torch._C, "_functions", None), "UndefinedGrad", None)
+
+
+def _differs(name: str, situation: str, max_abs: float) -> str:
+    return (f"the gradient of '{name}' with the {situation} differs from the one with an explicit zero gradient "
+            f"instead (max abs err {max_abs:.3g}): backward must treat an undefined (None) gradient as zero")
 
 
 def _grad_names(target: Target, n: int) -> list[Optional[str]]:
@@ -136,11 +193,7 @@ def _finish(result: CheckResult, start: float, problems: list[str], labels: list
     """Status and message from the rows and the problems."""
 
     def wrong(r: InputReport) -> Optional[str]:
-        if not r.mismatched:
-            return None
-        return (f"the gradient of '{r.name}' with the {r.worst_output} differs from the one with an explicit "
-                f"zero gradient instead (max abs err {r.max_abs_err:.3g}): backward must treat an undefined "
-                "(None) gradient as zero")
+        return _differs(r.name, r.worst_output or "", r.max_abs_err or 0.0) if r.mismatched else None
 
     def passed(right: list[InputReport]) -> str:
         partial = [label for label in labels if "every" not in label]
