@@ -18,7 +18,7 @@ import torch
 from ..binding import Bound
 from ..errors import guarded
 from ..numerics import as_tuple, is_float_tensor
-from ..numerics.realify import Vjp
+from ..numerics.realify import Vjp, strided
 from ..results import ErrorKind
 from ..rng import Stream, generator
 from ..spec import Tolerance
@@ -85,7 +85,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     apply = node.apply  # type: ignore[attr-defined]  # a Function's node (BackwardCFunction) has apply
     kept = [g.clone() if g is not None else None for g in grads_in]
     with torch.no_grad():
-        first = as_tuple(guarded(ErrorKind.BACKWARD, "backward", apply, *grads_in))
+        first = _values(guarded(ErrorKind.BACKWARD, "backward", apply, *grads_in))
     returned = tuple(g.detach().clone() if isinstance(g, torch.Tensor) else g for g in first)  # as they were
     _check_returned(first, leaves, bound, found)
     for i, (g, k) in enumerate(zip(grads_in, kept)):
@@ -99,7 +99,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
                        fatal=True, arg=i)
     if not found.fatal:
         with torch.no_grad():
-            again = [as_tuple(guarded(ErrorKind.BACKWARD, "backward (called again)", apply, *[
+            again = [_values(guarded(ErrorKind.BACKWARD, "backward (called again)", apply, *[
                 k.clone() if k is not None else None for k in kept])) for _ in range(repeat - 1)]
         _check_repeat(first, again, bound, nondet_tol, found)
         found.repeated = True
@@ -140,7 +140,12 @@ def _again(apply: Callable[..., Any], kept: list[Any], given: dict[int, torch.Te
     the inspected call's for the other outputs (zeros, as autograd materialises them)."""
     grads = [given[p] if p in given else k.clone() if k is not None else None for p, k in enumerate(kept)]
     with torch.no_grad():
-        return as_tuple(guarded(ErrorKind.BACKWARD, "backward", apply, *grads))
+        return _values(guarded(ErrorKind.BACKWARD, "backward", apply, *grads))
+
+
+def _values(returned: Any) -> tuple[Any, ...]:
+    """What backward returned, as a tuple, sparse gradients as their dense values (autograd accepts them)."""
+    return tuple(strided(g) if isinstance(g, torch.Tensor) else g for g in as_tuple(returned))
 
 
 def _check_returned(grads: tuple[Any, ...], leaves: list[Any], bound: Bound, found: Findings) -> None:
@@ -201,7 +206,9 @@ def _check_repeat(first: tuple[Any, ...], again: list[tuple[Any, ...]], bound: B
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two tensors hold the same values, NaN where NaN (torch.equal calls NaN unequal)."""
+    """Whether two tensors hold the same values, NaN where NaN (torch.equal calls NaN unequal); a sparse
+    gradient by its values."""
+    a, b = strided(a), strided(b)
     if torch.equal(a, b):
         return True
     if a.shape != b.shape or a.dtype != b.dtype or not (a.is_floating_point() or a.is_complex()):
@@ -213,6 +220,7 @@ def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     """The largest difference between two gradients that backward returned for one argument with
     the same grad_output; 0 where they are equal, NaN where NaN (a backward that returns NaN every
     time is deterministic: the check of its values says what is wrong)."""
+    a, b = strided(a), strided(b)
     if a.numel() == 0 or a.dtype == b.dtype and (
             torch.equal(a, b) or bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))):
         return 0.0

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, engine, vjp
+from ..numerics.realify import strided
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator
 from .base import (
@@ -161,7 +162,7 @@ def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Call
             grads = guarded(ErrorKind.BACKWARD, "backward", engine.grad, [outs[p] for p in live],
                             [args[i] for i in checked], list(values[n:]), create_graph=create_graph,
                             allow_unused=True)
-        return tuple(g if g is not None else torch.zeros_like(args[i]) for g, i in zip(grads, checked))
+        return tuple(strided(g) if g is not None else torch.zeros_like(args[i]) for g, i in zip(grads, checked))
 
     return call
 

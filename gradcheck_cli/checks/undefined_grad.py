@@ -24,6 +24,7 @@ import torch
 
 from ..errors import guarded, user_frame
 from ..numerics import engine, vjp
+from ..numerics.realify import strided
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator
 from ..target import Target
@@ -110,7 +111,7 @@ def situations(target: Target, arg_names: list[str], leaves: list[Any], outputs:
         ref = zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [g.clone() for g in grads]),
                             inputs)
         seen.labels.append(_situation(undefined, names, len(live)))
-        for i, r, w in zip(checked, zeros_if_none(res, inputs), ref):
+        for i, r, w in zip(checked, zeros_if_none([strided(g) if g is not None else g for g in res], inputs), ref):
             seen.got[i].append(r.detach().unsqueeze(0))
             seen.want[i].append(w.detach().unsqueeze(0))
             if not defined and not bool((r.abs() <= nondet_tol).all()):

@@ -23,7 +23,13 @@ def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
     Values only: a gradient that requires grad (backward computed it with grad mode on, or returned
     a parameter) is detached, as the tool only reads it."""
     grads: tuple[Any, ...] = engine.grad(outputs, inputs, grad_outputs, retain_graph=True, allow_unused=True)
-    return tuple(g.detach() if isinstance(g, torch.Tensor) else g for g in grads)
+    return tuple(strided(g.detach()) if isinstance(g, torch.Tensor) else g for g in grads)
+
+
+def strided(t: torch.Tensor) -> torch.Tensor:
+    """A sparse tensor (a gradient that nn.Embedding(sparse=True)-style backwards return, which autograd
+    accepts for a dense input) as its dense values; any other as it is."""
+    return t if t.layout == torch.strided else t.to_dense()
 
 
 def as_tuple(out: Any) -> tuple[Any, ...]:

@@ -34,6 +34,17 @@ class PythonOutOfMemory(Double):
     def forward(ctx, x):
         raise MemoryError()
 
+class SparseGradient(Double):
+    """backward returns a sparse gradient, as nn.Embedding(sparse=True) does; autograd accepts it"""
+    @staticmethod
+    def backward(ctx, g):
+        return (g * 2).to_sparse()
+
+class SparseGradientWrong(Double):
+    @staticmethod
+    def backward(ctx, g):
+        return (g * 3).to_sparse()
+
 def twice(x):
     return x * 2
 
@@ -102,3 +113,15 @@ def test_a_right_reference_still_passes_the_target(user_module, run):
     mod = user_module(MODULE)
     code, report = run(f"{mod}:Double", "--reference", f"{mod}:twice", "--check", "reference")
     assert code == 0 and report["results"][0]["status"] == "pass"
+
+
+@pytest.mark.parametrize("function,status", [("SparseGradient", "pass"), ("SparseGradientWrong", "fail")])
+def test_a_sparse_gradient_is_judged_by_its_values(user_module, run, function, status):
+    # it was exit 4 (torch.equal and comparisons do not run on sparse tensors)
+    mod = user_module(MODULE)
+    code, report = run(f"{mod}:{function}", "--check", "backward", "--check", "double_backward",
+                       "--check", "undefined_grad")
+    (result,) = report["results"]
+    assert result["error"] is None, result["error"]
+    assert {c["check"]: c["status"] for c in result["checks"]}["backward"] == status
+    assert code == (0 if status == "pass" else 1)
