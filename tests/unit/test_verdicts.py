@@ -305,3 +305,32 @@ def test_a_low_precision_argument_says_the_others_keep_their_tolerance():
     assert note == ("'x' is float32: the numerical gradient comes from forward run in float64 (the reference), with "
                     "tolerances for float32: atol 0.0001, rtol 0.001 (the other arguments keep atol 1e-05, rtol "
                     "0.001: each is judged by its own dtype's)")
+
+
+class Float32Kernel(torch.autograd.Function):
+    """x @ w with x in float32 only (a float32 kernel: forward raises on float64 x); w float64, cast to x's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        if x.dtype != torch.float32:
+            raise TypeError("x must be float32")
+        ctx.save_for_backward(x, w)
+        return x @ w.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.to(x.dtype).T, (x.T @ g).to(w.dtype)
+
+
+def test_when_forward_fails_in_float64_every_argument_gets_the_low_dtypes_step_and_tolerance():
+    # the differences are then taken through forward's float32 outputs: a float64 argument's carry their
+    # rounding too, so it shares x's eps (1e-3) and tolerance, and the warning says so
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, generator=g).requires_grad_()
+    w = torch.randn(4, 2, generator=g, dtype=torch.float64).requires_grad_()
+    result = check(Float32Kernel, [x, w])
+    assert result.status is Status.PASS, result.checks[0].message
+    assert [(r.atol, r.rtol) for r in result.checks[0].inputs] == [(1e-4, 1e-3), (1e-4, 1e-3)]
+    (note,) = [w for w in result.checks[0].warnings if "forward fails in float64" in w]
+    assert "taken in float32 with eps 0.001 and atol 0.0001, rtol 0.001 for every argument" in note
