@@ -78,7 +78,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     batched: Callable[[Sequence[Any]], Any] = (forward if direct
                                                else lambda vals: target.body(bound.arguments(vals)))
     copies = found.copies if found.graph and found.copies is not None else fresh_leaves(bound.values, grad=False)
-    plain, tol, notes = _reference(forward, copies, bound, checked, tol)  # copies: what finite differences move
+    plain, tols, notes = _reference(forward, copies, bound, checked, tol)  # copies: what finite differences move
     if plain is None:  # half precision only: finite differences there measure rounding
         return _half_only(ctx, result, notes[0], start)
     result.warnings += notes
@@ -90,26 +90,30 @@ def _check(ctx: CheckContext) -> CheckResult:
     given = ((found.probe[0], [found.probe[1][i] for i in checked])
              if found.probe and len({id(t) for t in tensors}) == len(tensors) else None)
     probing = backward if given is None else _through_node(found, outputs, positions, checked, backward)
-    contract.in_use(found, target, bound, (leaves, outputs), positions, checked, probing, given, opts.seed, tol)
+    loosest = max(tols, key=lambda t: (t.atol, t.rtol), default=tol)  # backward's linearity: every argument's
+    contract.in_use(found, target, bound, (leaves, outputs), positions, checked, probing, given, opts.seed, loosest)
     todo = (_probe(result, checked, bound, (forward, batched, probing, given), outputs, positions, grad_inputs,
-                   plain, plain_inputs, opts, tol) if opts.probes else list(range(len(checked))))
-    if todo:  # element by element: every argument, or under --fast those whose probes failed
-        layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in todo], plain,
-                                  [plain_inputs[k] for k in todo], eps=tol.eps, atol=tol.atol, rtol=tol.rtol,
+                   plain, plain_inputs, opts, tols) if opts.probes else list(range(len(checked))))
+    # element by element: every argument, or under --fast those whose probes failed; one comparison per
+    # tolerance, so that each argument is judged by its own dtype's
+    spent = _Spent(work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions, fast=True))
+    for group in _by_tolerance(todo, tols):
+        t = tols[group[0]]
+        layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in group], plain,
+                                  [plain_inputs[k] for k in group], eps=t.eps, atol=t.atol, rtol=t.rtol,
                                   memory_bytes=opts.memory_bytes, grad=backward, seed=opts.seed, batched=batched,
-                                  budget=work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions,
-                                                    fast=True), compress=opts.compress)
-        for k, entry in zip(todo, entries):
+                                  budget=spent.next(), compress=opts.compress)
+        for k, entry in zip(group, entries):
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
-            _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, tol,
+            _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, t,
                        partial(kinks.analytical_columns, backward, outputs, positions, grad_inputs[k],
                                memory_bytes=opts.memory_bytes),
                        _again(ctx, (forward, batched, backward), outputs, positions, plain, grad_inputs[k],
                               plain_inputs[k], i))
-            if reports[i].pattern is Pattern.SYSTEMATIC and tol.strict:
+            if reports[i].pattern is Pattern.SYSTEMATIC and t.strict:
                 _strict(reports[i], entry, forward, plain, plain_inputs[k], positions, projection(layout, opts.seed),
-                        tol.eps, opts.seed)
+                        t.eps, opts.seed)
     nondeterministic = [] if found.repeated else _determinism(  # the contract compared its repeated calls
         outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, opts.repeat)
     return _finish(result, found, nondeterministic, start)
@@ -132,42 +136,78 @@ def _through_node(found: contract.Findings, outputs: tuple[Any, ...], positions:
 
 def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any, Any],
            outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
-           plain_inputs: list[torch.Tensor], opts: Options, tol: Tolerance) -> list[int]:
+           plain_inputs: list[torch.Tensor], opts: Options, tols: list[Tolerance]) -> list[int]:
     """The fast decision: the rows of the arguments whose probes all passed are filled; returned are
     the others (indices into ``checked``), to compare element by element. ``calls``: forward, the
     forward that vmap may batch (or None), backward, and (grad_outputs, gradients of the checked
-    arguments) of one backward call already made (or None); ``tol``: the tolerance used (not
-    necessarily ``opts``' own: see ``_reference``)."""
+    arguments) of one backward call already made (or None); ``tols``: each checked argument's tolerance
+    (not necessarily ``opts``' own: see ``_reference``), the arguments of one tolerance probed together."""
     forward, batched, backward, given = calls
-    at_x = all(p.dtype == g.dtype for p, g in zip(plain_inputs, grad_inputs))  # not taken in another dtype
-    stats = probes.decide(forward, outputs, positions, grad_inputs, plain, plain_inputs, eps=tol.eps,
-                          atol=tol.atol, rtol=tol.rtol, probes=opts.probes, seed=opts.seed, grad=backward,
-                          batched=batched, given=given, at_x=at_x, memory_bytes=opts.memory_bytes)
+    stats: list[probes.ProbeStats] = [probes.ProbeStats()] * len(checked)
+    for group in _by_tolerance(list(range(len(checked))), tols):
+        t = tols[group[0]]
+        mine = [grad_inputs[k] for k in group]
+        at_x = all(plain_inputs[k].dtype == grad_inputs[k].dtype for k in group)  # not taken in another dtype
+        decided = probes.decide(forward, outputs, positions, mine, plain, [plain_inputs[k] for k in group],
+                                eps=t.eps, atol=t.atol, rtol=t.rtol, probes=opts.probes, seed=opts.seed,
+                                grad=backward, batched=batched,
+                                given=None if given is None else (given[0], [given[1][k] for k in group]),
+                                at_x=at_x, memory_bytes=opts.memory_bytes)
+        for k, s in zip(group, decided):
+            stats[k] = s
+            if not s.failed:
+                row = result.inputs[checked[k]]
+                row.max_abs_err, row.atol, row.rtol = s.max_abs, t.atol, t.rtol
+                row.analytical, row.numerical = s.analytical, s.numerical
+                over = ("" if not s.combined else f" over all {len(group)} arguments" if len(group) == len(checked)
+                        else f" over the {len(group)} arguments of this tolerance")
+                row.reason = (f"{s.probes} random probes v^T J u agree ({opts.probes} directions u{over} x "
+                              f"{probes.weightings(opts.probes)} weightings v)")
     failed = [k for k, s in enumerate(stats) if s.failed]
     if failed:
         names = ", ".join(repr(bound.names[checked[k]]) for k in failed)
         result.warnings.append(f"a random probe failed for {names}: checked element by element to explain it")
     result.mode = "probe" if not failed else "elementwise" if len(failed) == len(stats) else "probe+elementwise"
-    for i, s in zip(checked, stats):
-        if not s.failed:
-            row = result.inputs[i]
-            row.max_abs_err, row.atol, row.rtol = s.max_abs, tol.atol, tol.rtol
-            row.analytical, row.numerical = s.analytical, s.numerical
-            over = f" over all {len(stats)} arguments" if s.combined else ""
-            row.reason = (f"{s.probes} random probes v^T J u agree ({opts.probes} directions u{over} x "
-                          f"{probes.weightings(opts.probes)} weightings v)")
     return failed
 
 
+def _by_tolerance(todo: list[int], tols: list[Tolerance]) -> list[list[int]]:
+    """``todo`` (indices into ``tols``) in groups of one tolerance (eps, atol, rtol), in order of first appearance."""
+    groups: dict[tuple[float, float, float], list[int]] = {}
+    for k in todo:
+        groups.setdefault((tols[k].eps, tols[k].atol, tols[k].rtol), []).append(k)
+    return list(groups.values())
+
+
+class _Spent:
+    """One ``work_limit`` budget over several comparisons: each is told the calls of those before it too."""
+
+    def __init__(self, budget: Callable[[int, int], None]) -> None:
+        self.budget, self.done, self.last = budget, 0, 0
+
+    def next(self) -> Callable[[int, int], None]:
+        """The budget of the next comparison (the calls of the one before counted as made)."""
+        self.done, self.last = self.done + self.last, 0
+
+        def told(calls: int, passes: int) -> None:
+            self.last = max(self.last, calls)
+            self.budget(self.done + calls, passes)
+
+        return told
+
+
 def _reference(forward: Any, plain: list[Any], bound: Bound, checked: list[int],
-               tol: Tolerance) -> tuple[Optional[list[Any]], Tolerance, list[str]]:
+               tol: Tolerance) -> tuple[Optional[list[Any]], list[Tolerance], list[str]]:
     """Finite differences of a low-precision Function are taken in double precision (its forward
-    run on float64/complex128 copies), with tolerances for the low dtype unless the spec set its
-    own. If forward fails in double precision, they are taken in float32 itself with a larger step;
-    in float16 or bfloat16 they are not taken at all (None, and why)."""
+    run on float64/complex128 copies); each checked argument gets its own dtype's tolerances
+    (returned in ``checked``'s order) unless the spec set its own: a float64 argument beside a
+    float32 one keeps float64's. If forward fails in double precision, they are taken in float32
+    itself with a larger step, and every argument gets the low dtype's tolerances (forward's outputs
+    carry its rounding, whatever an argument's dtype); in float16 or bfloat16 they are not taken at
+    all (None, and why)."""
     low = [i for i in checked if bound.values[i].dtype in REFERENCE]
     if not low:
-        return plain, tol, []
+        return plain, [tol] * len(checked), []
     names = ", ".join(repr(bound.names[i]) for i in low)
     dtypes = ", ".join(sorted({str(bound.values[i].dtype)[6:] for i in low}))
     subject = f"{names} {'is' if len(low) == 1 else 'are'} {dtypes}"
@@ -175,25 +215,40 @@ def _reference(forward: Any, plain: list[Any], bound: Bound, checked: list[int],
     copies: dict[int, torch.Tensor] = {}
     upcast = [copies.setdefault(id(v), v.to(REFERENCE[v.dtype])) if isinstance(v, torch.Tensor)
               and v.dtype in REFERENCE else v for v in plain]
-    atol, rtol, eps = (max(t) for t in zip(*(LOW_TOLERANCE[bound.values[i].dtype] for i in low)))
-    adapted = {k: v for k, v in (("atol", atol), ("rtol", rtol)) if k not in tol.given}
+
+    def adapted(low_tol: tuple[float, float, float], eps: bool = False) -> Tolerance:
+        """``tol`` with a low dtype's (atol, rtol[, eps]) where the spec did not set them."""
+        def pick(key: str, value: float) -> float:
+            return float(getattr(tol, key)) if key in tol.given else value
+
+        return replace(tol, atol=pick("atol", low_tol[0]), rtol=pick("rtol", low_tol[1]),
+                       eps=pick("eps", low_tol[2]) if eps else tol.eps)
+
     try:
         forward(upcast)
     except UserCodeError as exc:
         half = sorted({str(bound.values[i].dtype)[6:] for i in low if bound.values[i].dtype in HALF})
         if half:
-            return None, tol, [f"{subject}, and forward fails in {refs} ({exc}): finite differences in "
-                               f"{' / '.join(half)} measure its rounding (about "
-                               f"{max(torch.finfo(getattr(torch, h)).eps for h in half):.0e} relative), not the "
-                               "derivative, so they cannot judge backward"]
-        tol = replace(tol, **adapted, **({"eps": eps} if "eps" not in tol.given else {}))
-        return plain, tol, [f"{subject}, and forward fails in {refs} ({exc}): finite differences are "
-                            f"taken in {dtypes} with eps {tol.eps:g} and atol {tol.atol:g}, rtol {tol.rtol:g}; "
-                            "they are unreliable there: check in float64 if you can, or against a plain PyTorch "
-                            "implementation with `reference: pkg.mod:fn` (the reference check)"]
-    tol = replace(tol, **adapted)
-    return upcast, tol, [f"{subject}: the numerical gradient comes from forward run in {refs} (the "
-                         f"reference), with tolerances for {dtypes}: atol {tol.atol:g}, rtol {tol.rtol:g}"]
+            return None, [tol] * len(checked), [
+                f"{subject}, and forward fails in {refs} ({exc}): finite differences in "
+                f"{' / '.join(half)} measure its rounding (about "
+                f"{max(torch.finfo(getattr(torch, h)).eps for h in half):.0e} relative), not the "
+                "derivative, so they cannot judge backward"]
+        shared = adapted(tuple(max(t) for t in zip(*(LOW_TOLERANCE[bound.values[i].dtype] for i in low))), eps=True)
+        every = " for every argument" if len(low) < len(checked) else ""
+        return plain, [shared] * len(checked), [
+            f"{subject}, and forward fails in {refs} ({exc}): finite differences are taken in {dtypes} with eps "
+            f"{shared.eps:g} and atol {shared.atol:g}, rtol {shared.rtol:g}{every}; they are unreliable there: check "
+            "in float64 if you can, or against a plain PyTorch implementation with `reference: pkg.mod:fn` (the "
+            "reference check)"]
+    tols = [adapted(LOW_TOLERANCE[bound.values[i].dtype]) if i in low else tol for i in checked]
+    own = {str(bound.values[i].dtype)[6:]: t for i, t in zip(checked, tols) if i in low}
+    words = "; ".join(f"{d}: atol {t.atol:g}, rtol {t.rtol:g}" if len(own) > 1 else f"atol {t.atol:g}, rtol {t.rtol:g}"
+                      for d, t in sorted(own.items()))
+    others = (f" (the other arguments keep atol {tol.atol:g}, rtol {tol.rtol:g}: each is judged by its own dtype's)"
+              if len(low) < len(checked) else "")
+    return upcast, tols, [f"{subject}: the numerical gradient comes from forward run in {refs} (the reference), "
+                          f"with tolerances for {dtypes}: {words}{others}"]
 
 
 def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -> CheckResult:

@@ -1,5 +1,6 @@
 """What the numbers show, as data (a Pattern and a ratio) and in words: constant ratios, sign
-flips, zeros, a transpose, the complex conjugate convention, a few bad elements."""
+flips, zeros (of a whole side, or a gradient where the outputs do not depend on some elements), a
+transpose, the complex conjugate convention, a few bad elements."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,7 +8,7 @@ from typing import Optional
 
 import torch
 
-from ..numerics import Entry
+from ..numerics import Entry, unravel
 from ..results import InputReport, Pattern
 
 CONSTANT_RATIO_RESIDUAL = 1e-6  # relative squared residual below which a ratio counts as constant
@@ -52,6 +53,21 @@ def constant_ratio(entry: Entry) -> Optional[float]:
     return r if residual < max(CONSTANT_RATIO_RESIDUAL, entry.rtol ** 2) else None  # constant within tolerance
 
 
+def explains(entry: Entry, r: float) -> bool:
+    """Whether analytical = ``r`` x numerical accounts for the mismatch: ``r`` is off 1 by more than
+    rtol, and each mismatching column is within tolerance of ``r`` x numerical: exactly where it is
+    kept whole, in its projection u^T J elsewhere (``r`` takes at least half of its error away)."""
+    if abs(r - 1) <= entry.rtol:  # such a ratio is within tolerance of 1: it cannot make an entry wrong
+        return False
+    for _, a, n in entry.bad_columns:
+        rn = n * r
+        if not bool(((a - rn).abs() <= entry.atol + entry.rtol * rn.abs()).all()):
+            return False
+    bad = entry.bad.nonzero().view(-1)
+    pa, pn = entry.proj_a[bad], entry.proj_n[bad]
+    return bool(((pa - r * pn).abs() <= (pa - pn).abs() / 2).all())
+
+
 def systematic(entry: Entry, threshold: float) -> Optional[Diagnosis]:
     """For a gradient within tolerance: a constant factor off 1 by more than ``threshold``
     everywhere (e.g. 1.001x) is no rounding noise but a small bug that tolerances hide."""
@@ -93,8 +109,10 @@ def _prod(shape: tuple[int, ...]) -> int:
     return out
 
 
-def describe(entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] = ()) -> Optional[Diagnosis]:
-    """The pattern of a failing argument, or None when nothing is wrong."""
+def describe(entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] = (), name: str = "",
+             output: Optional[str] = None) -> Optional[Diagnosis]:
+    """The pattern of a failing argument, or None when nothing is wrong. ``name``: the argument's, and
+    ``output``: where the worst entry is among the outputs (for the words)."""
     if entry.nonfinite:
         return Diagnosis(Pattern.NONFINITE, f"{entry.nonfinite} Jacobian entries are NaN or infinite: the function or "
                          "its backward produces non-finite values at these inputs")
@@ -106,22 +124,44 @@ def describe(entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] =
     if entry.sum_nn <= (entry.atol * ROUNDING) ** 2 and entry.sum_aa > 0:
         return Diagnosis(Pattern.ZERO_NUMERICAL, "the outputs do not depend on it (numerical gradient zero, up to "
                          "rounding), but backward returns a non-zero gradient")
+    at = f" at {output}" if output else ""
+    if entry.wrong and entry.wrong_at_zero == entry.wrong:  # every wrong entry: numerical 0, analytical not
+        if not bool((entry.bad & entry.live).any()):  # and the outputs depend on none of those elements
+            return Diagnosis(Pattern.ZERO_NUMERICAL, f"analytical is non-zero at {_elements(mismatched)} the outputs "
+                             f"do not depend on (e.g. {_worst(entry, shape, name)})")
+        return Diagnosis(Pattern.ZERO_NUMERICAL, f"analytical is non-zero where the outputs do not depend on "
+                         f"{name or 'the argument'}: at {entry.wrong} Jacobian entries of {_elements(mismatched)} "
+                         f"(e.g. {_worst(entry, shape, name, at)})")
     r = constant_ratio(entry)
-    if r is not None and abs(r + 1) < max(1e-3, entry.rtol):
-        return Diagnosis(Pattern.SIGN_FLIP, "sign flipped: analytical = -numerical", r)
-    if r is not None:
+    if r is not None and explains(entry, r):
+        if abs(r + 1) < max(1e-3, entry.rtol):
+            return Diagnosis(Pattern.SIGN_FLIP, "sign flipped: analytical = -numerical", r)
         return Diagnosis(Pattern.CONSTANT_RATIO, f"analytical is {ratio_text(r, entry.rtol)} numerical", r)
     if transposed(entry, shape):
         return Diagnosis(Pattern.TRANSPOSED, "analytical is the numerical gradient transposed (last two dims "
                          "swapped): a missing or extra .t()?")
     if mismatched < numel:
-        return Diagnosis(Pattern.SOME_ELEMENTS, f"{mismatched} of {numel} elements are wrong, the others match")
-    return Diagnosis(Pattern.NO_PATTERN, "wrong everywhere, with no constant ratio or sign flip")
+        return Diagnosis(Pattern.SOME_ELEMENTS, f"{mismatched} of {numel} elements are wrong, the others match "
+                         f"(worst {_worst(entry, shape, name, at)})")
+    return Diagnosis(Pattern.NO_PATTERN, "wrong everywhere, with no constant ratio or sign flip "
+                     f"(worst {_worst(entry, shape, name, at)})")
+
+
+def _elements(n: int) -> str:
+    return f"{n} element{'s' * (n != 1)}"
+
+
+def _worst(entry: Entry, shape: tuple[int, ...], name: str, at: str = "") -> str:
+    """The worst entry in words: 'x[3]: analytical 0.25, numerical 0' (a complex argument's: of its real view);
+    ``at``: where among the outputs (' at output 0 [1]')."""
+    per = 2 if entry.real_numel == 2 * _prod(shape) and entry.real_numel else 1
+    where = f"{name}{unravel(entry.worst_col // per, shape)}" if shape else name
+    return f"{where}{at}: analytical {entry.analytical + 0.0:.3g}, numerical {entry.numerical + 0.0:.3g}"  # no -0
 
 
 def diagnose(row: InputReport, entry: Entry, shape: tuple[int, ...]) -> None:
     """Write the pattern of ``row``'s mismatch (or none) into it."""
-    found = describe(entry, row.mismatched or 0, row.numel, shape)
+    found = describe(entry, row.mismatched or 0, row.numel, shape, row.name, row.worst_output)
     if found:
         found.put(row)
     else:

@@ -16,6 +16,7 @@ import torch
 KEEP_BAD = 16  # mismatching columns kept whole, to re-examine (kinks, domain edges)
 KEEP_BYTES = 64 * 2**20  # at most this much of them per argument (the first is always kept), unless told
 
+NEAR_ZERO = 1e-3  # a numerical entry at most this times atol is zero up to rounding (a batched forward's: ~1e-10)
 STANDS_IN = -0.5  # worst_excess of the first entry of all zeros, which any entry compared later replaces
 Column = tuple[int, torch.Tensor, torch.Tensor]  # (column, analytical column, numerical column)
 
@@ -79,6 +80,8 @@ class Entry:
     analytical: float = 0.0
     numerical: float = 0.0
     nonfinite: int = 0
+    wrong: int = 0  # entries out of tolerance (or not finite)
+    wrong_at_zero: int = 0  # of them, those whose numerical value is zero up to rounding (NEAR_ZERO atol)
     sum_an: float = 0.0
     sum_nn: float = 0.0
     sum_aa: float = 0.0
@@ -88,12 +91,15 @@ class Entry:
     _proj_a: torch.Tensor = field(init=False, repr=False)
     _proj_n: torch.Tensor = field(init=False, repr=False)
     _deferred: list[Callable[[Entry], None]] = field(default_factory=list, init=False, repr=False)
+    # per column: a mismatching column with a numerical entry beyond rounding (False elsewhere: not told)
+    live: torch.Tensor = field(init=False, repr=False)
     keep_bytes: int = KEEP_BYTES  # at most this much of bad_columns (give it by name)
     # (column, analytical column, numerical column) of the first mismatching input elements
     bad_columns: KeptColumns = field(default_factory=KeptColumns, init=False)
 
     def __post_init__(self) -> None:
         self.bad = torch.zeros(self.real_numel, dtype=torch.bool)
+        self.live = torch.zeros(self.real_numel, dtype=torch.bool)
         self._err = torch.zeros(self.real_numel, dtype=torch.float64)
         self._proj_a = torch.zeros(self.real_numel, dtype=torch.float64)
         self._proj_n = torch.zeros(self.real_numel, dtype=torch.float64)
@@ -247,12 +253,17 @@ class Entry:
             self._column_errors(diff, broken, at, n_cols, n_rows, col0)
         n_abs = nv.abs()
         tol = n_abs.mul(self.rtol).add_(self.atol)
+        small = n_abs <= self.atol  # relative error only where the numerical value is not ~0, or the entry is wrong
         if locate is None:  # else every entry is within tol (see ``update_agreed``): none is bad
             wrong = diff > tol  # not |a - n| <= atol + rtol |n| (as torch.allclose): every value is finite here
             if broken is not None:
                 wrong.logical_or_(broken)
             bad = (wrong.view(n_cols, n_rows).any(1) if at is None else
                    torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True))
+            if bool(bad.any()):
+                self._mismatches(wrong, n_abs, at, bad, n_cols, n_rows, col0)
+                # a wrong entry's relative error counts, infinite where its numerical value is 0 (not non-finite ones)
+                small.logical_and_(~wrong if broken is None else ~(wrong & ~broken))
             self.bad[col0 : col0 + n_cols] |= bad
             for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
                 if not self.bad_columns.add(col0 + c, a_column(c), n_column(c), self.keep_bytes):  # to re-examine
@@ -267,7 +278,6 @@ class Entry:
         elif self.worst_excess < STANDS_IN and n_rows:  # no entry yet, all 0 on both sides: the first stands for them
             self.worst_excess, self.worst_row, self.worst_col = STANDS_IN, 0, col0  # until an entry comes
             self.analytical = self.numerical = 0.0
-        small = n_abs <= self.atol  # relative error only where the numerical value is not ~0
         rel = torch.div(diff, n_abs, out=n_abs).masked_fill_(small, 0.0)
         if not bool(small.all()):
             self.max_rel = max(self.max_rel or 0.0, float(rel.max()))
@@ -275,6 +285,18 @@ class Entry:
             self.sum_an += float(av[lo:hi] @ nv[lo:hi])
             self.sum_nn += float(nv[lo:hi] @ nv[lo:hi])
             self.sum_aa += float(av[lo:hi] @ av[lo:hi])
+
+    def _mismatches(self, wrong: torch.Tensor, n_abs: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
+                    bad: torch.Tensor, n_cols: int, n_rows: int, col0: int) -> None:
+        """Count the entries ``wrong`` of a block with mismatching columns ``bad``, and those of them whose
+        numerical value (``n_abs``, absolute) is ~0; mark the mismatching columns with a numerical entry beyond
+        rounding in ``live`` (a block's columns come whole, so a column not marked has none)."""
+        live = n_abs > self.atol * NEAR_ZERO
+        self.wrong += int(wrong.sum())
+        self.wrong_at_zero += int((wrong & ~live).sum())
+        per = (live.view(n_cols, n_rows).any(1) if at is None else
+               torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][live], True))
+        self.live[col0 : col0 + n_cols] |= per.logical_and_(bad)
 
     def _column_errors(self, diff: torch.Tensor, broken: torch.Tensor | None, at: tuple[torch.Tensor, ...] | None,
                        n_cols: int, n_rows: int, col0: int) -> None:

@@ -259,3 +259,90 @@ def test_a_numerical_gradient_at_rounding_level_is_zero_for_the_diagnosis(numeri
     entry.sum_aa, entry.sum_nn, entry.sum_an = 9e-10, 65 * numerical**2, 3e-5 * numerical
     found = describe(entry, mismatched=1, numel=65)
     assert found is not None and found.pattern.value == said, found
+
+
+COUPLING = 9e-5  # below float32's atol (1e-4), well above float64's (1e-5)
+
+
+class Coupled(torch.autograd.Function):
+    """y = x * w + COUPLING * sum(w), in w's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        return x.to(w.dtype) * w + COUPLING * w.sum()
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return (g * w).to(x.dtype), g * x.to(w.dtype) + COUPLING * g.sum()
+
+
+class CouplingForgotten(Coupled):
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return (g * w).to(x.dtype), g * x.to(w.dtype)  # forgets COUPLING * sum(g) in w's gradient
+
+
+def _coupled_args(x_dtype: torch.dtype) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    # 16 elements: at 6, --fast's probes miss this coupling at some seeds (a probe's rtol |v^T J u| covers it)
+    x = torch.randn(16, generator=g, dtype=torch.float64).to(x_dtype).requires_grad_()
+    return [x, torch.randn(16, generator=g, dtype=torch.float64).requires_grad_()]
+
+
+@pytest.mark.parametrize("probes", [0, 4])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.float16, torch.float64])
+def test_a_low_precision_argument_leaves_the_float64_ones_their_own_tolerance(x_dtype, probes):
+    # one float32 argument moved every argument to float32's tolerance (atol 1e-4), so the forgotten 9e-5
+    # coupling in float64 'w' passed; with 'x' in float64 the same backward failed
+    args = _coupled_args(x_dtype)
+    wrong = check(CouplingForgotten, args, probes=probes)
+    assert wrong.status is Status.FAIL, wrong.checks[0].message
+    x_row, w_row = wrong.checks[0].inputs
+    assert (w_row.status, w_row.atol, w_row.rtol) == (Status.FAIL, 1e-5, 1e-3)
+    low = {torch.float32: (1e-4, 1e-3), torch.float16: (1e-2, 1e-2), torch.float64: (1e-5, 1e-3)}[x_dtype]
+    assert (x_row.status, x_row.atol, x_row.rtol) == (Status.PASS, *low)
+    right = check(Coupled, args, probes=probes)
+    assert right.status is Status.PASS, right.checks[0].message
+    assert [(r.atol, r.rtol) for r in right.checks[0].inputs] == [low, (1e-5, 1e-3)]
+    float64 = [a.detach().double().requires_grad_() for a in args]
+    assert not torch.autograd.gradcheck(CouplingForgotten.apply, float64, raise_exception=False)
+    assert torch.autograd.gradcheck(Coupled.apply, float64)
+
+
+def test_a_low_precision_argument_says_the_others_keep_their_tolerance():
+    (note,) = check(Coupled, _coupled_args(torch.float32)).checks[0].warnings
+    assert note == ("'x' is float32: the numerical gradient comes from forward run in float64 (the reference), with "
+                    "tolerances for float32: atol 0.0001, rtol 0.001 (the other arguments keep atol 1e-05, rtol "
+                    "0.001: each is judged by its own dtype's)")
+
+
+class Float32Kernel(torch.autograd.Function):
+    """x @ w with x in float32 only (a float32 kernel: forward raises on float64 x); w float64, cast to x's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        if x.dtype != torch.float32:
+            raise TypeError("x must be float32")
+        ctx.save_for_backward(x, w)
+        return x @ w.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g @ w.to(x.dtype).T, (x.T @ g).to(w.dtype)
+
+
+def test_when_forward_fails_in_float64_every_argument_gets_the_low_dtypes_step_and_tolerance():
+    # the differences are then taken through forward's float32 outputs: a float64 argument's carry their
+    # rounding too, so it shares x's eps (1e-3) and tolerance, and the warning says so
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, generator=g).requires_grad_()
+    w = torch.randn(4, 2, generator=g, dtype=torch.float64).requires_grad_()
+    result = check(Float32Kernel, [x, w])
+    assert result.status is Status.PASS, result.checks[0].message
+    assert [(r.atol, r.rtol) for r in result.checks[0].inputs] == [(1e-4, 1e-3), (1e-4, 1e-3)]
+    (note,) = [w for w in result.checks[0].warnings if "forward fails in float64" in w]
+    assert "taken in float32 with eps 0.001 and atol 0.0001, rtol 0.001 for every argument" in note
