@@ -105,7 +105,7 @@ def limit(exc: BaseException) -> Optional[str]:
     return None
 
 
-def untold(who: str, stage: str, exc: BaseException, outcome: str = "cannot be checked here") -> str:
+def untold(who: str, stage: str, exc: BaseException, outcome: str = "") -> str:
     """A vmap failure that is not a known refusal of the user's code: the limit of torch it names (or
     what torch said, where single calls did not fail), then ``stage`` and its ``outcome``."""
     inner = _unwrapped(exc)
@@ -113,12 +113,12 @@ def untold(who: str, stage: str, exc: BaseException, outcome: str = "cannot be c
     limit_of = limit(exc)
     if limit_of:
         at = f" (used by {who} at {where})" if where else ""
-        return f"{limit_of}{at}: {stage} {outcome}"
+        return f"{limit_of}{at}: {stage} {outcome or 'cannot be checked here (a limit of torch, not of the code)'}"
     text = str(inner).strip().splitlines()
     said = f"torch: {type(inner).__name__}: {(text[0] if text else '')[:200]}"
     at = f" at {where}" if where else ""
-    return (f"{stage} {outcome}: it raised{at} where single calls did not, and the error does not say whether "
-            f"the code or torch's batching is at fault ({said})")
+    return (f"{stage} {outcome or 'cannot be checked here'}: it raised{at} where single calls did not, and the "
+            f"error does not say whether the code or torch's batching is at fault ({said})")
 
 
 def refusal(who: str, stage: str, exc: BaseException) -> str:

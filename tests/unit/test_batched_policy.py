@@ -313,3 +313,18 @@ def test_an_op_vmap_cannot_batch_in_forward_is_a_note_not_a_failure() -> None:
     assert "torch has no batching rule for aten::nonzero_numpy (used by forward at " in result.message
     assert "torch.func.vmap over forward cannot be checked here" in result.message
     assert "one backward with 3 grad_outputs = 3 backward calls" in result.message
+
+
+def test_words_torch_does_not_explain_are_not_called_the_functions_fault() -> None:
+    odd = RuntimeError("some new failure of torch's batching")
+    assert not batched.is_defect(odd) and batched.limit(odd) is None
+    said = batched.untold("backward", "vmap over backward", odd)
+    assert said.startswith("vmap over backward cannot be checked here: it raised where single calls did not")
+    assert "some new failure of torch's batching" in said
+    for known in (RuntimeError("Batching rule not implemented for aten::item. We could not generate a fallback."),
+                  RuntimeError("Batching rule not implemented for aten::mul.out; the fallback path doesn't work on "
+                               "out= or view ops.")):
+        assert batched.is_defect(known) and batched.limit(known) is None
+    view = RuntimeError("Batching rule not implemented for aten::flatten.using_ints; the fallback path doesn't work "
+                        "on out= or view ops.")
+    assert not batched.is_defect(view) and batched.limit(view) == "torch has no batching rule for aten::flatten.using_ints"
