@@ -42,12 +42,13 @@ def torch_verdict(fn: Any, args: tuple) -> bool:
 def torch_batches(fn: Any, args: tuple) -> str:
     """What each of torch's two vmaps says about a batch of grad_outputs through fn's backward."""
     y = fn.apply(*args)
+    leaves = tuple(a for a in args if a.requires_grad)
     stack = torch.randn((3,) + y.shape, dtype=DT)
     said = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for run in (lambda: torch.autograd.grad(y, args, stack, retain_graph=True, is_grads_batched=True),
-                    lambda: torch.func.vmap(lambda v: torch.autograd.grad(y, args, v, retain_graph=True))(stack)):
+        for run in (lambda: torch.autograd.grad(y, leaves, stack, retain_graph=True, is_grads_batched=True),
+                    lambda: torch.func.vmap(lambda v: torch.autograd.grad(y, leaves, v, retain_graph=True))(stack)):
             try:
                 run()
                 said.append("ok")
@@ -328,3 +329,19 @@ def test_words_torch_does_not_explain_are_not_called_the_functions_fault() -> No
     view = RuntimeError("Batching rule not implemented for aten::flatten.using_ints; the fallback path doesn't work "
                         "on out= or view ops.")
     assert not batched.is_defect(view) and batched.limit(view) == "torch has no batching rule for aten::flatten.using_ints"
+
+
+def test_the_interp_example_fails_for_its_buffer_not_for_torchs_flatten() -> None:
+    from gradcheck_cli.examples.structured import Interp
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(5, dtype=DT, generator=gen).requires_grad_()
+    knots = torch.linspace(0, 1, 6, dtype=DT)
+    values = torch.randn(6, dtype=DT, generator=gen).requires_grad_()
+    assert torch.autograd.gradcheck(Interp.apply, (x, knots, values))  # its gradients are right
+    legacy, func = torch_batches(Interp, (x, knots, values)).split(" | ")
+    assert "aten::flatten.using_ints" in legacy and "being vmapped over but `self` not" in func
+    result = run_check(Interp, (x, knots, values))
+    assert result.status is Status.FAIL and "out=" not in result.message
+    assert "structured.py:70 (grad_values.index_add_(" in result.message
+    assert "writes batched values in place into a tensor it created itself" in result.message
