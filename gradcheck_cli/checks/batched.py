@@ -7,16 +7,20 @@ vmap support (``generate_vmap_rule = True`` or a ``vmap`` staticmethod) is also 
 ``torch.func.vmap`` over a batch of inputs, against a loop of forwards, and under vmap of its
 whole vjp (batched inputs and grad_outputs), against a loop of backward calls.
 
-When vmap refuses the code, that is a failure, not a skip: the user asked whether batched
-gradients work, they do not, and torch's own check fails it too. The message says what in
-the code vmap cannot batch and what to write instead.
+When vmap refuses the code (``.item()``, a tensor in an ``if``, an in-place write of batched values
+into a tensor backward created, ``out=``, ...), that is a failure: torch.func.vmap and jacrev refuse it
+too, and the message says what to write instead. When torch lacks a batching rule for an operation
+used correctly, that is torch's limit, not the Function's: the batch of grad_outputs that
+``is_grads_batched`` (torch's older vmap, the one torch.autograd.gradcheck uses) cannot run goes through
+torch.func.vmap over backward instead, and where neither can batch it the check skips naming the op.
 """
 from __future__ import annotations
 
+import re
 import traceback
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -49,16 +53,13 @@ REFUSALS = [
      "writes batched values in place into a tensor it created itself (e.g. `out = torch.zeros_like(x); "
      "out += grad` or `out[idx] = grad`): that tensor has no batch dimension; compute the result out of "
      "place, or create the buffer from the batched value (torch.zeros_like(grad), grad.new_zeros(...))"),
-    (("aten::detach",),
-     "calls .detach(), .data or .numpy() on a batched value: drop it (backward does not record a graph "
-     "unless asked to) and stay in torch operations"),
     (("doesn't have storage", "data pointer"),
      "reads a tensor's memory directly (.tolist(), .numpy(), a C/C++ extension): a batched tensor has no "
      "storage of its own; use torch operations"),
     (("doesn't correspond to a device",),
      "builds a tensor from a batched one with torch.tensor(...) or .new_tensor(...): use clone() or torch "
      "operations"),
-    ((".out;", "out= "),
+    ((".out;", "_out;"),
      "writes into a preallocated tensor with out=...: use the out-of-place form (e.g. `torch.mul(a, b)`)"),
     (("setup_context staticmethod",),
      "calls an autograd.Function that does not support vmap: give it `generate_vmap_rule = True` with "
@@ -66,6 +67,58 @@ REFUSALS = [
     (("randomness",),
      "draws random numbers: vmap refuses that unless told how (torch.func.vmap(..., randomness=...))"),
 ]
+
+
+# torch's words for an operation it cannot batch (a limit of torch, not of the Function).
+NO_RULE = re.compile(r"Batching rule not implemented for (aten::\w+(?:\.\w+)?)")
+DYNAMIC = re.compile(r"output dynamic shape\. Attempted to vmap over (aten::\w+)")
+MASKED = re.compile(r"Attempted to vmap over `mask` in torch\.(\w+)")
+SPARSE = re.compile(r"'Sparse\w*' backend|unsupported for Sparse tensors")
+
+
+def _unwrapped(exc: BaseException) -> BaseException:
+    return exc.__cause__ if isinstance(exc, UserCodeError) and exc.__cause__ is not None else exc
+
+
+def is_defect(exc: BaseException) -> bool:
+    """Whether vmap refused something in the Function's code that the user can change (REFUSALS)."""
+    text = str(_unwrapped(exc))
+    return any(k in text for keys, _ in REFUSALS for k in keys)
+
+
+def limit(exc: BaseException) -> Optional[str]:
+    """What torch cannot batch, when its error says the missing piece is torch's (no batching rule
+    for an operation, an output whose shape depends on the values, sparse tensors); else None."""
+    if is_defect(exc):
+        return None
+    text = str(_unwrapped(exc))
+    if m := NO_RULE.search(text):
+        return f"torch has no batching rule for {m.group(1)}"
+    if m := DYNAMIC.search(text):
+        return f"torch cannot batch {m.group(1)} (its output's shape depends on the values)"
+    if m := MASKED.search(text):
+        return f"torch cannot batch torch.{m.group(1)} with a batched mask (its output's shape depends on the values)"
+    if "indexing with a boolean mask" in text:
+        return "torch cannot batch indexing with a batched boolean mask (its output's shape depends on the values)"
+    if SPARSE.search(text):
+        return "torch's vmap cannot batch operations on sparse tensors"
+    return None
+
+
+def untold(who: str, stage: str, exc: BaseException, outcome: str = "") -> str:
+    """A vmap failure that is not a known refusal of the user's code: the limit of torch it names (or
+    what torch said, where single calls did not fail), then ``stage`` and its ``outcome``."""
+    inner = _unwrapped(exc)
+    where = user_frame(inner)
+    limit_of = limit(exc)
+    if limit_of:
+        at = f" (used by {who} at {where})" if where else ""
+        return f"{limit_of}{at}: {stage} {outcome or 'cannot be checked here (a limit of torch, not of the code)'}"
+    text = str(inner).strip().splitlines()
+    said = f"torch: {type(inner).__name__}: {(text[0] if text else '')[:200]}"
+    at = f" at {where}" if where else ""
+    return (f"{stage} {outcome or 'cannot be checked here'}: it raised{at} where single calls did not, and the "
+            f"error does not say whether the code or torch's batching is at fault ({said})")
 
 
 def refusal(who: str, stage: str, exc: BaseException) -> str:
@@ -96,6 +149,7 @@ class Stacks:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     agreed: list[str] = field(default_factory=list)  # what was compared, for the message
+    limits: list[str] = field(default_factory=list)  # what torch could not batch: not judged, not wrong
 
     def add(self, stage: str, checked: list[int], got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
         for i, g, w in zip(checked, got, want):
@@ -142,18 +196,43 @@ def _batched_grad_outputs(leaves: list[Any], outputs: tuple[Any, ...], positions
     stacks = [torch.stack([probe_like(o, gen) for _ in range(BATCH)]) for o in live]
     loop = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [s[b].clone() for s in stacks]),
                           inputs) for b in range(BATCH)]
+    stage = "backward with a batch of grad_outputs (vmap over backward)"
     sent = [s.clone() for s in stacks]
+    how = "one backward"
     try:
         got = engine.grad(live, inputs, sent, retain_graph=True, allow_unused=True, is_grads_batched=True)
     except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
-        found.problems.append(refusal("backward", "backward with a batch of grad_outputs (vmap over backward)", exc))
-        return
+        if is_defect(exc):
+            found.problems.append(refusal("backward", stage, exc))
+            return
+        # is_grads_batched runs torch's older vmap, which lacks many batching rules: torch.func.vmap may have them
+        sent = [s.clone() for s in stacks]
+        try:
+            got = tuple(_func_vmapped_grad(live, inputs, sent))
+        except Exception as again:  # noqa: BLE001
+            if is_defect(again):
+                found.problems.append(refusal("backward", stage.replace("(vmap", "(torch.func.vmap"), again))
+            else:
+                found.limits.append(untold("backward", stage, again))
+            return
+        found.notes.append(untold("backward", "is_grads_batched (the vmap torch.autograd.gradcheck uses)", exc,
+                                  "cannot run it, so the batch went through torch.func.vmap over backward instead"))
+        how = "torch.func.vmap over backward"
     if any(not torch.equal(a, b) for a, b in zip(sent, stacks)):
         found.problems.append("backward modified grad_output in place: under vmap the whole batch of grad_outputs "
                               "is changed; clone it before changing it (`grad_output = grad_output.clone()`)")
     want = [torch.stack(shards) for shards in zip(*loop)]
     found.add("batched grad_outputs", checked, zeros_if_none(got, inputs, (BATCH,)), want)
-    found.agreed.append(f"one backward with {BATCH} grad_outputs = {BATCH} backward calls")
+    found.agreed.append(f"{how} with {BATCH} grad_outputs = {BATCH} backward calls")
+
+
+def _func_vmapped_grad(live: list[Any], inputs: list[Any], stacks: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The batch of grad_outputs through torch.func.vmap over torch.autograd.grad of the graph built."""
+    def one(*grads: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        got = torch.autograd.grad(live, inputs, grads, retain_graph=True, allow_unused=True)
+        return tuple(zeros_if_none(got, inputs))
+
+    return list(torch.func.vmap(one)(*stacks))
 
 
 def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions: list[int],
@@ -182,7 +261,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
     try:
         forward_vmapped = torch.func.vmap(forward)(*batch)
     except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
-        found.problems.append(refusal("forward", "torch.func.vmap over forward", exc))
+        _refused(found, "forward", "torch.func.vmap over forward", exc)
         return
     hint = _out_dims_hint(target)
     for p, (g, *w) in enumerate(zip(as_tuple(forward_vmapped), *looped)):
@@ -212,12 +291,20 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
     try:
         got = torch.func.vmap(whole_vjp)(*batch, *cots)
     except Exception as exc:  # noqa: BLE001
-        found.problems.append(refusal("forward or backward", "torch.func.vmap over forward and backward", exc))
+        _refused(found, "forward or backward", "torch.func.vmap over forward and backward", exc)
         return
     calls = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, [out[p] for p in positions], m,
                                    [c[b] for c in cots]), m) for b, (m, out) in enumerate(zip(members, looped))]
     found.add("vmap over forward and backward", checked, list(got), [torch.stack(s) for s in zip(*calls)])
     found.agreed.append(f"vmap over forward and backward = {BATCH} forward and backward calls")
+
+
+def _refused(found: Stacks, who: str, stage: str, exc: BaseException) -> None:
+    """A failure of the user's code when vmap refused it, else what torch could not batch."""
+    if is_defect(exc):
+        found.problems.append(refusal(who, stage, exc))
+    else:
+        found.limits.append(untold(who, stage, exc))
 
 
 def _jittered(value: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -256,4 +343,6 @@ def _finish(result: CheckResult, start: float, bound: Bound, checked: list[int],
         return (f"{', '.join(repr(r.name) for r in right)} agree{'s' * (len(right) == 1)} under vmap: "
                 f"{', '.join(found.agreed)}")
 
-    return conclude(result, start, found.problems, wrong, passed, name_right=False, notes=found.notes)
+    compared = bool(found.got)
+    return conclude(result, start, found.problems, wrong, passed, name_right=False,
+                    nothing="; ".join(found.limits) or None, notes=found.notes + (found.limits if compared else []))

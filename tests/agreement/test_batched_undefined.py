@@ -291,7 +291,7 @@ BATCHED = [
     Entry(BranchInBackward, x4, False, "backward uses a tensor's value in Python control flow"),
     Entry(InplaceOnGrad, x4, False, "backward modified grad_output in place"),
     Entry(BufferInBackward, x4, False, "writes batched values in place into a tensor it created itself"),
-    Entry(DetachInBackward, x4, False, "backward calls .detach()"),
+    Entry(DetachInBackward, x4, True, torch_can_judge=False),  # only is_grads_batched lacks aten::detach
     Entry(TolistInBackward, x4, False, "reads a tensor's memory directly"),
     Entry(OutInBackward, x4, False, "out="),
     Entry(StatefulBackward, x4, False, "the gradient of 'x' differs when batched"),

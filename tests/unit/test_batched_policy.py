@@ -1,0 +1,347 @@
+"""The ``batched`` check's verdict policy: vmap refusing the Function's code (``.item()``, an in-place
+write of batched values into a buffer backward created, a wrong ``vmap`` rule) fails; torch lacking a
+batching rule for an operation used correctly never does. Where only ``is_grads_batched`` (torch's older
+vmap, which torch.autograd.gradcheck uses) lacks the rule, torch.func.vmap judges instead; where neither
+can batch it, the check skips naming the op, whether it was named or ran under ``checks: all``."""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.autograd import Function
+
+from gradcheck_cli.binding import bind
+from gradcheck_cli.checks import batched
+from gradcheck_cli.checks.base import CheckContext, Options
+from gradcheck_cli.results import CheckResult, Status
+from gradcheck_cli.spec import Tolerance
+from gradcheck_cli.target import Target
+
+DT = torch.float64
+HERE = "test_batched_policy.py:"
+
+
+def run_check(fn: Any, args: tuple, named: bool = True) -> CheckResult:
+    target = Target(fn.__qualname__, fn, isinstance(fn, type))
+    bound = bind(target, [(None, a) for a in args], [])
+    return batched.run(CheckContext(target, bound, options=Options(Tolerance(), 0), named=named))
+
+
+def torch_verdict(fn: Any, args: tuple) -> bool:
+    """torch.autograd.gradcheck(check_batched_grad=True); raising counts as failing."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return bool(torch.autograd.gradcheck(fn.apply, args, raise_exception=False, check_batched_grad=True))
+        except Exception:
+            return False
+
+
+def torch_batches(fn: Any, args: tuple) -> str:
+    """What each of torch's two vmaps says about a batch of grad_outputs through fn's backward."""
+    y = fn.apply(*args)
+    leaves = tuple(a for a in args if a.requires_grad)
+    stack = torch.randn((3,) + y.shape, dtype=DT)
+    said = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for run in (lambda: torch.autograd.grad(y, leaves, stack, retain_graph=True, is_grads_batched=True),
+                    lambda: torch.func.vmap(lambda v: torch.autograd.grad(y, leaves, v, retain_graph=True))(stack)):
+            try:
+                run()
+                said.append("ok")
+            except Exception as exc:
+                said.append(str(exc))
+    return " | ".join(said)
+
+
+def x44() -> tuple:
+    return (torch.randn(4, 4, dtype=DT, generator=torch.Generator().manual_seed(1)).requires_grad_(),)
+
+
+class Double(Function):
+    """y = 2x: its subclasses compute the same backward with operations vmap may lack."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return 2 * x
+
+
+def eye(g: torch.Tensor) -> torch.Tensor:
+    return torch.eye(g.shape[-1], dtype=g.dtype)
+
+
+# ------------------------------------------ correct, with an op only is_grads_batched cannot batch: judged
+
+
+class Einsum3(Double):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("ij,jk,kl->il", eye(g), g, 2 * eye(g))
+
+
+class BlockDiag(Double):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        n, m = g.shape
+        return 2 * torch.block_diag(g, g)[:n, :m]
+
+
+class FlattenView(Double):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return (2 * g).mT.flatten().reshape(g.shape[1], g.shape[0]).mT
+
+
+class DetachGrad(Double):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return 2 * g.detach()
+
+
+# ------------------------------------------ correct, with ops neither vmap can batch: skipped, naming the op
+
+
+class EinsumNonzero(Double):
+    """Copies only the nonzero entries of an einsum's result: right, but nonzero's shape depends on values."""
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        dense = torch.einsum("ij,jk,kl->il", eye(g), g, 2 * eye(g))
+        idx = dense.nonzero(as_tuple=True)
+        out = torch.zeros_like(dense)
+        out[idx] = dense[idx]
+        return out
+
+
+class BlockDiagUnique(Double):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        n, m = g.shape
+        levels = torch.unique(g)
+        return 2 * torch.block_diag(g, g)[:n, :m] * (levels.numel() > 0)
+
+
+class CartesianMasked(Double):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        pairs = torch.cartesian_prod(g[0], g[0])
+        picked = g.masked_select(g != 0)
+        return 2 * g + 0 * pairs.sum() + 0 * picked.sum()
+
+
+class EinsumUnique(Double):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        values, inverse = torch.unique(torch.einsum("ij,jk->ik", g, 2 * eye(g)), return_inverse=True)
+        return values[inverse]
+
+
+class ThroughSparse(Double):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return (2 * g).to_sparse().to_dense()
+
+
+# ------------------------------------------ broken: the Function's own defect (torch.func refuses it too)
+
+
+class ItemGrad(Double):
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return g * float((2 * g.abs().max() / g.abs().max()).item())
+
+
+class BufferGrad(Double):
+    """Writes batched values in place into zeros it made from the (unbatched) input."""
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        out = torch.zeros_like(x)
+        out.index_add_(0, torch.arange(x.shape[0]), 2 * g)
+        return out
+
+
+class FlattenThenBuffer(Double):
+    """The Interp pattern: a flatten is_grads_batched cannot batch, then an in-place write into a buffer."""
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        out = torch.zeros_like(x).flatten()
+        out.index_add_(0, torch.arange(x.numel()), (2 * g).mT.flatten().reshape(g.shape[1], -1).mT.flatten())
+        return out.reshape(x.shape)
+
+
+class EinsumStateful(Double):
+    """A backward that keeps state between calls, behind an einsum: wrong values must still fail."""
+
+    calls = 0
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        EinsumStateful.calls += 1
+        return torch.einsum("ij,jk,kl->il", eye(g), g, 2 * eye(g)) * EinsumStateful.calls
+
+
+class WrongVmapRule(Function):
+    """x**3 with a vmap staticmethod that computes x**2."""
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        return x**3
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        (x,) = ctx.saved_tensors
+        return 3 * x**2 * g
+
+    @staticmethod
+    def vmap(info: Any, in_dims: tuple, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return x.movedim(in_dims[0], 0) ** 2, 0
+
+
+ONLY_LEGACY = [(Einsum3, "aten::einsum"), (BlockDiag, "aten::block_diag"), (FlattenView, "aten::flatten.using_ints"),
+               (DetachGrad, "aten::detach")]
+NEITHER = [(EinsumNonzero, "aten::nonzero"), (BlockDiagUnique, "aten::_unique2"), (CartesianMasked, "masked_select"),
+           (EinsumUnique, "aten::_unique2"), (ThroughSparse, "sparse tensors")]
+BROKEN = [(ItemGrad, "calls .item()"), (BufferGrad, "writes batched values in place into a tensor it created itself"),
+          (FlattenThenBuffer, "writes batched values in place into a tensor it created itself"),
+          (EinsumStateful, "the gradient of 'x' differs when batched"),
+          (WrongVmapRule, "vmap over forward differs from a loop of forwards")]
+
+
+def names(cases: list[tuple[Any, str]]) -> list[str]:
+    return [fn.__name__ for fn, _ in cases]
+
+
+@pytest.mark.parametrize(("fn", "op"), ONLY_LEGACY, ids=names(ONLY_LEGACY))
+def test_an_op_only_is_grads_batched_lacks_is_judged_with_torch_func(fn: Any, op: str) -> None:
+    said = torch_batches(fn, x44())
+    assert said.startswith("Batching rule not implemented for " + op) and said.endswith("| ok")
+    assert not torch_verdict(fn, x44())  # torch's own check calls it wrong: that is its vmap's limit
+    result = run_check(fn, x44())
+    assert result.status is Status.PASS, result.message
+    assert f"torch has no batching rule for {op} (used by backward at " in result.message and HERE in result.message
+    assert "torch.func.vmap over backward with 3 grad_outputs = 3 backward calls" in result.message
+    assert result.inputs[0].mismatched == 0 and result.inputs[0].max_abs_err is not None
+
+
+@pytest.mark.parametrize(("fn", "op"), NEITHER, ids=names(NEITHER))
+@pytest.mark.parametrize("named", [True, False], ids=["named", "all"])
+def test_an_op_neither_vmap_can_batch_skips_naming_it(fn: Any, op: str, named: bool) -> None:
+    args = x44()
+    gx = torch.autograd.grad(fn.apply(*args), args, torch.ones(4, 4, dtype=DT))[0]
+    assert torch.equal(gx, 2 * torch.ones(4, 4, dtype=DT))  # the Function is right
+    assert torch.autograd.gradcheck(fn.apply, args)
+    legacy, func = torch_batches(fn, args).split(" | ")
+    assert legacy != "ok" and func != "ok" and (op in func or "Sparse" in func)
+    result = run_check(fn, args, named=named)
+    assert result.status is Status.SKIP, result.message
+    assert op in result.message and "cannot be checked here" in result.message
+    assert result.inputs[0].status is Status.SKIP
+
+
+@pytest.mark.parametrize(("fn", "says"), BROKEN, ids=names(BROKEN))
+@pytest.mark.parametrize("named", [True, False], ids=["named", "all"])
+def test_the_functions_own_defect_fails(fn: Any, says: str, named: bool) -> None:
+    result = run_check(fn, x44(), named=named)
+    assert result.status is Status.FAIL, result.message
+    assert says in result.message
+    if "failed at" in result.message:
+        assert HERE in result.message
+
+
+def test_interp_pattern_names_the_buffer_not_out() -> None:
+    result = run_check(FlattenThenBuffer, x44())
+    assert "out=" not in result.message and "(torch.func.vmap over backward) failed at" in result.message
+    assert "index_add_" in result.message
+
+
+@pytest.mark.parametrize("fn", [ItemGrad, BufferGrad, FlattenThenBuffer, EinsumStateful, Double],
+                         ids=["ItemGrad", "BufferGrad", "FlattenThenBuffer", "EinsumStateful", "Square"])
+def test_agrees_with_torch_where_torch_can_judge(fn: Any) -> None:
+    if fn is Double:
+        fn = type("Square", (Double,), {"backward": staticmethod(lambda ctx, g: 2 * g)})
+    args = x44()
+    if fn is EinsumStateful:  # torch's vmap cannot run einsum: judge the same state without it
+        fn = type("Stateful", (EinsumStateful,), {"backward": staticmethod(_stateful)})
+    theirs = torch_verdict(fn, args)
+    ours = run_check(fn, args).status
+    assert ours is (Status.PASS if theirs else Status.FAIL), ours
+    assert theirs is (fn.__name__ == "Square")
+
+
+def _stateful(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+    EinsumStateful.calls += 1
+    return 2 * g * EinsumStateful.calls
+
+
+class NonzeroForward(Function):
+    """2x computed at the nonzero entries only, with generate_vmap_rule: right, but vmap cannot batch nonzero."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        idx = x.nonzero(as_tuple=True)
+        out = torch.zeros_like(x)
+        out[idx] = 2 * x[idx]
+        return out
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return 2 * g
+
+
+def test_an_op_vmap_cannot_batch_in_forward_is_a_note_not_a_failure() -> None:
+    with pytest.raises(RuntimeError, match="Batching rule not implemented for aten::nonzero_numpy"):
+        torch.func.vmap(NonzeroForward.apply)(torch.randn(3, 4, dtype=DT))
+    result = run_check(NonzeroForward, x44())
+    assert result.status is Status.PASS, result.message
+    assert "torch has no batching rule for aten::nonzero_numpy (used by forward at " in result.message
+    assert "torch.func.vmap over forward cannot be checked here" in result.message
+    assert "one backward with 3 grad_outputs = 3 backward calls" in result.message
+
+
+def test_words_torch_does_not_explain_are_not_called_the_functions_fault() -> None:
+    odd = RuntimeError("some new failure of torch's batching")
+    assert not batched.is_defect(odd) and batched.limit(odd) is None
+    said = batched.untold("backward", "vmap over backward", odd)
+    assert said.startswith("vmap over backward cannot be checked here: it raised where single calls did not")
+    assert "some new failure of torch's batching" in said
+    for known in (RuntimeError("Batching rule not implemented for aten::item. We could not generate a fallback."),
+                  RuntimeError("Batching rule not implemented for aten::mul.out; the fallback path doesn't work on "
+                               "out= or view ops.")):
+        assert batched.is_defect(known) and batched.limit(known) is None
+    view = RuntimeError("Batching rule not implemented for aten::flatten.using_ints; the fallback path doesn't work "
+                        "on out= or view ops.")
+    assert not batched.is_defect(view) and batched.limit(view) == "torch has no batching rule for aten::flatten.using_ints"
+
+
+def test_the_interp_example_fails_for_its_buffer_not_for_torchs_flatten() -> None:
+    from gradcheck_cli.examples.structured import Interp
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(5, dtype=DT, generator=gen).requires_grad_()
+    knots = torch.linspace(0, 1, 6, dtype=DT)
+    values = torch.randn(6, dtype=DT, generator=gen).requires_grad_()
+    assert torch.autograd.gradcheck(Interp.apply, (x, knots, values))  # its gradients are right
+    legacy, func = torch_batches(Interp, (x, knots, values)).split(" | ")
+    assert "aten::flatten.using_ints" in legacy and "being vmapped over but `self` not" in func
+    result = run_check(Interp, (x, knots, values))
+    assert result.status is Status.FAIL and "out=" not in result.message
+    assert "structured.py:70 (grad_values.index_add_(" in result.message
+    assert "writes batched values in place into a tensor it created itself" in result.message
