@@ -1,34 +1,49 @@
 """Compressed finite differences: the numerical columns of a sparse Jacobian, a group at a time.
 
 The analytical Jacobian's non-zero entries are known before the numerical side is made (the sparse
-store, see ``rows.SparseRows``). Columns with no analytical row in common ("structurally
-orthogonal", Curtis, Powell and Reid 1974) are put in one group (``colour``: greedy, first fit),
-and a group is perturbed at once, in two ways:
+store, see ``rows.SparseRows``). Columns with no analytical row in common are put in one group
+(``colouring``), and a group's elements are moved at once (``group_moves``): once by exactly +-eps each,
+as an element-by-element check moves each on its own, and K more times by +-eps w, each weighting w
+independent (a magnitude uniform in [1.25, 2) and a random sign per column, from the spec's seed).
 
-1. every element of the group moved by exactly +-eps, as an element-by-element check moves it on
-   its own. In a row where the group has an analytical entry, the difference quotient is then the
-   very number that element's own column gives there (no other element of the group enters that
-   row, unless the analytical pattern is wrong); in every other row it must be exactly zero.
-2. every element moved by eps w_j, w_j random (uniform magnitude in [1, 2), random sign, from the
-   spec's seed): compared against the weighted sum of the analytical columns, it catches what
-   the unit moves of (1) could cancel (a forgotten gradient of +1 and -1 in one row, a gradient
-   where the analytical pattern says zero next to a wrong one).
+The rule. A group is accepted, its columns taken as the unit move's quotients at the analytical
+entries, when all four predicates hold:
 
-A group is accepted when every row of both agrees within the element-wise tolerance
-(atol + rtol |n|), every row without an analytical entry is exactly zero in both, and in every row
-with one, (2) over its element's weight equals (1) up to the rounding of the forwards (NOISE ulps
-of the largest output, over eps): a gradient the analytical pattern leaves out beside an entry
-(an element whose gradient backward forgets, smaller than the entry's rtol) moves (1) and (2)
-differently, by (w_k / w_j - 1) times it, where the element-wise tolerance would catch it and the
-row's, relative to the entry, would not. Its columns are then the numbers of (1), put where the
-analytical entries are. The columns of every other group are made one by one, as without
-compression, so every mismatch, kink and reported element comes from the element-by-element
-columns. A wrong gradient passes only if the random weights of (2) cancel its error in every row
-it touches: to within the tolerance in a row without an analytical entry, to within the rounding
-in a row with one.
+- ``within_tolerance``: every move's quotient at each entry (a weighted one over the element's weight)
+  is within atol + rtol |n| of the analytical entry, as ``stats.Entry`` compares;
+- ``zero_elsewhere``: every move's quotient is exactly 0 in each row where the group has no entry;
+- ``moves_agree``: at each entry (row r, column j), every weighted move's quotient equals the unit
+  move's, both divided by the step the move really took (the arguments' rounding taken out), to within
+  the row's rounding limit R_r = NOISE ulps of the row's own output scale over eps (the scale: |y_r|,
+  at least the median |y| of its output tensor; per real component; inf where y_r is not finite);
+- or, where they do not agree (a large third derivative moves them apart by the differences'
+  third-order term, which grows with the square of the step), ``on_curvature_line``: K_c fresh
+  weightings, each within tolerance and zero elsewhere too, whose gaps to the unit move at each entry
+  lie on one line in w^2 - 1, to within CURVED R_r (1 + a_c / a_1).
 
-Four forwards per group instead of two per column: a Linear layer's n x n weight, n x n input and
-bias take 2n + 1 groups; an elementwise function one. Pure torch.
+Any other group is halved (both halves judged by the same rule) down to LEAF columns, whose columns are
+then made one by one; a group whose bound (below) would need more than MOST weightings goes straight to
+its columns one by one. So every mismatch, kink and reported element comes from element-by-element
+columns, with the same numbers.
+
+The miss bound. Rows without an entry and entries whose value is wrong are judged exactly as element by
+element (a unit move's quotient there is the element's own column's). What the columns of a group can
+hide from each other is a gradient h that backward leaves out at (r, k) beside the entry of column j in
+row r: it moves the unit quotient by h and weighting m's by (w_k / w_j) h. With |h| at least twice its
+element-wise tolerance (so |h| >= 2 atol) and the gaps' rounding within R_r, ``moves_agree`` misses it
+in one weighting only if |w_k / w_j - 1| <= R_r / atol = d, a chance of at most p = 13 d / 6 (w_k, of
+density 2/3, must fall within d |w_j| of w_j; E|w_j| = 1.625), and ``on_curvature_line`` in one weighting
+c > 1 with a chance of at most 13 e / 6, e = (CURVED + 1)(1 + 3 / (1.25^2 - 1)) d / 2. Each group gets the
+smallest K and K_c with p^K <= MISS / 2 and its curved chance^(K_c - 1) <= MISS / 2, d taken at its
+largest entry: a single wrong entry of at least twice its tolerance is missed with a chance of at most
+MISS = 1e-9 per check (halving reuses the weights: its events are the same ones). The chance rests on
+R_r bounding the gaps' rounding; a limit too small for a Function only rejects its groups (columns one
+by one, slower), never accepts a wrong one. ``miss_chances`` computes the bound;
+tests/unit/test_compressed_bound.py draws the weights and measures it.
+
+The cost: 2 + 2K forwards per group (K of 2 to 6 for float64 outputs of size 1 to 100), 2 K_c more for a
+group whose moves do not agree; a Linear layer's n x n weight, n x n input and bias take 2n + 1 groups,
+an elementwise function one. Pure torch.
 """
 from __future__ import annotations
 
@@ -37,132 +52,129 @@ import math
 from collections.abc import Iterator
 from functools import partial
 
-import numpy as np
 import torch
 
 from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, same, stage_size, try_batched, vmapped
+from .colouring import colour, members
 from .columns import Columns
 from .differences import call_moved
-from .realify import outputs_vector, real_numel, real_view, unravel
+from .group_moves import LOW, GroupMove, step_factors, weights
+from .realify import outputs_vector, real_numel, real_view
 from .rows import SparseRows
 from .stats import Entry
 
-PASSES = 4  # forwards per group: unit moves -eps, +eps, weighted moves -eps, +eps
 PIECE = 2**16  # entries folded at once into the statistics (their temporaries stay in cache)
-PATTERNS = 20_000  # at most this many column patterns are coloured (about 20 microseconds each)
 LEAF = 32  # a group not accepted of at most this many columns has them made one by one; a larger one is halved
-NOISE = 64  # ulps of the largest output, over eps: how far (2) / w may differ from (1) in a row with an entry
-# (the benchmark's Functions: within 1.5; a sine of 50 x, whose third derivative separates the two steps: 320)
-CURVED = 4  # how far off one line the three moves' quotients may be, in ``rounding``s (see ``Groups._curved``)
+NOISE = 5  # ulps of a row's output scale, over eps: how far the moves' step-corrected quotients may differ
+CURVED = 3  # how far off one line the curved moves' gaps may be, in R_r (1 + a_c / a_1)
+MISS = 1e-9  # the chance, per check, of missing one wrong entry of at least twice its tolerance
+MOST = 8  # weightings at most, for either test; a group that would need more goes column by column
+PASSES = 4  # forwards per group at the least (unit and one weighting): whether grouping is worthwhile at all
 
 
-def colour(store: SparseRows, n_rows: int) -> tuple[torch.Tensor, int] | None:
-    """A group (colour) per column, no two columns of a group with an analytical entry in the same
-    row, and the number of groups; None where there are more than PATTERNS column patterns (the
-    colouring would cost more than it saves). Every column in one group where no row has two
-    entries (an elementwise function), else first fit (see ``_first_fit``)."""
-    n_cols = len(store.starts) - 1
-    if not len(store.rows) or int(torch.bincount(store.rows).max()) <= 1:
-        return torch.zeros(n_cols, dtype=torch.long), 1
-    found = _first_fit(store, n_rows)
-    return None if found is None else (found, int(found.max()) + 1)
+def agree_chance(d: float) -> float:
+    """The chance that one weighting's ``moves_agree`` misses a left-out gradient h (|h| >= 2 atol) in a
+    row whose limit is d atol: P(|w_k / w_j - 1| <= d) <= 2/3 * 2 d E|w_j| = 13 d / 6."""
+    return min(1.0, 13 * d / 6)
 
 
-def _first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
-    """Greedy colouring, columns in order; the columns of one pattern (a hash of their rows) take
-    the lowest colours free in all their rows at once (a Linear layer's n x n weight has n
-    patterns); None beyond PATTERNS patterns."""
-    n_cols = len(store.starts) - 1
-    mix = torch.randint(1, 2**61, (n_rows,), generator=torch.Generator().manual_seed(0))
-    starts = store.bounds
-    summed = torch.zeros(len(store.rows) + 1, dtype=torch.long)  # one temporary of the entries' size
-    torch.index_select(mix, 0, store.rows, out=summed[1:]).cumsum_(0)  # wraps
-    hashed = summed[starts[1:]] - summed[starts[:-1]]  # each column's sum of its rows' numbers (modulo 2^64)
-    counts = starts[1:] - starts[:-1]
-    _, pattern = torch.unique(hashed ^ counts, return_inverse=True)  # the count: one more check of the pattern
-    if int(pattern.max()) >= PATTERNS:
-        return None
-    rows = store.rows.numpy()
-    colours = np.zeros(n_cols, dtype=np.int64)
-    used = np.zeros((n_rows, 64), dtype=bool)  # per row: the colours taken there
-    for cols in sorted(_members(pattern, int(pattern.max()) + 1 if n_cols else 0), key=lambda m: int(m[0])):
-        j = int(cols[0])
-        mine = rows[store.starts[j] : store.starts[j + 1]]
-        if not len(mine):
-            continue  # colour 0: an empty column conflicts with none
-        free = np.flatnonzero(~used[mine].any(0))
-        while len(free) < len(cols):
-            free = np.concatenate([free, np.arange(used.shape[1], used.shape[1] + 64)])
-            used = np.concatenate([used, np.zeros((n_rows, 64), dtype=bool)], axis=1)
-        take = free[: len(cols)]
-        if take[-1] - take[0] == len(take) - 1:  # consecutive colours (usual): a slice, not a cross product
-            used[mine, take[0] : take[-1] + 1] = True
-        else:
-            used[np.ix_(mine, take)] = True
-        colours[cols.numpy()] = take
-    return torch.from_numpy(colours)
+def curved_chance(d: float) -> float:
+    """The chance that one more curved weighting's ``on_curvature_line`` misses it: 13 e / 6 (see above)."""
+    return min(1.0, 13 / 6 * (CURVED + 1) * (1 + 3 / (LOW * LOW - 1)) * d / 2)
 
 
-def _rounding(outputs: list[torch.Tensor], inputs: list[torch.Tensor], eps: float) -> float:
-    """How far the two moves' quotients of an element may differ by rounding alone: NOISE ulps (of the
-    arguments' dtype) of the largest output, over eps (inf where an output is not finite: no limit)."""
-    largest = max((float(real_view(o.detach()).abs().max()) for o in outputs if o.numel()), default=0.0)
-    ulp = max((torch.finfo(x.dtype).eps for x in inputs), default=torch.finfo(torch.float64).eps)
-    return NOISE * ulp * largest / eps if math.isfinite(largest) else math.inf
+def needed(chance: float, share: float = MISS / 2) -> int:
+    """The fewest independent weightings whose joint chance chance^K is at most ``share`` (MOST + 1: too many)."""
+    if chance <= 0:
+        return 1
+    if chance >= 1:
+        return MOST + 1
+    return min(MOST + 1, max(1, math.ceil(math.log(share) / math.log(chance) - 1e-12)))
 
 
-def weights(n: int, gen: torch.Generator) -> torch.Tensor:
-    """The second moves' weights, one per column: magnitude uniform in [1, 2), random sign."""
-    sign = torch.randint(0, 2, (n,), generator=gen, dtype=torch.float64).mul_(2).sub_(1)
-    return torch.rand(n, dtype=torch.float64, generator=gen).add_(1).mul_(sign)
+def miss_chances(d: float) -> tuple[int, int, float]:
+    """For a group whose largest limit is d atol: its weightings K, its curved weightings K_c (MOST + 1:
+    none offered), and the bound on missing a single wrong entry of at least twice its tolerance."""
+    k = needed(agree_chance(d))
+    kc = needed(curved_chance(d)) + 1
+    bound = agree_chance(d) ** k + (curved_chance(d) ** (kc - 1) if kc <= MOST else 0.0)
+    return k, kc, bound
 
 
-class GroupMove:
-    """Real elements of several arguments moved at once, each to x0 + offset w (``to``), and put back
-    bit-exactly: the finite-difference move of a group (see ``differences.Element``, whose rounding
-    it keeps: x0 + offset w in float64, rounded once to the argument's dtype)."""
+def row_limits(outputs: list[torch.Tensor], inputs: list[torch.Tensor], eps: float) -> torch.Tensor:
+    """R_r per row (realified output element): NOISE ulps (the arguments' dtype, or the output's where
+    coarser) of the row's scale, over eps. The scale is |y_r|, at least the median |y| of its output
+    tensor (a row summed to near zero rounds like its neighbours); inf where y_r is not finite."""
+    ulp_in = max((torch.finfo(x.dtype).eps for x in inputs), default=torch.finfo(torch.float64).eps)
+    parts = []
+    for o in outputs:
+        y = real_view(o.detach()).reshape(-1).to("cpu", torch.float64).abs()
+        ulp = max(ulp_in, torch.finfo(o.dtype).eps) if o.is_floating_point() or o.is_complex() else ulp_in
+        floor = float(y.median()) if y.numel() else 0.0
+        scale = y.clamp(min=floor if math.isfinite(floor) else 0.0)
+        parts.append(torch.where(torch.isfinite(y), scale, math.inf) * (NOISE * ulp / eps))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
-    def __init__(self, parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> None:
-        self.parts = []
-        for x, index, weights in parts:  # (argument, real indices within it, weights)
-            real = real_view(x)
-            at = (real.view(-1), (index,)) if real.is_contiguous() else (real, tuple(unravel(index, real.shape)))
-            orig = at[0][at[1]].clone()
-            self.parts.append((at[0], at[1], orig, orig.to(torch.float64), weights))
-        self.offset = 0.0
 
-    def to(self, offset: float) -> GroupMove:
-        self.offset = offset
-        return self
+class _At:
+    """Where a stage's analytical entries are: store places (``entries``), columns (``col``), groups within the
+    stage (``group``), places in a groups x rows array (``place``), values (``want``) and limits R_r."""
 
-    def apply(self) -> None:
-        for base, index, _, x0, weights in self.parts:
-            base[index] = (x0 + self.offset * weights).to(base.dtype)
+    def __init__(self, groups: Groups, k0: int, k1: int, m: int) -> None:
+        cols = torch.cat(groups.members[k0:k1])
+        self.entries, counts, repeats = groups._entries_of(cols)
+        self.n = k1 - k0
+        mine = groups.colours[cols] - k0
+        self.group = torch.repeat_interleave(mine, repeats)
+        self.col = torch.repeat_interleave(cols, repeats)
+        self.place = self.group * m + groups.store.rows.index_select(0, self.entries)
+        self.want = groups.store.vals.index_select(0, self.entries)
+        self.limits = groups.limits.index_select(0, self.entries)
+        sizes = torch.zeros(self.n, dtype=torch.long).index_add_(0, mine, counts)  # each (group, row): one entry
+        self.rows_left = bool((sizes < m).any())  # at most, so rows without one exist: they must be zero
 
-    def restore(self) -> None:
-        for base, index, orig, _, _ in self.parts:
-            base[index] = orig
+    def groups(self, failed: torch.Tensor) -> torch.Tensor:
+        """Per group of the stage, whether an entry of it ``failed``."""
+        return _groups(failed, self.group, self.n)
 
 
 class Groups:
-    """The groups of one check's numerical columns, each evaluated (four forwards) and accepted or not;
+    """The groups of one check's numerical columns, each evaluated and accepted or not (see the module's rule);
     ``fold`` gives an ``Entry`` the numerical columns of a span, from the groups or made one by one."""
 
     def __init__(self, columns: Columns, store: SparseRows, atol: float, rtol: float, gen: torch.Generator,
                  outputs: list[torch.Tensor]) -> None:
         self.columns, self.store, self.layout = columns, store, columns.layout
         self.atol, self.rtol = atol, rtol
-        self.rounding = _rounding(outputs, self.layout.inputs, columns.eps)
         found = colour(store, self.layout.n_rows)
         self.coloured = found is not None  # else too many column patterns to colour: not worthwhile
         self.colours, self.n_groups = found if found is not None else (torch.zeros(0, dtype=torch.long), 0)
         n = self.layout.n_cols
-        self.weights = weights(n, gen)
-        self.weights2 = weights(n, gen)  # a third move's, for the groups the other two leave in doubt
+        # R_r at each entry, and each column's d (its largest R_r over atol): what its group's bound rests on
+        self.limits = row_limits(outputs, self.layout.inputs, columns.eps).index_select(0, store.rows.long())
+        col_limit = torch.zeros(n, dtype=torch.float64).scatter_reduce_(0, store.cols.long(), self.limits, "amax")
+        self.d = col_limit / atol if atol > 0 else torch.where(col_limit > 0, math.inf, 0.0)
+        group_d = torch.zeros(max(1, self.n_groups), dtype=torch.float64)
+        if self.coloured and n:
+            group_d.scatter_reduce_(0, self.colours, self.d, "amax")
+        wanted = [needed(agree_chance(d)) for d in group_d.tolist()]
+        self.k = max((k for k in wanted if k <= MOST), default=1)  # weightings for every group (see ``doubt``)
+        self.weightings = [weights(n, gen) for _ in range(self.k)]
+        self.curved_weightings = [weights(n, gen) for _ in range(MOST)]  # for groups whose moves do not agree
+        self.x0 = torch.cat([real_view(x.detach()).reshape(-1).to("cpu", torch.float64) for x in self.layout.inputs]
+                            ) if self.layout.inputs else torch.zeros(0, dtype=torch.float64)
+        self.factors: dict[int, torch.Tensor] = {}  # per move (id of its weights; -1: unit), see ``_factor``
         self.batched: bool | None = None if columns.batched else False
         self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
         self.ok = torch.zeros(0, dtype=torch.bool)  # per group evaluated (``members``), whether it was accepted
+        self.doubt: list[bool] = []  # per group evaluated: its bound needs more than MOST weightings
+        self.why: list[str] = []  # per group evaluated: the first predicate it failed ('' where accepted)
         self.numerical = torch.zeros(0, dtype=torch.float64)  # per analytical entry, once evaluated
+
+    @property
+    def passes(self) -> int:
+        """Forwards per group: the unit move and each weighting, two each."""
+        return 2 + 2 * self.k
 
     @property
     def accepted(self) -> torch.Tensor:
@@ -170,29 +182,29 @@ class Groups:
         return self.ok[self.colours]
 
     def worthwhile(self) -> bool:
-        """Fewer forwards than two per column, and the groups' rows (five float64 values per group and row
-        at most) fit in half the memory budget (the share that dense analytical rows would hold)."""
+        """Fewer forwards than two per column, and the groups' rows (five float64 values per group and row, a stage
+        of moves at a time) fit in half the memory budget (the share that dense analytical rows would hold)."""
         fits = 5 * 8 * self.n_groups * self.layout.n_rows <= self.columns.memory_bytes // 2
-        return self.coloured and fits and PASSES * self.n_groups < 2 * self.layout.n_cols
+        return self.coloured and fits and self.passes * self.n_groups < 2 * self.layout.n_cols
 
     def evaluate(self) -> None:
-        """Every group's four forwards and its verdict: ``accepted`` per column, and ``numerical`` per
+        """Every group's forwards and its verdict: ``accepted`` per column, and ``numerical`` per
         analytical entry the unit moves' quotient there (the numerical Jacobian's entries where a group
         is accepted: its other entries are exactly zero)."""
-        self.members = _members(self.colours, self.n_groups)
+        self.members = members(self.colours, self.n_groups)
         self.numerical = torch.empty(len(self.store.vals), dtype=torch.float64)
         self._evaluate(0)
 
     def narrow(self) -> None:
-        """Halve each group that was not accepted and has more than LEAF columns, evaluate the halves
-        as groups (the same four forwards and the same rule: a subset of a group is a group), and
-        again for the halves not accepted: a wrong gradient in a few elements of a large group leaves
-        only those elements' columns to be made one by one, not the whole group's (an elementwise
-        function's one group of 50,000 columns: about 150 forwards instead of 100,000). Where most
-        elements are wrong, about a sixth more forwards than the columns one by one."""
+        """Halve each group that was not accepted and has more than LEAF columns (not one in doubt: halving
+        leaves its rows' limits as they are), evaluate the halves as groups (the same forwards and the same
+        rule: a subset of a group is a group), and again for the halves not accepted: a wrong gradient in a
+        few elements of a large group leaves only those elements' columns to be made one by one, not the
+        whole group's. Where most elements are wrong, about a sixth more forwards than the columns one by one."""
         first = 0
         while True:
-            failed = [k for k in range(first, len(self.members)) if not self.ok[k] and len(self.members[k]) > LEAF]
+            failed = [k for k in range(first, len(self.members))
+                      if not self.ok[k] and not self.doubt[k] and len(self.members[k]) > LEAF]
             if not failed:
                 return
             first = len(self.members)
@@ -208,60 +220,126 @@ class Groups:
         g, m = len(self.members), self.layout.n_rows
         ok = torch.empty(g - first, dtype=torch.bool)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
-        step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES) // 2)  # groups
+        step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES) // (1 + self.k))
+        for k in range(first, g):
+            d = float(self.d[self.members[k]].max()) if len(self.members[k]) else 0.0
+            self.doubt.append(needed(agree_chance(d)) > MOST)
+            self.why.append("")
         with torch.no_grad():
             for k0 in range(first, g, step):
                 k1 = min(g, k0 + step)
-                ok[k0 - first : k1 - first] = self._accepted(k0, k1, *self._stage(k0, k1, [None, self.weights]))
+                ok[k0 - first : k1 - first] = self._accepted(k0, k1, self._stage(k0, k1, [None, *self.weightings]))
         self.ok = torch.cat([self.ok[:first], ok])
 
-    def _accepted(self, k0: int, k1: int, unit: torch.Tensor, weighted: torch.Tensor) -> torch.Tensor:
-        """Whether each of groups k0..k1 agrees with its analytical entries in both moves (``unit``,
-        ``weighted``: groups x rows), each entry within atol + rtol |n| (as ``stats.Entry``
-        compares) and the moves within ``rounding`` of each other there (see ``_curved`` for those
-        that are not), and every other row exactly zero (NaN agrees with nothing); their entries'
-        unit quotients into ``numerical``."""
-        cols = torch.cat(self.members[k0:k1])
-        at, counts, repeats = self._entries_of(cols)
-        mine = self.colours[cols] - k0
-        group = torch.repeat_interleave(mine, repeats)
-        place = group * unit.shape[1] + self.store.rows.index_select(0, at)  # in a group x rows array
-        want = self.store.vals.index_select(0, at)
-        got, got_weighted = (q.reshape(-1).index_select(0, place) for q in (unit, weighted))
-        self.numerical.index_copy_(0, at, got)
-        w = torch.repeat_interleave(self.weights[cols], repeats)
-        scaled = got_weighted / w
-        bad = _groups(~self._within(want, got).logical_and_(self._within(want, scaled)), group, k1 - k0)
-        sizes = torch.zeros(k1 - k0, dtype=torch.long).index_add_(0, mine, counts)  # each (group, row): one entry
-        rows_left = bool((sizes < unit.shape[1]).any())  # at most, so rows without one exist: they must be zero
-        if rows_left:
-            bad |= _elsewhere(((unit, got), (weighted, got_weighted)), group, k1 - k0)
-        gap = torch.sub(scaled, got)  # (2) / w - (1) at each entry
-        apart = _groups(~(gap.abs() <= self.rounding), group, k1 - k0) & ~bad
-        if bool(apart.any()):  # a gradient left out beside an entry, or a curvature, moves them apart
-            third = self._stage(k0, k1, [self.weights2])[0]
-            w2 = torch.repeat_interleave(self.weights2[cols], repeats)
-            bad |= apart & ~self._curved(third, place, want, got, gap, w, w2, group, rows_left, k1 - k0)
+    def _factor(self, w: torch.Tensor | None) -> torch.Tensor:
+        """Per column, 2 eps over the step that move ``w`` (None: the unit move) really takes (``step_factors``)."""
+        key = -1 if w is None else id(w)
+        if key not in self.factors:
+            starts = self.layout.col_starts
+            self.factors[key] = torch.cat([step_factors(
+                self.x0[starts[i] : starts[i + 1]], real_view(x.detach()).dtype, self.columns.eps,
+                None if w is None else w[starts[i] : starts[i + 1]]) for i, x in enumerate(self.layout.inputs)])
+        return self.factors[key]
+
+    def _accepted(self, k0: int, k1: int, quotients: torch.Tensor) -> torch.Tensor:
+        """Whether each of groups k0..k1 holds the module's rule, given its moves' quotients (moves x groups x
+        rows: the unit move, then each weighting); their entries' unit quotients into ``numerical``, and the
+        first predicate each rejected group failed into ``why``."""
+        n = k1 - k0
+        at = _At(self, k0, k1, quotients.shape[2])
+        got = quotients[0].reshape(-1).index_select(0, at.place)
+        self.numerical.index_copy_(0, at.entries, got)
+        base = got * self._factor(None).index_select(0, at.col)  # the unit move over its real step
+        scaled: list[torch.Tensor] = [got]
+        apart = torch.zeros(len(got), dtype=torch.bool)
+        for move, w in zip(quotients[1:], self.weightings):
+            moved = move.reshape(-1).index_select(0, at.place)
+            scaled.append(moved / w.index_select(0, at.col))
+            apart |= ~self.moves_agree(moved * self._factor(w).index_select(0, at.col), base, at.limits)
+        verdicts = [("in doubt: its bound needs more weightings than MOST", torch.tensor(self.doubt[k0:k1])),
+                    ("not within the tolerance", at.groups(~self.within_tolerance(at.want, scaled)))]
+        if at.rows_left:
+            verdicts.append(("not zero elsewhere", self.zero_elsewhere(quotients, at, scaled)))
+        bad = torch.zeros(n, dtype=torch.bool)
+        for why, failed in verdicts:
+            self._tell(k0, failed & ~bad, why)
+            bad |= failed
+        far = at.groups(apart) & ~bad
+        if bool(far.any()):  # a gradient left out beside an entry, or a curvature, moves them apart
+            bad |= far & ~self._curved(k0, k1, far, at, base)
         return ~bad
 
-    def _curved(self, third: torch.Tensor, place: torch.Tensor, want: torch.Tensor, got: torch.Tensor,
-                gap: torch.Tensor, w: torch.Tensor, w2: torch.Tensor, group: torch.Tensor,
-                rows_left: bool, n: int) -> torch.Tensor:
-        """Per group of a stage whose two moves are apart at an entry by more than rounding, whether only
-        the finite differences' third-order term puts them apart (``gap``: (2) / w - (1) at each entry): a
-        third move (``third``, weights ``w2`` at the entries) within the tolerance and exactly zero
-        elsewhere, like the others, and the three quotients at each entry on one line in the square of
-        the step (that term is the third derivative times eps^2 w^2 / 6; a gradient h left out beside the
-        entry adds (w_k / w_j - 1) h and (w2_k / w2_j - 1) h instead, off that line). A sine of 50 x or
-        a log near 0 stays compressed."""
-        got_third = third.reshape(-1).index_select(0, place)
-        scaled2 = got_third / w2
-        a, b = w * w - 1, w2 * w2 - 1  # each step's square, less the unit move's
-        off_line = torch.mul(gap, b).sub_(torch.sub(scaled2, got).mul_(a)).abs_()
-        bad = _groups(~self._within(want, scaled2).logical_and_(off_line <= CURVED * self.rounding), group, n)
-        if rows_left:
-            bad |= _elsewhere(((third, got_third),), group, n)
-        return ~bad
+    def _tell(self, k0: int, failed: torch.Tensor, why: str) -> None:
+        """Each group of ``failed`` (from k0 on) rejected for ``why``, where it had no reason yet."""
+        for k in failed.nonzero().view(-1).tolist():
+            self.why[k0 + k] = self.why[k0 + k] or why
+
+    def within_tolerance(self, want: torch.Tensor, scaled: list[torch.Tensor]) -> torch.Tensor:
+        """Per entry, whether every move's quotient (over the element's weight) is within atol + rtol |n| of
+        the analytical entry ``want``, as ``stats.Entry`` compares (NaN is within nothing)."""
+        ok = torch.ones(len(want), dtype=torch.bool)
+        for q in scaled:
+            ok &= self._within(want, q)
+        return ok
+
+    @staticmethod
+    def zero_elsewhere(quotients: torch.Tensor, at: _At, scaled: list[torch.Tensor]) -> torch.Tensor:
+        """Per group, whether some move is not exactly zero in a row where the group has no analytical entry
+        (its non-zero rows counted, less those at its entries)."""
+        bad = torch.zeros(at.n, dtype=torch.bool)
+        for moved, at_entries in zip(quotients, scaled):
+            elsewhere = (moved != 0).sum(1) - torch.bincount(at.group[at_entries != 0], minlength=at.n)
+            bad |= elsewhere != 0
+        return bad
+
+    @staticmethod
+    def moves_agree(corrected: torch.Tensor, base: torch.Tensor, limits: torch.Tensor) -> torch.Tensor:
+        """Per entry, whether a weighting's quotient over its real step equals the unit move's to within the
+        row's rounding limit R_r: a gradient h left out beside the entry puts them (w_k / w_j - 1) h apart."""
+        return torch.sub(corrected, base).abs_() <= limits
+
+    @staticmethod
+    def on_curvature_line(gaps: list[torch.Tensor], a: list[torch.Tensor], limits: torch.Tensor) -> torch.Tensor:
+        """Per entry, whether the curved weightings' gaps to the unit move (over their real steps) lie on one
+        line through 0 in a = w_j^2 - 1, as the differences' third-order term puts them (the third derivative
+        times eps^2 a / 6), to within CURVED R_r (1 + a_c / a_1) each, the first weighting's gap fixing the
+        line: a gradient h left out beside the entry adds (w_k / w_j - 1) h instead, off that line."""
+        ok = torch.ones(len(limits), dtype=torch.bool)
+        for gap, ac in zip(gaps[1:], a[1:]):
+            ratio = ac / a[0]
+            ok &= torch.sub(gap, gaps[0] * ratio).abs_() <= (ratio + 1) * limits * CURVED
+        return ok
+
+    def _curved(self, k0: int, k1: int, far: torch.Tensor, at: _At, base: torch.Tensor) -> torch.Tensor:
+        """Per group of a stage whose moves do not agree at some entry (``far``), whether K_c curved
+        weightings (fresh: independent of those that were apart) are within the tolerance, zero elsewhere and
+        on the curvature line at every entry. None is offered where its bound needs more than MOST."""
+        kc = [needed(curved_chance(float(self.d[self.members[k0 + k]].max()))) + 1 if bool(far[k]) else 0
+              for k in range(k1 - k0)]
+        offered = torch.tensor([0 < c <= MOST for c in kc], dtype=torch.bool)
+        self._tell(k0, far & ~offered, "its moves disagree (its curvature bound needs more weightings than MOST)")
+        if not bool(offered.any()):
+            return offered
+        moves = self.curved_weightings[: max(c for c in kc if c <= MOST)]
+        quotients = self._stage(k0, k1, list(moves))
+        gaps, a, scaled = [], [], []
+        for move, w in zip(quotients, moves):
+            moved = move.reshape(-1).index_select(0, at.place)
+            wj = w.index_select(0, at.col)
+            scaled.append(moved / wj)
+            gaps.append(moved * self._factor(w).index_select(0, at.col) - base)
+            a.append(wj * wj - 1)
+        checks = [("its curved moves are not within the tolerance",
+                   at.groups(~self.within_tolerance(at.want, scaled))),
+                  ("its moves disagree, off the curvature line",
+                   at.groups(~self.on_curvature_line(gaps, a, at.limits)))]
+        if at.rows_left:
+            checks.append(("its curved moves are not zero elsewhere", self.zero_elsewhere(quotients, at, scaled)))
+        good = far & offered
+        for why, failed in checks:
+            self._tell(k0, failed & good, why)
+            good &= ~failed
+        return good
 
     def _entries_of(self, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
         """The places in the store of the entries of columns ``cols``, column by column, each column's
@@ -409,16 +487,6 @@ def _groups(failed: torch.Tensor, group: torch.Tensor, n: int) -> torch.Tensor:
     return bad
 
 
-def _elsewhere(moves: tuple[tuple[torch.Tensor, torch.Tensor], ...], group: torch.Tensor, n: int) -> torch.Tensor:
-    """Per group of a stage, whether a move (groups x rows, and its values at the entries) is not exactly zero
-    in a row where the group has no analytical entry."""
-    bad = torch.zeros(n, dtype=torch.bool)
-    for moved, at_entries in moves:
-        elsewhere = (moved != 0).sum(1) - torch.bincount(group[at_entries != 0], minlength=n)
-        bad |= elsewhere != 0
-    return bad
-
-
 def _runs(cols: list[int]) -> list[tuple[int, int]]:
     """Sorted column numbers as runs (first, end) of consecutive ones."""
     runs: list[tuple[int, int]] = []
@@ -428,12 +496,3 @@ def _runs(cols: list[int]) -> list[tuple[int, int]]:
         else:
             runs.append((j, j + 1))
     return runs
-
-
-def _members(colours: torch.Tensor, n_groups: int) -> list[torch.Tensor]:
-    """The columns of each group, in order."""
-    order = torch.from_numpy(np.argsort(colours.numpy(), kind="stable"))  # torch's stalls on 2 busy threads
-    counts = torch.bincount(colours, minlength=n_groups).tolist()
-    return list(torch.split(order, counts))
-
-

@@ -15,7 +15,7 @@ import torch
 from ..rng import Stream, generator, signed_uniform
 from .batching import COL_STAGE, ROW_STAGE
 from .columns import Columns
-from .compressed import PASSES, Groups
+from .compressed import Groups
 from .layout import Layout, make_layout
 from .realify import Call, Vjp, real_numel, vjp
 from .row_groups import RowGroups
@@ -121,7 +121,7 @@ def compare(
     found = RowGroups(jac, generator(seed, Stream.ROW_GROUPS), most, at_once=True) if grouping else None
     store = found.store() if found is not None else None
     groups = _groups(jac, store, atol, rtol, seed) if store is not None else None
-    calls = (found.calls + PASSES * groups.n_groups) if found is not None and groups is not None else 0
+    calls = (found.calls + groups.passes * groups.n_groups) if found is not None and groups is not None else 0
     if groups is not None:
         budget(calls, 1)
     else:
