@@ -723,15 +723,20 @@ def well_conditioned(case: Case) -> bool:
     return case.model.rounding(case.inputs()) < ATOL  # (the estimate is about 10x the errors seen)
 
 
+def forced(case: Case) -> Any:
+    """``case`` checked compressed wherever the colouring allows it (see ``checks_of``)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(compressed.Groups, "worthwhile", lambda self: self.coloured)
+        return check(case.fn, case.args, seed=case.seed)
+
+
 def checks_of(case: Case, used: dict[str, int]) -> tuple[Any, Any]:
     """``case`` checked compressed (asserted to be compressed) and element by element. Compression is
     forced where the colouring allows it, also where its weightings would cost more forwards than the
     columns one by one (``Groups.worthwhile`` then declines it in a real run): the acceptance rule is
     what this fuzz tests, whatever the cost."""
     before = used["n"]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(compressed.Groups, "worthwhile", lambda self: self.coloured)
-        got = check(case.fn, case.args, seed=case.seed)
+    got = forced(case)
     assert used["n"] > before, f"not compressed: {case}"  # a fuzz that never compresses tests nothing
     after = used["n"]
     plain = check(case.fn, case.args, seed=case.seed, compress=False)
@@ -846,7 +851,7 @@ def test_fuzz_verdicts_agree_with_torch_gradcheck(seed: int, used: dict[str, int
     if not case.clear:
         pytest.skip(f"the bug is near the tolerance: {case}")
     before = used["n"]
-    got = check(case.fn, case.args, seed=case.seed)
+    got = forced(case)
     assert used["n"] > before
     assert (got.status.value == "pass") == torch_verdict(case), f"{case}\n{got}"
 
