@@ -17,7 +17,7 @@ from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator, signed_uniform
 from ..spec import Tolerance
 from . import contract
-from .base import CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
+from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import fill_jacobian
 from .verdict import begin, conclude, skip
@@ -27,7 +27,6 @@ REFERENCE = {torch.float32: torch.float64, torch.float16: torch.float64, torch.b
 LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3, 1e-3), torch.complex64: (1e-4, 1e-3, 1e-3),
                  torch.float16: (1e-2, 1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2, 5e-2)}
 # (atol, rtol) unless the spec sets them; eps for finite differences in the low dtype itself
-HALF = (torch.float16, torch.bfloat16)  # finite differences are never taken in these
 GRID_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # precision.GRIDS
 Again = Callable[[InputReport, Tolerance], None]  # judge an argument's row again, element by element, at a tolerance
 Columns = Callable[[list[int], dict[int, torch.Tensor]], Iterator[tuple[int, torch.Tensor]]]  # see _reexamine
