@@ -78,6 +78,7 @@ def check(
 
     if checks is None:
         checks = ("reference",) if reference is not None or reference_backward is not None else ("backward",)
+    checks = [checks] if isinstance(checks, str) else checks
     names = list(NAMES) if list(checks) == ["all"] else list(checks)
     unknown = [n for n in names if n not in NAMES]
     if unknown:

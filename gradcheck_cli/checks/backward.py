@@ -105,11 +105,13 @@ def _check(ctx: CheckContext) -> CheckResult:
         for k, entry in zip(group, entries):
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
-            _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, t,
-                       partial(kinks.analytical_columns, backward, outputs, positions, grad_inputs[k],
-                               memory_bytes=opts.memory_bytes),
-                       _again(ctx, (forward, batched, backward), outputs, positions, plain, grad_inputs[k],
-                              plain_inputs[k], i))
+            unjudged = _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, t,
+                                  partial(kinks.analytical_columns, backward, outputs, positions, grad_inputs[k],
+                                          memory_bytes=opts.memory_bytes),
+                                  _again(ctx, (forward, batched, backward), outputs, positions, plain,
+                                         grad_inputs[k], plain_inputs[k], i))
+            if unjudged and (ctx.oracle is not None or not ctx.named):
+                _not_judged(result, reports[i], ctx.oracle is not None)
             if reports[i].pattern is Pattern.SYSTEMATIC and t.strict:
                 _strict(reports[i], entry, forward, plain, plain_inputs[k], positions, projection(layout, opts.seed),
                         t.eps, opts.seed)
@@ -265,16 +267,17 @@ def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -
 
 
 def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: torch.Tensor,
-               positions: list[int], tol: Tolerance, columns: Columns, again: Optional[Again] = None) -> None:
+               positions: list[int], tol: Tolerance, columns: Columns, again: Optional[Again] = None) -> bool:
     """Look again at the mismatching elements: one at a kink, a tie or a domain edge, where backward
     gives a one-sided derivative, or one whose finite differences lose to cancellation, where backward
     agrees with the estimate at the steps where they settle, is not a wrong gradient. The columns the
     comparison kept come first, worst first, then the others, worst first, their analytical columns made
     a batch at a time (``columns``: see ``kinks.analytical_columns``), until one element is confirmed
     wrong: that decides the fail, and the rest are not examined; no mismatch is left unexamined on a pass.
-    A row limited by forward's precision goes to ``_imprecise`` (judged again with ``again``)."""
+    A row limited by forward's precision goes to ``_imprecise`` (judged again with ``again``). True where
+    finite differences cannot judge the row at all (``_imprecise``: no verdict on backward)."""
     if not row.mismatched or not entry.bad_columns:
-        return
+        return False
     per = 2 if x.is_complex() else 1
     kept = {col: a_col for col, a_col, _ in entry.bad_columns}
     err = entry.err
@@ -297,8 +300,7 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
             verdicts[element] = verdict
         decided = decided or not verdict.explained or verdict.kind == "precision"
     if any(v.kind == "precision" for v in verdicts.values()):
-        _imprecise(row, list(verdicts.values()), tol, again)
-        return
+        return _imprecise(row, list(verdicts.values()), tol, again)
     explained = [v for v in verdicts.values() if v.explained]
     if row.mismatched_indices is not None:  # an explained element is not a mismatch
         gone = [unravel(e, x.shape) for e, v in verdicts.items() if v.explained]
@@ -311,7 +313,7 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
         row.status, row.mismatched, row.diagnosis, row.ratio = Status.PASS, 0, None, None
         row.pattern = Pattern.KINK if at_kinks else None
         row.reason = "; ".join(_explained_text(at_kinks, unreliable) + [kinks.resample_hint(row.name)] * bool(at_kinks))
-        return
+        return False
     if explained:
         row.mismatched -= len(explained)
         diagnose(row, entry, tuple(x.shape))
@@ -321,6 +323,7 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
              + [f"{unexamined} of the {row.mismatched} not looked at again for kinks or cancellation (one element "
                 "confirmed wrong decides the fail)"] * bool(unexamined and explained))
     row.diagnosis = "; ".join([d for d in [row.diagnosis, *notes] if d])
+    return False
 
 
 def _explained_text(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdict]) -> list[str]:
@@ -343,18 +346,21 @@ def _where(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdict]) -> st
     return " or ".join(parts)
 
 
-def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, again: Optional[Again] = None) -> None:
+def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, again: Optional[Again] = None) -> bool:
     """A row whose finite differences are limited by forward's precision (it computes in float32,
     or is quantised: see ``numerics.precision``): never a kink story. With ``again`` the row is
-    judged again at a step that resolves that precision, with its tolerances (``_rejudge``). Else,
-    every mismatch examined within that rounding: pattern PRECISION and the eps that resolves it, a
-    fail (nothing was verified at this eps). Else the gradient is wrong anyway: its pattern stays,
-    the precision noted."""
+    judged again at a step that resolves that precision, with its tolerances (``_rejudge``); not
+    where forward computes in half precision inside (no step up to ``precision.MAX_EPS`` resolves
+    a grid of 8 or 11 bits, and its inputs' rounding moves the points themselves). Else, every
+    mismatch examined within that rounding, or a half-precision grid: pattern PRECISION and the eps
+    that resolves it, no verdict on backward (True). Else the gradient is wrong anyway: its pattern
+    stays, the precision noted (False)."""
     coarse = sorted((v for v in verdicts if v.kind == "precision"), key=lambda v: v.step)
-    if again is not None and _rejudge(row, coarse, tol, again):
-        return
     median = coarse[len(coarse) // 2]
-    advised = precision.advice(median.step, tol.eps, tol.atol)
+    half = GRID_DTYPES.get(median.grid) in HALF
+    if again is not None and not half and _rejudge(row, coarse, tol, again):
+        return False
+    advised = None if half else precision.advice(median.step, tol.eps, tol.atol)
     if advised is None:
         fix = ("give `reference: pkg.mod:fn` (a plain PyTorch implementation, run in float64) and `checks: "
                "[reference]` (no larger step resolves it; README: Checking kernels and surrogate gradients)")
@@ -365,15 +371,16 @@ def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, 
                "or give `reference:`")
     row.at_kinks = 0
     wrong = [v for v in verdicts if not v.explained]  # beyond the rounding, or where it did not limit
-    if not wrong:
+    if not wrong or half:  # in half precision an element's samples may hide the grid: its "wrong" is rounding too
         row.pattern, row.ratio = Pattern.PRECISION, None
         row.diagnosis = (f"finite differences cannot check it at eps={tol.eps:g}: forward computes in "
                          f"{median.grid} or lower precision (its outputs change in steps of about {median.step:.2g}), "
                          f"so they measure rounding, not the derivative (no verdict on backward); {fix}; "
                          f"e.g. {median.text}")
-        return
+        return True
     closer = f"forward's precision limits finite differences at eps={tol.eps:g} too: to check closer, {fix}"
     row.diagnosis = "; ".join(d for d in [row.diagnosis, wrong[0].text, closer] if d)
+    return False
 
 
 def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, again: Again) -> bool:
@@ -489,6 +496,16 @@ def _determinism(outputs: tuple[Any, ...], positions: list[int], inputs: list[to
     return problems
 
 
+def _not_judged(result: CheckResult, row: InputReport, oracle: bool) -> None:
+    """A row finite differences cannot judge (forward's precision, at any step): not checked, and
+    why in the message, where the reference check judges it or the check runs under `checks: all`;
+    named, it stays a fail that says what to do."""
+    words = (f"{row.diagnosis.split('; ')[0]}; the reference check judges it" if oracle and row.diagnosis
+             else f"{row.diagnosis} (a skip under `checks: all`; naming backward makes it a fail)")
+    result.warnings.append(f"'{row.name}' not checked: {words}")
+    row.status, row.reason, row.mismatched = Status.SKIP, "forward's precision: no verdict", 0
+
+
 def _finish(result: CheckResult, found: contract.Findings, more: list[str], start: float) -> CheckResult:
     """Status and message of the check from the rows and the contract findings."""
     for i in found.bad_args:
@@ -505,4 +522,6 @@ def _finish(result: CheckResult, found: contract.Findings, more: list[str], star
 
     return conclude(result, start, found.failures + more, wrong,
                     lambda right: f"{len(right)} argument{'s' * (len(right) != 1)} checked, all within tolerance",
-                    nothing="no argument requires grad: nothing to compare")
+                    nothing=("finite differences cannot judge it (forward's precision: see the warnings)"
+                             if any(r.reason == "forward's precision: no verdict" for r in result.inputs)
+                             else "no argument requires grad: nothing to compare"))

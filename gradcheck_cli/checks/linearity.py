@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..numerics import real_numel, unravel
+from ..numerics import precision, real_numel, unravel
 from ..numerics.realify import Vjp
 from ..spec import Tolerance
 from .base import probe_like
@@ -88,7 +88,8 @@ def _compare(x: torch.Tensor, at_hot: Any, at_sum: Any, at_dense: Any, size: flo
     if not magnitude.numel() or not bool(torch.isfinite(magnitude).all()):  # non-finite: the Jacobian says it
         return None
     implied = s - d
-    eps = _eps([x.dtype] + [g.dtype for g in (at_hot, at_sum, at_dense) if isinstance(g, torch.Tensor)], x.device)
+    eps = max(_eps([x.dtype] + [g.dtype for g in (at_hot, at_sum, at_dense) if isinstance(g, torch.Tensor)],
+                   x.device), _computed_in([a, s, d]))
     # each gradient as the Jacobian comparison accepts it, plus the calls' rounding (relative to the largest
     # value, as a sum of up to `terms` products cancels) and their nondeterminism
     limit = (tol.atol * 3 * size + tol.rtol * magnitude + ROUNDING * eps * math.sqrt(terms) * float(magnitude.max())
@@ -124,6 +125,18 @@ def _dense(g: Any, x: torch.Tensor) -> Optional[torch.Tensor]:
             return None
     g = g.detach().resolve_conj()
     return g.to(torch.complex128 if g.is_complex() else torch.float64)
+
+
+def _computed_in(grads: list[torch.Tensor]) -> float:
+    """The unit roundoff of a coarser grid than their dtype's that all the values of ``grads`` lie on
+    (backward computes in bfloat16, float16 or float32 inside and casts back: every value fits in 8 to
+    24 significant bits, see ``numerics.precision``); 0 where they show none (integers do not count)."""
+    values = torch.cat([_real(g).reshape(-1) for g in grads])
+    values = values[torch.isfinite(values) & (values != 0)]
+    if values.numel() < 2 or bool((values == values.round()).all()):
+        return 0.0
+    bits = int(precision.significant_bits(values).max())
+    return 2.0 ** (1 - bits) if precision.MIN_BITS <= bits <= 24 else 0.0
 
 
 def _real(t: torch.Tensor) -> torch.Tensor:
