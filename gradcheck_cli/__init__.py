@@ -11,7 +11,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-__version__ = "0.1.0"  # the one place the version is written: pyproject.toml reads it from here
+from .version import __version__
+
 FAST_PROBES = 3  # random probes per argument for --fast (the first non-negative, the others signed)
 DEFAULT_TIMEOUT = 300  # seconds a case may take (--timeout, --gradcheck-timeout): a hung Function costs at most this
 
@@ -72,6 +73,7 @@ def check(
     from .checks.base import MEMORY_BYTES, CheckContext, Options
     from .custom_op import as_op, vmap_fallback_quiet
     from .oracle import Oracle
+    from .reporters import display  # noqa: F401  (the result shows itself as the reporters draw it)
     from .results import CaseResult, Status
     from .spec import REFERENCE_DTYPES, ReferenceRule, Tolerance
     from .target import Target
@@ -174,6 +176,7 @@ def check_spec(
     from . import plan, replay, runner
     from .checks import NAMES
     from .discovery import TargetError, collect
+    from .reporters import display  # noqa: F401  (the report shows itself as the reporters draw it)
     from .spec import is_device, is_import_path, is_module_name
 
     targets = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]

@@ -11,6 +11,26 @@ from typing import Any, Optional
 
 from .printable import printable
 
+# how the reporters draw a result: kind ("rich", "html") -> fn(results, report or None); they register
+# themselves (``shown_as``) when imported, so this module, the contract, imports none of them
+_SHOWN: dict[str, Any] = {}
+
+
+def shown_as(kind: str, draw: Any) -> None:
+    """Register ``draw(results, report)`` as how results show themselves as ``kind``: ``rich`` (a renderable,
+    ``__rich__``) or ``html`` (a notebook's display, ``_repr_html_``). Called by the reporters."""
+    _SHOWN[kind] = draw
+
+
+def _shown(kind: str, results: list[Any], report: Any = None) -> Any:
+    """``results`` drawn as ``kind`` by the reporter registered for it; plain text (``str``) where none is
+    (``gradcheck_cli.reporters.display`` registers them; the library API imports it)."""
+    draw = _SHOWN.get(kind)
+    if draw is not None:
+        return draw(results, report)
+    text = "\n".join([str(r) for r in results] + [repr(report)] * (report is not None))
+    return text if kind == "rich" else f"<pre>{text.replace('&', '&amp;').replace('<', '&lt;')}</pre>"
+
 
 class ExitCode(enum.IntEnum):
     """The process exit codes of the contract, used by the CLI, the pytest plugin's entry and ``Report``."""
@@ -219,16 +239,12 @@ class CaseResult:
 
     def __rich__(self) -> Any:
         """The case as the table report shows it (rich, e.g. ``rich.print(result)`` or IPython with rich)."""
-        from .reporters.table import case_group
-
-        return case_group(self)
+        return _shown("rich", [self])
 
     def _repr_html_(self) -> str:
         """The case as the HTML report shows it (a Jupyter notebook's display): per-argument tables and
         error maps."""
-        from .reporters.html import fragment
-
-        return fragment([self])
+        return str(_shown("html", [self]))
 
     def __str__(self) -> str:
         """The report of this case in plain text, as the table format shows it: one table per check,
@@ -337,15 +353,11 @@ class Report:
 
     def __rich__(self) -> Any:
         """Every case and the summary line, as the table report shows them."""
-        from .reporters.table import report_group
-
-        return report_group(self)
+        return _shown("rich", self.results, self)
 
     def _repr_html_(self) -> str:
         """Every case as the HTML report shows it, and the summary (a Jupyter notebook's display)."""
-        from .reporters.html import fragment
-
-        return fragment(self.results, self)
+        return str(_shown("html", self.results, self))
 
     def summary(self) -> dict[str, Any]:
         count = dict.fromkeys(Status, 0)

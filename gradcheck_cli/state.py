@@ -488,7 +488,7 @@ def preserved(notes: list[str], ends_with_block: bool = False, last: bool = Fals
     ``last``: the caller's word that this block is the last one nested in its enclosing block (a case's last
     check) and that both tell ``notes`` alike: nothing after it needs what the enclosing block's body changed
     of torch's namespaces before it (a case's set-up), so it starts from the enclosing block's copy of them
-    without reading them (about 1.3 ms), and a change made before it is told and put back at its end."""
+    without reading them, and a change made before it is told and put back at its end."""
     saved = _start(last)
     _open.append(len(_noticed))
     _outer.append(next((before for switch, before in saved if switch.name == _NAMESPACES), None))

@@ -23,10 +23,9 @@ ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered
 COL_STAGE = 256  # perturbations per batched forward
 STAGE_BYTES = 64 * 2**20  # at most this much of perturbed arguments and outputs per batched forward
 # the compressed checks' stages (column groups, grouped rows): smaller, as their decoding makes a dozen
-# temporaries of a stage's size: 16 MB stages kept a Linear n=64 check's heap 40 MB smaller (fewer
-# pages faulted in on a first check) and its passes in cache, for a few more calls; the grouped rows'
-# stages, whose temporaries are the most (the products, the gradients and the decoding's), 8 MB: the heap
-# 15 MB smaller again, and a first check at n=64 about 8 ms faster
+# temporaries of a stage's size: smaller stages keep the heap smaller (fewer pages faulted in on a
+# first check) and a pass in cache, for a few more calls; the grouped rows' stages, whose temporaries are
+# the most (the products, the gradients and the decoding's), smaller again (CHANGELOG: the measurements)
 GROUP_STAGE_BYTES = 16 * 2**20
 ROW_GROUP_STAGE_BYTES = 8 * 2**20
 BATCH_BYTES = 64 * 2**20  # at most this much of perturbed inputs and outputs in one vmapped forward of probes

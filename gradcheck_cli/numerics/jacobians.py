@@ -108,8 +108,8 @@ def compare(
     most = min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit
     # a small Jacobian (rows one batched backward, columns at most four batched forwards) is taken
     # whole: grouping's fixed costs (its own backward calls, the colouring, a forward per group and
-    # move) are more than the few batched calls it could save (12 inputs of 4 x 4: 7.5 ms against
-    # 5.5; a Linear layer of 12 features 5.7 against 4.6)
+    # move) are more than the few batched calls it could save (12 inputs of 4 x 4, a Linear layer of 12
+    # features: CHANGELOG has the measurements)
     small = (layout.n_rows * layout.n_cols <= SMALL and 2 * layout.n_cols <= WHOLE_STAGES * COL_STAGE
              and layout.n_rows <= ROW_STAGE)
     compress = compress and not small

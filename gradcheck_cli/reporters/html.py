@@ -9,9 +9,9 @@ import os
 from html import escape
 from typing import Optional, TextIO, Union
 
-from .. import __version__
 from ..printable import printable
 from ..results import COLUMNS, CaseResult, CheckResult, ErrorMap, InputReport, Report, Status, cells, titles
+from ..version import __version__
 from .json_ import torch_version
 from .table import summary_line
 

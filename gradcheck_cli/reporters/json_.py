@@ -6,9 +6,9 @@ import json
 from dataclasses import fields
 from typing import Any, TextIO
 
-from .. import __version__
 from ..printable import printable
 from ..results import InputReport, Report, to_dict
+from ..version import __version__
 
 SCHEMA_VERSION = 1
 PICTURES = [f.name for f in fields(InputReport) if not f.metadata.get("json", True)]  # data for pictures (--html)

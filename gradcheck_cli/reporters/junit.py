@@ -19,9 +19,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
 from typing import Optional, TextIO, Union
 
-from .. import __version__
 from ..printable import printable
 from ..results import CaseResult, Report, Status, expected_reason
+from ..version import __version__
 from . import spec_file, table
 from .json_ import torch_version
 

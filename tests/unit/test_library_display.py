@@ -83,3 +83,19 @@ def test_check_spec_says_which_option_or_path_is_wrong(call, message):
 
 def test_check_spec_is_public():
     assert "check_spec" in gradcheck_cli.__all__
+
+
+def test_a_result_made_without_the_library_api_shows_itself_as_plain_text():
+    """The result model imports no reporter: until ``reporters.display`` registers their drawings (the
+    library API imports it), a result shows its plain text (in a fresh process: registration is global)."""
+    import subprocess
+    import sys
+
+    code = ("from gradcheck_cli.results import CaseResult, Report, Status\n"
+            "r = CaseResult(id='m.F', spec=None, case=None, function='m.F', device='cpu', seed=0, status=Status.PASS)\n"
+            "assert r.__rich__() == str(r) and r._repr_html_().startswith('<pre>PASS  m.F'), r._repr_html_()\n"
+            "assert Report([r], 1.0).__rich__().endswith('in 1.00s>')\n"
+            "import gradcheck_cli.reporters.display\n"
+            "assert r._repr_html_().startswith('<div class=\"gradcheck-report\">')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
