@@ -292,7 +292,7 @@ def _switches(only: Optional[tuple[str, ...]] = None) -> list[Switch]:
         Switch("a torch function mode left active", c._len_torch_function_stack,
                _pop_to(c._len_torch_function_stack, c._pop_torch_function_stack)),
         Switch("a torch dispatch mode left active", c._len_torch_dispatch_stack,
-               _pop_to(c._len_torch_dispatch_stack, c._pop_torch_dispatch_stack)),
+               _pop_to(c._len_torch_dispatch_stack, lambda: c._pop_torch_dispatch_stack(None))),  # None: any key
         Switch(_NAMESPACES, _torch_namespaces, _put_namespaces,
                same=_same_namespaces, show=_show_replaced,
                kept=_namespaces_kept),

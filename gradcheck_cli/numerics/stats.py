@@ -223,7 +223,7 @@ class Entry:
         cols = slice(col0, col0 + n_cols)
         u = probe.index_select(0, r)
         lengths = torch.diff(torch.searchsorted(c, torch.arange(n_cols + 1, dtype=c.dtype)))  # entries per column
-        self._proj_a[cols] = torch.segment_reduce(av * u, "sum", lengths=lengths)  # (faster than index_add_: benchmarks/)
+        self._proj_a[cols] = torch.segment_reduce(av * u, "sum", lengths=lengths)  # (faster than index_add_)
         self._proj_n[cols] = torch.segment_reduce(u.mul_(nv), "sum", lengths=lengths)
 
     def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
