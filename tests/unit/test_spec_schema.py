@@ -48,6 +48,8 @@ SCHEMA_CANNOT = {
     r"lists nested \d+ deep": "the depth of nested `data` lists (its dimensions) has no keyword",
     r"draws values above low: expected low > 0, got '": "whether a numeric string ('0') is above 0",
     r"pattern sign_flip means ratio -1, got ratio '": "whether a numeric string ('-1.0', '-10e-1') is -1",
+    r"duplicate key: keep one": "two YAML keys written alike ('true' and true, a string and a boolean) are "
+                                "one key to the validator and two to the schema (JSON keys are strings)",
 }
 
 
@@ -226,6 +228,7 @@ INEXPRESSIBLE = [  # one document per rule of SCHEMA_CANNOT, in its order
     {**BASE, "inputs": [{"data": _nested(spec.MAX_DIMS + 1)}]},
     {**BASE, "inputs": [{**TENSOR, "dist": "positive", "low": "0"}]},
     {**BASE, "expect": {"reason": "why", "x": {"pattern": "sign_flip", "ratio": "0.5"}}},
+    {**BASE, "expect": {"reason": "why", "true": "sign_flip", True: "sign_flip"}},
 ]
 
 
