@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from .results import ErrorKind
-from .state import kept_for_call
+from .state import GUARD
 
 
 class UserCodeError(Exception):
@@ -70,7 +70,7 @@ def device_kind(exc: BaseException) -> Optional[ErrorKind]:
 def guarded(kind: ErrorKind, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call user code; turn any exception into a UserCodeError that says ``what`` raised and where."""
     try:
-        with kept_for_call():
+        with GUARD.kept_for_call():
             return fn(*args, **kwargs)
     except UserCodeError:
         raise

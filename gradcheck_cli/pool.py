@@ -97,18 +97,18 @@ def _serve(conn: Connection, threads: int, environ: dict[str, str]) -> None:
     import torch
 
     from .runner import warm_up
-    from .state import consecutive
+    from .state import GUARD
 
     torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
     warm_up()  # before the first task: its duration and its timeout count from "started"
-    with consecutive():  # nothing but this loop runs between two cases
+    with GUARD.consecutive():  # nothing but this loop runs between two cases
         _tasks(conn)
 
 
 def _tasks(conn: Connection) -> None:
     """Check the tasks that come, one at a time, until told to stop."""
     from .runner import run_task
-    from .state import tainted
+    from .state import GUARD
 
     me = os.getpid()
     while True:
@@ -129,7 +129,7 @@ def _tasks(conn: Connection) -> None:
         _flush()  # what user code printed is out before the result: an idle worker may be ended at once
         # a CUDA error leaves the context unusable, and some global state cannot be put back: a fresh
         # worker takes the next task
-        retire = (result.error is not None and result.error.kind is ErrorKind.CUDA) or bool(tainted())
+        retire = (result.error is not None and result.error.kind is ErrorKind.CUDA) or bool(GUARD.tainted())
         conn.send(("retiring" if retire else "done", me, index, result))
         if retire:
             return

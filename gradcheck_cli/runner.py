@@ -90,7 +90,7 @@ def _resampled(task: Task, seed: int) -> CaseResult:
 
         def body(r: CaseResult, case: Case = case, drawn: set[str] = drawn) -> None:
             # what loading, initialising and binding change; after its last check _check runs no code under test
-            with state.preserved(r.warnings, ends_with_block=True):
+            with state.GUARD.preserved(r.warnings, ends_with_block=True):
                 _check(case, task.device, task.opts, r, drawn)
 
         result = guard(plan.new_result(task, case.seed), body, where=_at(case))
@@ -163,7 +163,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
                        named=not case.all_checks,
                        oracle=oracle.load(case, target, device) if "reference" in case.checks else None)
     for k, name in enumerate(case.checks):  # no check sees what another one's calls changed
-        with state.preserved(result.warnings, last=k == len(case.checks) - 1), vmap_fallback_quiet():
+        with state.GUARD.preserved(result.warnings, last=k == len(case.checks) - 1), vmap_fallback_quiet():
             check: CheckResult = checks.get(name)(ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))

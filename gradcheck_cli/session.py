@@ -86,11 +86,11 @@ def _run(tasks: list[Task], batch: BatchOptions) -> Generator[tuple[int, CaseRes
 def _in_process(tasks: list[Task], fail_fast: bool) -> Generator[tuple[int, CaseResult], None, None]:
     from .pool import keep_freed_memory
     from .runner import run_task, warm_up
-    from .state import consecutive
+    from .state import GUARD
 
     keep_freed_memory()  # this process is ours: it checks the cases itself
     warm_up()  # the process's one-time costs, not the first case's
-    with consecutive():  # between two cases only the front end runs (its progress display)
+    with GUARD.consecutive():  # between two cases only the front end runs (its progress display)
         for k, task in enumerate(tasks):
             with _stdout_to_stderr():  # what user code prints, even to file descriptor 1, must not corrupt the report
                 result = run_task(task)

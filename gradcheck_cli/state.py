@@ -3,9 +3,10 @@
 Workers are reused and the pytest plugin and ``--no-isolate`` check in one process, so a Function
 that calls ``torch.set_grad_enabled(False)`` (or sets the default dtype, changes the working
 directory, monkeypatches ``torch.nn.functional.relu``, ...) would change the verdicts of the
-cases after it. ``preserved()`` saves what torch and Python expose, restores it afterwards and
+cases after it. The process's one ``GUARD`` does it: ``GUARD.preserved()`` saves what torch and
+Python expose (``snapshot``: every piece listed once, in ``_switches``), restores it afterwards and
 says what the case changed; what cannot be put back is named too, and marks this process as
-``tainted()`` so that a pool worker is replaced before its next case.
+``GUARD.tainted()`` so that a pool worker is replaced before its next case.
 """
 from __future__ import annotations
 
@@ -26,13 +27,6 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import processes
-
-_tainted: list[str] = []  # what this process could not restore, ever
-
-
-def tainted() -> list[str]:
-    """What earlier cases changed in this process and could not be restored."""
-    return list(_tainted)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -355,16 +349,6 @@ Snapshot = list[tuple[Switch, Any]]
 # put back after every call, and told once in the case's warnings.
 _PER_CALL = ("torch.set_grad_enabled", "torch.set_default_dtype", "torch.set_default_device",
              "a torch function mode left active", "a torch dispatch mode left active")
-_noticed: list[str] = []
-_per_call: list[Switch] = []  # the switches of _PER_CALL, made once
-_open: list[int] = []  # one entry per preserved() block being run
-_outer: list[Any] = []  # torch's namespaces as each preserved() block being run found them
-# torch's namespaces as the last preserved() block to end found them again (none when it found them changed), while
-# no block has begun since; and how many consecutive() scopes are open
-_confirmed: list[_Namespaces] = []
-_consecutive: list[bool] = []
-
-
 _FUNCTION_STACK = getattr(torch._C, "_len_torch_function_stack", None)
 _DISPATCH_STACK = getattr(torch._C, "_len_torch_dispatch_stack", None)
 
@@ -378,42 +362,6 @@ def _per_call_quick() -> Optional[tuple[Any, ...]]:
             or getattr(context, "device_context", None) is not None or _FUNCTION_STACK()):
         return None  # (another torch, without these private readers: the full reading)
     return torch.is_grad_enabled(), torch.get_default_dtype(), None, 0, _DISPATCH_STACK()
-
-
-def kept_for_call() -> _KeptForCall:
-    """Around one call into user code (``with kept_for_call():``): put back the state gradcheck-cli's
-    next step relies on."""
-    return _KeptForCall()
-
-
-class _KeptForCall:
-    """``kept_for_call``'s context (a class: a generator's context costs more than the quick reading)."""
-
-    __slots__ = ("quick", "saved")
-
-    def __enter__(self) -> None:
-        if not _per_call:  # in _PER_CALL's order, as _per_call_quick reads them
-            _per_call.extend(sorted(_switches(_PER_CALL), key=lambda s: _PER_CALL.index(s.name)))
-        self.quick = _per_call_quick()
-        self.saved = None if self.quick is not None else [(s, _read(s)) for s in _per_call]
-
-    def __exit__(self, *exc: object) -> None:
-        quick, saved = self.quick, self.saved
-        if quick is None or _per_call_quick() != quick:
-            _put_back(saved if saved is not None else list(zip(_per_call, quick or ())))
-
-
-def _put_back(saved: Snapshot) -> None:
-    """Put back what a call changed of ``saved`` (see ``kept_for_call``)."""
-    for switch, before in saved:
-        after = _read(switch)
-        if not _unchanged(switch, before, after) and switch.put is not None and before is not _UNREADABLE:
-            try:
-                switch.put(before)
-            except Exception:  # noqa: BLE001 - the case-level restore names what is left
-                continue
-            if _open:  # told in the warnings of the case (or check) being preserved
-                _noticed.append(switch.name + switch.show(before, after))
 
 
 def snapshot() -> Snapshot:
@@ -445,65 +393,111 @@ def _note(notes: list[str], text: str) -> None:
         notes.append(text)
 
 
-@contextmanager
-def consecutive() -> Iterator[None]:
-    """Around a loop of cases with nothing but gradcheck-cli's own code between them (a worker's, or
-    --no-isolate's): each case's ``preserved()`` starts from torch's namespaces as the case before it left
-    them and found them, instead of reading ~29,000 names again. A change made between two cases is then
-    told with (and put back after) the case after it, as it is not there when that case begins."""
-    _consecutive.append(True)
-    try:
-        yield
-    finally:
-        _consecutive.pop()
-        _confirmed.clear()
+class Guard:
+    """The process's guard of its global state (``GUARD``): it saves what ``snapshot`` lists before a
+    block of code under test, compares after it, puts back what changed and names it
+    (``preserved``), puts back after each single call what gradcheck-cli's next step relies on
+    (``kept_for_call``), and remembers what could not be put back (``tainted``). Reading torch's
+    ~29,000 names is what costs: ``consecutive`` and ``preserved``'s ``ends_with_block``/``last``
+    let it reuse a reading that is known to be still exact."""
 
+    def __init__(self) -> None:
+        self._tainted: list[str] = []  # what this process could not restore, ever
+        self._noticed: list[str] = []  # what kept_for_call put back, told by the block being run
+        self._per_call: list[Switch] = []  # the switches of _PER_CALL, made once
+        self._open: list[int] = []  # one entry per preserved() block being run
+        self._outer: list[Any] = []  # torch's namespaces as each preserved() block being run found them
+        # torch's namespaces as the last preserved() block to end found them again (none when it found them
+        # changed), while no block has begun since; and how many consecutive() scopes are open
+        self._confirmed: list[_Namespaces] = []
+        self._consecutive: list[bool] = []
 
-def _namespaces_at_start(confirmed: Optional[_Namespaces], last: bool) -> Any:
-    """Torch's namespaces as a block begins: ``confirmed`` (what the block before it found at its end) inside
-    ``consecutive()``; the enclosing block's copy when they are still exactly that (a check after the case's
-    set-up changed none of them), or without looking for a ``last`` block (see ``preserved``); else read anew.
-    A torch module imported since a copy rules the copy out."""
-    if confirmed is not None and _consecutive and not _outer and confirmed.modules == len(sys.modules):
-        return confirmed
-    enclosing = _outer[-1] if _outer else None
-    if (isinstance(enclosing, _Namespaces) and enclosing.modules == len(sys.modules)
-            and (last or _namespaces_kept(enclosing))):
-        return enclosing
-    return _read(_switches((_NAMESPACES,))[0])
+    def tainted(self) -> list[str]:
+        """What earlier cases changed in this process and could not be restored."""
+        return list(self._tainted)
 
+    def kept_for_call(self) -> _KeptForCall:
+        """Around one call into user code (``with GUARD.kept_for_call():``): put back the state
+        gradcheck-cli's next step relies on."""
+        if not self._per_call:  # in _PER_CALL's order, as _per_call_quick reads them
+            self._per_call.extend(sorted(_switches(_PER_CALL), key=lambda s: _PER_CALL.index(s.name)))
+        return _KeptForCall(self)
 
-def _start(last: bool) -> Snapshot:
-    confirmed = _confirmed.pop() if _confirmed else None
-    return [(s, _namespaces_at_start(confirmed, last) if s.name == _NAMESPACES else _read(s)) for s in _switches()]
+    def _put_back(self, saved: Snapshot) -> None:
+        """Put back what a call changed of ``saved`` (see ``kept_for_call``)."""
+        for switch, before in saved:
+            after = _read(switch)
+            if not _unchanged(switch, before, after) and switch.put is not None and before is not _UNREADABLE:
+                try:
+                    switch.put(before)
+                except Exception:  # noqa: BLE001 - the case-level restore names what is left
+                    continue
+                if self._open:  # told in the warnings of the case (or check) being preserved
+                    self._noticed.append(switch.name + switch.show(before, after))
 
+    @contextmanager
+    def consecutive(self) -> Iterator[None]:
+        """Around a loop of cases with nothing but gradcheck-cli's own code between them (a worker's, or
+        --no-isolate's): each case's ``preserved()`` starts from torch's namespaces as the case before it
+        left them and found them, instead of reading ~29,000 names again. A change made between two cases
+        is then told with (and put back after) the case after it, as it is not there when that case begins."""
+        self._consecutive.append(True)
+        try:
+            yield
+        finally:
+            self._consecutive.pop()
+            self._confirmed.clear()
 
-@contextmanager
-def preserved(notes: list[str], ends_with_block: bool = False, last: bool = False) -> Iterator[None]:
-    """Save the global state, run the body, put the state back; append to ``notes`` what the body changed
-    (it is restored) and what could not be put back (this process is then ``tainted()``).
+    def _namespaces_at_start(self, confirmed: Optional[_Namespaces], last: bool) -> Any:
+        """Torch's namespaces as a block begins: ``confirmed`` (what the block before it found at its end)
+        inside ``consecutive()``; the enclosing block's copy when they are still exactly that (a check after
+        the case's set-up changed none of them), or without looking for a ``last`` block (see
+        ``preserved``); else read anew. A torch module imported since a copy rules the copy out."""
+        if (confirmed is not None and self._consecutive and not self._outer
+                and confirmed.modules == len(sys.modules)):
+            return confirmed
+        enclosing = self._outer[-1] if self._outer else None
+        if (isinstance(enclosing, _Namespaces) and enclosing.modules == len(sys.modules)
+                and (last or _namespaces_kept(enclosing))):
+            return enclosing
+        return _read(_switches((_NAMESPACES,))[0])
 
-    ``ends_with_block``: the caller's word that no code under test runs in the body after its last nested
-    ``preserved()`` block: when that block found torch's namespaces as this one began, they are not read again.
-    ``last``: the caller's word that this block is the last one nested in its enclosing block (a case's last
-    check) and that both tell ``notes`` alike: nothing after it needs what the enclosing block's body changed
-    of torch's namespaces before it (a case's set-up), so it starts from the enclosing block's copy of them
-    without reading them, and a change made before it is told and put back at its end."""
-    saved = _start(last)
-    _open.append(len(_noticed))
-    _outer.append(next((before for switch, before in saved if switch.name == _NAMESPACES), None))
-    try:
-        yield
-    finally:
-        mark = _open.pop()
-        namespaces = _outer.pop()
-        confirmed = ends_with_block and bool(_confirmed) and _confirmed[-1] is namespaces
-        _confirmed.clear()
-        changed, stuck = list(dict.fromkeys(_noticed[mark:])), []
-        del _noticed[mark:]
+    def _start(self, last: bool) -> Snapshot:
+        confirmed = self._confirmed.pop() if self._confirmed else None
+        return [(s, self._namespaces_at_start(confirmed, last) if s.name == _NAMESPACES else _read(s))
+                for s in _switches()]
+
+    @contextmanager
+    def preserved(self, notes: list[str], ends_with_block: bool = False, last: bool = False) -> Iterator[None]:
+        """Save the global state, run the body, put the state back; append to ``notes`` what the body
+        changed (it is restored) and what could not be put back (this process is then ``tainted()``).
+
+        ``ends_with_block``: the caller's word that no code under test runs in the body after its last
+        nested ``preserved()`` block: when that block found torch's namespaces as this one began, they are
+        not read again. ``last``: the caller's word that this block is the last one nested in its enclosing
+        block (a case's last check) and that both tell ``notes`` alike: nothing after it needs what the
+        enclosing block's body changed of torch's namespaces before it (a case's set-up), so it starts from
+        the enclosing block's copy of them without reading them, and a change made before it is told and put
+        back at its end."""
+        saved = self._start(last)
+        self._open.append(len(self._noticed))
+        self._outer.append(next((before for switch, before in saved if switch.name == _NAMESPACES), None))
+        try:
+            yield
+        finally:
+            self._end(notes, saved, ends_with_block)
+
+    def _end(self, notes: list[str], saved: Snapshot, ends_with_block: bool) -> None:
+        """``preserved``'s end: put back what changed of ``saved`` and tell ``notes``."""
+        mark = self._open.pop()
+        namespaces = self._outer.pop()
+        confirmed = ends_with_block and bool(self._confirmed) and self._confirmed[-1] is namespaces
+        self._confirmed.clear()
+        changed, stuck = list(dict.fromkeys(self._noticed[mark:])), []
+        del self._noticed[mark:]
         for switch, before in saved:
             if switch.name == _NAMESPACES and (confirmed or _kept(switch, before)):
-                _confirmed.append(before)
+                self._confirmed.append(before)
                 continue
             if _kept(switch, before):
                 continue
@@ -525,7 +519,28 @@ def preserved(notes: list[str], ends_with_block: bool = False, last: bool = Fals
                          "gradcheck-cli put it back after the case, so other cases do not see it; a Function "
                          "should restore what it changes (use the context-manager forms)")
         if stuck:
-            _tainted.extend(stuck)
+            self._tainted.extend(stuck)
             _note(notes, f"the code under test changed global state that cannot be put back: {'; '.join(stuck)}. "
                          "Cases checked after it in the same process may be affected (isolated workers are "
                          "replaced before their next case)")
+
+
+class _KeptForCall:
+    """``Guard.kept_for_call``'s context (a class: a generator's context costs more than the quick reading)."""
+
+    __slots__ = ("guard", "quick", "saved")
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+
+    def __enter__(self) -> None:
+        self.quick = _per_call_quick()
+        self.saved = None if self.quick is not None else [(s, _read(s)) for s in self.guard._per_call]
+
+    def __exit__(self, *exc: object) -> None:
+        quick, saved = self.quick, self.saved
+        if quick is None or _per_call_quick() != quick:
+            self.guard._put_back(saved if saved is not None else list(zip(self.guard._per_call, quick or ())))
+
+
+GUARD = Guard()  # global state is the process's: one guard for it

@@ -111,7 +111,7 @@ def _serve(conn: Connection, threads: int) -> None:
     import torch
 
     from .runner import run_task, warm_up
-    from .state import tainted
+    from .state import GUARD
 
     torch.set_num_threads(threads)
     warm_up()
@@ -136,7 +136,7 @@ def _serve(conn: Connection, threads: int) -> None:
         processes.end(processes.started())  # what the case started ends with it
         processes.reap()
         new = modules.scan()
-        conn.send(("done", Outcome(result, new, dict(modules.unsafe), bool(tainted()))))
+        conn.send(("done", Outcome(result, new, dict(modules.unsafe), bool(GUARD.tainted()))))
 
 
 class Worker:

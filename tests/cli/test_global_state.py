@@ -140,12 +140,12 @@ def test_state_set_by_importing_a_module_holds_for_each_of_its_cases_and_no_othe
 def test_preserved_puts_back_what_the_body_changed(change, restored):
     global THREADS, RNG
     THREADS, RNG = torch.get_num_threads(), torch.get_rng_state()
-    tainted = state.tainted()
+    tainted = state.GUARD.tainted()
     notes: list[str] = []
-    with state.preserved(notes):
+    with state.GUARD.preserved(notes):
         change()
     assert restored()
-    assert state.tainted() == tainted
+    assert state.GUARD.tainted() == tainted
 
 
 THREADS = 0
@@ -153,21 +153,21 @@ RNG = torch.empty(0)
 
 
 def test_what_cannot_be_put_back_is_named_and_taints_the_process(monkeypatch):
-    monkeypatch.setattr(state, "_tainted", [])
+    monkeypatch.setattr(state.GUARD, "_tainted", [])
     stop = threading.Event()
     notes: list[str] = []
     try:
-        with state.preserved(notes):
+        with state.GUARD.preserved(notes):
             threading.Thread(target=stop.wait, name="left-behind", daemon=True).start()
     finally:
         stop.set()
     assert any("cannot be put back" in n and "left-behind" in n for n in notes), notes
-    assert state.tainted() == ["Python threads left running (left-behind)"]
+    assert state.GUARD.tainted() == ["Python threads left running (left-behind)"]
 
 
 def test_the_random_state_is_put_back_without_a_word():
     notes: list[str] = []
-    with state.preserved(notes):
+    with state.GUARD.preserved(notes):
         torch.rand(3)
     assert notes == []
 
@@ -185,7 +185,7 @@ def test_a_default_device_set_by_user_code_is_put_back_to_none_set_not_to_cpu_se
 
     assert _device_context() is None
     notes: list[str] = []
-    with state.preserved(notes):
+    with state.GUARD.preserved(notes):
         if kind == "call":
             guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, "meta")
         else:  # outside any single call: the case's restore puts it back
@@ -201,7 +201,7 @@ def test_a_default_device_the_user_had_set_is_kept():
     torch.set_default_device("cpu")
     try:
         notes: list[str] = []
-        with state.preserved(notes):
+        with state.GUARD.preserved(notes):
             guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, None)
             assert _device_context() is not None
         assert _device_context() is not None and notes and "(cpu -> none set)" in notes[0], notes
@@ -214,13 +214,13 @@ def test_a_call_that_changes_the_default_device_is_put_back_and_told_once():
     from gradcheck_cli.results import ErrorKind
 
     notes: list[str] = []
-    with state.preserved(notes):
+    with state.GUARD.preserved(notes):
         guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, "meta")
         assert torch.empty(1).device.type == "cpu"  # put back at once: the next step of the check works
     assert len(notes) == 1 and "torch.set_default_device" in notes[0]
     guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, "meta")  # outside any case: nothing kept
     assert torch.empty(1).device.type == "cpu"
-    with state.preserved(notes):
+    with state.GUARD.preserved(notes):
         pass
     assert len(notes) == 1
 
@@ -278,10 +278,10 @@ def test_every_kind_of_monkeypatch_is_caught_told_and_put_back(monkeypatch, chan
     fake.first, fake.second, fake.third = _first, _second, _third
     monkeypatch.setitem(sys.modules, fake.__name__, fake)
     quiet: list[str] = []
-    with state.preserved(quiet):
+    with state.GUARD.preserved(quiet):
         pass
     notes: list[str] = []
-    with state.preserved(notes):
+    with state.GUARD.preserved(notes):
         change(fake)
     assert quiet == [] and len(notes) == 1, notes
     assert all(f"torch.gradcheck_state_fake.{name}" in notes[0] for name in said), notes
@@ -294,11 +294,11 @@ def test_a_change_between_two_blocks_belongs_to_the_block_around_them(monkeypatc
     monkeypatch.setitem(sys.modules, fake.__name__, fake)
     outer: list[str] = []
     inner: list[str] = []
-    with state.preserved(outer):
-        with state.preserved(inner):
+    with state.GUARD.preserved(outer):
+        with state.GUARD.preserved(inner):
             pass
         fake.first = _second  # as a Function's __init__ would, between two checks
-        with state.preserved(inner):
+        with state.GUARD.preserved(inner):
             assert fake.first is _second  # the change holds for the checks after it
     assert inner == [] and len(outer) == 1 and "torch.gradcheck_state_fake.first" in outer[0], (inner, outer)
     assert fake.first is _first
@@ -316,10 +316,10 @@ def test_a_change_before_the_last_block_holds_in_it_and_is_told_once_and_put_bac
     kept = state._namespaces_kept
     monkeypatch.setattr(state, "_namespaces_kept", lambda before: reads.append(1) or kept(before))
     notes: list[str] = []
-    with state.preserved(notes, ends_with_block=True):
+    with state.GUARD.preserved(notes, ends_with_block=True):
         fake.first = _second  # as a Module's __init__ would, before the checks
         before = len(reads)
-        with state.preserved(notes, last=last):
+        with state.GUARD.preserved(notes, last=last):
             assert fake.first is _second
             started = len(reads) - before
         assert (fake.first is _first) is last  # put back at the end of the last block
@@ -332,11 +332,11 @@ def test_the_last_block_reads_torch_namespaces_once_for_a_case_that_changes_noth
     reads = []
     kept = state._namespaces_kept
     monkeypatch.setattr(state, "_namespaces_kept", lambda before: reads.append("kept") or kept(before))
-    with state.consecutive():
+    with state.GUARD.consecutive():
         for _ in range(3):  # cases of a worker, one check each
             notes: list[str] = []
-            with state.preserved(notes, ends_with_block=True):
-                with state.preserved(notes, last=True):
+            with state.GUARD.preserved(notes, ends_with_block=True):
+                with state.GUARD.preserved(notes, last=True):
                     pass
             assert notes == []
     assert reads == ["kept"] * 3  # one look per case, at its check's end
@@ -383,7 +383,7 @@ def test_a_default_device_whose_mode_a_transform_dropped_is_told_as_it_was_set()
     """torch.set_default_device inside a vmapped backward leaves the device context set with its function mode
     gone; torch.get_default_device then says "cpu". The warning names the device that was set."""
     notes: list[str] = []
-    with state.preserved(notes):
+    with state.GUARD.preserved(notes):
         torch.set_default_device("meta")
         torch._C._pop_torch_function_stack()  # as the transform's exit leaves it
         assert _device_context() is not None and torch.get_default_device().type == "cpu"
@@ -446,7 +446,7 @@ def test_flush_denormal_and_print_options_are_read_without_a_getter(change, said
     if "flush" in said and not torch.set_flush_denormal(False):
         pytest.skip("this CPU cannot flush subnormals")
     notes: list[str] = []
-    with state.preserved(notes):
+    with state.GUARD.preserved(notes):
         change()
     assert any(said in n for n in notes), notes
     assert torch.tensor([1e-310], dtype=torch.float64).mul(1).item() != 0.0

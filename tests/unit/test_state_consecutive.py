@@ -1,5 +1,5 @@
 """Issue 18, point 2: a loop of cases reads torch's ~29,000 names twice a case instead of four times
-(state.consecutive(), a check's block starting from its case's copy, a case's end taken from its last
+(state.GUARD.consecutive(), a check's block starting from its case's copy, a case's end taken from its last
 check's), and still catches every change, told with the case or check that made it."""
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_a_loop_of_cases_reads_torch_s_names_twice_a_case(write_spec, monkeypatc
     take, compare = state._torch_namespaces, state._namespaces_kept
     monkeypatch.setattr(state, "_torch_namespaces", lambda: reads.append("take") or take())
     monkeypatch.setattr(state, "_namespaces_kept", lambda before: reads.append("compare") or compare(before))
-    with state.consecutive():
+    with state.GUARD.consecutive():
         results = [runner.run_task(task) for _ in range(4)]
     assert [r.status.value for r in results] == ["pass"] * 4 and not any(r.warnings for r in results)
     assert len(reads) <= 1 + 2 * 4, reads  # the first case's start, then the check's start and end
@@ -50,13 +50,13 @@ def test_a_loop_of_cases_reads_torch_s_names_twice_a_case(write_spec, monkeypatc
 
 def test_a_change_in_one_of_consecutive_cases_is_told_with_that_case_and_put_back(fake: ModuleType) -> None:
     notes: list[list[str]] = [[], [], []]
-    with state.consecutive():
-        with state.preserved(notes[0]):
+    with state.GUARD.consecutive():
+        with state.GUARD.preserved(notes[0]):
             fake.first = _second
         assert fake.first is _first  # put back before the next case
-        with state.preserved(notes[1]):
+        with state.GUARD.preserved(notes[1]):
             assert fake.first is _first
-        with state.preserved(notes[2]):
+        with state.GUARD.preserved(notes[2]):
             fake.first = _third
     assert [len(n) for n in notes] == [1, 0, 1], notes
     assert all("torch.gradcheck_consecutive_fake.first" in n[0] for n in (notes[0], notes[2]))
@@ -66,17 +66,17 @@ def test_a_change_in_one_of_consecutive_cases_is_told_with_that_case_and_put_bac
 def test_a_change_in_the_second_check_or_between_checks_is_told_where_it_was_made(fake: ModuleType) -> None:
     case: list[str] = []
     checks: list[list[str]] = [[], [], []]
-    with state.consecutive():
-        with state.preserved([]), state.preserved([]):  # a case before: the namespaces confirmed at its end
+    with state.GUARD.consecutive():
+        with state.GUARD.preserved([]), state.GUARD.preserved([]):  # a case before: the namespaces confirmed at its end
             pass
-        with state.preserved(case, ends_with_block=True):
-            with state.preserved(checks[0]):
+        with state.GUARD.preserved(case, ends_with_block=True):
+            with state.GUARD.preserved(checks[0]):
                 pass
-            with state.preserved(checks[1]):
+            with state.GUARD.preserved(checks[1]):
                 fake.first = _second  # the second check's calls
             assert fake.first is _first
             fake.first = _third  # set-up between two checks (a Function's __init__): the case's change
-            with state.preserved(checks[2]):
+            with state.GUARD.preserved(checks[2]):
                 assert fake.first is _third  # holds for the checks after it
     assert [len(c) for c in checks] == [0, 1, 0] and len(case) == 1, (checks, case)
     assert "torch.gradcheck_consecutive_fake.first" in checks[1][0] and "first" in case[0]
@@ -85,8 +85,8 @@ def test_a_change_in_the_second_check_or_between_checks_is_told_where_it_was_mad
 
 def test_a_change_after_the_last_check_is_caught_unless_the_caller_says_nothing_runs_there(fake: ModuleType) -> None:
     notes: list[str] = []
-    with state.preserved(notes):
-        with state.preserved([]):
+    with state.GUARD.preserved(notes):
+        with state.GUARD.preserved([]):
             pass
         fake.first = _second
     assert len(notes) == 1 and fake.first is _first
@@ -96,10 +96,10 @@ def test_a_torch_module_imported_in_one_case_is_watched_in_the_next(monkeypatch:
     late = ModuleType("torch.gradcheck_consecutive_late")
     late.first = _first
     notes: list[list[str]] = [[], []]
-    with state.consecutive():
-        with state.preserved(notes[0]):
+    with state.GUARD.consecutive():
+        with state.GUARD.preserved(notes[0]):
             monkeypatch.setitem(sys.modules, late.__name__, late)  # imported by the first case
-        with state.preserved(notes[1]):
+        with state.GUARD.preserved(notes[1]):
             late.first = _second
     assert notes[0] == [] and len(notes[1]) == 1 and "torch.gradcheck_consecutive_late.first" in notes[1][0], notes
     assert late.first is _first
@@ -115,7 +115,7 @@ def test_kept_for_call_puts_back_what_a_call_changed(quick: bool, monkeypatch: p
         monkeypatch.setattr(state, "_FUNCTION_STACK", None)
     assert (state._per_call_quick() is not None) is quick
     before = torch.is_grad_enabled(), torch.get_default_dtype()
-    with state.kept_for_call():
+    with state.GUARD.kept_for_call():
         torch.set_grad_enabled(not before[0])
         torch.set_default_dtype(torch.float16 if before[1] != torch.float16 else torch.float32)
     assert (torch.is_grad_enabled(), torch.get_default_dtype()) == before

@@ -115,20 +115,20 @@ def test_each_entry_is_put_back_and_told_as_it_says(name, monkeypatch):
     if name == "torch.cuda's random states" and not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         pytest.skip("needs CUDA (initialised)")
     change, kind = ENTRIES[name]
-    monkeypatch.setattr(state, "_tainted", [])
+    monkeypatch.setattr(state.GUARD, "_tainted", [])
     switch, before = _entries()[name]
     notes: list[str] = []
     try:
-        with state.preserved(notes):
+        with state.GUARD.preserved(notes):
             change()
         after = _entries()[name][1]
         said = " ".join(notes)
         if kind == STUCK:
             assert "cannot be put back" in said and name in said, notes
-            assert any(t.startswith(name) for t in state.tainted()), state.tainted()
+            assert any(t.startswith(name) for t in state.GUARD.tainted()), state.GUARD.tainted()
             return
         assert switch.same(before, after), (before, after)
-        assert state.tainted() == []
+        assert state.GUARD.tainted() == []
         if kind == PUT_BACK:
             assert "left it changed" in said and SAID_AS.get(name, name) in said, notes
         else:
