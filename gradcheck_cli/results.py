@@ -182,7 +182,7 @@ class InputReport:
             text += f" {self.mismatched}/{self.numel} mismatched, max abs err {num(self.max_abs_err)}"
         elif self.reason:
             text += f": {_clip(' '.join(self.reason.split()), 60)}"
-        return printable(text + ">")
+        return printable(text + ">", terminal=True)
 
 
 @dataclass
@@ -201,7 +201,8 @@ class CheckResult:
     def __repr__(self) -> str:
         """Short: ``<CheckResult backward FAIL: gradient of 'weight' is 2x the numerical one>``."""
         why = " ".join(self.message.split())
-        return printable(f"<CheckResult {self.check} {self.status.name}{': ' if why else ''}{_clip(why, 100)}>")
+        return printable(f"<CheckResult {self.check} {self.status.name}{': ' if why else ''}{_clip(why, 100)}>",
+                         terminal=True)
 
 
 @dataclass
@@ -235,7 +236,8 @@ class CaseResult:
                else f"{failing.check}: {failing.message}" if failing is not None
                else ", ".join(f"{c.check} {c.status}" for c in self.checks))
         why = " ".join(why.split())
-        return printable(f"<CaseResult {self.status.name} {self.id}{': ' if why else ''}{_clip(why, 100)}>")
+        return printable(f"<CaseResult {self.status.name} {self.id}{': ' if why else ''}{_clip(why, 100)}>",
+                         terminal=True)
 
     def __rich__(self) -> Any:
         """The case as the table report shows it (rich, e.g. ``rich.print(result)`` or IPython with rich)."""
@@ -263,7 +265,7 @@ class CaseResult:
             lines += [f"  warning: {w}" for w in check.warnings]
         lines += [f"  warning: {w}" for w in self.warnings]
         lines += [f"  replay: {self.replay}"] if self.replay and self.status in (Status.FAIL, Status.ERROR) else []
-        return printable("\n".join(lines))
+        return printable("\n".join(lines), terminal=True)
 
 
 COLUMNS = {"argument": "<", "shape": "<", "dtype": "<", "status": "<", "max abs err": ">", "max rel err": ">",

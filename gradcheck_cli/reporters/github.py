@@ -145,7 +145,8 @@ def render(report: Report, stream: TextIO, color: bool = False) -> None:
     """The plain table (never coloured: Actions logs), one folded group per case, then the summary line
     and the annotations. Each case's text is fenced (``_fenced``); its group's title is escaped as
     @actions/core's ``startGroup`` escapes it."""
-    report, stream = printable(report), writable(stream)  # user text: lone surrogates, a narrow encoding
+    report, stream = printable(report, terminal=True), writable(stream)  # user text: lone surrogates, control
+    # sequences (a log is shown on a terminal too), a narrow encoding
     for result in report.results:
         stream.write(command("group", f"{table.LABEL[result.status]} {result.id}") + "\n")
         stream.write(_fenced(table.case_text(result)))
@@ -170,7 +171,7 @@ def _code(text: str) -> str:
 def step_summary(report: Report) -> str:
     """The Markdown summary of a run for ``$GITHUB_STEP_SUMMARY``: the counts, a table of the failing
     arguments (case, check, argument, pattern, ratio, replay command), and the cases not checked."""
-    report = printable(report)
+    report = printable(report, terminal=True)
     lines = [f"### gradcheck: {_cell(table.summary_line(report).plain)}", ""]
     failures = []
     for result in report.results:

@@ -106,7 +106,7 @@ def head_line(result: CaseResult) -> Text:
 def render_brief(result: CaseResult, console: Console) -> None:
     """A case that did not fail in a line, and what still needs reading: its warnings, why it was
     skipped, why its mismatch is expected."""
-    result = printable(result)
+    result = printable(result, terminal=True)
     console.print(head_line(result))
     if result.status is Status.SKIP:
         reasons = [f"{c.check}: {c.message}" for c in result.checks if c.message]
@@ -121,7 +121,7 @@ def render_brief(result: CaseResult, console: Console) -> None:
 def case_parts(result: CaseResult) -> list[RenderableType]:
     """What the report shows of one result in full, top to bottom: its head line, error, tables,
     messages, warnings, replay command and a blank line."""
-    result = printable(result)  # text from user code may hold lone surrogates
+    result = printable(result, terminal=True)  # user text: lone surrogates, terminal control sequences
     parts: list[RenderableType] = [head_line(result)]
     if result.error:
         parts.append(Text(f"  {result.error.kind} error: {result.error.message}", style=STYLE[Status.ERROR]))
@@ -186,7 +186,7 @@ def summary_line(report: Report) -> Text:
 def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbosity = Verbosity.VERBOSE) -> None:
     """The report on ``stream``: at ``verbosity`` (every case in full unless told otherwise), then the summary."""
     # without colour (a file, a pipe, CI logs) never wrap: one line per argument, greppable
-    report = printable(report)
+    report = printable(report, terminal=True)
     # colour decided by the caller (reporters.use_color), never by rich from FORCE_COLOR, NO_COLOR or a tty
     console = Console(file=writable(stream), no_color=not color, highlight=False, soft_wrap=False,
                       width=None if color else 1000, force_terminal=color, color_system="auto" if color else None)

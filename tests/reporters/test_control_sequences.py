@@ -1,0 +1,58 @@
+"""Terminal control sequences in user text (case names, exception messages, warnings) are shown as
+escapes where the text meets a terminal: the table, the GitHub log (also a terminal's text), a
+result's repr and str. The JSON report keeps the text itself (JSON escapes it). Issue 31 item 3."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from gradcheck_cli.reporters import github, json_, table
+from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, Report, Status
+
+CLEAR, TITLE, BACK = "\x1b[2J", "\x1b]0;pwned\x07", "\rOK  "
+NASTY = f"boom{CLEAR}{TITLE}{BACK}\x9b1m end"
+
+
+def nasty_report() -> Report:
+    failing = CaseResult(f"specs/x.yaml::case{CLEAR}[cpu]", "specs/x.yaml", f"case{CLEAR}", "pkg.mod:F", "cpu", 0,
+                         Status.FAIL, 0.1, None, [CheckResult("backward", Status.FAIL, NASTY, warnings=[NASTY])],
+                         replay=f"gradcheck specs/x.yaml -k 'case{CLEAR}'")
+    erroring = CaseResult("specs/y.yaml::default[cpu]", "specs/y.yaml", "default", "pkg.mod:G", "cpu", 0,
+                          Status.ERROR, 0.1, ErrorInfo("forward", NASTY, "pkg/mod.py:3"))
+    return Report([failing, erroring], 0.2)
+
+
+def rendered(render, report: Report, **kw) -> str:
+    stream = io.StringIO()
+    render(report, stream, **kw)
+    return stream.getvalue()
+
+
+@pytest.mark.parametrize("render, kw", [(table.render, {"color": False}), (github.render, {})],
+                         ids=["table", "github"])
+def test_a_terminal_report_shows_control_characters_as_escapes(render, kw):
+    out = rendered(render, nasty_report(), **kw)
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\x9b" not in out, repr(out)
+    assert "boom\\x1b[2J\\x1b]0;pwned\\x07\\x0dOK  \\x9b1m end" in out
+
+
+def test_a_coloured_table_has_only_its_own_escape_sequences():
+    out = rendered(table.render, nasty_report(), color=True)
+    assert "\x1b[2J" not in out and "\x1b]0;" not in out and "\x07" not in out and "\r" not in out
+    assert "boom\\x1b[2J" in out
+
+
+def test_the_json_report_keeps_the_text_itself():
+    data = json.loads(rendered(json_.render, nasty_report()))
+    assert data["results"][0]["checks"][0]["message"] == NASTY
+    assert data["results"][1]["error"]["message"] == NASTY
+
+
+def test_repr_and_str_of_a_result_show_escapes():
+    failing, erroring = nasty_report().results
+    for text in (repr(failing), str(failing), repr(failing.checks[0]), repr(erroring), str(erroring)):
+        assert "\x1b" not in text and "\r" not in text, repr(text)
+    assert "\\x1b[2J" in str(failing)
+    assert "\n" in str(failing)  # newlines stay
