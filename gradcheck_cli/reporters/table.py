@@ -184,15 +184,18 @@ def summary_line(report: Report) -> Text:
 
 
 def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbosity = Verbosity.VERBOSE) -> None:
-    """The report on ``stream``: at ``verbosity`` (every case in full unless told otherwise), then the summary."""
-    # without colour (a file, a pipe, CI logs) never wrap: one line per argument, greppable
+    """The report on ``stream``: at ``verbosity`` (every case in full unless told otherwise), then the summary.
+    On a terminal, as wide as the terminal (a table too wide for it folds), coloured or not; elsewhere (a
+    file, a pipe, CI logs) never wrapped: one line per argument, greppable, without trailing padding."""
     report = printable(report, terminal=True)
+    tty = _isatty(stream)
+    out = writable(stream) if tty or color else io.StringIO()  # plain text elsewhere: its lines stripped at the end
     # colour decided by the caller (reporters.use_color), never by rich from FORCE_COLOR, NO_COLOR or a tty
-    console = Console(file=writable(stream), no_color=not color, highlight=False, soft_wrap=False,
-                      width=None if color else 1000, force_terminal=color, color_system="auto" if color else None)
+    console = Console(file=out, no_color=not color, highlight=False, soft_wrap=False,
+                      width=None if tty else 1000, force_terminal=color, color_system="auto" if color else None)
     if color and console.color_system is None:  # TERM=dumb: colour was asked for all the same
-        console = Console(file=writable(stream), highlight=False, soft_wrap=False, force_terminal=True,
-                          color_system="standard")
+        console = Console(file=out, highlight=False, soft_wrap=False, force_terminal=True, color_system="standard",
+                          width=None if tty else 1000)
     brief = False  # the last thing printed was a one-line result (a full one ends with a blank line)
     for result in report.results:
         if result.status in FULL or verbosity is Verbosity.VERBOSE:
@@ -206,3 +209,12 @@ def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbos
     if brief:
         console.print()
     console.print(summary_line(report))
+    if isinstance(out, io.StringIO):
+        writable(stream).write("".join(line.rstrip() + "\n" for line in out.getvalue().splitlines()))
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no such method, or a closed stream
+        return False

@@ -56,3 +56,41 @@ def test_repr_and_str_of_a_result_show_escapes():
         assert "\x1b" not in text and "\r" not in text, repr(text)
     assert "\\x1b[2J" in str(failing)
     assert "\n" in str(failing)  # newlines stay
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def wide_report() -> Report:
+    from gradcheck_cli.results import InputReport
+
+    rows = [InputReport(0, "an_argument_with_a_long_name", [64, 128], "float64", Status.FAIL, numel=8192,
+                        mismatched=8192, max_abs_err=1.5, max_rel_err=1.0, worst_index=[3, 7],
+                        worst_output="output 0 [3, 7]", analytical=2.0, numerical=1.0, atol=1e-5, rtol=1e-3,
+                        diagnosis="analytical is 2.00x numerical everywhere")]
+    check = CheckResult("backward", Status.FAIL, "gradient of 'an_argument_with_a_long_name' is wrong", "elementwise",
+                        rows)
+    return Report([CaseResult("specs/w.yaml::default[cpu]", "specs/w.yaml", "default", "pkg.mod:W", "cpu", 0,
+                              Status.FAIL, 0.1, None, [check])], 0.1)
+
+
+@pytest.mark.parametrize("color", [False, True], ids=["no colour", "colour"])
+def test_on_a_terminal_the_table_is_as_wide_as_the_terminal_coloured_or_not(color, monkeypatch):
+    """Issue 31 item 2: with NO_COLOR at 80 columns rows were about 197 columns wide (width 1000 without colour)."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "80")
+    stream = Terminal()
+    table.render(wide_report(), stream, color=color)
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", stream.getvalue()).splitlines()
+    assert max(len(line) for line in lines) <= 80, "\n".join(lines)
+
+
+def test_in_a_pipe_the_table_is_never_wrapped_and_has_no_trailing_padding(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    lines = rendered(table.render, wide_report(), color=False).splitlines()
+    assert max(len(line) for line in lines) > 80  # one line per argument, greppable
+    assert all(line == line.rstrip() for line in lines), [line for line in lines if line != line.rstrip()]
+    assert any(line.startswith("0: an_argument_with_a_long_name") for line in lines)
