@@ -84,7 +84,7 @@ def look_again(row: InputReport, entry: Entry, call: Callable[[Sequence[Any]], A
             # the function is finite and smooth there, autograd's derivative is not: inf x 0 inside
             nonfinite.append(f"{where} = {float(flat[col]):.4g}")
             continue
-        return Look(WRONG, verdict.text)
+        return Look(WRONG, verdict.text if verdict.kind != "smooth" else "")  # a smooth one: the row's words stand
     if nonfinite:
         more = f" (and {len(nonfinite) - 1} more)" if len(nonfinite) > 1 else ""
         return Look(NONFINITE, (
