@@ -19,7 +19,6 @@ from ..numerics.realify import Vjp, strided
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator
 from ..spec import Tolerance
-from . import contract
 from .base import (
     CheckContext,
     call_forward,
@@ -30,6 +29,7 @@ from .base import (
     refuse_if_too_big,
     work_limit,
 )
+from .broken import contract_failure
 from .rows import fill_jacobian
 from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again, low_tolerance
 from .upcast import by_tolerance, reference
@@ -74,7 +74,7 @@ def run(ctx: CheckContext) -> CheckResult:
     except UserCodeError as exc:
         if exc.kind is not ErrorKind.BACKWARD:
             raise
-        broken = _contract(ctx, result, start)
+        broken = contract_failure(ctx, result, start)
         if broken is not None:
             return broken
         grad_of(leaves + [v.detach() for v in v_leaves])  # raises as well: backward itself is broken, an error
@@ -229,26 +229,6 @@ def _verdict(ctx: CheckContext, result: CheckResult, rows: list[InputReport], lo
     return conclude(result, start, notes, wrong,
                     lambda right: f"backward differentiated with respect to {labels(right)}: all within tolerance",
                     advice=DETACHED, notes=named)
-
-
-def _contract(ctx: CheckContext, result: CheckResult, start: float) -> Optional[CheckResult]:
-    """Where backward raised: its contract, inspected as the backward check inspects it. A contract that
-    autograd rejects (the count, shape, type or device of the gradients) fails this check too, in the backward
-    check's words, so a case's verdict does not depend on which checks run; None where it holds (backward
-    itself raised: an error)."""
-    if not ctx.target.is_function:
-        return None
-    try:
-        found = contract.inspect(ctx.target, ctx.bound, generator(ctx.options.seed, Stream.BACKWARD),
-                                 ctx.tolerance.nondet_tol, 2)
-    except UserCodeError:
-        return None
-    if not found.fatal:
-        return None
-    for i in found.bad_args:
-        result.inputs[i].status, result.inputs[i].reason = Status.FAIL, "backward's contract is broken (see below)"
-    result.problems = list(found.failures)
-    return skip(result, "; ".join(found.failures), start, Status.FAIL, "backward's contract is broken (see below)")
 
 
 def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads: tuple[Any, ...],
