@@ -79,8 +79,13 @@ def run(ctx: CheckContext) -> CheckResult:
             return broken
         grad_of(leaves + [v.detach() for v in v_leaves])  # raises as well: backward itself is broken, an error
         at = f" at {exc.where}" if exc.where else ""
-        return skip(result, f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
-                            f"{UNDIFFERENTIABLE}", start, Status.FAIL, "backward could not be differentiated")
+        hazard = (f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
+                  f"{UNDIFFERENTIABLE}")
+        if ctx.named:
+            return skip(result, hazard, start, Status.FAIL, "backward could not be differentiated")
+        result.warnings.append(hazard)  # a correct first-order backward may be so: a warning under `all`
+        return skip(result, f"{hazard} (a warning under `checks: all`; naming double_backward makes it a fail)", start,
+                    row_reason="backward could not be differentiated")
     if any(_once_differentiable(g) for g in grads):
         return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     copies = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
