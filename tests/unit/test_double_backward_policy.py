@@ -659,3 +659,31 @@ def test_the_truth_set_labels_agree_with_torch(user_module, function, inputs, fi
         right = (function, inputs) not in WRONG_JVP
         assert torch.autograd.gradcheck(fn.apply, args, check_forward_ad=True, check_backward_ad=False,
                                         raise_exception=False, **loose) is right
+
+
+WRONG_SHAPE = '''
+import torch
+
+class WrongShape(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return (g * 2 * x)[:2]
+'''
+
+
+@pytest.mark.parametrize("checks", ["[backward]", "[backward, double_backward]", "[double_backward]"])
+def test_a_broken_contract_is_the_same_fail_whichever_checks_run(user_module, write_spec, checks):
+    """it was an error of the whole case ("backward raised", exit 3) once double_backward ran"""
+    mod = user_module(WRONG_SHAPE, "shapemod")
+    (case,) = spec.load_file(write_spec(f"function: {mod}:WrongShape\nchecks: {checks}\ninputs: [{{name: x, shape: [3, 4]}}]\n"))
+    result = runner.run_case(case, "cpu")
+    assert result.error is None, result.error
+    assert result.status is Status.FAIL
+    for found in result.checks:
+        assert found.status is Status.FAIL
+        assert found.message == "backward returned shape [2, 4] for 'x' of shape [3, 4]: a gradient has its input's shape"
