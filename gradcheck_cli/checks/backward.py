@@ -17,16 +17,12 @@ from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator, signed_uniform
 from ..spec import Tolerance
 from . import contract
-from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
+from .base import CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import fill_jacobian
+from .upcast import LOW_TOLERANCE, reference
 from .verdict import begin, conclude, skip
 
-REFERENCE = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bfloat16: torch.float64,
-             torch.complex64: torch.complex128}  # the dtype finite differences are taken in
-LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3, 1e-3), torch.complex64: (1e-4, 1e-3, 1e-3),
-                 torch.float16: (1e-2, 1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2, 5e-2)}
-# (atol, rtol) unless the spec sets them; eps for finite differences in the low dtype itself
 GRID_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # precision.GRIDS
 Again = Callable[[InputReport, Tolerance], None]  # judge an argument's row again, element by element, at a tolerance
 Columns = Callable[[list[int], dict[int, torch.Tensor]], Iterator[tuple[int, torch.Tensor]]]  # see _reexamine
@@ -77,7 +73,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     batched: Callable[[Sequence[Any]], Any] = (forward if direct
                                                else lambda vals: target.body(bound.arguments(vals)))
     copies = found.copies if found.graph and found.copies is not None else fresh_leaves(bound.values, grad=False)
-    plain, tols, notes = _reference(forward, copies, bound, checked, tol)  # copies: what finite differences move
+    plain, tols, notes = reference(forward, copies, bound.names, checked, tol)  # copies: what finite differences move
     if plain is None:  # half precision only: finite differences there measure rounding
         return _half_only(ctx, result, notes[0], start)
     result.warnings += notes
@@ -195,61 +191,6 @@ class _Spent:
             self.budget(self.done + calls, passes)
 
         return told
-
-
-def _reference(forward: Any, plain: list[Any], bound: Bound, checked: list[int],
-               tol: Tolerance) -> tuple[Optional[list[Any]], list[Tolerance], list[str]]:
-    """Finite differences of a low-precision Function are taken in double precision (its forward
-    run on float64/complex128 copies); each checked argument gets its own dtype's tolerances
-    (returned in ``checked``'s order) unless the spec set its own: a float64 argument beside a
-    float32 one keeps float64's. If forward fails in double precision, they are taken in float32
-    itself with a larger step, and every argument gets the low dtype's tolerances (forward's outputs
-    carry its rounding, whatever an argument's dtype); in float16 or bfloat16 they are not taken at
-    all (None, and why)."""
-    low = [i for i in checked if bound.values[i].dtype in REFERENCE]
-    if not low:
-        return plain, [tol] * len(checked), []
-    names = ", ".join(repr(bound.names[i]) for i in low)
-    dtypes = ", ".join(sorted({str(bound.values[i].dtype)[6:] for i in low}))
-    subject = f"{names} {'is' if len(low) == 1 else 'are'} {dtypes}"
-    refs = " / ".join(sorted({str(REFERENCE[bound.values[i].dtype])[6:] for i in low}))
-    copies: dict[int, torch.Tensor] = {}
-    upcast = [copies.setdefault(id(v), v.to(REFERENCE[v.dtype])) if isinstance(v, torch.Tensor)
-              and v.dtype in REFERENCE else v for v in plain]
-
-    def adapted(low_tol: tuple[float, float, float], eps: bool = False) -> Tolerance:
-        """``tol`` with a low dtype's (atol, rtol[, eps]) where the spec did not set them."""
-        def pick(key: str, value: float) -> float:
-            return float(getattr(tol, key)) if key in tol.given else value
-
-        return replace(tol, atol=pick("atol", low_tol[0]), rtol=pick("rtol", low_tol[1]),
-                       eps=pick("eps", low_tol[2]) if eps else tol.eps)
-
-    try:
-        forward(upcast)
-    except UserCodeError as exc:
-        half = sorted({str(bound.values[i].dtype)[6:] for i in low if bound.values[i].dtype in HALF})
-        if half:
-            return None, [tol] * len(checked), [
-                f"{subject}, and forward fails in {refs} ({exc}): finite differences in "
-                f"{' / '.join(half)} measure its rounding (about "
-                f"{max(torch.finfo(getattr(torch, h)).eps for h in half):.0e} relative), not the "
-                "derivative, so they cannot judge backward"]
-        shared = adapted(tuple(max(t) for t in zip(*(LOW_TOLERANCE[bound.values[i].dtype] for i in low))), eps=True)
-        every = " for every argument" if len(low) < len(checked) else ""
-        return plain, [shared] * len(checked), [
-            f"{subject}, and forward fails in {refs} ({exc}): finite differences are taken in {dtypes} with eps "
-            f"{shared.eps:g} and atol {shared.atol:g}, rtol {shared.rtol:g}{every}; they are unreliable there: check "
-            "in float64 if you can, or against a plain PyTorch implementation with `reference: pkg.mod:fn` (the "
-            "reference check)"]
-    tols = [adapted(LOW_TOLERANCE[bound.values[i].dtype]) if i in low else tol for i in checked]
-    own = {str(bound.values[i].dtype)[6:]: t for i, t in zip(checked, tols) if i in low}
-    words = "; ".join(f"{d}: atol {t.atol:g}, rtol {t.rtol:g}" if len(own) > 1 else f"atol {t.atol:g}, rtol {t.rtol:g}"
-                      for d, t in sorted(own.items()))
-    others = (f" (the other arguments keep atol {tol.atol:g}, rtol {tol.rtol:g}: each is judged by its own dtype's)"
-              if len(low) < len(checked) else "")
-    return upcast, tols, [f"{subject}: the numerical gradient comes from forward run in {refs} (the reference), "
-                          f"with tolerances for {dtypes}: {words}{others}"]
 
 
 def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -> CheckResult:

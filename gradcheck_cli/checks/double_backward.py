@@ -8,15 +8,17 @@ grad_outputs v are random (seeded from the spec's seed) and are arguments of G t
 """
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from typing import Any, Callable, Optional
 
 import torch
 
 from ..errors import UserCodeError, guarded
-from ..numerics import Entry, as_tuple, compare, engine, vjp
-from ..numerics.realify import strided
+from ..numerics import Entry, as_tuple, compare, engine, kinks, vjp
+from ..numerics.realify import Vjp, strided
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator
+from ..spec import Tolerance
 from .base import (
     CheckContext,
     call_forward,
@@ -27,9 +29,13 @@ from .base import (
     refuse_if_too_big,
     work_limit,
 )
+from .broken import contract_failure
 from .rows import fill_jacobian
+from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again, low_tolerance
+from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, label, labels, reword, skip, unsupported
 
+FULL_BITS = 0.7853981633974483  # pi / 4: 53 significant bits
 ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
 ONCE_SKIP = ("backward is marked @once_differentiable: it cannot be differentiated, so there is no second "
              "derivative to check; to support double backward, remove the decorator and write backward "
@@ -57,7 +63,9 @@ def run(ctx: CheckContext) -> CheckResult:
         return skip(result, "no output is differentiable (none is a floating-point tensor that requires "
                             "grad): there is no backward to differentiate", start)
     gen = generator(opts.seed, Stream.DOUBLE_BACKWARD)
-    vs = [probe_like(outputs[p], gen) for p in live]
+    # probes with every bit of their dtype: where backward scales them by 0 or 1 (relu), values of 17 bits
+    # would look like a coarse grid to the second look (numerics.precision)
+    vs = [probe_like(outputs[p], gen) * FULL_BITS for p in live]
     n = len(bound.values)
     grad_of = _backward_of(ctx, checked, live)
     v_leaves = [v.clone().requires_grad_(True) for v in vs]
@@ -66,51 +74,166 @@ def run(ctx: CheckContext) -> CheckResult:
     except UserCodeError as exc:
         if exc.kind is not ErrorKind.BACKWARD:
             raise
+        broken = contract_failure(ctx, result, start)
+        if broken is not None:
+            return broken
         grad_of(leaves + [v.detach() for v in v_leaves])  # raises as well: backward itself is broken, an error
         at = f" at {exc.where}" if exc.where else ""
-        return skip(result, f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
-                            f"{UNDIFFERENTIABLE}", start, Status.FAIL, "backward could not be differentiated")
+        hazard = (f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
+                  f"{UNDIFFERENTIABLE}")
+        if ctx.named:
+            return skip(result, hazard, start, Status.FAIL, "backward could not be differentiated")
+        result.warnings.append(hazard)  # a correct first-order backward may be so: a warning under `all`
+        return skip(result, f"{hazard} (a warning under `checks: all`; naming double_backward makes it a fail)", start,
+                    row_reason="backward could not be differentiated")
     if any(_once_differentiable(g) for g in grads):
         return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
-    plain = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
+    copies = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
     rows = [reports[i] for i in checked] + _grad_output_rows(outputs, live, len(bound.values))
     result.inputs = reports + rows[len(checked):]
+    moved = checked + list(range(n, n + len(vs)))  # what finite differences move: arguments, grad_outputs
+    plain, tols, notes = reference(grad_of, copies, list(bound.names) + [r.name for r in rows[len(checked):]], moved,
+                                   tol, "the second derivative",
+                                   "the numerical second derivative comes from forward and backward")
+    assert plain is not None  # half precision skipped above
+    result.warnings += notes
     second = lambda *args: guarded(ErrorKind.BACKWARD, "backward, differentiated,", vjp, *args)  # noqa: E731
+    analytic = [leaves[i] for i in checked] + v_leaves
+    positions = list(range(len(grads)))
+    layouts: list[Any] = [None] * len(rows)
+    entries: list[Any] = [None] * len(rows)
+    budget = work_limit(ctx, "double_backward", checked, outputs, live)
     try:
-        layout, entries = compare(grad_of, grads, list(range(len(grads))), [leaves[i] for i in checked] + v_leaves,
-                                  plain, [plain[i] for i in checked] + plain[n:], eps=tol.eps, atol=tol.atol,
-                                  rtol=tol.rtol, memory_bytes=opts.memory_bytes, grad=second, seed=opts.seed,
-                                  budget=work_limit(ctx, "double_backward", checked, outputs, live),
-                                  compress=opts.compress)
+        for group in by_tolerance(range(len(rows)), tols):
+            t = tols[group[0]]
+            layout, found = compare(grad_of, grads, positions, [analytic[k] for k in group], plain,
+                                    [plain[moved[k]] for k in group], eps=t.eps, atol=t.atol, rtol=t.rtol,
+                                    memory_bytes=opts.memory_bytes, grad=second, seed=opts.seed, budget=budget,
+                                    compress=opts.compress)
+            for k, entry in zip(group, found):
+                layouts[k], entries[k] = layout, entry
     except UserCodeError as exc:
         if ONCE in str(exc):  # a once_differentiable Function called inside a plain callable
             return unsupported(result, ONCE_SKIP, start, ctx.named)
         raise
     names = [bound.names[i] for i in checked]
     zeros = "backward's result does not depend on {} through autograd"
-    for row, entry, value in zip(rows, entries, [leaves[i] for i in checked] + vs):
-        fill_jacobian(row, entry, layout, value, grads)
-        _name_worst_output(row, entry, layout, names)
+    looks: dict[str, Look] = {}
+    low: Optional[str] = None  # the float format forward computes in inside, found when a row fails
+    for k, (row, entry, value) in enumerate(zip(rows, entries, analytic)):
+        fill_jacobian(row, entry, layouts[k], value, grads)
+        _name_worst_output(row, entry, layouts[k], names)
         reword(entry, row, zeros.format(label(row)), "differentiating backward")
-    notes, omit = _detached(rows, entries, layout, grads, names)
-    hazard = _not_differentiable(rows, omit)
-    if hazard and not ctx.named:  # under `all`: a warning; named, the rows fail as they are
-        result.warnings.append(hazard)
-        for r in rows:
-            if r.status is Status.FAIL:
-                r.status, r.reason = Status.SKIP, "backward is not differentiable with respect to it"
-        return skip(result, f"{hazard} (a warning under `checks: all`; naming double_backward makes it a fail)",
-                    start)
+        if row.status is Status.FAIL and row.mismatched:
+            if low is None:
+                low = inside(lambda vals: call_forward(target, bound, vals), plain[:n], plain[moved[0]], live, tol.eps)
+            judge = _Judge(grad_of, grads, plain, plain[moved[k]], value, second, opts, tols[k])
+            looks[row.name] = judge.look(row, entry, low)
+    notes, omit = _detached(rows, entries, layouts[0], grads, names)
+    return _verdict(ctx, result, rows, looks, notes, omit, start)
+
+
+class _Judge:
+    """The second look at a failing row (``second_look``): G's kinks, domain edges and rounding; where the
+    Function computes in low precision inside, the row judged again at a larger step."""
+
+    def __init__(self, grad_of: Callable[..., tuple[Any, ...]], grads: tuple[Any, ...], plain: list[Any],
+                 x: torch.Tensor, leaf: torch.Tensor, second: Vjp, opts: Any, tol: Tolerance) -> None:
+        self.grad_of, self.grads, self.plain, self.x, self.leaf = grad_of, grads, plain, x, leaf
+        self.second, self.opts, self.tol = second, opts, tol
+        self.positions = list(range(len(grads)))
+
+    def column(self, col: int) -> torch.Tensor:
+        """The analytical column of real element ``col``."""
+        return next(iter(kinks.analytical_columns(self.second, self.grads, self.positions, self.leaf, [col], {},
+                                                  self.opts.memory_bytes)))[1]
+
+    def compare(self, t: Tolerance) -> tuple[Any, Entry]:
+        """The row compared again, element by element, at tolerance ``t``."""
+        layout, (entry,) = compare(self.grad_of, self.grads, self.positions, [self.leaf], self.plain, [self.x],
+                                   eps=t.eps, atol=t.atol, rtol=t.rtol, memory_bytes=self.opts.memory_bytes,
+                                   grad=self.second, seed=self.opts.seed, compress=self.opts.compress)
+        return layout, entry
+
+    def look(self, row: InputReport, entry: Entry, low: str) -> Look:
+        """``row``'s mismatches looked at again; the row rewritten where they are explained."""
+        look = look_again(row, entry, self.grad_of, self.plain, self.x, self.positions, self.tol, self.column,
+                          "backward, differentiated,", low)
+        if look.kind == EXPLAINED:
+            row.status, row.mismatched, row.diagnosis, row.ratio = Status.PASS, 0, None, None
+            row.pattern, row.at_kinks, row.reason = Pattern.KINK, look.count, look.text
+        elif look.kind == PRECISION and look.eps:
+            return self._again(row, look, low)
+        elif look.kind in (PRECISION, NONFINITE):
+            row.pattern, row.ratio, row.diagnosis = Pattern(look.kind), None, look.text
+        elif look.text:
+            row.diagnosis = "; ".join(d for d in [row.diagnosis, look.text] if d)
+        return look
+
+    def _again(self, row: InputReport, look: Look, low: str) -> Look:
+        """The row judged again at ``look.eps`` with float32's tolerances: a pass with a warning, or a fail
+        with those numbers."""
+        t = replace(low_tolerance(self.tol), eps=look.eps)
+        layout, entry = self.compare(t)
+        fresh = InputReport(row.index, row.name, row.shape, row.dtype, Status.PASS, numel=row.numel, line=row.line,
+                            role=row.role, via=row.via)
+        fill_jacobian(fresh, entry, layout, self.leaf, self.grads)
+        for f in fields(InputReport):
+            setattr(row, f.name, getattr(fresh, f.name))
+        what = (f"the Function computes in {low or 'float32'} or lower precision inside, so finite differences at "
+                f"eps={self.tol.eps:g} measure rounding: judged at eps {t.eps:g} with float32 tolerances (atol "
+                f"{t.atol:g}, rtol {t.rtol:g})")
+        if row.status is Status.PASS:
+            row.pattern, row.ratio = Pattern.PRECISION, None
+            row.reason = f"{what}; a relative error below about {t.rtol:g} cannot be seen this way"
+            return Look(EXPLAINED, row.reason)
+        row.diagnosis = f"{what}: {row.diagnosis or f'{row.mismatched} of {row.numel} elements out of tolerance'}"
+        return Look(WRONG, row.diagnosis)
+
+
+def _verdict(ctx: CheckContext, result: CheckResult, rows: list[InputReport], looks: dict[str, Look],
+             notes: list[str], omit: set[str], start: float) -> CheckResult:
+    """The check's status from its rows: a wrong second derivative fails everywhere; a backward that is not
+    differentiable, or whose derivative autograd makes NaN at a domain edge, is a hazard (a warning under
+    `checks: all`, a fail when named); where finite differences measure rounding there is no verdict (a
+    skip under `checks: all`, a fail when named)."""
+    for r in rows:
+        if r.status is Status.PASS and (r.at_kinks or r.pattern is Pattern.PRECISION):
+            result.warnings.append(f"{label(r)}: {r.reason}")
+    failing = [r for r in rows if r.status is Status.FAIL]
+
+    def kind(r: InputReport) -> str:
+        look = looks.get(r.name)
+        if look is not None and look.kind in (PRECISION, NONFINITE):
+            return look.kind
+        return "zeros" if r.pattern is Pattern.ZERO_ANALYTICAL or r.name in omit else WRONG
+
+    if failing and all(kind(r) != WRONG for r in failing) and not ctx.named:
+        hazards = [h for h in [_not_differentiable([r for r in failing if kind(r) == "zeros"]),
+                               *[r.diagnosis for r in failing if kind(r) == NONFINITE][:1]] if h]
+        imprecise = [f"{label(r)}: {r.diagnosis}" for r in failing if kind(r) == PRECISION]
+        result.warnings += hazards
+        for r in failing:
+            r.status, r.reason = Status.SKIP, ("not judged: finite differences measure rounding" if kind(r) == PRECISION
+                                               else "backward is not differentiable with respect to it"
+                                               if kind(r) == "zeros" else "NaN or infinite second derivative")
+        return skip(result, "; ".join(hazards + imprecise) + (
+            " (a warning under `checks: all`; naming double_backward makes it a fail)" if hazards else
+            " (a skip under `checks: all`; naming double_backward makes it a fail)"), start)
+    named = (["this check was named explicitly, so what it cannot judge fails (`checks: all` skips it)"]
+             if any(kind(r) in (PRECISION, NONFINITE) for r in failing) else [])
 
     def wrong(r: InputReport) -> Optional[str]:
         if r.name in omit:
             return None
+        if kind(r) in (PRECISION, NONFINITE):
+            return f"{label(r)}: {r.diagnosis}"
         what = f"the derivative of backward with respect to {label(r)} is wrong"
         return f"{what}: {r.diagnosis}" if r.diagnosis else what
 
     return conclude(result, start, notes, wrong,
                     lambda right: f"backward differentiated with respect to {labels(right)}: all within tolerance",
-                    advice=DETACHED)
+                    advice=DETACHED, notes=named)
 
 
 def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads: tuple[Any, ...],
@@ -128,12 +251,11 @@ def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads:
             "out zero (numerically they are not)"], omit
 
 
-def _not_differentiable(rows: list[InputReport], omit: set[str]) -> Optional[str]:
-    """The hazard, when every failing row's analytical side is all zeros (backward's result does not
-    depend on that argument through autograd: a value it uses was computed outside autograd, as a
-    correct first-order backward may do) and no row is wrong otherwise; else None."""
-    failing = [r for r in rows if r.status is Status.FAIL]
-    if not failing or not all(r.pattern is Pattern.ZERO_ANALYTICAL or r.name in omit for r in failing):
+def _not_differentiable(failing: list[InputReport]) -> Optional[str]:
+    """The hazard of a backward that is not differentiable with respect to ``failing`` (rows whose analytical
+    side is all zeros: backward's result does not depend on them through autograd, as a correct first-order
+    backward that uses a value computed outside autograd does); None when there are none."""
+    if not failing:
         return None
     return (f"backward is not differentiable with respect to {labels(failing)} and not marked @once_differentiable: "
             "second derivatives through it (double backward, Hessian-vector products, gradient penalties) come out "

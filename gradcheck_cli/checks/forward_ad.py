@@ -9,6 +9,8 @@ O(chunk x outputs), never N x M. Plain callables are checked through forward AD 
 from __future__ import annotations
 
 import re
+from dataclasses import fields, replace
+from functools import partial
 from typing import Any, Callable, Optional
 
 import torch
@@ -17,8 +19,9 @@ import torch.autograd.forward_ad as fwAD
 from ..custom_op import OpTarget
 from ..errors import UserCodeError
 from ..numerics import Entry, as_tuple, central_difference, make_layout, real_flat, unravel
-from ..results import CheckResult, ErrorKind, InputReport, Status
+from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator, signed_uniform
+from ..spec import Tolerance
 from ..target import Target
 from .base import (
     CheckContext,
@@ -30,6 +33,8 @@ from .base import (
     work_limit,
 )
 from .rows import fill_jacobian
+from .second_look import EXPLAINED, PRECISION, look_again, low_tolerance
+from .upcast import reference
 from .verdict import begin, conclude, labels, reword, skip, unsupported
 
 CHECKED = "forward-mode AD (jvp) compared with finite differences along"
@@ -62,9 +67,14 @@ def run(ctx: CheckContext) -> CheckResult:
         return skip(result, "no output is differentiable (none is a floating-point tensor that requires grad): "
                             "there is no tangent to compare", start)
     plain = fresh_leaves(bound.values, grad=False)
+    forward = lambda vals: call_forward(target, bound, vals)  # noqa: E731
+    upcast, tols, notes = reference(forward, plain, bound.names, checked, ctx.tolerance, "jvp",
+                                    "the numerical tangent comes from forward")
+    assert upcast is not None  # half precision skipped above
+    result.warnings += notes
+    budget = work_limit(ctx, "forward_ad", checked, outputs, positions)
     try:
-        layout, entries = _compare(ctx, plain, [plain[i] for i in checked], outputs, positions,
-                                   work_limit(ctx, "forward_ad", checked, outputs, positions))
+        layout, entries = _compare(ctx, (plain, upcast), checked, tols, outputs, positions, budget)
     except UserCodeError as exc:
         named = _named_mistake(exc, target, bound, plain, checked)
         if named is None:
@@ -73,12 +83,53 @@ def run(ctx: CheckContext) -> CheckResult:
         if status is Status.SKIP:  # a Function it calls has no jvp, torch has no formula: unsupported
             return unsupported(result, message, start, ctx.named, "jvp failed (see the message)")
         return skip(result, message, start, status, "jvp failed (see the message)")
-    for i, entry in zip(checked, entries):
+    jvp = _jvp_call(ctx)
+    imprecise: list[str] = []
+    for k, (i, entry) in enumerate(zip(checked, entries)):
         row = reports[i]
         fill_jacobian(row, entry, layout, bound.values[i], outputs)
         reword(entry, row, f"a term for '{row.name}' is missing from jvp's tangent, or jvp does "
                            "not use its tangent argument", "jvp")
+        if row.status is Status.FAIL and row.mismatched:
+            look = look_again(row, entry, forward, upcast, upcast[i], positions, tols[k],
+                              partial(_jvp_column, jvp, plain, plain[i], positions=positions), "jvp")
+            if look.kind == PRECISION and look.eps:
+                t = replace(low_tolerance(tols[k]), eps=look.eps)
+                again, (fresh,) = _compare(ctx, (plain, upcast), [i], [t], outputs, positions, budget)
+                _refill(row, fresh, again, bound.values[i], outputs, t, tols[k].eps)
+            elif look.kind == EXPLAINED:
+                row.status, row.mismatched, row.diagnosis, row.ratio = Status.PASS, 0, None, None
+                row.pattern, row.at_kinks, row.reason = Pattern.KINK, look.count, look.text
+            elif look.kind == PRECISION:
+                row.pattern, row.ratio, row.diagnosis = Pattern.PRECISION, None, look.text
+                imprecise.append(row.name)
+            elif look.text:
+                row.diagnosis = "; ".join(d for d in [row.diagnosis, look.text] if d)
+        if row.status is Status.PASS and (row.at_kinks or row.pattern is Pattern.PRECISION):
+            result.warnings.append(f"'{row.name}': {row.reason}")
+    failing = [r for r in reports if r.status is Status.FAIL]
+    if failing and all(r.name in imprecise for r in failing):  # no verdict: finite differences measure rounding
+        return unsupported(result, "; ".join(f"'{r.name}': {r.diagnosis}" for r in failing), start, ctx.named,
+                           "not judged: finite differences measure rounding")
     return conclude(result, start, [], _wrong, lambda right: f"{CHECKED} {labels(right)}: all within tolerance")
+
+
+def _refill(row: InputReport, entry: Entry, layout: Any, value: torch.Tensor, outputs: tuple[Any, ...],
+            t: Tolerance, eps: float) -> None:
+    """``row`` judged again at ``t`` (float32's tolerances at a larger step, where the Function computes in
+    float32 inside): a pass with a warning, or a fail with those numbers."""
+    fresh = InputReport(row.index, row.name, row.shape, row.dtype, Status.PASS, numel=row.numel, line=row.line,
+                        role=row.role, via=row.via)
+    fill_jacobian(fresh, entry, layout, value, outputs)
+    for f in fields(InputReport):
+        setattr(row, f.name, getattr(fresh, f.name))
+    what = (f"the Function computes in float32 or lower precision inside, so finite differences at eps={eps:g} "
+            f"measure rounding: judged at eps {t.eps:g} with float32 tolerances (atol {t.atol:g}, rtol {t.rtol:g})")
+    if row.status is Status.PASS:
+        row.pattern, row.ratio = Pattern.PRECISION, None
+        row.reason = f"{what}; a relative error below about {t.rtol:g} cannot be seen this way"
+    else:
+        row.diagnosis = f"{what}: {row.diagnosis or f'{row.mismatched} of {row.numel} elements out of tolerance'}"
 
 
 def _wrong(row: InputReport) -> str:
@@ -86,25 +137,29 @@ def _wrong(row: InputReport) -> str:
     return f"{what}: {row.diagnosis}" if row.diagnosis else what
 
 
-def _compare(ctx: CheckContext, values: list[Any], inputs: list[torch.Tensor], outputs: tuple[Any, ...],
-             positions: list[int], budget: Callable[[int, int], None]) -> tuple[Any, list[Entry]]:
-    """Fold jvp columns and central difference columns into one Entry per checked argument;
-    ``budget`` is told the calls first (see ``numerics.compare``)."""
-    opts, tol = ctx.options, ctx.tolerance
+def _compare(ctx: CheckContext, values: tuple[list[Any], list[Any]], checked: list[int], tols: list[Tolerance],
+             outputs: tuple[Any, ...], positions: list[int],
+             budget: Callable[[int, int], None]) -> tuple[Any, list[Entry]]:
+    """Fold jvp columns and central difference columns into one Entry per checked argument (``values``: the
+    arguments jvp runs on, and those finite differences move: float64 copies of low-precision ones; ``tols``:
+    each argument's tolerance); ``budget`` is told the calls first (see ``numerics.compare``)."""
+    opts = ctx.options
+    plain, moved = values
+    inputs = [plain[i] for i in checked]
     layout = make_layout(inputs, outputs, positions)
     budget(3 * layout.n_cols, 1)  # a dual-number forward and two perturbed forwards per column
     probe = signed_uniform((layout.n_rows,), generator(opts.seed, Stream.FORWARD_AD))
     keep = opts.memory_bytes // 16 // max(1, len(inputs))  # mismatching columns kept whole, per argument
-    entries = [Entry(layout.col_starts[i + 1] - layout.col_starts[i], tol.atol, tol.rtol, keep_bytes=keep)
-               for i in range(len(inputs))]
+    entries = [Entry(layout.col_starts[k + 1] - layout.col_starts[k], t.atol, t.rtol, keep_bytes=keep)
+               for k, t in enumerate(tols)]
     chunk = max(1, opts.memory_bytes // 8 // 8 // max(1, layout.n_rows))  # columns held at once (both sides)
     jvp = _jvp_call(ctx)
     forward = lambda vals: call_forward(ctx.target, ctx.bound, vals)  # noqa: E731
-    for t, entry in zip(inputs, entries):
+    for i, t, entry in zip(checked, tols, entries):
         for c0 in range(0, entry.real_numel, chunk):
             cols = range(c0, min(entry.real_numel, c0 + chunk))
-            a = torch.stack([_jvp_column(jvp, values, t, c, positions) for c in cols])
-            n = torch.stack([central_difference(forward, values, t, c, tol.eps, positions) for c in cols])
+            a = torch.stack([_jvp_column(jvp, plain, plain[i], c, positions) for c in cols])
+            n = torch.stack([central_difference(forward, moved, moved[i], c, t.eps, positions) for c in cols])
             entry.update(a, n, c0, probe)
     return layout, entries
 

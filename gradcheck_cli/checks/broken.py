@@ -1,0 +1,32 @@
+"""A check whose call of backward raised, because backward breaks its contract: the same fail as the
+backward check's, in its words (a case's verdict does not depend on which checks run)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..errors import UserCodeError
+from ..results import CheckResult, Status
+from ..rng import Stream, generator
+from . import contract
+from .base import CheckContext
+from .verdict import skip
+
+
+def contract_failure(ctx: CheckContext, result: CheckResult, start: float) -> Optional[CheckResult]:
+    """Where a check's call of backward raised: its contract, inspected as the backward check inspects it. A
+    contract that autograd rejects (the count, shape, type or device of the gradients) fails the check too,
+    in the backward check's words (``result``'s rows marked as backward marks them); None where it holds
+    (backward itself raised: an error)."""
+    if not ctx.target.is_function:
+        return None
+    try:
+        found = contract.inspect(ctx.target, ctx.bound, generator(ctx.options.seed, Stream.BACKWARD),
+                                 ctx.tolerance.nondet_tol, 2)
+    except UserCodeError:
+        return None
+    if not found.fatal:
+        return None
+    for i in found.bad_args:
+        result.inputs[i].status, result.inputs[i].reason = Status.FAIL, "backward's contract is broken (see below)"
+    result.problems = list(found.failures)
+    return skip(result, "; ".join(found.failures), start, Status.FAIL, "backward's contract is broken (see below)")
