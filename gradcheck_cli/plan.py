@@ -84,17 +84,18 @@ def declined(case: Case) -> dict[str, str]:
         return {}
     said = []
     if case.reference_backward:
-        said.append(f"declares the gradient backward intends (`reference_backward: {case.reference_backward}`), "
-                    "which the reference check compares backward with")
+        said.append(f"the spec declares the gradient backward intends (`reference_backward: "
+                    f"{case.reference_backward}`), not the derivative on purpose, and the reference check compares "
+                    "backward with it")
     if case.expect is not None and "backward" in case.expect.checks:
         at = f" at line {case.expect.line}" if case.expect.line else ""
-        said.append(f"documents backward's mismatch with them (`expect:`{at}: {case.expect.reason})")
+        said.append(f"the spec documents backward's mismatch with finite differences as intended (`expect:`{at}: "
+                    f"{case.expect.reason})")
     if not said:
         return {}
     also = "reference, backward" if case.reference_backward else "backward"
-    return {"backward": f"not judged by finite differences under `all`: the spec {' and '.join(said)}, as a "
-                        f"gradient that is not the derivative on purpose; to judge it by finite differences, name "
-                        f"backward in the spec's `checks:` (e.g. `checks: [{also}]`)"}
+    return {"backward": f"not judged by finite differences under `all`: {'; '.join(said)}; to judge backward by "
+                        f"finite differences, name it in the spec's `checks:` (e.g. `checks: [{also}]`)"}
 
 
 def shard(items: list[Union[Case, SpecError]], index: int, count: int) -> list[Union[Case, SpecError]]:
