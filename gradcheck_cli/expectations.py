@@ -17,22 +17,25 @@ RATIO_RTOL = 0.01  # an expected ratio matches the measured one within 1 % (rela
 RATIO_PATTERNS = ("sign_flip", "constant_ratio")  # a sign flip is the constant ratio -1
 
 
-def apply(result: CaseResult, expect: Optional[Expect], names: list[str]) -> None:
+def apply(result: CaseResult, expect: Optional[Expect], names: list[str], chosen: bool = True) -> None:
     """Judge the rows of ``result`` that ``expect`` names (``names``: the target's arguments), then
     the status and message of each check it covers. A key that names no argument or no check of the
-    case raises BindError."""
+    case raises BindError (``chosen`` as for ``validate``)."""
     if expect is None:
         return
-    validate(expect, names, [c.check for c in result.checks])
+    validate(expect, names, [c.check for c in result.checks], chosen)
     for check in result.checks:
         if check.check in expect.checks and check.status in (Status.PASS, Status.FAIL):
             sentences = [s for exp in expect.args for row in _rows(check, exp.arg) if (s := _judge(row, exp, expect))]
             _conclude(check, sentences, expect.reason)
 
 
-def validate(expect: Optional[Expect], names: list[str], checks: Sequence[str]) -> None:
+def validate(expect: Optional[Expect], names: list[str], checks: Sequence[str], chosen: bool = True) -> None:
     """BindError for a key of ``expect`` that names no argument (of ``names``) or no check (of ``checks``)
-    of the case: called before the checks run too, so a spec error costs no check."""
+    of the case: called before the checks run too, so a spec error costs no check. ``chosen``: the case's
+    checks are the ones its spec's `checks:` lists; where they are a default (the reference check, for a spec
+    with `reference_backward:`) or the command line's, an `expect` without `checks` covers backward's rows
+    where backward runs, and nothing where it does not."""
     if expect is None:
         return
     for exp in expect.args:
@@ -42,7 +45,7 @@ def validate(expect: Optional[Expect], names: list[str], checks: Sequence[str]) 
         if contradiction:
             raise BindError(exp.key or f"{expect.key}.{exp.arg}", contradiction)
     for name in expect.checks:
-        if name not in checks:
+        if name not in checks and (expect.checks_given or chosen):
             raise BindError(f"{expect.key}.checks", f"{name} is not among the case's checks ({', '.join(checks)}): "
                                                     f"add it to `checks:`, or name the checks whose rows the "
                                                     f"expectation covers in `{expect.key}.checks`")

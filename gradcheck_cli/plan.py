@@ -75,6 +75,29 @@ def expand(items: list[Union[Case, SpecError]], opts: RunOptions) -> list[Union[
     return out
 
 
+def declined(case: Case) -> dict[str, str]:
+    """The checks of ``case`` that are not run, each with the reason its result (a skip) gives: under `all`
+    (`checks: all`, `--check all`), a case that declares the gradient its backward intends
+    (`reference_backward:`) or documents its mismatch with finite differences (`expect:` on backward's rows)
+    is not judged by finite differences unless its spec's `checks:` names backward."""
+    if not case.all_checks or "backward" not in case.checks or "backward" in case.spec_checks:
+        return {}
+    said = []
+    if case.reference_backward:
+        said.append(f"the spec declares the gradient backward intends (`reference_backward: "
+                    f"{case.reference_backward}`), not the derivative on purpose, and the reference check compares "
+                    "backward with it")
+    if case.expect is not None and "backward" in case.expect.checks:
+        at = f" at line {case.expect.line}" if case.expect.line else ""
+        said.append(f"the spec documents backward's mismatch with finite differences as intended (`expect:`{at}: "
+                    f"{case.expect.reason})")
+    if not said:
+        return {}
+    also = "reference, backward" if case.reference_backward else "backward"
+    return {"backward": f"not judged by finite differences under `all`: {'; '.join(said)}; to judge backward by "
+                        f"finite differences, name it in the spec's `checks:` (e.g. `checks: [{also}]`)"}
+
+
 def shard(items: list[Union[Case, SpecError]], index: int, count: int) -> list[Union[Case, SpecError]]:
     """The items of shard ``index`` (1-based) of ``count``, in their order: the ``count`` shards partition
     the items (a case with all its devices, a spec error) and their sizes differ by one at most.

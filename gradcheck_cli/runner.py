@@ -13,6 +13,7 @@ import torch
 
 from . import checks, expectations, inputs, loader, oracle, plan, state
 from .binding import Bound, bind
+from .checks import verdict
 from .checks.base import MEMORY_BYTES, CheckContext, Options
 from .custom_op import vmap_fallback_quiet
 from .devices import device_problem
@@ -155,15 +156,22 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
                                   f"and {case.function} was not called: give it a floating-point tensor argument "
                                   "(`shape: [...]`, which requires grad by default). A spec names code to import "
                                   "and run: review spec files as you review code")
-    expectations.validate(case.expect, bound.names, case.checks)
+    chosen = case.checks_given and opts.checks is None  # the checks are the ones the spec's `checks:` lists
+    expectations.validate(case.expect, bound.names, case.checks, chosen)
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
     options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat,
                       case.compile.backend, case.compile.atol, case.compile.rtol, opts.compress)
     ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
                        named=not case.all_checks,
                        oracle=oracle.load(case, target, device) if "reference" in case.checks else None)
-    for k, name in enumerate(case.checks):  # no check sees what another one's calls changed
-        with state.GUARD.preserved(result.warnings, last=k == len(case.checks) - 1), vmap_fallback_quiet():
+    declined = plan.declined(case)
+    running = [name for name in case.checks if name not in declined]
+    for name in case.checks:
+        if name in declined:
+            result.checks.append(not_run(bound, name, declined[name]))
+            continue
+        last = name == running[-1]
+        with state.GUARD.preserved(result.warnings, last=last), vmap_fallback_quiet():  # no check sees others' changes
             check: CheckResult = checks.get(name)(ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
@@ -172,7 +180,14 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
         result.warnings.append("forward changes an argument in place and returns it (ctx.mark_dirty): every check "
                                "called it on copies of the arguments (`clone_inputs: true` in the spec says so)")
     result.warnings += target.notes()
-    expectations.apply(result, case.expect, bound.names)  # before guard() combines the checks' statuses
+    expectations.apply(result, case.expect, bound.names, chosen)  # before guard() combines the checks' statuses
+
+
+def not_run(bound: Bound, name: str, reason: str) -> CheckResult:
+    """The result of check ``name`` that the case's spec does not let run (``plan.declined``): a skip with
+    the reason, a row per argument that says it was not checked."""
+    start, _, _, result = verdict.begin(bound, name, None)
+    return verdict.skip(result, reason, start, row_reason="not judged under `all` (see the message)")
 
 
 _IMPORTED: dict[str, state.Snapshot] = {}  # module -> the global state its import set

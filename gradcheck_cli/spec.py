@@ -197,6 +197,7 @@ class Expect:
     checks: tuple[str, ...] = ("backward",)
     key: str = "expect"
     line: Optional[int] = None
+    checks_given: bool = False  # `expect.checks` was written (else: backward's rows, where backward runs)
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ class Case:
     checks: tuple[str, ...] = ("backward",)
     checks_given: bool = False  # `checks` was written (else: backward, or reference where one is given)
     all_checks: bool = False  # `checks: all`: every applicable check (an unsupported one skips, a named one fails)
+    spec_checks: tuple[str, ...] = ()  # the checks the spec's `checks:` names (none for `all` or no `checks:`)
     repeat: int = 3  # backward calls with the same grad_output that must agree (determinism)
     resample: bool = False  # draw again (next seed) when an input sits on a kink or domain edge
     inputs: tuple[Arg, ...] = ()
@@ -489,6 +491,7 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: _Ctx) -> Case:
         changes["checks"] = _checks(doc["checks"], key + ("checks",), ctx)
         changes["checks_given"] = True
         changes["all_checks"] = doc["checks"] in ("all", ["all"])
+        changes["spec_checks"] = () if changes["all_checks"] else changes["checks"]
     if "repeat" in doc:
         repeat = whole(doc["repeat"])
         if repeat is None or not 2 <= repeat <= 1000:
@@ -725,7 +728,7 @@ def _expect(value: Any, key: Key, ctx: _Ctx) -> Expect:
     if not args:
         raise ctx.fail(key, "names no argument: add `NAME: fail` (or a pattern such as sign_flip) for each argument "
                             "whose mismatch is intended")
-    return Expect(reason.strip(), args, checks, _keystr(key), ctx.lines.get(ctx.prefix + key))
+    return Expect(reason.strip(), args, checks, _keystr(key), ctx.lines.get(ctx.prefix + key), "checks" in value)
 
 
 def _expected(arg: str, value: Any, key: Key, ctx: _Ctx) -> Expected:

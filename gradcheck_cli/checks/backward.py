@@ -17,10 +17,10 @@ from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator, signed_uniform
 from ..spec import Tolerance
 from . import contract
-from .base import CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
+from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import fill_jacobian
-from .upcast import LOW_TOLERANCE, reference
+from .upcast import LOW_TOLERANCE, by_tolerance, reference
 from .verdict import begin, conclude, skip
 
 GRID_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # precision.GRIDS
@@ -92,7 +92,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     # element by element: every argument, or under --fast those whose probes failed; one comparison per
     # tolerance, so that each argument is judged by its own dtype's
     spent = _Spent(work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions, fast=True))
-    for group in _by_tolerance(todo, tols):
+    for group in by_tolerance(todo, tols):
         t = tols[group[0]]
         layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in group], plain,
                                   [plain_inputs[k] for k in group], eps=t.eps, atol=t.atol, rtol=t.rtol,
@@ -141,7 +141,7 @@ def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[A
     (not necessarily ``opts``' own: see ``_reference``), the arguments of one tolerance probed together."""
     forward, batched, backward, given = calls
     stats: list[probes.ProbeStats] = [probes.ProbeStats()] * len(checked)
-    for group in _by_tolerance(list(range(len(checked))), tols):
+    for group in by_tolerance(list(range(len(checked))), tols):
         t = tols[group[0]]
         mine = [grad_inputs[k] for k in group]
         at_x = all(plain_inputs[k].dtype == grad_inputs[k].dtype for k in group)  # not taken in another dtype
@@ -166,14 +166,6 @@ def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[A
         result.warnings.append(f"a random probe failed for {names}: checked element by element to explain it")
     result.mode = "probe" if not failed else "elementwise" if len(failed) == len(stats) else "probe+elementwise"
     return failed
-
-
-def _by_tolerance(todo: list[int], tols: list[Tolerance]) -> list[list[int]]:
-    """``todo`` (indices into ``tols``) in groups of one tolerance (eps, atol, rtol), in order of first appearance."""
-    groups: dict[tuple[float, float, float], list[int]] = {}
-    for k in todo:
-        groups.setdefault((tols[k].eps, tols[k].atol, tols[k].rtol), []).append(k)
-    return list(groups.values())
 
 
 class _Spent:

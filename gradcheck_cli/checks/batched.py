@@ -7,9 +7,11 @@ vmap support (``generate_vmap_rule = True`` or a ``vmap`` staticmethod) is also 
 ``torch.func.vmap`` over a batch of inputs, against a loop of forwards, and under vmap of its
 whole vjp (batched inputs and grad_outputs), against a loop of backward calls.
 
-When vmap refuses the code (``.item()``, a tensor in an ``if``, an in-place write of batched values
-into a tensor backward created, ``out=``, ...), that is a failure: torch.func.vmap and jacrev refuse it
-too, and the message says what to write instead. When torch lacks a batching rule for an operation
+When vmap refuses the code (``.item()``, a tensor in an ``if``, ``out=``, ...), that is a failure:
+torch.func.vmap and jacrev refuse it too, and the message says what to write instead. A backward that
+writes batched values in place into a tensor it created itself may be right one grad_output at a time,
+yet batched gradients through it fail: a warning under ``checks: all``, a failure when ``batched`` is
+named (the hazard and its fix in the same words). When torch lacks a batching rule for an operation
 used correctly, that is torch's limit, not the Function's: the batch of grad_outputs that
 ``is_grads_batched`` (torch's older vmap, the one torch.autograd.gradcheck uses) cannot run goes through
 torch.func.vmap over backward instead, and where neither can batch it the check skips naming the op.
@@ -39,6 +41,15 @@ BATCH = 3  # batch elements per vmapped call
 MAX_DIMS = 64  # torch's limit on a tensor's dimensions
 JITTER = 0.01  # batch members 1.. of the inputs: the input times (1 + JITTER * noise)
 METHODS = ("forward", "backward", "setup_context", "vmap", "jvp")  # a Function's methods, to say which one failed
+IN_PLACE = ("being vmapped over but `self` not", "doesn't match the broadcast shape")  # torch's words for it
+BUFFER = ("writes batched values in place into a tensor it created itself (e.g. `out = torch.zeros_like(x); "
+          "out += grad` or `out[idx] = grad`)")
+BUFFER_FIX = ("that tensor has no batch dimension; compute the result out of place, or create the buffer from the "
+              "batched value (torch.zeros_like(grad), grad.new_zeros(...))")
+BATCHED_USES = ("batched gradients through it fail (torch.autograd.functional.jacobian(vectorize=True), "
+                "torch.func.vmap over backward, torch.autograd.gradcheck(check_batched_grad=True))")
+UNDER_ALL = " (a warning under `checks: all`; naming batched makes it a fail)"
+NAMED = "; batched was named explicitly, so that fails (`checks: all` makes it a warning)"
 
 
 # What vmap's refusals mean, in the user's terms: (fragments of torch's message, explanation).
@@ -49,10 +60,7 @@ REFUSALS = [
     (("is_nonzero", "data-dependent control flow"),
      "uses a tensor's value in Python control flow (`if t:`, `while`, `and`/`or`, bool(t)): under vmap every "
      "batch element may need a different branch; compute both and pick with torch.where"),
-    (("being vmapped over but `self` not",),
-     "writes batched values in place into a tensor it created itself (e.g. `out = torch.zeros_like(x); "
-     "out += grad` or `out[idx] = grad`): that tensor has no batch dimension; compute the result out of "
-     "place, or create the buffer from the batched value (torch.zeros_like(grad), grad.new_zeros(...))"),
+    (IN_PLACE, f"{BUFFER}: {BUFFER_FIX}"),
     (("doesn't have storage", "data pointer"),
      "reads a tensor's memory directly (.tolist(), .numpy(), a C/C++ extension): a batched tensor has no "
      "storage of its own; use torch operations"),
@@ -121,22 +129,43 @@ def untold(who: str, stage: str, exc: BaseException, outcome: str = "") -> str:
             f"error does not say whether the code or torch's batching is at fault ({said})")
 
 
+def _method(who: str, exc: BaseException) -> str:
+    """Which of the Function's methods raised ``exc`` (the last one in its traceback, and in that of the
+    error a UserCodeError wraps), else ``who``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, UserCodeError) and exc.__cause__ is not None:
+        frames += traceback.extract_tb(exc.__cause__.__traceback__)
+    methods = [f.name for f in frames if f.name in METHODS]
+    return methods[-1] if methods else who
+
+
+def _said(exc: BaseException) -> str:
+    """What torch said, shortened."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"torch: {type(exc).__name__}: {text[:200]}"
+
+
 def refusal(who: str, stage: str, exc: BaseException) -> str:
     """A vmap failure during ``stage``, in the user's terms; ``who`` ran the code (unless the
     traceback says which of forward, backward, ... did). What call_forward labelled is judged
     by the error it wraps, with the traceback of both."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    if isinstance(exc, UserCodeError) and exc.__cause__ is not None:
-        exc = exc.__cause__
-        frames += traceback.extract_tb(exc.__traceback__)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    who = _method(who, exc)
+    exc = _unwrapped(exc)
     why = next((w for keys, w in REFUSALS if any(k in str(exc) for k in keys)), None)
     where = user_frame(exc)
-    methods = [f.name for f in frames if f.name in METHODS]
-    who = methods[-1] if methods else who
     at = f" at {where}" if where else ""
-    said = f"torch: {type(exc).__name__}: {text[:200]}"
-    return f"{stage} failed{at}: {who} {why} ({said})" if why else f"{stage} failed{at}: {said}"
+    return f"{stage} failed{at}: {who} {why} ({_said(exc)})" if why else f"{stage} failed{at}: {_said(exc)}"
+
+
+def buffer_hazard(who: str, exc: BaseException) -> Optional[str]:
+    """The hazard, in words, when vmap refused ``exc`` because backward writes batched values in place into
+    a tensor it created itself (right one grad_output at a time, but not batched); else None."""
+    inner = _unwrapped(exc)
+    if _method(who, exc) != "backward" or not any(k in str(inner) for k in IN_PLACE):
+        return None
+    where = user_frame(inner)
+    at = f", at {where}" if where else ""
+    return f"backward {BUFFER}{at}: {BATCHED_USES}, since {BUFFER_FIX} ({_said(inner)})"
 
 
 @dataclass
@@ -148,8 +177,17 @@ class Stacks:
     labels: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    hazards: list[str] = field(default_factory=list)  # backward's in-place writes into its own buffers (buffer_hazard)
     agreed: list[str] = field(default_factory=list)  # what was compared, for the message
     limits: list[str] = field(default_factory=list)  # what torch could not batch: not judged, not wrong
+
+    def refuse(self, who: str, stage: str, exc: BaseException) -> None:
+        """vmap refused the code during ``stage``: a hazard (buffer_hazard) or a problem (refusal)."""
+        hazard = buffer_hazard(who, exc)
+        if hazard:
+            self.hazards.append(hazard)
+        else:
+            self.problems.append(refusal(who, stage, exc))
 
     def add(self, stage: str, checked: list[int], got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
         for i, g, w in zip(checked, got, want):
@@ -186,7 +224,7 @@ def run(ctx: CheckContext) -> CheckResult:
         result.warnings.append(f"vmap has no batching rule for {target.name}: under torch.func.vmap torch runs it once "
                                "per batch element (its fallback: right, but slow; torch's 'performance drop' warning "
                                "for it is not printed); register one with @torch.library.register_vmap")
-    return _finish(result, start, bound, checked, found, opts.tolerance.nondet_tol)
+    return _finish(result, start, bound, checked, found, opts.tolerance.nondet_tol, ctx.named)
 
 
 def _batched_grad_outputs(leaves: list[Any], outputs: tuple[Any, ...], positions: list[int], checked: list[int],
@@ -203,7 +241,7 @@ def _batched_grad_outputs(leaves: list[Any], outputs: tuple[Any, ...], positions
         got = engine.grad(live, inputs, sent, retain_graph=True, allow_unused=True, is_grads_batched=True)
     except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
         if is_defect(exc):
-            found.problems.append(refusal("backward", stage, exc))
+            found.refuse("backward", stage, exc)
             return
         # is_grads_batched runs torch's older vmap, which lacks many batching rules: torch.func.vmap may have them
         sent = [s.clone() for s in stacks]
@@ -211,7 +249,7 @@ def _batched_grad_outputs(leaves: list[Any], outputs: tuple[Any, ...], positions
             got = tuple(_func_vmapped_grad(live, inputs, sent))
         except Exception as again:  # noqa: BLE001
             if is_defect(again):
-                found.problems.append(refusal("backward", stage.replace("(vmap", "(torch.func.vmap"), again))
+                found.refuse("backward", stage.replace("(vmap", "(torch.func.vmap"), again)
             else:
                 found.limits.append(untold("backward", stage, again))
             return
@@ -279,7 +317,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
                                   f"{entry.max_abs:.3g}, batch element {entry.worst_row}){hint}")
             return
     found.agreed.append(f"vmap over forward = {BATCH} forwards")
-    if found.problems:  # backward already failed under vmap: vmapping it again says nothing new
+    if found.problems or found.hazards:  # backward already failed under vmap: vmapping it again says nothing new
         return
     cots = [torch.stack([probe_like(looped[0][p], gen) for _ in range(BATCH)]) for p in positions]
 
@@ -302,7 +340,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
 def _refused(found: Stacks, who: str, stage: str, exc: BaseException) -> None:
     """A failure of the user's code when vmap refused it, else what torch could not batch."""
     if is_defect(exc):
-        found.problems.append(refusal(who, stage, exc))
+        found.refuse(who, stage, exc)
     else:
         found.limits.append(untold(who, stage, exc))
 
@@ -322,8 +360,9 @@ def _out_dims_hint(target: Target) -> str:
 
 
 def _finish(result: CheckResult, start: float, bound: Bound, checked: list[int], found: Stacks,
-            nondet_tol: float) -> CheckResult:
-    """Rows from the stacks, status and message from the rows and the problems."""
+            nondet_tol: float, named: bool) -> CheckResult:
+    """Rows from the stacks, status and message from the rows, the problems and the hazards (a failure when
+    the check was ``named``, else a warning)."""
     for i in checked:
         row = result.inputs[i]
         if i not in found.got:
@@ -344,5 +383,12 @@ def _finish(result: CheckResult, start: float, bound: Bound, checked: list[int],
                 f"{', '.join(found.agreed)}")
 
     compared = bool(found.got)
-    return conclude(result, start, found.problems, wrong, passed, name_right=False,
-                    nothing="; ".join(found.limits) or None, notes=found.notes + (found.limits if compared else []))
+    hazards = list(dict.fromkeys(found.hazards))
+    problems = [h + NAMED for h in hazards] + found.problems if named else found.problems
+    warned = [] if named else [h + UNDER_ALL for h in hazards]
+    if not named:
+        result.warnings += hazards
+    alone = not compared and not problems  # the hazards are then all the message says (a skip)
+    return conclude(result, start, problems, wrong, passed, name_right=False,
+                    nothing="; ".join(warned + found.limits) or None,
+                    notes=([] if alone else warned) + found.notes + (found.limits if compared else []))
