@@ -13,7 +13,7 @@ import torch
 
 from . import checks, expectations, inputs, loader, oracle, plan, state
 from .binding import Bound, bind
-from .checks import verdict
+from .checks import broken, verdict
 from .checks.base import MEMORY_BYTES, CheckContext, Options
 from .custom_op import vmap_fallback_quiet
 from .devices import device_problem
@@ -172,7 +172,13 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
             continue
         last = name == running[-1]
         with state.GUARD.preserved(result.warnings, last=last), vmap_fallback_quiet():  # no check sees others' changes
-            check: CheckResult = checks.get(name)(ctx)
+            try:
+                check: CheckResult = checks.get(name)(ctx)
+            except UserCodeError as exc:  # a broken contract is the same fail whichever check meets it
+                failed = broken.instead_of_error(ctx, name, exc)
+                if failed is None:
+                    raise
+                check = failed
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         result.checks.append(check)

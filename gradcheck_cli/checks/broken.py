@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import UserCodeError
-from ..results import CheckResult, Status
+from ..results import CheckResult, ErrorKind, Status
 from ..rng import Stream, generator
 from . import contract
 from .base import CheckContext
-from .verdict import skip
+from .verdict import begin, skip
 
 
 def contract_failure(ctx: CheckContext, result: CheckResult, start: float) -> Optional[CheckResult]:
@@ -30,3 +30,12 @@ def contract_failure(ctx: CheckContext, result: CheckResult, start: float) -> Op
         result.inputs[i].status, result.inputs[i].reason = Status.FAIL, "backward's contract is broken (see below)"
     result.problems = list(found.failures)
     return skip(result, "; ".join(found.failures), start, Status.FAIL, "backward's contract is broken (see below)")
+
+
+def instead_of_error(ctx: CheckContext, name: str, exc: UserCodeError) -> Optional[CheckResult]:
+    """Check ``name`` raised ``exc``: where backward raised (``ErrorKind.BACKWARD``) because its contract is
+    broken, that check's fail in the backward check's words; else None (the case's error)."""
+    if exc.kind is not ErrorKind.BACKWARD:
+        return None
+    start, _, _, result = begin(ctx.bound, name, None)
+    return contract_failure(ctx, result, start)

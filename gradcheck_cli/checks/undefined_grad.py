@@ -103,6 +103,9 @@ def situations(target: Target, arg_names: list[str], leaves: list[Any], outputs:
         try:
             res = engine.grad(marked, inputs, [g.clone() for g in grads], retain_graph=True, allow_unused=True)
         except Exception as exc:  # noqa: BLE001 - a backward that breaks on None is the finding
+            # unless it breaks with explicit zeros as well: then backward itself is broken (an error, or its
+            # contract's fail, as every check says it), not its handling of None
+            guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [g.clone() for g in grads])
             key = (type(exc).__name__, user_frame(exc))
             if key not in crashes:
                 seen.problems.append(_crash(exc, undefined, names, len(live)))

@@ -687,3 +687,19 @@ def test_a_broken_contract_is_the_same_fail_whichever_checks_run(user_module, wr
     for found in result.checks:
         assert found.status is Status.FAIL
         assert found.message == "backward returned shape [2, 4] for 'x' of shape [3, 4]: a gradient has its input's shape"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("checks", ["all", "[batched]", "[undefined_grad]"])
+def test_a_broken_contract_is_no_error_under_any_check(user_module, write_spec, checks):
+    """under `all` the batched check's call of backward raised: an error of the whole case (exit 3); now every
+    check that meets the broken contract fails with backward's words, and the others skip"""
+    mod = user_module(WRONG_SHAPE, "shapemod_all")
+    (case,) = spec.load_file(write_spec(f"function: {mod}:WrongShape\nchecks: {checks}\ninputs: [{{name: x, shape: [3, 4]}}]\n"))
+    result = runner.run_case(case, "cpu")
+    assert result.error is None, result.error
+    assert result.status is Status.FAIL
+    words = "backward returned shape [2, 4] for 'x' of shape [3, 4]: a gradient has its input's shape"
+    for found in result.checks:
+        assert found.status is Status.SKIP or words in found.message, (found.check, found.status, found.message)
+    assert {c.check for c in result.checks if c.status is Status.FAIL} >= ({"backward"} if checks == "all" else set())
