@@ -7,11 +7,12 @@ vmap support (``generate_vmap_rule = True`` or a ``vmap`` staticmethod) is also 
 ``torch.func.vmap`` over a batch of inputs, against a loop of forwards, and under vmap of its
 whole vjp (batched inputs and grad_outputs), against a loop of backward calls.
 
-When vmap refuses the code (``.item()``, a tensor in an ``if``, ``out=``, ...), that is a failure:
-torch.func.vmap and jacrev refuse it too, and the message says what to write instead. A backward that
-writes batched values in place into a tensor it created itself may be right one grad_output at a time,
-yet batched gradients through it fail: a warning under ``checks: all``, a failure when ``batched`` is
-named (the hazard and its fix in the same words). When torch lacks a batching rule for an operation
+When vmap refuses backward's own code (it writes batched values in place into a tensor it created
+itself, calls ``.item()``, branches on a tensor, reads its memory, uses ``out=``, ...), backward may be
+right one grad_output at a time, yet batched gradients through it fail (torch.func.vmap and jacrev
+refuse it too): a warning under ``checks: all``, a failure when ``batched`` is named (the hazard and
+what to write instead in the same words). Refused in forward or in a ``vmap`` rule the Function
+declares, and wrong batched values, are failures everywhere. When torch lacks a batching rule for an operation
 used correctly, that is torch's limit, not the Function's: the batch of grad_outputs that
 ``is_grads_batched`` (torch's older vmap, the one torch.autograd.gradcheck uses) cannot run goes through
 torch.func.vmap over backward instead, and where neither can batch it the check skips naming the op.
@@ -157,15 +158,22 @@ def refusal(who: str, stage: str, exc: BaseException) -> str:
     return f"{stage} failed{at}: {who} {why} ({_said(exc)})" if why else f"{stage} failed{at}: {_said(exc)}"
 
 
-def buffer_hazard(who: str, exc: BaseException) -> Optional[str]:
-    """The hazard, in words, when vmap refused ``exc`` because backward writes batched values in place into
-    a tensor it created itself (right one grad_output at a time, but not batched); else None."""
+def hazard(who: str, exc: BaseException) -> Optional[str]:
+    """The hazard, in words, when vmap refused ``exc`` in backward's own code (REFUSALS: it writes batched
+    values in place into a tensor it created itself, calls .item(), branches on a tensor's value, reads its
+    memory, ...): right one grad_output at a time, but batched gradients through it fail; else None."""
     inner = _unwrapped(exc)
-    if _method(who, exc) != "backward" or not any(k in str(inner) for k in IN_PLACE):
+    if _method(who, exc) != "backward":
+        return None
+    why = next((w for keys, w in REFUSALS if any(k in str(inner) for k in keys)), None)
+    if why is None:
         return None
     where = user_frame(inner)
     at = f", at {where}" if where else ""
-    return f"backward {BUFFER}{at}: {BATCHED_USES}, since {BUFFER_FIX} ({_said(inner)})"
+    if any(k in str(inner) for k in IN_PLACE):
+        return f"backward {BUFFER}{at}: {BATCHED_USES}, since {BUFFER_FIX} ({_said(inner)})"
+    what, _, fix = why.partition(": ")
+    return f"backward {what}{at}: {BATCHED_USES}, since {fix} ({_said(inner)})"
 
 
 @dataclass
@@ -177,15 +185,15 @@ class Stacks:
     labels: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    hazards: list[str] = field(default_factory=list)  # backward's in-place writes into its own buffers (buffer_hazard)
+    hazards: list[str] = field(default_factory=list)  # what backward's own code does that vmap refuses (hazard)
     agreed: list[str] = field(default_factory=list)  # what was compared, for the message
     limits: list[str] = field(default_factory=list)  # what torch could not batch: not judged, not wrong
 
     def refuse(self, who: str, stage: str, exc: BaseException) -> None:
-        """vmap refused the code during ``stage``: a hazard (buffer_hazard) or a problem (refusal)."""
-        hazard = buffer_hazard(who, exc)
-        if hazard:
-            self.hazards.append(hazard)
+        """vmap refused the code during ``stage``: a hazard (in backward's code) or a problem (refusal)."""
+        said = hazard(who, exc)
+        if said:
+            self.hazards.append(said)
         else:
             self.problems.append(refusal(who, stage, exc))
 

@@ -325,15 +325,52 @@ class Cube(Function):
         return Cube.apply(x.movedim(in_dims[0], 0)), 0
 
 
-# ------------------------------------------ vmap refuses the code for another reason (.item()): a fail, as before
+# ------------------------------------------ vmap refuses backward's own code for another reason: right one
+# grad_output at a time, batched gradients fail (a warning under `all`, a fail named), as for the buffers
 
 
 class ItemGrad(Double):
-    """Right, but calls .item(): still the Function's defect under vmap (a fail named or under `all`)."""
+    """Right, but calls .item()."""
 
     @staticmethod
     def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-        return g * float((2 * g.abs().max() / g.abs().max()).item())
+        return g * float((0 * g.sum() + 2).item())
+
+
+class BranchGrad(Double):
+    """Right, but branches on a tensor's value."""
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        if (g.abs().sum() >= 0) and True:
+            return 2 * g
+        return -2 * g
+
+
+class TolistGrad(Double):
+    """Right, but goes through Python lists."""
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return torch.tensor(g.tolist(), dtype=g.dtype) * 2
+
+
+class OutGrad(Double):
+    """Right, but writes into a preallocated tensor with out=."""
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(g)
+        torch.mul(g, 2, out=out)
+        return out
+
+
+class NumpyGrad(Double):
+    """Right, but computes in numpy."""
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(g.detach().numpy() * 2)
 
 
 # ------------------------------------------ broken: wrong values when batched (fail, named or under `all`)
@@ -404,7 +441,9 @@ BROKEN = [(EinsumStateful, "the gradient of 'x' differs when batched"),
           (WrongVmapRule, "vmap over forward differs from a loop of forwards"),
           (WrongOutDims, "vmap over forward returned output 0 with shape [4, 3] per batch element, but forward returns "
                          "[4, 4]: the `vmap` staticmethod must return out_dims")]
-REFUSED = [(ItemGrad, "calls .item()")]
+UNBATCHABLE = [(ItemGrad, "calls .item()"), (BranchGrad, "uses a tensor's value in Python control flow"),
+               (TolistGrad, "reads a tensor's memory directly"), (OutGrad, "writes into a preallocated tensor"),
+               (NumpyGrad, "reads a tensor's memory directly")]
 
 
 def names(cases: list[tuple[Any, ...]]) -> list[str]:
@@ -498,14 +537,39 @@ def test_a_correct_batchable_function_passes(fn: Any, make: Any, named: bool) ->
         assert "vmap over forward and backward = 3 forward and backward calls" in result.message
 
 
-@pytest.mark.parametrize(("fn", "says"), BROKEN + REFUSED, ids=names(BROKEN + REFUSED))
+@pytest.mark.parametrize(("fn", "says"), BROKEN, ids=names(BROKEN))
 @pytest.mark.parametrize("named", [True, False], ids=["named", "all"])
-def test_wrong_batched_values_and_other_refusals_fail(fn: Any, says: str, named: bool) -> None:
+def test_wrong_batched_values_fail(fn: Any, says: str, named: bool) -> None:
     result = run_check(fn, x44(), named=named)
     assert result.status is Status.FAIL, result.message
     assert says in result.message and result.warnings == []
     if "failed at" in result.message:
         assert HERE in result.message
+
+
+@pytest.mark.parametrize(("fn", "says"), UNBATCHABLE, ids=names(UNBATCHABLE))
+def test_torch_agrees_an_unbatchable_backward_is_right_but_cannot_batch(fn: Any, says: str) -> None:
+    args = x44()
+    assert torch.autograd.gradcheck(fn.apply, args)  # right, one grad_output at a time
+    assert not torch_verdict(fn, args)  # gradcheck(check_batched_grad=True) fails
+    assert jacobian_vectorized(fn, args) != "ok"
+
+
+@pytest.mark.parametrize(("fn", "says"), UNBATCHABLE, ids=names(UNBATCHABLE))
+@pytest.mark.parametrize("named", [True, False], ids=["named", "all"])
+def test_an_unbatchable_backward_is_a_warning_under_all_and_a_fail_named(fn: Any, says: str, named: bool) -> None:
+    """.item() in backward was a fail under `all` though backward is right: it cannot judge batched values"""
+    result = run_check(fn, x44(), named=named)
+    assert result.message.startswith(f"backward {says}"), result.message
+    assert ("batched gradients through it fail (torch.autograd.functional.jacobian(vectorize=True), "
+            "torch.func.vmap over backward, torch.autograd.gradcheck(check_batched_grad=True)), since ") in result.message
+    assert HERE in result.message
+    if named:
+        assert result.status is Status.FAIL and result.warnings == []
+    else:
+        assert result.status is Status.SKIP, result.message
+        (warning,) = result.warnings
+        assert warning.startswith(f"backward {says}")
 
 
 def test_torch_sees_the_wrong_vmap_rules_as_the_check_does() -> None:
