@@ -222,16 +222,20 @@ def _verdict(ctx: CheckContext, result: CheckResult, rows: list[InputReport], lo
             " (a skip under `checks: all`; naming double_backward makes it a fail)"), start)
     named = (["this check was named explicitly, so what it cannot judge fails (`checks: all` skips it)"]
              if any(kind(r) in (PRECISION, NONFINITE) for r in failing) else [])
+    # named: a backward that is not differentiable fails in the words `checks: all` warns with
+    hazard = _not_differentiable([r for r in failing if kind(r) == "zeros"])
+    problems = [f"{hazard}; this check was named explicitly, so that fails (`checks: all` makes it a warning)"
+                ] * bool(hazard) + notes
 
     def wrong(r: InputReport) -> Optional[str]:
-        if r.name in omit:
+        if r.name in omit or kind(r) == "zeros":
             return None
         if kind(r) in (PRECISION, NONFINITE):
             return f"{label(r)}: {r.diagnosis}"
         what = f"the derivative of backward with respect to {label(r)} is wrong"
         return f"{what}: {r.diagnosis}" if r.diagnosis else what
 
-    return conclude(result, start, notes, wrong,
+    return conclude(result, start, problems, wrong,
                     lambda right: f"backward differentiated with respect to {labels(right)}: all within tolerance",
                     advice=DETACHED, notes=named)
 

@@ -557,7 +557,10 @@ def test_double_backward_names_a_detached_value_and_the_gradient_it_is_in():
     assert y.status is Status.FAIL and "does not depend on 'y' through autograd" in y.diagnosis
     assert y.worst_output.startswith("gradient of 'x'")  # d(grad of x)/dy is the entry that is missing
     assert row(check, "x").status is Status.PASS and row(check, "grad_output 0").status is Status.PASS
-    assert "the derivative of backward with respect to 'y' is wrong" in check.message
+    # named, the hazard fails in the words `checks: all` warns with (it said "... with respect to 'y' is wrong")
+    assert check.message.startswith("backward is not differentiable with respect to 'y' and not marked "
+                                    "@once_differentiable: second derivatives through it"), check.message
+    assert "this check was named explicitly, so that fails (`checks: all` makes it a warning)" in check.message
     assert "'x', grad_output 0 are right" in check.message
 
 
@@ -576,9 +579,11 @@ def test_double_backward_names_a_value_computed_in_forward():
 def test_a_backward_outside_autograd_is_named_not_differentiable(fn):
     check = check_of("double_backward", fn, _x(torch.Generator().manual_seed(0)))
     assert check.status is Status.FAIL
-    assert check.message.startswith("backward is not differentiable: the gradient it returns for 'x' does not "
-                                    "require grad, so all its derivatives come out zero (numerically they are not); "
-                                    "a value backward uses was taken outside autograd")
+    assert check.message.startswith("backward is not differentiable with respect to 'x', grad_output 0 and not "
+                                    "marked @once_differentiable: "), check.message
+    assert ("backward is not differentiable: the gradient it returns for 'x' does not require grad, so all its "
+            "derivatives come out zero (numerically they are not); a value backward uses was taken outside "
+            "autograd") in check.message
     assert all(r.status is Status.FAIL and "all zeros" in r.diagnosis for r in check.inputs)
 
 

@@ -233,8 +233,14 @@ def test_the_labels_agree_with_torch(user_module, function):
 
 @pytest.mark.parametrize("function", NOT_DIFFERENTIABLE)
 def test_the_same_backward_fails_when_double_backward_is_named(user_module, write_spec, function):
+    """with the words `checks: all` warns with (it said "the derivative of backward ... is wrong")"""
     _, found = double_backward(user_module, write_spec, function, "[double_backward]")
     assert found.status is Status.FAIL, found.message
+    if function != "OutMulSquare":
+        assert found.message.startswith("backward is not differentiable with respect to 'x"), found.message
+        assert "come out silently zero or partial" in found.message
+        assert "this check was named explicitly, so that fails (`checks: all` makes it a warning)" in found.message
+        assert "is wrong" not in found.message
 
 
 @pytest.mark.parametrize("checks", ["all", "[double_backward]"])
