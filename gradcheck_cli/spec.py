@@ -6,6 +6,7 @@ one error and the others are still read.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -596,7 +597,14 @@ def _mapping(value: Any, key: Key, allowed: tuple[str, ...], ctx: _Ctx) -> None:
         raise ctx.fail(key, f"expected a mapping with keys {', '.join(allowed)}; got {_show(value)}")
     for k in value:
         if k not in allowed:
-            raise ctx.fail(key + (k,), f"unknown key; allowed keys here: {', '.join(allowed)}")
+            raise ctx.fail(key + (k,), f"unknown key{_did_you_mean(k, allowed)}; allowed keys here: "
+                                       f"{', '.join(allowed)}")
+
+
+def _did_you_mean(key: Any, allowed: tuple[str, ...]) -> str:
+    """`` (did you mean 'shape'?)`` for a key written close to an allowed one (a typo), else ''."""
+    close = difflib.get_close_matches(str(key), list(allowed), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _show(value: Any) -> str:
@@ -786,6 +794,12 @@ def _arg(entry: Any, key: Key, ctx: _Ctx, name: Optional[str] = None, leaf: bool
     if not isinstance(entry, dict):
         raise ctx.fail(key, f"expected a mapping with one of {', '.join(KINDS)}; got {_show(entry)}")
     kinds = [k for k in KINDS if k in entry]
+    if not kinds:  # a typo of a kind's key (`shpe:`) says so before what is missing
+        every = tuple(dict.fromkeys(TENSOR_KEYS + KINDS))
+        unknown = [k for k in entry if k not in every]
+        if unknown:
+            raise ctx.fail(key + (unknown[0],), f"unknown key{_did_you_mean(unknown[0], every)}; an argument needs "
+                                                f"exactly one of {', '.join(KINDS)}")
     if len(kinds) != 1:
         found = f"found {', '.join(kinds)}" if kinds else "found none"
         raise ctx.fail(key, f"an argument needs exactly one of {', '.join(KINDS)} ({found})")

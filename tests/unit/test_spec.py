@@ -845,3 +845,16 @@ def test_a_merge_key_written_with_its_tag_is_named_as_written_when_its_value_is_
     path.write_text("!!merge function: pkg.mod:Fn\n", encoding="utf-8")
     (err,) = load_file(path)
     assert isinstance(err, SpecError) and err.key == "function" and "merge key" in str(err)
+
+
+@pytest.mark.parametrize("text, key, said", [
+    ("inputs: [{shpe: [3]}]", "inputs[0].shpe", "unknown key (did you mean 'shape'?); an argument needs exactly one of"),
+    ("inputs: [{name: x, shape: [3], dtyp: float32}]", "inputs[0].dtyp", "unknown key (did you mean 'dtype'?)"),
+    ("inputs: [{name: x, shape: [3]}]\ncasez: []", "casez", "unknown key (did you mean 'cases'?); allowed keys here"),
+    ("inputs: [{name: x, shape: [3]}]\ntolerance: {atl: 1e-3}", "tolerance.atl", "unknown key (did you mean 'atol'?)"),
+])
+def test_a_typo_of_a_key_is_named_with_the_key_it_resembles(tmp_path, text, key, said):
+    """issue 31 item 11: `shpe:` said "an argument needs exactly one of shape, data, ... (found none)" """
+    path = tmp_path / "typo.yaml"
+    path.write_text(f"function: gradcheck_cli.examples.relu:ReLU\n{text}\n")
+    assert_error(error_of(path), path, key, said)

@@ -630,13 +630,13 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         new = data.draw(st.sampled_from([n for n in near_misses(old) if n not in parent]), label="to")
         allowed = allowed_keys(doc, key[:-1])
         sure = None
-        if allowed is not None:
-            is_kind = role(doc, key[:-1]) == "arg" and old in spec.KINDS
-            sure = spec._keystr(key[:-1]) if is_kind else spec._keystr(key[:-1] + (new,))
+        is_kind = role(doc, key[:-1]) == "arg" and old in spec.KINDS
+        if allowed is not None:  # the typo is named, also a kind's (`shpe:`), before what is missing
+            sure = spec._keystr(key[:-1] + (new,))
         items = [(new if k == old else k, v) for k, v in parent.items()]
         parent.clear()
         parent.update(items)
-        return doc, key[:-1] + (new,), sure, (allowed if sure and not sure == spec._keystr(key[:-1]) else ())
+        return doc, key[:-1] + (new,), sure, (allowed if sure and not is_kind else ())
     if kind == "retype":
         key, old = data.draw(st.sampled_from(nodes), label="retype")
         new = data.draw(values.filter(lambda v: type_class(v) != type_class(old)), label="to")
