@@ -29,7 +29,7 @@ import torch
 
 from ..binding import Bound
 from ..errors import UserCodeError
-from ..nn_module import ModuleTarget, restore_buffers
+from ..nn_module import ModuleTarget, call_with, restore_buffers
 from ..numerics import as_tuple, is_float_tensor
 from ..results import CheckResult, InputReport, Pattern, Status
 from ..rng import Stream, generator, seed_plus
@@ -102,7 +102,8 @@ def _attempt(ctx: CheckContext) -> CheckResult:
     rule = ReferenceRule("allclose", 2.0, ctx.options.compile_atol, ctx.options.compile_rtol)
     breaks: dict[str, int] = {}
     n, kw = bound.n_positional, bound.kw_names
-    plain = lambda *values: target.call(_copied(values) if bound.clone_inputs else values, n, kw)  # noqa: E731
+    call = _traced(target)
+    plain = lambda *values: call(_copied(values) if bound.clone_inputs else values, n, kw)  # noqa: E731
     try:
         with _compiling(breaks):
             compiled = side(_Calls(target.path, torch.compile(plain, backend=backend), target), bound, bound.values,
@@ -159,6 +160,22 @@ def _in_place_buffers(target: Target, changed: list[str]) -> Iterator[None]:
         changed.extend(dict.fromkeys(name for name, b, v in seen if b._version != v and name not in changed))
 
 
+def _traced(target: Target) -> Callable[[Sequence[Any], int, list[str]], Any]:
+    """The target's call as torch.compile is to trace it: a module's without the bookkeeping of its buffers
+    (``_Calls`` puts them back after each call, outside the compiled code)."""
+    if not isinstance(target, ModuleTarget):
+        return target.call
+
+    def call(values: Sequence[Any], n_positional: int, kw_names: list[str]) -> Any:
+        split = n_positional + len(kw_names)
+        params = values[split:]
+        module, slots = target.on(str(params[0].device) if params else None)
+        return call_with(module, slots, list(params), list(values[:n_positional]),
+                         dict(zip(kw_names, values[n_positional:split])))
+
+    return call
+
+
 def _copied(values: Sequence[Any]) -> list[Any]:
     """An in-place target's arguments (lists and dicts of tensors included) as copies made inside the
     compiled code, aliasing kept: as it is called in a model, on a tensor the compiled graph made, not on
@@ -186,6 +203,7 @@ def _vjp_path(target: Target, bound: Bound, checked: list[int], positions: list[
         return None, ""
     n, kw = bound.n_positional, bound.kw_names
     cotangents = tuple(probes[p] for p in positions)
+    call = _traced(target)
 
     def pulled(*arguments: Any) -> Any:
         values = bound.flatten(arguments)  # one per leaf of a list or dict argument
@@ -194,7 +212,7 @@ def _vjp_path(target: Target, bound: Bound, checked: list[int], positions: list[
             full = list(values)
             for i, x in zip(checked, xs):
                 full[i] = x
-            outs = as_tuple(target.call(bound.assemble(full), n, kw))
+            outs = as_tuple(call(bound.assemble(full), n, kw))
             return tuple(outs[p] for p in positions)
 
         pull = torch.func.vjp(f, *(values[i] for i in checked))[1]
