@@ -12,7 +12,8 @@ Forward outputs are compared too. Backend ``aot_eager`` (default) runs the same 
 float64 results agree to rounding; ``inductor`` generates code, and gets torch.testing.assert_close's
 per-dtype tolerances. A forward that draws random numbers draws different ones when compiled by a
 backend with its own RNG (inductor): that is a skip ("RNG differs"), not a wrong gradient. Graph
-breaks are warnings, with their reasons.
+breaks are warnings, with their reasons. Eager and compiled runs get fresh leaves, and a module's buffers
+as built; a difference is reported only when a second run on fresh copies shows it again.
 """
 from __future__ import annotations
 
