@@ -5,6 +5,11 @@ updates them from the batch (an online normalizer, as observation normalizers in
 learning do; ``init: {mode: eval}`` freezes them). Called twice on the same input it gives two
 different outputs, so finite differences taken one call after another see a different function
 each time; gradcheck puts the buffers back after every call and says that forward mutates them.
+
+The new statistics are assigned to the buffers, not written into them in place (``lerp_``): a backward
+that torch.compile makes may read a buffer changed in place as forward left it, where eager autograd
+reads the values forward used (torch 2.13 does, aot_eager and inductor alike), and the compiled gradient
+then differs from eager's. Assigning new tensors leaves the ones forward used untouched.
 """
 from __future__ import annotations
 
@@ -33,9 +38,9 @@ class RunningNorm1d(torch.nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         out = (x - self.running_mean) / torch.sqrt(self.running_var + self.eps) * self.scale() + self.bias
         if self.training:
-            with torch.no_grad():
-                self.running_mean.lerp_(x.mean(0), self.momentum)
-                self.running_var.lerp_(x.var(0), self.momentum)
+            with torch.no_grad():  # new tensors, not lerp_: the backward may need the ones used above
+                self.running_mean = torch.lerp(self.running_mean, x.mean(0), self.momentum)
+                self.running_var = torch.lerp(self.running_var, x.var(0), self.momentum)
         return out
 
 
