@@ -176,15 +176,28 @@ def _torch_namespaces() -> _Namespaces:
 
 def _namespaces_kept(before: _Namespaces) -> bool:
     """Every owner of ``before`` still holds the same names, in the same order, bound to the very same objects
-    (``is``): then ``_replaced_names`` finds nothing, and no new copy of ~29,000 names is needed to say so
-    (passes in C over the live namespaces). False says only that a closer look is needed."""
+    (``is``), or objects no user patches (torch's own counters and caches, which torch.compile rebinds as it
+    works): then ``_replaced_names`` finds nothing, and no new copy of ~29,000 names is needed to say so
+    (passes in C over the live namespaces; name by name only in an owner whose objects changed). False says
+    only that a closer look is needed."""
     everything = {**sys.modules, **_CLASSES}
     try:
         spaces = [vars(everything[owner]) for owner in before.owners]
     except (KeyError, TypeError):  # an owner gone from sys.modules, or no longer a module
         return False
-    return (list(map(len, spaces)) == before.sizes and list(chain.from_iterable(spaces)) == before.names
-            and all(map(operator.is_, chain.from_iterable(map(_values, spaces)), before.objects)))
+    if list(map(len, spaces)) != before.sizes or list(chain.from_iterable(spaces)) != before.names:
+        return False
+    if all(map(operator.is_, chain.from_iterable(map(_values, spaces)), before.objects)):
+        return True
+    start = 0
+    for owner, space, size in zip(before.owners, spaces, before.sizes):
+        objects = before.objects[start:start + size]
+        if not all(map(operator.is_, space.values(), objects)):
+            for name, old, new in zip(before.names[start:start + size], objects, space.values()):
+                if new is not old and _patchable(owner, name, old) and not _wraps(new, old):
+                    return False
+        start += size
+    return True
 
 
 def _patchable(owner: str, name: str, value: Any) -> bool:

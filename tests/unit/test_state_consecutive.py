@@ -119,3 +119,23 @@ def test_kept_for_call_puts_back_what_a_call_changed(quick: bool, monkeypatch: p
         torch.set_grad_enabled(not before[0])
         torch.set_default_dtype(torch.float16 if before[1] != torch.float16 else torch.float32)
     assert (torch.is_grad_enabled(), torch.get_default_dtype()) == before
+
+
+def test_torch_rebinding_its_own_counters_keeps_the_quick_reading(fake: ModuleType,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile rebinds module globals of its own (counters, caches) in every compile: that took the
+    guard to the full reading of ~29,000 names at every block's end; a rebound callable still does."""
+    fake.counter = 0
+    takes: list[int] = []
+    take = state._torch_namespaces
+    monkeypatch.setattr(state, "_torch_namespaces", lambda: takes.append(1) or take())
+    notes: list[str] = []
+    with state.GUARD.preserved(notes):
+        fake.counter = 1  # a plain value: torch's own bookkeeping, not a patch
+    quiet = len(takes)
+    with state.GUARD.preserved(notes):
+        fake.counter = 2
+        fake.first = _second  # a function replaced: a patch, told and put back
+    assert quiet == 1, takes  # the start's reading only: the end took the quick path
+    assert len(takes) > quiet + 1  # the patch took the closer look at the end
+    assert fake.first is _first and len(notes) == 1 and "gradcheck_consecutive_fake.first" in notes[0], notes
