@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from ..binding import Bound
 from ..numerics import Entry
@@ -10,13 +10,22 @@ from ..results import CheckResult, InputReport, Pattern, Status
 from .rows import checked_positions, skeleton
 
 
-def begin(bound: Bound, check: str, mode: Optional[str]) -> tuple[float, list[InputReport], list[int], CheckResult]:
+class Begun(NamedTuple):
+    """A check's start (``begin``)."""
+
+    start: float  # time.perf_counter() then
+    rows: list[InputReport]  # a row per argument
+    checked: list[int]  # the positions whose gradient the check compares (the other rows say why not)
+    result: CheckResult  # passing, holding the rows
+
+
+def begin(bound: Bound, check: str, mode: Optional[str]) -> Begun:
     """A check's start: the clock, a row per argument, the positions whose gradient it compares
     (the others' rows say why not), and a passing result holding the rows."""
     start = time.perf_counter()
     rows = skeleton(bound)
     checked = checked_positions(bound, rows)
-    return start, rows, checked, CheckResult(check, Status.PASS, mode=mode, inputs=rows)
+    return Begun(start, rows, checked, CheckResult(check, Status.PASS, mode=mode, inputs=rows))
 
 
 def label(row: InputReport) -> str:

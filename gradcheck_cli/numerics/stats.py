@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union, overload
+from typing import Callable, NamedTuple, Optional, Union, overload
 
 import torch
 
@@ -203,7 +203,7 @@ class Entry:
         finite (an infinite numerical value is within an infinite tolerance): the caller folds them
         with ``update_entries``."""
         differences = _differences(av, nv)
-        if differences[3] is not None:
+        if differences.broken is not None:
             return False
         self._fold(av, nv, None, shape, col0, _no_column, _no_column, spans, extras=False, locate=locate,
                    differences=differences)
@@ -230,7 +230,7 @@ class Entry:
               shape: tuple[int, ...], col0: int, a_column: Callable[[int], torch.Tensor],
               n_column: Callable[[int], torch.Tensor], spans: Sequence[int] = (), extras: bool = True,
               locate: Callable[[int], tuple[int, int]] | None = None,
-              differences: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, float] | None = None,
+              differences: Differences | None = None,
               ) -> None:
         """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
         those at (column, row) indices ``at``; the block is ``shape`` (columns x rows);
@@ -317,15 +317,24 @@ def _no_column(k: int) -> torch.Tensor:
     raise AssertionError("no column of agreed entries is kept")  # pragma: no cover - update_agreed keeps none
 
 
-def _differences(av: torch.Tensor, nv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                              torch.Tensor | None, float]:
+class Differences(NamedTuple):
+    """|a - n| of entries as the statistics take them (``_differences``)."""
+
+    av: torch.Tensor  # the analytical entries, 0 where an entry is not finite on either side
+    nv: torch.Tensor  # the numerical entries, likewise
+    diff: torch.Tensor  # |av - nv|
+    broken: torch.Tensor | None  # where an entry is not finite on either side; None where all are
+    top: float  # the largest difference
+
+
+def _differences(av: torch.Tensor, nv: torch.Tensor) -> Differences:
     """|a - n| of entries ``av``/``nv``, as the statistics take them: where an entry is not finite on
     either side (``broken``; None where all are), both sides count as 0; also the largest difference."""
     diff = torch.sub(av, nv).abs_()
     top = float(diff.max()) if diff.numel() else 0.0
     if math.isfinite(top):
-        return av, nv, diff, None, top
+        return Differences(av, nv, diff, None, top)
     finite = torch.isfinite(av) & torch.isfinite(nv)
     av, nv = torch.where(finite, av, 0.0), torch.where(finite, nv, 0.0)
     diff = torch.sub(av, nv).abs_()
-    return av, nv, diff, ~finite, float(diff.max())
+    return Differences(av, nv, diff, ~finite, float(diff.max()))
