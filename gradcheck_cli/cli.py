@@ -215,7 +215,8 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
                    "(or matches it as a glob when it has * ? [).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="Report format on stdout.")
-@click.option("--junit-xml", type=click.Path(dir_okay=False), callback=_check_junit, metavar="PATH",
+@click.option("--junit-xml", "--junitxml", "junit_xml", type=click.Path(dir_okay=False), callback=_check_junit,
+              metavar="PATH",
               help="Also write a JUnit XML report (one testcase per spec, case and device) to PATH.")
 @click.option("--junit-locations", is_flag=True,
               help="Give each testcase file and line attributes (GitLab, action-junit-report read them; the "
@@ -229,7 +230,10 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 @click.option("--timeout", callback=_parse_timeout, default=str(DEFAULT_TIMEOUT), show_default=True,
               metavar="SECONDS", help="Stop a case that runs longer (an error result for that case alone); "
                                       "0 or inf for no limit.")
-@click.option("--fail-fast", is_flag=True, help="Start no new case after the first failure or error.")
+@click.option("-x", "--exitfirst", "--fail-fast", "fail_fast", is_flag=True,
+              help="Start no new case after the first failure or error (--maxfail 1).")
+@click.option("--maxfail", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Start no new case after N failures or errors (0: no limit).")
 @click.option("--shard", callback=_parse_shard, metavar="I/N",
               help="Check only shard I of N (1-based; stable across machines), for CI matrix jobs.")
 @click.option("--seed", type=click.IntRange(min=0, max=2**64 - 1), default=None,
@@ -282,7 +286,7 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
               select: Optional[str], fmt: str, junit_xml: Optional[str], junit_locations: bool,
               html_path: Optional[str],
               jobs: Optional[int],
-              timeout: Optional[float], fail_fast: bool,
+              timeout: Optional[float], fail_fast: bool, maxfail: int,
               shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
               checks: tuple[str, ...], reference: Optional[str], imports: tuple[str, ...], strict: bool,
               require_device: bool,
@@ -352,7 +356,8 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
     if jobs and jobs > cores and not no_isolate:
         click.echo(f"gradcheck: -j {jobs}: using at most {cores} workers, one per usable core (a worker is a "
                    "torch process that computes flat out; more would only compete for the cores)", err=True)
-    settings = session.BatchOptions(jobs=jobs or cores, timeout=timeout, fail_fast=fail_fast, isolate=not no_isolate)
+    settings = session.BatchOptions(jobs=jobs or cores, timeout=timeout, maxfail=1 if fail_fast else maxfail,
+                                    isolate=not no_isolate)
     reporters.get(fmt)  # imported while the workers start (rich, for the table), not after the last result
     with _progress(len(planned)) as on_result, _handling({signal.SIGTERM: _terminate}):
         report = session.execute(items, opts, settings, on_result)

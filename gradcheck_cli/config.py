@@ -132,6 +132,7 @@ SETTINGS = (
     Setting("strict", "strict", "--strict", _boolean),
     Setting("trials", "trials", "--trials", _integer(1)),
     Setting("fail-fast", "fail_fast", "--fail-fast", _boolean),
+    Setting("maxfail", "maxfail", "--maxfail", _integer(0)),
 )
 KEYS = {s.key: s for s in SETTINGS}
 ELSEWHERE = {  # options that are no project setting, and where they belong

@@ -246,12 +246,13 @@ class Pool:
     def _fresh(self) -> _Worker:
         return _Worker(self.ctx, self.threads)
 
-    def run(self, tasks: list[Task], fail_fast: bool = False) -> Generator[tuple[int, CaseResult], None, None]:
+    def run(self, tasks: list[Task], maxfail: int = 0) -> Generator[tuple[int, CaseResult], None, None]:
         """Check ``tasks``; yield (index into tasks, result) as each finishes. Closing the generator early
         (an interrupt) ends the busy workers and what they started.
 
-        With ``fail_fast``, no new task starts after a failure or error; tasks already running finish.
+        After ``maxfail`` failures or errors (0: no limit), no new task starts; tasks already running finish.
         """
+        failures = 0
         pending = deque(enumerate(tasks))
         while len(self.workers) < min(self.size, len(tasks)):
             self.workers.append(self._fresh())
@@ -278,7 +279,8 @@ class Pool:
                     index = worker.index
                     if result is not None:
                         worker.index = worker.task = None
-                        stopping = stopping or (fail_fast and result.status in (Status.FAIL, Status.ERROR))
+                        failures += result.status in (Status.FAIL, Status.ERROR)
+                        stopping = stopping or 0 < maxfail <= failures
                         yield index, result
                         continue
                     if not alive or worker.proc.sentinel in ready:
@@ -296,7 +298,8 @@ class Pool:
                         continue
                     failure.duration_s = worker.spent()
                     worker.index = worker.task = None
-                    stopping = stopping or fail_fast
+                    failures += 1
+                    stopping = stopping or 0 < maxfail <= failures
                     if pending and not stopping:
                         workers[i] = self._fresh()  # warm up the replacement while the others work
                     yield index, failure
@@ -316,10 +319,10 @@ class Pool:
 
 
 def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None,
-        fail_fast: bool = False) -> Generator[tuple[int, CaseResult], None, None]:
+        maxfail: int = 0) -> Generator[tuple[int, CaseResult], None, None]:
     """Check ``tasks`` in up to ``jobs`` fresh worker processes (``Pool.run``), and end them after."""
     pool = Pool(workers_for(jobs, len(tasks)), timeout)
     try:
-        yield from pool.run(tasks, fail_fast)
+        yield from pool.run(tasks, maxfail)
     finally:
         pool.close()

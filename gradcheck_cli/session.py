@@ -38,7 +38,7 @@ class Terminated(BaseException):
 class BatchOptions:
     jobs: int = 1
     timeout: Optional[float] = None
-    fail_fast: bool = False
+    maxfail: int = 0  # start no new case after this many failures or errors (0: no limit; 1 is -x)
     isolate: bool = True
 
 
@@ -55,11 +55,12 @@ def execute(items: list[Union[Case, SpecError]], opts: RunOptions, batch: BatchO
     for r in results:
         if r is not None and on_result:
             on_result(r)
-    stop = batch.fail_fast and any(r is not None for r in results)
+    errors = sum(r is not None for r in results)  # spec errors count towards --maxfail
+    left = batch.maxfail - errors if batch.maxfail else 0  # 0: no limit
     tasks = [(i, p) for i, p in enumerate(planned) if isinstance(p, Task)]
     interrupted = None
-    if tasks and not stop:
-        finished = _run([t for _, t in tasks], batch)
+    if tasks and not (batch.maxfail and left <= 0):
+        finished = _run([t for _, t in tasks], batch, left)
         try:
             for k, result in finished:
                 results[tasks[k][0]] = result
@@ -75,27 +76,30 @@ def execute(items: list[Union[Case, SpecError]], opts: RunOptions, batch: BatchO
     return Report(done, time.perf_counter() - start, not_run=len(results) - len(done), interrupted=interrupted)
 
 
-def _run(tasks: list[Task], batch: BatchOptions) -> Generator[tuple[int, CaseResult], None, None]:
+def _run(tasks: list[Task], batch: BatchOptions, maxfail: int) -> Generator[tuple[int, CaseResult], None, None]:
+    """``tasks`` checked; after ``maxfail`` failures or errors (0: no limit) no new one starts."""
     if batch.isolate:
         from . import pool
 
-        return pool.run(tasks, batch.jobs, batch.timeout, batch.fail_fast)
-    return _in_process(tasks, batch.fail_fast)
+        return pool.run(tasks, batch.jobs, batch.timeout, maxfail)
+    return _in_process(tasks, maxfail)
 
 
-def _in_process(tasks: list[Task], fail_fast: bool) -> Generator[tuple[int, CaseResult], None, None]:
+def _in_process(tasks: list[Task], maxfail: int) -> Generator[tuple[int, CaseResult], None, None]:
     from .pool import keep_freed_memory
     from .runner import run_task, warm_up
     from .state import GUARD
 
     keep_freed_memory()  # this process is ours: it checks the cases itself
     warm_up()  # the process's one-time costs, not the first case's
+    failures = 0
     with GUARD.consecutive():  # between two cases only the front end runs (its progress display)
         for k, task in enumerate(tasks):
             with _stdout_to_stderr():  # what user code prints, even to file descriptor 1, must not corrupt the report
                 result = run_task(task)
             yield k, result
-            if fail_fast and result.status in (Status.FAIL, Status.ERROR):
+            failures += result.status in (Status.FAIL, Status.ERROR)
+            if 0 < maxfail <= failures:
                 return
 
 

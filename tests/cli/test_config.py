@@ -61,13 +61,14 @@ EVERY_KEY = """
     strict = true
     trials = 2
     fail-fast = true
+    maxfail = 3
 """
 
 
 def test_show_config_without_a_file_shows_the_defaults(project, invoke):
     settings, sources = shown(invoke("--show-config"))
     assert settings == {"specs": "specs", "format": "table", "verbosity": "normal", "timeout": 300, "max-memory": 512,
-                        "probes": 0, "strict": False, "trials": 1, "fail-fast": False}
+                        "probes": 0, "strict": False, "trials": 1, "fail-fast": False, "maxfail": 0}
     assert set(sources.values()) == {"default"} and {"paths", "jobs", "checks"} <= set(sources)
 
 
@@ -76,7 +77,7 @@ def test_every_key_of_the_file_is_the_default_and_show_config_names_the_file(pro
     settings, sources = shown(invoke("--show-config"))
     assert settings == {"paths": ["specs"], "specs": "specs", "checks": ["backward", "double_backward"],
                         "import": ["json"], "format": "json", "verbosity": "quiet", "jobs": 3, "timeout": 12.5, "max-memory": 64,
-                        "probes": 5, "strict": True, "trials": 2, "fail-fast": True}
+                        "probes": 5, "strict": True, "trials": 2, "fail-fast": True, "maxfail": 3}
     for key in settings:
         assert sources[key] == f"{path} [tool.gradcheck] {key}"
 

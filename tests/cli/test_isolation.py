@@ -230,3 +230,35 @@ def test_what_a_worker_printed_without_a_newline_reaches_stderr(user_module, wri
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "unflushed words from forward" in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["summary"]["passed"] == 1
+
+
+WRONG = """
+class Wrong(Square):
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 3 * x * g
+"""
+
+
+@pytest.mark.parametrize("flags, ran", [(["-x"], 2), (["--exitfirst"], 2), (["--maxfail", "2"], 4),
+                                        (["--maxfail", "0"], 5)])
+@pytest.mark.parametrize("mode", [["-j", "1"], ["--no-isolate"]])
+def test_maxfail_starts_nothing_after_n_failures_and_x_is_maxfail_1(user_module, write_spec, invoke, flags, ran, mode):
+    """as pytest's -x and --maxfail N (issue 31 item 8): failures and errors count alike"""
+    user_module(USER + WRONG)
+    for name, fn in zip("abcde", ["Square", "Exits" if mode[0] == "-j" else "Wrong", "Square", "Wrong", "Wrong"]):
+        write_spec(f"function: usermod:{fn}\ninputs: [{{shape: [3]}}]\n", f"specs/{name}.yaml")
+    result = invoke("specs/", "--format", "json", *flags, *mode)
+    report = json.loads(result.stdout)
+    assert [r["spec"] for r in report["results"]] == [f"specs/{n}.yaml" for n in "abcde"[:ran]], result.stdout
+    assert report["summary"]["not_run"] == 5 - ran
+
+
+def test_junitxml_is_accepted_as_pytest_spells_it(user_module, write_spec, invoke, tmp_path):
+    user_module(USER)
+    write_spec("function: usermod:Square\ninputs: [{shape: [3]}]\n", "specs/a.yaml")
+    out = tmp_path / "out.xml"
+    result = invoke("specs/", "--junitxml", str(out), "-j", "1")
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("<?xml")
