@@ -209,10 +209,11 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
               help="An inline keyword argument (a YAML value) for a Function target. Repeat.")
 @click.option("--specs", "specs_dir", default="specs", show_default=True, metavar="DIR",
               help="Where to look for the specs of a Function named on the command line.")
-@click.option("-k", "select", metavar="PATTERN",
-              help="Only the case named PATTERN (path::case, as in the report) or, if none is, the cases "
-                   "whose name contains PATTERN "
-                   "(or matches it as a glob when it has * ? [).")
+@click.option("-k", "select", metavar="EXPRESSION",
+              help="Only the case named EXPRESSION (path::case, as in the report) or, if none is, the cases it "
+                   "selects as pytest's -k: words joined by and, or, not and parentheses, each matching a case "
+                   "whose name or function contains it, case-insensitively (or matches it as a glob when it has "
+                   "* ? [).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="Report format on stdout.")
 @click.option("--junit-xml", "--junitxml", "junit_xml", type=click.Path(dir_okay=False), callback=_check_junit,

@@ -7,9 +7,10 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 import yaml
 
@@ -34,17 +35,85 @@ def canonical(function: str) -> str:
 
 
 def matching(items: list[Item], pattern: str) -> list[Item]:
-    """The items named exactly ``pattern`` if any (``path::case``; a spec error's path), else those whose
-    name contains it, or glob-matches it when it has * ? [."""
-
-    def name(item: Item) -> str:
-        return item.name if isinstance(item, Case) else item.path
-
-    exact = [i for i in items if name(i) == pattern]  # a replay command names its case exactly
+    """The items named exactly ``pattern`` if any (``path::case``, as a replay command names it; a spec
+    error's path), else those ``pattern`` selects as pytest's -k does: words joined by ``and``, ``or``,
+    ``not`` and parentheses, each word matching a case whose name (``path::case[device]``) or function
+    (``pkg.mod:Fn``) contains it, case-insensitively, or glob-matches it when it has * ? [. ValueError for
+    an expression that does not parse."""
+    exact = [i for i in items if _name(i) == pattern]
     if exact:
         return exact
-    glob = any(ch in pattern for ch in "*?[")
-    return [i for i in items if (fnmatch.fnmatchcase(name(i), pattern) if glob else pattern in name(i))]
+    select = _expression(pattern)
+    return [i for i in items if select(_keywords(i))]
+
+
+def _name(item: Item) -> str:
+    return item.name if isinstance(item, Case) else item.path
+
+
+def _keywords(item: Item) -> list[str]:
+    """What -k matches of an item, lowercased: its name and its function (a spec error: its path)."""
+    words = [_name(item)] + ([item.function, canonical(item.function)] if isinstance(item, Case) else [])
+    return [w.lower() for w in words]
+
+
+def _expression(pattern: str) -> Callable[[list[str]], bool]:
+    """-k's expression (``or`` of ``and``s of possibly negated words or parenthesised expressions) as a test
+    of an item's keywords."""
+    tokens = re.findall(r"\(|\)|[^\s()]+", pattern)
+    at = 0
+
+    def peek() -> Optional[str]:
+        return tokens[at] if at < len(tokens) else None
+
+    def take() -> str:
+        nonlocal at
+        at += 1
+        return tokens[at - 1]
+
+    def either() -> Callable[[list[str]], bool]:
+        parts = [both()]
+        while peek() == "or":
+            take()
+            parts.append(both())
+        return parts[0] if len(parts) == 1 else lambda words: any(p(words) for p in parts)
+
+    def both() -> Callable[[list[str]], bool]:
+        parts = [one()]
+        while peek() == "and":
+            take()
+            parts.append(one())
+        return parts[0] if len(parts) == 1 else lambda words: all(p(words) for p in parts)
+
+    def one() -> Callable[[list[str]], bool]:
+        token = peek()
+        if token is None or token in ("and", "or", ")"):
+            raise ValueError(f"expected a word, `not` or `(` {f'before {token!r}' if token else 'at the end'}")
+        take()
+        if token == "not":
+            inner = one()
+            return lambda words: not inner(words)
+        if token == "(":
+            inner = either()
+            if peek() != ")":
+                raise ValueError("a `(` is not closed")
+            take()
+            return inner
+        return _word(token)
+
+    if not tokens:
+        raise ValueError("empty expression")
+    select = either()
+    if peek() is not None:
+        raise ValueError(f"unexpected {peek()!r}: join words with `and`, `or`, `not`")
+    return select
+
+
+def _word(word: str) -> Callable[[list[str]], bool]:
+    word = word.lower()
+    if any(ch in word for ch in "*?["):
+        return lambda words: any(fnmatch.fnmatchcase(w, word) for w in words)
+    return lambda words: any(word in w for w in words)
 
 
 def collect(targets: list[str], specs_dir: Path, inline: list[str], kwargs: list[str], select: str | None,
@@ -55,9 +124,13 @@ def collect(targets: list[str], specs_dir: Path, inline: list[str], kwargs: list
     if not items:
         raise TargetError(f"no spec files (*.yaml, *.yml) found in {', '.join(targets)}")
     if select is not None:
-        items = matching(items, select)
+        try:
+            items = matching(items, select)
+        except ValueError as exc:
+            raise TargetError(f"{shown or f'-k {select}'}: {exc}") from None
         if not items:
-            raise TargetError(f"{shown or f'-k {select}'}: no case name contains it")
+            raise TargetError(f"{shown or f'-k {select}'}: it selects no case (matched against each case's name "
+                              "and function, case-insensitively)")
     return items
 
 

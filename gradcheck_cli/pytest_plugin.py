@@ -257,6 +257,8 @@ class CaseItem(pytest.Item):
         super().__init__(**kwargs)
         self.case, self.device = case, device
         self.result: Optional[CaseResult] = None
+        # -k matches the function too (`-k LinearFunction`), as `gradcheck -k` does
+        self.extra_keyword_matches.update({case.function, case.function.replace(":", ".").rsplit(".", 1)[-1]})
 
     def runtest(self) -> None:
         from . import replay

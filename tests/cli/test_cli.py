@@ -271,8 +271,8 @@ def test_k_selects_cases_and_a_failure_prints_a_replay_command_that_reruns_it(pr
     assert replay == "gradcheck specs/wrong.yaml -k specs/wrong.yaml::large"
     again = invoke(*replay.split()[1:], "--format", "json")
     assert [r["id"] for r in json.loads(again.stdout)["results"]] == ["specs/wrong.yaml::large[cpu]"]
-    assert invoke("specs/", "-k", "square*").exit_code == 2  # glob: names start with the path
-    assert invoke("specs/", "-k", "*square*").exit_code == 0
+    assert invoke("specs/", "-k", "square*").exit_code == 2  # glob: names start with the path, functions the module
+    assert invoke("specs/", "-k", "*square*").exit_code == 1  # the function SquareTwiceTooBig, case-insensitively
 
 
 def test_fast_mode_decides_with_probes_and_explains_failures_element_by_element(monkeypatch, invoke):
@@ -290,3 +290,27 @@ def test_fast_mode_decides_with_probes_and_explains_failures_element_by_element(
     assert rows["bias"]["status"] == "fail" and rows["bias"]["mismatched"] == rows["bias"]["numel"]
     for name in ("input", "weight"):  # only the argument whose probe failed is compared element by element
         assert rows[name]["status"] == "pass" and rows[name]["reason"] == "6 random probes v^T J u agree (3 directions u x 2 weightings v)", rows[name]
+
+
+def test_k_takes_pytest_expressions_and_matches_the_function_too(monkeypatch, invoke):
+    """issue 31 item 7: `-k LinearFunction` exited 2 (names only, case-sensitive, no and/or/not)"""
+    monkeypatch.chdir(REPO)
+
+    def ids(*k: str) -> list[str]:
+        result = invoke("specs/", "--format", "json", "--no-isolate", "--check", "backward", "-k", *k)
+        assert result.exit_code == 0, result.output
+        return [r["id"] for r in json.loads(result.stdout)["results"]]
+
+    linear = ids("LinearFunction")
+    assert linear == ["specs/linear.yaml::with_bias[cpu]", "specs/linear.yaml::no_bias[cpu]"]
+    assert ids("linearfunction") == linear  # case-insensitive, as pytest's
+    assert ids("LinearFunction and not no_bias") == ["specs/linear.yaml::with_bias[cpu]"]
+    assert set(ids("(linear or relu) and not bias")) == (set(ids("linear")) | set(ids("relu"))) - set(ids("bias"))
+    assert "specs/relu.yaml::default[cpu]" in ids("(linear or relu) and not bias")
+    assert ids("specs/linear.yaml::no_bias") == ["specs/linear.yaml::no_bias[cpu]"]  # a replay's exact name
+    for bad, said in [("linear and", "expected a word, `not` or `(` at the end"), ("(linear", "a `(` is not closed"),
+                      ("linear relu", "unexpected 'relu': join words with `and`, `or`, `not`")]:
+        result = invoke("specs/", "-k", bad)
+        assert result.exit_code == 2 and f"-k {bad}: {said}" in result.output, result.output
+    nothing = invoke("specs/", "-k", "no-such-thing")
+    assert nothing.exit_code == 2 and "it selects no case" in nothing.output

@@ -242,7 +242,10 @@ def test_xdist_gives_the_same_outcomes(project: Path, full_run: Run) -> None:
 
 def test_k_and_node_id_selection(project: Path) -> None:
     r = pytest_in(project, "--gradcheck", "specs", "--collect-only", "-q", "-k", "linear and no_bias")
-    assert r.collected() == ["specs/linear.yaml::no_bias[cpu]"]
+    assert r.collected() == ["specs/custom_ops.yaml::#1::no_bias[cpu]", "specs/linear.yaml::no_bias[cpu]",
+                             "specs/modules.yaml::#1::no_bias[cpu]"]  # functions custom_ops:linear, nn.Linear
+    r = pytest_in(project, "--gradcheck", "specs", "--collect-only", "-q", "-k", "LinearFunction and not no_bias")
+    assert r.collected() == ["specs/linear.yaml::with_bias[cpu]"]  # the function's name is a keyword too
     r = pytest_in(project, "--gradcheck", "specs", "--collect-only", "-q", "-k", "styles and not keepdim")
     assert r.collected() == ["specs/styles.yaml::#1::default[cpu]", "specs/styles.yaml::#2::last_dim[cpu]"]
     r = pytest_in(project, "--gradcheck", "--collect-only", "-q", "specs/styles.yaml::#2::last_dim[cpu]",
