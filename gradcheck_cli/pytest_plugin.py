@@ -152,8 +152,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[p
     """Spec files become SpecFile nodes, only with --gradcheck.
 
     A file pytest finds while walking a directory is a spec when its name matches ``gradcheck_pattern``,
-    it lies under one of ``gradcheck_paths`` (when that is set) and it is not a dot-file
-    (``.pre-commit-config.yaml``). A YAML file named on the command line is collected anyway.
+    it lies under one of ``gradcheck_paths`` (when that is set), it is not a dot-file
+    (``.pre-commit-config.yaml``) and it names a ``function:`` (a model config is no spec). A YAML file
+    named on the command line is collected anyway.
     """
     config = parent.config
     if not config.getoption("gradcheck"):
@@ -166,7 +167,26 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[p
     folders = config.getini("gradcheck_paths")
     if folders and not any(file_path.resolve().is_relative_to(Path(f).resolve()) for f in folders):
         return None
-    return SpecFile.from_parent(parent, path=file_path)
+    return SpecFile.from_parent(parent, path=file_path) if _names_a_function(file_path) else None
+
+
+def _names_a_function(file_path: Path) -> bool:
+    """Whether a YAML file found by walking is a spec: a document names a `function:` (at its top or in a
+    case); a model or CI config beside the specs is not collected. A file that is no valid YAML (or cannot
+    be read) is, so that its error is reported."""
+    import yaml
+
+    try:
+        docs = list(yaml.safe_load_all(file_path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return True
+    for doc in docs:
+        if isinstance(doc, dict):
+            cases = doc.get("cases")
+            if "function" in doc or (isinstance(cases, list) and any(isinstance(c, dict) and "function" in c
+                                                                     for c in cases)):
+                return True
+    return False
 
 
 def _named_explicitly(config: pytest.Config, file_path: Path) -> bool:

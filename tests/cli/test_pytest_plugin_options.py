@@ -59,7 +59,18 @@ def test_gradcheck_marker_selects_and_deselects_the_spec_items(project):
 def test_gradcheck_paths_keeps_other_yaml_out(project):
     (project / "pytest.ini").write_text("[pytest]\naddopts = --gradcheck\ntestpaths = specs configs\n")
     r = pytest_in(project, "--collect-only", "-q")
-    assert "configs/model.yaml::spec_error[line 1]" in r.collected()  # before: a model config is a failing test
+    # a YAML file that names no `function:` is no spec: a model config beside the specs is not collected (issue
+    # 31 item 9: it was a failing test, spec_error[line 1]); a broken spec still is
+    assert sorted(r.collected()) == sorted(SPEC_IDS)
+    (project / "configs/typo.yaml").write_text("function: pkg.mod:F\nshpe: [3]\n")
+    (project / "configs/cases_only.yaml").write_text("cases: [{name: a, function: pkg.mod:F}]\ncolour: 1\n")
+    (project / "configs/not_yaml.yaml").write_text("function: [unclosed\n")
+    r = pytest_in(project, "--collect-only", "-q")
+    assert sorted(c for c in r.collected() if c.startswith("configs/")) == [
+        "configs/cases_only.yaml::spec_error[line 2]", "configs/not_yaml.yaml::spec_error[line 2]",
+        "configs/typo.yaml::spec_error[line 2]"]
+    for name in ("typo", "cases_only", "not_yaml"):
+        (project / f"configs/{name}.yaml").unlink()
     (project / "pytest.ini").write_text("[pytest]\naddopts = --gradcheck\ntestpaths = specs configs\n"
                                         "gradcheck_paths = specs\n")
     r = pytest_in(project, "--collect-only", "-q")
