@@ -340,7 +340,8 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
 
     def write(report: Report, planned: list[Any]) -> None:
         """The report in the chosen format on stdout, and the files asked for."""
-        replay.attach(report.results, planned)
+        replay.attach(report.results, planned, [token for flag, values in (("-i", inline), ("--kwarg", kwargs))
+                                                for value in values for token in (flag, value)])
         # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
         # (a watch keeps every result: Ctrl-C there must stop it at once)
         ignored = {} if watch else {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}

@@ -3,6 +3,7 @@ the core records what was checked; the front ends know what their users type."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
 
@@ -10,14 +11,24 @@ from .plan import Task, task_id
 from .results import CaseResult
 from .spec import SpecError
 
+INLINE = "<command line>"  # the path of a case made of a command line's inline inputs (discovery.inline_case)
 
-def command(task: Task, seed: int) -> Optional[str]:
+
+def command(task: Task, seed: int, inline: Sequence[str] = ()) -> Optional[str]:
     """``gradcheck SPEC -k CASE`` with the seed (where it is not the spec's) and the command line's
-    device, check and --strict overrides; None when the case has no spec file to rerun."""
+    device, check and --strict overrides; for a case made of inline inputs, ``gradcheck FUNCTION`` with
+    ``inline`` (its -i and --kwarg options, as typed) and the --import and --reference it needs; None when
+    the case has neither a spec file nor its inline options to rerun."""
     case = task.case
-    if not Path(case.path).is_file():
+    if case.path == INLINE and inline:
+        text = f"gradcheck {shlex.quote(case.function)} {' '.join(shlex.quote(t) for t in inline)}"
+        text += "".join(f" --import {shlex.quote(m)}" for m in task.opts.imports)
+        if task.opts.reference is not None:
+            text += f" --reference {shlex.quote(task.opts.reference)}"
+    elif Path(case.path).is_file():
+        text = f"gradcheck {shlex.quote(case.path)} -k {shlex.quote(case.name)}"
+    else:
         return None
-    text = f"gradcheck {shlex.quote(case.path)} -k {shlex.quote(case.name)}"
     if seed != case.seed:
         text += f" --seed {seed}"
     if task.opts.devices is not None:
@@ -33,10 +44,11 @@ def command(task: Task, seed: int) -> Optional[str]:
     return text
 
 
-def attach(results: list[CaseResult], planned: list[Union[Task, SpecError]]) -> None:
-    """Give each result of a planned task its replay command."""
+def attach(results: list[CaseResult], planned: list[Union[Task, SpecError]], inline: Sequence[str] = ()) -> None:
+    """Give each result of a planned task its replay command (``inline``: the command line's -i and --kwarg
+    options, as typed, for a case made of them)."""
     tasks = {task_id(t): t for t in planned if isinstance(t, Task)}
     for result in results:
         task = tasks.get(result.id)
         if task is not None:
-            result.replay = command(task, result.seed)
+            result.replay = command(task, result.seed, inline)

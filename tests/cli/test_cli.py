@@ -314,3 +314,23 @@ def test_k_takes_pytest_expressions_and_matches_the_function_too(monkeypatch, in
         assert result.exit_code == 2 and f"-k {bad}: {said}" in result.output, result.output
     nothing = invoke("specs/", "-k", "no-such-thing")
     assert nothing.exit_code == 2 and "it selects no case" in nothing.output
+
+
+def test_an_inline_target_gets_a_replay_command_that_reruns_it(monkeypatch, invoke):
+    """issue 31 item 5: `gradcheck mod.Fn -i 4x5 --kwarg beta=2.0` had `replay: null`"""
+    monkeypatch.chdir(REPO)
+    args = ["gradcheck_cli.examples.broken.LinearDoubleBias", "-i", "5x4", "-i", "3x4", "-i", "3", "--seed", "3",
+            "--no-isolate"]
+    result = invoke(*args, "--format", "json")
+    (first,) = json.loads(result.stdout)["results"]
+    assert first["status"] == "fail"
+    assert first["replay"] == ("gradcheck gradcheck_cli.examples.broken.LinearDoubleBias -i 5x4 -i 3x4 -i 3 "
+                               "--seed 3")
+    again = invoke(*first["replay"].split()[1:], "--format", "json", "--no-isolate")
+    (second,) = json.loads(again.stdout)["results"]
+    assert (second["id"], second["status"], second["seed"]) == (first["id"], "fail", 3)
+    kw = invoke("gradcheck_cli.examples.higher.LogSumExp", "-i", "3x4", "--kwarg", "dim=-1", "--check", "forward_ad",
+                "--format", "json", "--no-isolate")
+    (third,) = json.loads(kw.stdout)["results"]
+    assert third["replay"] == ("gradcheck gradcheck_cli.examples.higher.LogSumExp -i 3x4 --kwarg dim=-1 "
+                               "--check forward_ad")
