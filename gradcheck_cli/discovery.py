@@ -7,7 +7,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -34,6 +34,9 @@ def canonical(function: str) -> str:
     return function.replace(":", ".")
 
 
+Test = Callable[[list[str]], bool]  # -k's expression, as a test of an item's keywords
+
+
 def matching(items: list[Item], pattern: str) -> list[Item]:
     """The items named exactly ``pattern`` if any (``path::case``, as a replay command names it; a spec
     error's path), else those ``pattern`` selects as pytest's -k does: words joined by ``and``, ``or``,
@@ -57,7 +60,7 @@ def _keywords(item: Item) -> list[str]:
     return [w.lower() for w in words]
 
 
-def _expression(pattern: str) -> Callable[[list[str]], bool]:
+def _expression(pattern: str) -> Test:
     """-k's expression (``or`` of ``and``s of possibly negated words or parenthesised expressions) as a test
     of an item's keywords."""
     tokens = re.findall(r"\(|\)|[^\s()]+", pattern)
@@ -71,21 +74,20 @@ def _expression(pattern: str) -> Callable[[list[str]], bool]:
         at += 1
         return tokens[at - 1]
 
-    def either() -> Callable[[list[str]], bool]:
-        parts = [both()]
-        while peek() == "or":
+    def joined(operator: str, part: Callable[[], Test], combine: Callable[[Iterator[bool]], bool]) -> Test:
+        parts = [part()]
+        while peek() == operator:
             take()
-            parts.append(both())
-        return parts[0] if len(parts) == 1 else lambda words: any(p(words) for p in parts)
+            parts.append(part())
+        return parts[0] if len(parts) == 1 else lambda words: combine(p(words) for p in parts)
 
-    def both() -> Callable[[list[str]], bool]:
-        parts = [one()]
-        while peek() == "and":
-            take()
-            parts.append(one())
-        return parts[0] if len(parts) == 1 else lambda words: all(p(words) for p in parts)
+    def either() -> Test:
+        return joined("or", both, any)
 
-    def one() -> Callable[[list[str]], bool]:
+    def both() -> Test:
+        return joined("and", one, all)
+
+    def one() -> Test:
         token = peek()
         if token is None or token in ("and", "or", ")"):
             raise ValueError(f"expected a word, `not` or `(` {f'before {token!r}' if token else 'at the end'}")
@@ -109,7 +111,7 @@ def _expression(pattern: str) -> Callable[[list[str]], bool]:
     return select
 
 
-def _word(word: str) -> Callable[[list[str]], bool]:
+def _word(word: str) -> Test:
     word = word.lower()
     if any(ch in word for ch in "*?["):
         return lambda words: any(fnmatch.fnmatchcase(w, word) for w in words)
