@@ -40,10 +40,24 @@ class DefaultGroup(click.Group):
         return super().parse_args(ctx, args)
 
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
-        """``gradcheck sp<TAB>``: file paths (the default command's targets), and the commands that match."""
+        """``gradcheck sp<TAB>``: file paths (the default command's targets), and the commands that match;
+        ``gradcheck --ch<TAB>``: the options of the group and of the default command."""
         if incomplete.startswith("-"):
-            return super().shell_complete(ctx, incomplete)
+            check = self.commands["check"]
+            return [*super().shell_complete(ctx, incomplete),
+                    *check.shell_complete(click.Context(check, info_name="check", parent=ctx), incomplete)]
         return [CompletionItem(incomplete, type="file"), *super().shell_complete(ctx, incomplete)]
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """``gradcheck --help``: the group's options, the default command's (``gradcheck TARGETS`` is
+        ``gradcheck check TARGETS``), then the commands."""
+        click.Command.format_options(self, ctx, formatter)
+        check = self.commands["check"]
+        sub = click.Context(check, info_name="check", parent=ctx)
+        records = [r for p in check.get_params(sub) if isinstance(p, click.Option) and (r := p.get_help_record(sub))]
+        with formatter.section("Options of check, the default command (gradcheck TARGETS = gradcheck check TARGETS)"):
+            formatter.write_dl(records)
+        self.format_commands(ctx, formatter)
 
 
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -244,6 +258,8 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 @click.option("--device", "devices", multiple=True, callback=_check_devices, metavar="DEVICE",
               help="Check on this device instead of the specs' (cpu, cuda, cuda:N). Repeat for several.")
 @click.option("--check", "checks", multiple=True, callback=_check_names, metavar="NAME",
+              shell_complete=lambda ctx, param, incomplete: [CompletionItem(n) for n in (*CHECKS, "all")
+                                                             if n.startswith(incomplete)],
               help=f"Run this check instead of the specs' ({', '.join(CHECKS)}, or all). Repeat for several.")
 @click.option("--reference", callback=_check_reference, metavar="PKG.MOD:FN",
               help="Compare with this reference implementation (same signature), as `reference:` in every spec; "

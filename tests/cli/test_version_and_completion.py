@@ -47,6 +47,24 @@ def test_targets_complete_as_file_paths():
     assert all(kind == "plain" for kind, _ in completions(["check"], "--fa"))  # options are not paths
 
 
+def test_the_default_commands_options_and_the_check_names_complete():
+    """issue 31 item 10: `gradcheck --ch<TAB>` and `--check dou<TAB>` completed nothing"""
+    assert ("plain", "--check") in completions([], "--ch")  # the default command's options, at the top
+    assert ("plain", "--maxfail") in completions([], "--maxf")
+    assert completions(["specs/", "--check"], "dou") == [("plain", "double_backward")]
+    assert ("plain", "all") in completions(["check", "--check"], "")
+    assert ("plain", "batched") in completions(["check", "--check"], "")
+
+
+def test_the_main_help_shows_the_default_commands_options():
+    from click.testing import CliRunner
+
+    out = CliRunner().invoke(cli, ["--help"]).output
+    assert "Options of check, the default command (gradcheck TARGETS = gradcheck check TARGETS):" in out
+    assert "--check NAME" in out and "--maxfail N" in out and "-x, --exitfirst, --fail-fast" in out
+    assert out.index("Options of check") < out.index("Commands:")
+
+
 def test_requires_python_is_torchs_and_the_readme_says_so():
     ours = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["requires-python"]
     torchs = importlib.metadata.metadata("torch")["Requires-Python"]
