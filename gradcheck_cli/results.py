@@ -273,10 +273,12 @@ COLUMNS = {"argument": "<", "shape": "<", "dtype": "<", "status": "<", "max abs 
 
 
 def titles(check: CheckResult) -> list[str]:
-    """The column titles of a check's table: the reference check compares the target with the reference."""
+    """The column titles of a check's table: the reference check compares the target with the reference;
+    opcheck's rows are torch.library.opcheck's tests."""
     names = list(COLUMNS)
-    return [t.replace("analytical / numerical", "target / reference") for t in names] if check.check == "reference" \
-        else names
+    if check.check == "reference":
+        return [t.replace("analytical / numerical", "target / reference") for t in names]
+    return ["test", *names[1:]] if check.check == "opcheck" else names
 
 
 def cells(row: InputReport) -> list[str]:

@@ -38,14 +38,18 @@ def title(check: CheckResult) -> str:
 
 
 def check_table(check: CheckResult) -> Table:
+    """A check's table, one row per argument; a column empty (``-``) in every row is left out (an opcheck
+    table's rows are tests, with no gradient columns; a check that compared nothing has no numbers)."""
     table = Table(title=title(check), title_justify="left",
                   show_edge=False, pad_edge=False, header_style="bold")
-    for col, align in zip(titles(check), COLUMNS.values()):
-        table.add_column(col, justify="right" if align == ">" else "left")
-    for row in check.inputs:
-        values = cells(row)
+    rows = [cells(row) for row in check.inputs]
+    shown = [j for j in range(len(COLUMNS)) if j in (0, 3) or not rows or any(r[j] != "-" for r in rows)]
+    for j, (col, align) in enumerate(zip(titles(check), COLUMNS.values())):
+        if j in shown:
+            table.add_column(col, justify="right" if align == ">" else "left")
+    for row, values in zip(check.inputs, rows):
         status = Text(values[3], style="dim" if row.status is Status.SKIP else STYLE[row.status])
-        table.add_row(*values[:3], status, *values[4:])
+        table.add_row(*(status if j == 3 else values[j] for j in shown))
     return table
 
 

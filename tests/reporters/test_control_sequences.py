@@ -94,3 +94,19 @@ def test_in_a_pipe_the_table_is_never_wrapped_and_has_no_trailing_padding(monkey
     assert max(len(line) for line in lines) > 80  # one line per argument, greppable
     assert all(line == line.rstrip() for line in lines), [line for line in lines if line != line.rstrip()]
     assert any(line.startswith("0: an_argument_with_a_long_name") for line in lines)
+
+
+def test_a_column_empty_in_every_row_is_left_out_and_opcheck_rows_are_tests():
+    """issue 31 item 6: opcheck tables carried 8 empty gradient columns"""
+    from gradcheck_cli.results import InputReport
+
+    tests = [InputReport(0, name, [], "-", Status.PASS, role="test") for name in ("test_schema", "test_faketensor")]
+    check = CheckResult("opcheck", Status.PASS, "all pass", "torch.library.opcheck", tests)
+    out = rendered(table.render, Report([CaseResult("specs/o.yaml::default[cpu]", "specs/o.yaml", "default",
+                                                    "torch.ops.ns.op", "cpu", 0, Status.PASS, 0.1, None,
+                                                    [check])], 0.1), color=False, verbosity=table.Verbosity.VERBOSE)
+    header = next(line for line in out.splitlines() if line.startswith("test "))
+    assert header.split() == ["test", "┃", "status"], header
+    assert "max abs err" not in out and "tolerance" not in out
+    full = rendered(table.render, wide_report(), color=False, verbosity=table.Verbosity.VERBOSE)
+    assert all(t in full for t in ("max abs err", "worst at", "tolerance"))  # a table with numbers keeps them
