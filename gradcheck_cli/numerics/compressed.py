@@ -52,13 +52,14 @@ import math
 from collections.abc import Iterator
 from functools import partial
 
+import numpy as np
 import torch
 
 from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, same, stage_size, try_batched, vmapped
 from .colouring import colour, members
 from .columns import Columns
 from .differences import call_moved
-from .group_moves import LOW, GroupMove, step_factors, weights
+from .group_moves import LOW, GroupMove, separation, spread, step_factors, weights, widest
 from .realify import outputs_vector, real_numel, real_view
 from .rows import SparseRows
 from .stats import Entry
@@ -69,7 +70,7 @@ NOISE = 5  # ulps of a row's output scale, over eps: how far the moves' step-cor
 CURVED = 3  # how far off one line the curved moves' gaps may be, in R_r (1 + a_c / a_1)
 MISS = 1e-9  # the chance, per check, of missing one wrong entry of at least twice its tolerance
 MOST = 8  # weightings at most, for either test; a group that would need more goes column by column
-PASSES = 4  # forwards per group at the least (unit and one weighting): whether grouping is worthwhile at all
+SPREAD, RANDOM, DOUBT = 0, 1, 2  # a group's weighting: one spread one, K independent random ones, or none
 
 
 def agree_chance(d: float) -> float:
@@ -116,6 +117,48 @@ def row_limits(outputs: list[torch.Tensor], inputs: list[torch.Tensor], eps: flo
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
+def plan(colours: torch.Tensor, n_groups: int, d: torch.Tensor) -> tuple[torch.Tensor, int, list[int]]:
+    """Each group's weighting, from its columns' ``d`` (each column's largest R_r over atol). Columns with
+    d >= separation(3) go column by column (DOUBT: no piece of more than two columns is apart enough, and two
+    columns one by one take as many forwards as a group). The others, by d: cut into SPREAD pieces (one
+    weighting, 4 forwards a piece), each of at most ``widest`` of its largest d, so that no two columns of a
+    piece are closer than its d; or, where 2 + 2K forwards are fewer (K from ``needed``), one RANDOM group.
+    Returns a group per column (the SPREAD pieces first, then the RANDOM groups, then those in doubt), their
+    number, and each one's kind."""
+    sizes = torch.bincount(colours, minlength=n_groups) if len(colours) else torch.zeros(n_groups, dtype=torch.long)
+    if not len(colours) or widest(float(d.max())) >= max(3, int(sizes.max())):  # every group one piece
+        return colours, n_groups, [SPREAD] * n_groups
+    found: dict[int, list[np.ndarray]] = {SPREAD: [], RANDOM: [], DOUBT: []}
+    dn = d.numpy()
+    for cols in members(colours, n_groups):
+        c = cols.numpy()
+        c = c[np.argsort(dn[c], kind="stable")]
+        ds = dn[c]
+        t = int(np.searchsorted(ds, separation(3)))  # the columns from t on are in doubt
+        if t < len(c):
+            found[DOUBT].append(c[t:])
+        pieces, i = [], 0
+        while i < t:  # the longest run from i whose size is within the widest of its last (largest) d
+            lo, hi = i, t - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if mid - i + 1 <= widest(float(ds[mid])) else (lo, mid - 1)
+            pieces.append(c[i : lo + 1])
+            i = lo + 1
+        k = needed(agree_chance(float(ds[t - 1]))) if t else MOST + 1
+        if k <= MOST and 2 + 2 * k < 4 * len(pieces):
+            found[RANDOM].append(c[:t])
+        else:
+            found[SPREAD] += pieces
+    new = np.empty(len(colours), dtype=np.int64)
+    kinds: list[int] = []
+    for kind in (SPREAD, RANDOM, DOUBT):
+        for group in found[kind]:
+            new[group] = len(kinds)
+            kinds.append(kind)
+    return torch.from_numpy(new), len(kinds), kinds
+
+
 class _At:
     """Where a stage's analytical entries are: store places (``entries``), columns (``col``), groups within the
     stage (``group``), places in a groups x rows array (``place``), values (``want``) and limits R_r."""
@@ -154,11 +197,12 @@ class Groups:
         self.limits = row_limits(outputs, self.layout.inputs, columns.eps).index_select(0, store.rows.long())
         col_limit = torch.zeros(n, dtype=torch.float64).scatter_reduce_(0, store.cols.long(), self.limits, "amax")
         self.d = col_limit / atol if atol > 0 else torch.where(col_limit > 0, math.inf, 0.0)
-        group_d = torch.zeros(max(1, self.n_groups), dtype=torch.float64)
+        self.kinds: list[int] = []  # per group: SPREAD, RANDOM or DOUBT (see ``plan``)
         if self.coloured and n:
-            group_d.scatter_reduce_(0, self.colours, self.d, "amax")
-        wanted = [needed(agree_chance(d)) for d in group_d.tolist()]
-        self.k = max((k for k in wanted if k <= MOST), default=1)  # weightings for every group (see ``doubt``)
+            self.colours, self.n_groups, self.kinds = plan(self.colours, self.n_groups, self.d)
+        wanted = [needed(agree_chance(float(d))) for d, kind in zip(self._group_d(), self.kinds) if kind == RANDOM]
+        self.k = max(wanted, default=0)  # random weightings, for the RANDOM groups
+        self.spread = spread(self.colours, self.n_groups, gen) if self.coloured else torch.ones(n, dtype=torch.float64)
         self.weightings = [weights(n, gen) for _ in range(self.k)]
         self.curved_weightings = [weights(n, gen) for _ in range(MOST)]  # for groups whose moves do not agree
         self.x0 = torch.cat([real_view(x.detach()).reshape(-1).to("cpu", torch.float64) for x in self.layout.inputs]
@@ -167,14 +211,25 @@ class Groups:
         self.batched: bool | None = None if columns.batched else False
         self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
         self.ok = torch.zeros(0, dtype=torch.bool)  # per group evaluated (``members``), whether it was accepted
-        self.doubt: list[bool] = []  # per group evaluated: its bound needs more than MOST weightings
         self.why: list[str] = []  # per group evaluated: the first predicate it failed ('' where accepted)
         self.numerical = torch.zeros(0, dtype=torch.float64)  # per analytical entry, once evaluated
 
+    def _group_d(self) -> list[float]:
+        """Per group, its largest d (R_r over atol at its entries)."""
+        group_d = torch.zeros(max(1, self.n_groups), dtype=torch.float64)
+        if self.n_groups and len(self.colours):
+            group_d.scatter_reduce_(0, self.colours, self.d, "amax")
+        return group_d.tolist()[: self.n_groups]
+
+    def moves(self, kind: int) -> list[torch.Tensor | None]:
+        """The moves of a group of ``kind``: the unit move (None), then its weightings."""
+        return [None, self.spread] if kind == SPREAD else [None, *self.weightings] if kind == RANDOM else []
+
     @property
-    def passes(self) -> int:
-        """Forwards per group: the unit move and each weighting, two each."""
-        return 2 + 2 * self.k
+    def forwards(self) -> int:
+        """Forwards of ``evaluate``: two per group and move (a group in doubt: none, its columns two each after)."""
+        sizes = torch.bincount(self.colours, minlength=self.n_groups).tolist() if self.n_groups else []
+        return sum(2 * len(self.moves(kind)) or 2 * size for kind, size in zip(self.kinds, sizes))
 
     @property
     def accepted(self) -> torch.Tensor:
@@ -185,7 +240,7 @@ class Groups:
         """Fewer forwards than two per column, and the groups' rows (five float64 values per group and row, a stage
         of moves at a time) fit in half the memory budget (the share that dense analytical rows would hold)."""
         fits = 5 * 8 * self.n_groups * self.layout.n_rows <= self.columns.memory_bytes // 2
-        return self.coloured and fits and self.passes * self.n_groups < 2 * self.layout.n_cols
+        return self.coloured and fits and self.forwards < 2 * self.layout.n_cols
 
     def evaluate(self) -> None:
         """Every group's forwards and its verdict: ``accepted`` per column, and ``numerical`` per
@@ -197,38 +252,44 @@ class Groups:
 
     def narrow(self) -> None:
         """Halve each group that was not accepted and has more than LEAF columns (not one in doubt: halving
-        leaves its rows' limits as they are), evaluate the halves as groups (the same forwards and the same
-        rule: a subset of a group is a group), and again for the halves not accepted: a wrong gradient in a
-        few elements of a large group leaves only those elements' columns to be made one by one, not the
-        whole group's. Where most elements are wrong, about a sixth more forwards than the columns one by one."""
+        leaves its rows' limits as they are), evaluate the halves as groups (the same forwards, weights and
+        rule: a subset of a group is a group, its weights as far apart), and again for the halves not
+        accepted: a wrong gradient in a few elements of a large group leaves only those elements' columns to
+        be made one by one, not the whole group's. Where most elements are wrong, about a sixth more forwards
+        than the columns one by one."""
         first = 0
         while True:
             failed = [k for k in range(first, len(self.members))
-                      if not self.ok[k] and not self.doubt[k] and len(self.members[k]) > LEAF]
+                      if not self.ok[k] and self.kinds[k] != DOUBT and len(self.members[k]) > LEAF]
             if not failed:
                 return
             first = len(self.members)
-            for k in failed:
+            for k in sorted(failed, key=lambda k: self.kinds[k]):  # one kind after the other: fewer stages
                 cols = self.members[k]
                 for half in (cols[: len(cols) // 2], cols[len(cols) // 2 :]):
                     self.colours[half] = len(self.members)
                     self.members.append(half)
+                    self.kinds.append(self.kinds[k])
             self._evaluate(first)
 
     def _evaluate(self, first: int) -> None:
         """Groups ``first``.. of ``members``, a stage of groups at a time: their verdicts into ``ok``."""
         g, m = len(self.members), self.layout.n_rows
-        ok = torch.empty(g - first, dtype=torch.bool)
+        ok = torch.zeros(g - first, dtype=torch.bool)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
-        step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES) // (1 + self.k))
-        for k in range(first, g):
-            d = float(self.d[self.members[k]].max()) if len(self.members[k]) else 0.0
-            self.doubt.append(needed(agree_chance(d)) > MOST)
-            self.why.append("")
+        size = stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES)
+        self.why += ["in doubt: no weighting reaches its bound" if self.kinds[k] == DOUBT else ""
+                     for k in range(first, g)]
+        k0 = first
         with torch.no_grad():
-            for k0 in range(first, g, step):
-                k1 = min(g, k0 + step)
-                ok[k0 - first : k1 - first] = self._accepted(k0, k1, self._stage(k0, k1, [None, *self.weightings]))
+            while k0 < g:  # a run of groups of one kind at a time (not evaluated: the groups in doubt)
+                end = next((k for k in range(k0, g) if self.kinds[k] != self.kinds[k0]), g)
+                moves = self.moves(self.kinds[k0])
+                step = max(1, size // max(1, len(moves)))
+                for s0 in range(k0, end, step) if moves else []:
+                    s1 = min(end, s0 + step)
+                    ok[s0 - first : s1 - first] = self._accepted(s0, s1, moves, self._stage(s0, s1, moves))
+                k0 = end
         self.ok = torch.cat([self.ok[:first], ok])
 
     def _factor(self, w: torch.Tensor | None) -> torch.Tensor:
@@ -241,8 +302,8 @@ class Groups:
                 None if w is None else w[starts[i] : starts[i + 1]]) for i, x in enumerate(self.layout.inputs)])
         return self.factors[key]
 
-    def _accepted(self, k0: int, k1: int, quotients: torch.Tensor) -> torch.Tensor:
-        """Whether each of groups k0..k1 holds the module's rule, given its moves' quotients (moves x groups x
+    def _accepted(self, k0: int, k1: int, moves: list[torch.Tensor | None], quotients: torch.Tensor) -> torch.Tensor:
+        """Whether each of groups k0..k1 holds the module's rule, given its ``moves``' quotients (moves x groups x
         rows: the unit move, then each weighting); their entries' unit quotients into ``numerical``, and the
         first predicate each rejected group failed into ``why``."""
         n = k1 - k0
@@ -252,12 +313,12 @@ class Groups:
         base = got * self._factor(None).index_select(0, at.col)  # the unit move over its real step
         scaled: list[torch.Tensor] = [got]
         apart = torch.zeros(len(got), dtype=torch.bool)
-        for move, w in zip(quotients[1:], self.weightings):
+        for move, w in zip(quotients[1:], moves[1:]):
+            assert w is not None  # the unit move is the first alone
             moved = move.reshape(-1).index_select(0, at.place)
             scaled.append(moved / w.index_select(0, at.col))
             apart |= ~self.moves_agree(moved * self._factor(w).index_select(0, at.col), base, at.limits)
-        verdicts = [("in doubt: its bound needs more weightings than MOST", torch.tensor(self.doubt[k0:k1])),
-                    ("not within the tolerance", at.groups(~self.within_tolerance(at.want, scaled)))]
+        verdicts = [("not within the tolerance", at.groups(~self.within_tolerance(at.want, scaled)))]
         if at.rows_left:
             verdicts.append(("not zero elsewhere", self.zero_elsewhere(quotients, at, scaled)))
         bad = torch.zeros(n, dtype=torch.bool)
