@@ -3,8 +3,12 @@
 The analytical Jacobian's non-zero entries are known before the numerical side is made (the sparse
 store, see ``rows.SparseRows``). Columns with no analytical row in common are put in one group
 (``colouring``), and a group's elements are moved at once (``group_moves``): once by exactly +-eps each,
-as an element-by-element check moves each on its own, and K more times by +-eps w, each weighting w
-independent (a magnitude uniform in [1.25, 2) and a random sign per column, from the spec's seed).
+as an element-by-element check moves each on its own, and once more by +-eps w, a spread weighting: in
+each group half the columns take magnitudes log-spaced on [1, 2] with sign +, the others with sign -, in a
+random order (from the spec's seed), so that no two columns' weights are closer than ``separation`` of the
+group's size (``plan`` cuts a group into pieces where needed, see the miss bound). Where a group would need
+so many pieces that K independent random weightings (a magnitude uniform in [1.25, 2) and a random sign
+per column) take fewer forwards, it takes those instead.
 
 The rule. A group is accepted, its columns taken as the unit move's quotients at the analytical
 entries, when all four predicates hold:
@@ -18,32 +22,36 @@ entries, when all four predicates hold:
   at least the median |y| of its output tensor; per real component; inf where y_r is not finite);
 - or, where they do not agree (a large third derivative moves them apart by the differences'
   third-order term, which grows with the square of the step), ``on_curvature_line``: K_c fresh
-  weightings, each within tolerance and zero elsewhere too, whose gaps to the unit move at each entry
-  lie on one line in w^2 - 1, to within CURVED R_r (1 + a_c / a_1).
+  random weightings, each within tolerance and zero elsewhere too, whose gaps to the unit move at each
+  entry lie on one line in w^2 - 1, to within CURVED R_r (1 + a_c / a_1).
 
 Any other group is halved (both halves judged by the same rule) down to LEAF columns, whose columns are
-then made one by one; a group whose bound (below) would need more than MOST weightings goes straight to
-its columns one by one. So every mismatch, kink and reported element comes from element-by-element
-columns, with the same numbers.
+then made one by one; columns in doubt (below) go straight to their columns one by one. So every
+mismatch, kink and reported element comes from element-by-element columns, with the same numbers.
 
 The miss bound. Rows without an entry and entries whose value is wrong are judged exactly as element by
 element (a unit move's quotient there is the element's own column's). What the columns of a group can
 hide from each other is a gradient h that backward leaves out at (r, k) beside the entry of column j in
-row r: it moves the unit quotient by h and weighting m's by (w_k / w_j) h. With |h| at least twice its
+row r: it moves the unit quotient by h and a weighting's by (w_k / w_j) h. With |h| at least twice its
 element-wise tolerance (so |h| >= 2 atol) and the gaps' rounding within R_r, ``moves_agree`` misses it
-in one weighting only if |w_k / w_j - 1| <= R_r / atol = d, a chance of at most p = 13 d / 6 (w_k, of
-density 2/3, must fall within d |w_j| of w_j; E|w_j| = 1.625), and ``on_curvature_line`` in one weighting
-c > 1 with a chance of at most 13 e / 6, e = (CURVED + 1)(1 + 3 / (1.25^2 - 1)) d / 2. Each group gets the
-smallest K and K_c with p^K <= MISS / 2 and its curved chance^(K_c - 1) <= MISS / 2, d taken at its
-largest entry: a single wrong entry of at least twice its tolerance is missed with a chance of at most
-MISS = 1e-9 per check (halving reuses the weights: its events are the same ones). The chance rests on
-R_r bounding the gaps' rounding; a limit too small for a Function only rejects its groups (columns one
-by one, slower), never accepts a wrong one. ``miss_chances`` computes the bound;
-tests/unit/test_compressed_bound.py draws the weights and measures it.
+only if |w_k / w_j - 1| <= R_r / atol <= d, d the largest R_r / atol at the columns' entries. A SPREAD
+piece holds at most ``widest``(d) columns, so every two of its columns are more than d apart: the miss
+cannot happen, whatever the seed (columns with d >= separation(3) = 1/2, where no piece of three is
+apart enough, go column by column: DOUBT). A RANDOM group misses it in one weighting with a chance of
+at most p = 13 d / 6 (w_k, of density 2/3, must fall within d |w_j| of w_j; E|w_j| = 1.625) and takes
+the smallest K with p^K <= MISS / 2 (at most MOST). Moves that disagree get a second chance on the
+curvature line, which misses h in one weighting c > 1 with a chance of at most 13 e / 6,
+e = (CURVED + 1)(1 + 3 / (1.25^2 - 1)) d / 2, and takes the smallest K_c with that chance^(K_c - 1) <=
+MISS / 2 (none where it would take more than MOST). So a single wrong entry of at least twice its
+tolerance is missed with a chance of at most MISS = 1e-9 per check (halving keeps the weights: its
+pieces are as far apart, its events the same ones). The bound rests on R_r bounding the gaps' rounding;
+a limit too small for a Function only rejects its groups (columns one by one, slower), never accepts a
+wrong one. ``separation``, ``widest``, ``miss_chances`` compute it; tests/unit/test_compressed_bound.py
+draws the weights and measures it.
 
-The cost: 2 + 2K forwards per group (K of 2 to 6 for float64 outputs of size 1 to 100), 2 K_c more for a
-group whose moves do not agree; a Linear layer's n x n weight, n x n input and bias take 2n + 1 groups,
-an elementwise function one. Pure torch.
+The cost: 4 forwards per SPREAD piece (2 + 2K per RANDOM group, K of 2 to 6), 2 K_c more for a group
+whose moves do not agree; a Linear layer's n x n weight, n x n input and bias take 2n + 1 pieces, an
+elementwise function of G elements ceil(G / widest(d)). Pure torch and NumPy.
 """
 from __future__ import annotations
 
