@@ -202,8 +202,8 @@ class Groups:
         self.colours, self.n_groups = found if found is not None else (torch.zeros(0, dtype=torch.long), 0)
         n = self.layout.n_cols
         # R_r at each entry, and each column's d (its largest R_r over atol): what its group's bound rests on
-        self.limits = row_limits(outputs, self.layout.inputs, columns.eps).index_select(0, store.rows.long())
-        col_limit = torch.zeros(n, dtype=torch.float64).scatter_reduce_(0, store.cols.long(), self.limits, "amax")
+        self.limits = row_limits(outputs, self.layout.inputs, columns.eps).index_select(0, store.rows)
+        col_limit = _column_max(self.limits, store.bounds, n)
         self.d = col_limit / atol if atol > 0 else torch.where(col_limit > 0, math.inf, 0.0)
         self.kinds: list[int] = []  # per group: SPREAD, RANDOM or DOUBT (see ``plan``)
         if self.coloured and n:
@@ -546,6 +546,17 @@ class Groups:
         for m in range(len(moves)):
             torch.sub(flat[2 * m + 1 :: per], flat[2 * m :: per], out=quotients[m]).div_(2 * eps)
         return quotients
+
+
+def _column_max(values: torch.Tensor, bounds: torch.Tensor, n: int) -> torch.Tensor:
+    """Per column (its entries ``bounds[j]``..``bounds[j + 1]`` of ``values``, in column order), their largest; 0
+    for a column without entries."""
+    counts = torch.diff(bounds).numpy()
+    out = np.zeros(n, dtype=np.float64)
+    full = counts > 0
+    if bool(full.any()):  # each non-empty column's run ends where the next non-empty one starts
+        out[full] = np.maximum.reduceat(values.numpy(), bounds[:-1].numpy()[full])
+    return torch.from_numpy(out)
 
 
 def _groups(failed: torch.Tensor, group: torch.Tensor, n: int) -> torch.Tensor:
