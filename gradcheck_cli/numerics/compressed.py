@@ -3,8 +3,12 @@
 The analytical Jacobian's non-zero entries are known before the numerical side is made (the sparse
 store, see ``rows.SparseRows``). Columns with no analytical row in common are put in one group
 (``colouring``), and a group's elements are moved at once (``group_moves``): once by exactly +-eps each,
-as an element-by-element check moves each on its own, and K more times by +-eps w, each weighting w
-independent (a magnitude uniform in [1.25, 2) and a random sign per column, from the spec's seed).
+as an element-by-element check moves each on its own, and once more by +-eps w, a spread weighting: in
+each group half the columns take magnitudes log-spaced on [1, 2] with sign +, the others with sign -, in a
+random order (from the spec's seed), so that no two columns' weights are closer than ``separation`` of the
+group's size (``plan`` cuts a group into pieces where needed, see the miss bound). Where a group would need
+so many pieces that K independent random weightings (a magnitude uniform in [1.25, 2) and a random sign
+per column) take fewer forwards, it takes those instead.
 
 The rule. A group is accepted, its columns taken as the unit move's quotients at the analytical
 entries, when all four predicates hold:
@@ -18,32 +22,36 @@ entries, when all four predicates hold:
   at least the median |y| of its output tensor; per real component; inf where y_r is not finite);
 - or, where they do not agree (a large third derivative moves them apart by the differences'
   third-order term, which grows with the square of the step), ``on_curvature_line``: K_c fresh
-  weightings, each within tolerance and zero elsewhere too, whose gaps to the unit move at each entry
-  lie on one line in w^2 - 1, to within CURVED R_r (1 + a_c / a_1).
+  random weightings, each within tolerance and zero elsewhere too, whose gaps to the unit move at each
+  entry lie on one line in w^2 - 1, to within CURVED R_r (1 + a_c / a_1).
 
 Any other group is halved (both halves judged by the same rule) down to LEAF columns, whose columns are
-then made one by one; a group whose bound (below) would need more than MOST weightings goes straight to
-its columns one by one. So every mismatch, kink and reported element comes from element-by-element
-columns, with the same numbers.
+then made one by one; columns in doubt (below) go straight to their columns one by one. So every
+mismatch, kink and reported element comes from element-by-element columns, with the same numbers.
 
 The miss bound. Rows without an entry and entries whose value is wrong are judged exactly as element by
 element (a unit move's quotient there is the element's own column's). What the columns of a group can
 hide from each other is a gradient h that backward leaves out at (r, k) beside the entry of column j in
-row r: it moves the unit quotient by h and weighting m's by (w_k / w_j) h. With |h| at least twice its
+row r: it moves the unit quotient by h and a weighting's by (w_k / w_j) h. With |h| at least twice its
 element-wise tolerance (so |h| >= 2 atol) and the gaps' rounding within R_r, ``moves_agree`` misses it
-in one weighting only if |w_k / w_j - 1| <= R_r / atol = d, a chance of at most p = 13 d / 6 (w_k, of
-density 2/3, must fall within d |w_j| of w_j; E|w_j| = 1.625), and ``on_curvature_line`` in one weighting
-c > 1 with a chance of at most 13 e / 6, e = (CURVED + 1)(1 + 3 / (1.25^2 - 1)) d / 2. Each group gets the
-smallest K and K_c with p^K <= MISS / 2 and its curved chance^(K_c - 1) <= MISS / 2, d taken at its
-largest entry: a single wrong entry of at least twice its tolerance is missed with a chance of at most
-MISS = 1e-9 per check (halving reuses the weights: its events are the same ones). The chance rests on
-R_r bounding the gaps' rounding; a limit too small for a Function only rejects its groups (columns one
-by one, slower), never accepts a wrong one. ``miss_chances`` computes the bound;
-tests/unit/test_compressed_bound.py draws the weights and measures it.
+only if |w_k / w_j - 1| <= R_r / atol <= d, d the largest R_r / atol at the columns' entries. A SPREAD
+piece holds at most ``widest``(d) columns, so every two of its columns are more than d apart: the miss
+cannot happen, whatever the seed (columns with d >= separation(3) = 1/2, where no piece of three is
+apart enough, go column by column: DOUBT). A RANDOM group misses it in one weighting with a chance of
+at most p = 13 d / 6 (w_k, of density 2/3, must fall within d |w_j| of w_j; E|w_j| = 1.625) and takes
+the smallest K with p^K <= MISS / 2 (at most MOST). Moves that disagree get a second chance on the
+curvature line, which misses h in one weighting c > 1 with a chance of at most 13 e / 6,
+e = (CURVED + 1)(1 + 3 / (1.25^2 - 1)) d / 2, and takes the smallest K_c with that chance^(K_c - 1) <=
+MISS / 2 (none where it would take more than MOST). So a single wrong entry of at least twice its
+tolerance is missed with a chance of at most MISS = 1e-9 per check (halving keeps the weights: its
+pieces are as far apart, its events the same ones). The bound rests on R_r bounding the gaps' rounding;
+a limit too small for a Function only rejects its groups (columns one by one, slower), never accepts a
+wrong one. ``separation``, ``widest``, ``miss_chances`` compute it; tests/unit/test_compressed_bound.py
+draws the weights and measures it.
 
-The cost: 2 + 2K forwards per group (K of 2 to 6 for float64 outputs of size 1 to 100), 2 K_c more for a
-group whose moves do not agree; a Linear layer's n x n weight, n x n input and bias take 2n + 1 groups,
-an elementwise function one. Pure torch.
+The cost: 4 forwards per SPREAD piece (2 + 2K per RANDOM group, K of 2 to 6), 2 K_c more for a group
+whose moves do not agree; a Linear layer's n x n weight, n x n input and bias take 2n + 1 pieces, an
+elementwise function of G elements ceil(G / widest(d)). Pure torch and NumPy.
 """
 from __future__ import annotations
 
@@ -52,13 +60,14 @@ import math
 from collections.abc import Iterator
 from functools import partial
 
+import numpy as np
 import torch
 
 from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, same, stage_size, try_batched, vmapped
 from .colouring import colour, members
 from .columns import Columns
 from .differences import call_moved
-from .group_moves import LOW, GroupMove, step_factors, weights
+from .group_moves import LOW, GroupMove, separation, spread, step_factors, weights, widest
 from .realify import outputs_vector, real_numel, real_view
 from .rows import SparseRows
 from .stats import Entry
@@ -69,7 +78,7 @@ NOISE = 5  # ulps of a row's output scale, over eps: how far the moves' step-cor
 CURVED = 3  # how far off one line the curved moves' gaps may be, in R_r (1 + a_c / a_1)
 MISS = 1e-9  # the chance, per check, of missing one wrong entry of at least twice its tolerance
 MOST = 8  # weightings at most, for either test; a group that would need more goes column by column
-PASSES = 4  # forwards per group at the least (unit and one weighting): whether grouping is worthwhile at all
+SPREAD, RANDOM, DOUBT = 0, 1, 2  # a group's weighting: one spread one, K independent random ones, or none
 
 
 def agree_chance(d: float) -> float:
@@ -116,6 +125,48 @@ def row_limits(outputs: list[torch.Tensor], inputs: list[torch.Tensor], eps: flo
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
+def plan(colours: torch.Tensor, n_groups: int, d: torch.Tensor) -> tuple[torch.Tensor, int, list[int]]:
+    """Each group's weighting, from its columns' ``d`` (each column's largest R_r over atol). Columns with
+    d >= separation(3) go column by column (DOUBT: no piece of more than two columns is apart enough, and two
+    columns one by one take as many forwards as a group). The others, by d: cut into SPREAD pieces (one
+    weighting, 4 forwards a piece), each of at most ``widest`` of its largest d, so that no two columns of a
+    piece are closer than its d; or, where 2 + 2K forwards are fewer (K from ``needed``), one RANDOM group.
+    Returns a group per column (the SPREAD pieces first, then the RANDOM groups, then those in doubt), their
+    number, and each one's kind."""
+    sizes = torch.bincount(colours, minlength=n_groups) if len(colours) else torch.zeros(n_groups, dtype=torch.long)
+    if not len(colours) or widest(float(d.max())) >= max(3, int(sizes.max())):  # every group one piece
+        return colours, n_groups, [SPREAD] * n_groups
+    found: dict[int, list[np.ndarray]] = {SPREAD: [], RANDOM: [], DOUBT: []}
+    dn = d.numpy()
+    for cols in members(colours, n_groups):
+        c = cols.numpy()
+        c = c[np.argsort(dn[c], kind="stable")]
+        ds = dn[c]
+        t = int(np.searchsorted(ds, separation(3)))  # the columns from t on are in doubt
+        if t < len(c):
+            found[DOUBT].append(c[t:])
+        pieces, i = [], 0
+        while i < t:  # the longest run from i whose size is within the widest of its last (largest) d
+            lo, hi = i, t - 1
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if mid - i + 1 <= widest(float(ds[mid])) else (lo, mid - 1)
+            pieces.append(c[i : lo + 1])
+            i = lo + 1
+        k = needed(agree_chance(float(ds[t - 1]))) if t else MOST + 1
+        if k <= MOST and 2 + 2 * k < 4 * len(pieces):
+            found[RANDOM].append(c[:t])
+        else:
+            found[SPREAD] += pieces
+    new = np.empty(len(colours), dtype=np.int64)
+    kinds: list[int] = []
+    for kind in (SPREAD, RANDOM, DOUBT):
+        for group in found[kind]:
+            new[group] = len(kinds)
+            kinds.append(kind)
+    return torch.from_numpy(new), len(kinds), kinds
+
+
 class _At:
     """Where a stage's analytical entries are: store places (``entries``), columns (``col``), groups within the
     stage (``group``), places in a groups x rows array (``place``), values (``want``) and limits R_r."""
@@ -151,14 +202,15 @@ class Groups:
         self.colours, self.n_groups = found if found is not None else (torch.zeros(0, dtype=torch.long), 0)
         n = self.layout.n_cols
         # R_r at each entry, and each column's d (its largest R_r over atol): what its group's bound rests on
-        self.limits = row_limits(outputs, self.layout.inputs, columns.eps).index_select(0, store.rows.long())
-        col_limit = torch.zeros(n, dtype=torch.float64).scatter_reduce_(0, store.cols.long(), self.limits, "amax")
+        self.limits = row_limits(outputs, self.layout.inputs, columns.eps).index_select(0, store.rows)
+        col_limit = _column_max(self.limits, store.bounds, n)
         self.d = col_limit / atol if atol > 0 else torch.where(col_limit > 0, math.inf, 0.0)
-        group_d = torch.zeros(max(1, self.n_groups), dtype=torch.float64)
+        self.kinds: list[int] = []  # per group: SPREAD, RANDOM or DOUBT (see ``plan``)
         if self.coloured and n:
-            group_d.scatter_reduce_(0, self.colours, self.d, "amax")
-        wanted = [needed(agree_chance(d)) for d in group_d.tolist()]
-        self.k = max((k for k in wanted if k <= MOST), default=1)  # weightings for every group (see ``doubt``)
+            self.colours, self.n_groups, self.kinds = plan(self.colours, self.n_groups, self.d)
+        wanted = [needed(agree_chance(float(d))) for d, kind in zip(self._group_d(), self.kinds) if kind == RANDOM]
+        self.k = max(wanted, default=0)  # random weightings, for the RANDOM groups
+        self.spread = spread(self.colours, self.n_groups, gen) if self.coloured else torch.ones(n, dtype=torch.float64)
         self.weightings = [weights(n, gen) for _ in range(self.k)]
         self.curved_weightings = [weights(n, gen) for _ in range(MOST)]  # for groups whose moves do not agree
         self.x0 = torch.cat([real_view(x.detach()).reshape(-1).to("cpu", torch.float64) for x in self.layout.inputs]
@@ -167,14 +219,25 @@ class Groups:
         self.batched: bool | None = None if columns.batched else False
         self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
         self.ok = torch.zeros(0, dtype=torch.bool)  # per group evaluated (``members``), whether it was accepted
-        self.doubt: list[bool] = []  # per group evaluated: its bound needs more than MOST weightings
         self.why: list[str] = []  # per group evaluated: the first predicate it failed ('' where accepted)
         self.numerical = torch.zeros(0, dtype=torch.float64)  # per analytical entry, once evaluated
 
+    def _group_d(self) -> list[float]:
+        """Per group, its largest d (R_r over atol at its entries)."""
+        group_d = torch.zeros(max(1, self.n_groups), dtype=torch.float64)
+        if self.n_groups and len(self.colours):
+            group_d.scatter_reduce_(0, self.colours, self.d, "amax")
+        return group_d.tolist()[: self.n_groups]
+
+    def moves(self, kind: int) -> list[torch.Tensor | None]:
+        """The moves of a group of ``kind``: the unit move (None), then its weightings."""
+        return [None, self.spread] if kind == SPREAD else [None, *self.weightings] if kind == RANDOM else []
+
     @property
-    def passes(self) -> int:
-        """Forwards per group: the unit move and each weighting, two each."""
-        return 2 + 2 * self.k
+    def forwards(self) -> int:
+        """Forwards of ``evaluate``: two per group and move (a group in doubt: none, its columns two each after)."""
+        sizes = torch.bincount(self.colours, minlength=self.n_groups).tolist() if self.n_groups else []
+        return sum(2 * len(self.moves(kind)) or 2 * size for kind, size in zip(self.kinds, sizes))
 
     @property
     def accepted(self) -> torch.Tensor:
@@ -185,7 +248,7 @@ class Groups:
         """Fewer forwards than two per column, and the groups' rows (five float64 values per group and row, a stage
         of moves at a time) fit in half the memory budget (the share that dense analytical rows would hold)."""
         fits = 5 * 8 * self.n_groups * self.layout.n_rows <= self.columns.memory_bytes // 2
-        return self.coloured and fits and self.passes * self.n_groups < 2 * self.layout.n_cols
+        return self.coloured and fits and self.forwards < 2 * self.layout.n_cols
 
     def evaluate(self) -> None:
         """Every group's forwards and its verdict: ``accepted`` per column, and ``numerical`` per
@@ -197,38 +260,44 @@ class Groups:
 
     def narrow(self) -> None:
         """Halve each group that was not accepted and has more than LEAF columns (not one in doubt: halving
-        leaves its rows' limits as they are), evaluate the halves as groups (the same forwards and the same
-        rule: a subset of a group is a group), and again for the halves not accepted: a wrong gradient in a
-        few elements of a large group leaves only those elements' columns to be made one by one, not the
-        whole group's. Where most elements are wrong, about a sixth more forwards than the columns one by one."""
+        leaves its rows' limits as they are), evaluate the halves as groups (the same forwards, weights and
+        rule: a subset of a group is a group, its weights as far apart), and again for the halves not
+        accepted: a wrong gradient in a few elements of a large group leaves only those elements' columns to
+        be made one by one, not the whole group's. Where most elements are wrong, about a sixth more forwards
+        than the columns one by one."""
         first = 0
         while True:
             failed = [k for k in range(first, len(self.members))
-                      if not self.ok[k] and not self.doubt[k] and len(self.members[k]) > LEAF]
+                      if not self.ok[k] and self.kinds[k] != DOUBT and len(self.members[k]) > LEAF]
             if not failed:
                 return
             first = len(self.members)
-            for k in failed:
+            for k in sorted(failed, key=lambda k: self.kinds[k]):  # one kind after the other: fewer stages
                 cols = self.members[k]
                 for half in (cols[: len(cols) // 2], cols[len(cols) // 2 :]):
                     self.colours[half] = len(self.members)
                     self.members.append(half)
+                    self.kinds.append(self.kinds[k])
             self._evaluate(first)
 
     def _evaluate(self, first: int) -> None:
         """Groups ``first``.. of ``members``, a stage of groups at a time: their verdicts into ``ok``."""
         g, m = len(self.members), self.layout.n_rows
-        ok = torch.empty(g - first, dtype=torch.bool)
+        ok = torch.zeros(g - first, dtype=torch.bool)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
-        step = max(1, stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES) // (1 + self.k))
-        for k in range(first, g):
-            d = float(self.d[self.members[k]].max()) if len(self.members[k]) else 0.0
-            self.doubt.append(needed(agree_chance(d)) > MOST)
-            self.why.append("")
+        size = stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES)
+        self.why += ["in doubt: no weighting reaches its bound" if self.kinds[k] == DOUBT else ""
+                     for k in range(first, g)]
+        k0 = first
         with torch.no_grad():
-            for k0 in range(first, g, step):
-                k1 = min(g, k0 + step)
-                ok[k0 - first : k1 - first] = self._accepted(k0, k1, self._stage(k0, k1, [None, *self.weightings]))
+            while k0 < g:  # a run of groups of one kind at a time (not evaluated: the groups in doubt)
+                end = next((k for k in range(k0, g) if self.kinds[k] != self.kinds[k0]), g)
+                moves = self.moves(self.kinds[k0])
+                step = max(1, size // max(1, len(moves)))
+                for s0 in range(k0, end, step) if moves else []:
+                    s1 = min(end, s0 + step)
+                    ok[s0 - first : s1 - first] = self._accepted(s0, s1, moves, self._stage(s0, s1, moves))
+                k0 = end
         self.ok = torch.cat([self.ok[:first], ok])
 
     def _factor(self, w: torch.Tensor | None) -> torch.Tensor:
@@ -241,8 +310,8 @@ class Groups:
                 None if w is None else w[starts[i] : starts[i + 1]]) for i, x in enumerate(self.layout.inputs)])
         return self.factors[key]
 
-    def _accepted(self, k0: int, k1: int, quotients: torch.Tensor) -> torch.Tensor:
-        """Whether each of groups k0..k1 holds the module's rule, given its moves' quotients (moves x groups x
+    def _accepted(self, k0: int, k1: int, moves: list[torch.Tensor | None], quotients: torch.Tensor) -> torch.Tensor:
+        """Whether each of groups k0..k1 holds the module's rule, given its ``moves``' quotients (moves x groups x
         rows: the unit move, then each weighting); their entries' unit quotients into ``numerical``, and the
         first predicate each rejected group failed into ``why``."""
         n = k1 - k0
@@ -252,12 +321,12 @@ class Groups:
         base = got * self._factor(None).index_select(0, at.col)  # the unit move over its real step
         scaled: list[torch.Tensor] = [got]
         apart = torch.zeros(len(got), dtype=torch.bool)
-        for move, w in zip(quotients[1:], self.weightings):
+        for move, w in zip(quotients[1:], moves[1:]):
+            assert w is not None  # the unit move is the first alone
             moved = move.reshape(-1).index_select(0, at.place)
             scaled.append(moved / w.index_select(0, at.col))
             apart |= ~self.moves_agree(moved * self._factor(w).index_select(0, at.col), base, at.limits)
-        verdicts = [("in doubt: its bound needs more weightings than MOST", torch.tensor(self.doubt[k0:k1])),
-                    ("not within the tolerance", at.groups(~self.within_tolerance(at.want, scaled)))]
+        verdicts = [("not within the tolerance", at.groups(~self.within_tolerance(at.want, scaled)))]
         if at.rows_left:
             verdicts.append(("not zero elsewhere", self.zero_elsewhere(quotients, at, scaled)))
         bad = torch.zeros(n, dtype=torch.bool)
@@ -477,6 +546,17 @@ class Groups:
         for m in range(len(moves)):
             torch.sub(flat[2 * m + 1 :: per], flat[2 * m :: per], out=quotients[m]).div_(2 * eps)
         return quotients
+
+
+def _column_max(values: torch.Tensor, bounds: torch.Tensor, n: int) -> torch.Tensor:
+    """Per column (its entries ``bounds[j]``..``bounds[j + 1]`` of ``values``, in column order), their largest; 0
+    for a column without entries."""
+    counts = torch.diff(bounds).numpy()
+    out = np.zeros(n, dtype=np.float64)
+    full = counts > 0
+    if bool(full.any()):  # each non-empty column's run ends where the next non-empty one starts
+        out[full] = np.maximum.reduceat(values.numpy(), bounds[:-1].numpy()[full])
+    return torch.from_numpy(out)
 
 
 def _groups(failed: torch.Tensor, group: torch.Tensor, n: int) -> torch.Tensor:

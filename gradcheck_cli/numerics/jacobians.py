@@ -121,7 +121,7 @@ def compare(
     found = RowGroups(jac, generator(seed, Stream.ROW_GROUPS), most, at_once=True) if grouping else None
     store = found.store() if found is not None else None
     groups = _groups(jac, store, atol, rtol, seed) if store is not None else None
-    calls = (found.calls + groups.passes * groups.n_groups) if found is not None and groups is not None else 0
+    calls = (found.calls + groups.forwards) if found is not None and groups is not None else 0
     if groups is not None:
         budget(calls, 1)
     else:

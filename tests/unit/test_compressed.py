@@ -133,11 +133,12 @@ def test_wrong_gradients_that_unit_moves_cancel_fail_as_without_compression(fn, 
 
 
 def test_the_weighted_moves_are_what_catches_two_minus_next(monkeypatch):
-    """With the weights all 1, the second moves repeat the first and TwoMinusNext passes: the
-    random weights are needed."""
+    """With the weights all 1 (spread and random), the second moves repeat the first and TwoMinusNext
+    passes: the weights are needed."""
     x = torch.randn(64, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
     assert check(TwoMinusNext, (x,)).status.value == "fail"
     monkeypatch.setattr(compressed, "weights", lambda n, gen: torch.ones(n, dtype=F64))
+    monkeypatch.setattr(compressed, "spread", lambda colours, n_groups, gen: torch.ones(len(colours), dtype=F64))
     assert check(TwoMinusNext, (x,)).status.value == "pass"  # the weakness the weights remove
 
 
