@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Generator
@@ -82,12 +83,14 @@ def _end_server() -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _serve(conn: Connection, threads: int, environ: dict[str, str]) -> None:
+def _serve(conn: Connection, threads: int, environ: dict[str, str], parent_alive: Connection) -> None:
     """Worker main loop: receive (index, task), send back the result, until told to stop.
 
     Every message carries this process's pid and the task's index, so the parent files a result
-    under its task and knows a message from a process the code under test forked."""
+    under its task and knows a message from a process the code under test forked. ``parent_alive``: the
+    read end of a pipe whose write end only the parent holds (see ``_die_with_parent``)."""
     processes.lead_group()
+    _die_with_parent(parent_alive)
     multiprocessing.current_process().daemon = False  # user code may start processes of its own (a Pool)
     if os.environ != environ:  # a fork server started earlier: the parent's environment as it is now
         os.environ.clear()
@@ -103,6 +106,24 @@ def _serve(conn: Connection, threads: int, environ: dict[str, str]) -> None:
     warm_up()  # before the first task: its duration and its timeout count from "started"
     with GUARD.consecutive():  # nothing but this loop runs between two cases
         _tasks(conn)
+
+
+def _die_with_parent(parent_alive: Connection) -> None:
+    """End this worker, with what the code under test started, when the parent dies, however it dies
+    (SIGKILL included): a forked worker's parent process is the fork server, so PR_SET_PDEATHSIG cannot
+    tell it, and the fork server (and multiprocessing's resource tracker) live as long as a worker holds
+    their pipes. A thread waits for the end of ``parent_alive`` (the parent's death closes its write end);
+    it waits in the kernel, so a case in a loop does not keep it from running."""
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            while True:
+                parent_alive.recv_bytes()
+        processes.end(processes.started())
+        if hasattr(os, "killpg"):
+            os.killpg(os.getpgrp(), signal.SIGKILL)  # this worker and what is still in its group
+        os._exit(1)
+
+    threading.Thread(target=watch, name="gradcheck-parent-watch", daemon=True).start()
 
 
 def _tasks(conn: Connection) -> None:
@@ -144,9 +165,9 @@ def _flush() -> None:
 
 
 class _Worker:
-    def __init__(self, ctx: Any, threads: int) -> None:
+    def __init__(self, ctx: Any, threads: int, parent_alive: Connection) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, threads, dict(os.environ)), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, threads, dict(os.environ), parent_alive), daemon=True)
         self.proc.start()
         child.close()
         self.index: Optional[int] = None
@@ -242,9 +263,11 @@ class Pool:
         prepare()
         self.ctx = multiprocessing.get_context(start_method())
         self.workers: list[_Worker] = []
+        # its write end stays in this process alone: the workers see its end when this process dies
+        self.parent_alive, self._alive = self.ctx.Pipe(duplex=False)
 
     def _fresh(self) -> _Worker:
-        return _Worker(self.ctx, self.threads)
+        return _Worker(self.ctx, self.threads, self.parent_alive)
 
     def run(self, tasks: list[Task], maxfail: int = 0) -> Generator[tuple[int, CaseResult], None, None]:
         """Check ``tasks``; yield (index into tasks, result) as each finishes. Closing the generator early

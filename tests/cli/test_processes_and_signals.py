@@ -329,3 +329,41 @@ def test_a_daemon_that_left_the_process_group_ends_with_its_case(user_module, wr
     if alive(pid):
         os.kill(pid, signal.SIGKILL)
         pytest.fail("the daemon outlived its case")
+
+
+def _in_session(sid: int) -> list[str]:
+    """The processes of session ``sid``, as `pid command` lines (Linux's /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[3]) == sid and fields[0] != "Z":
+                    command = (entry / "cmdline").read_bytes().replace(bytes(1), b" ")[:80]
+                    found.append(f"{entry.name} {command!r}")
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir() or pool.start_method() != "forkserver", reason="Linux's /proc, forkserver")
+def test_no_process_outlives_a_gradcheck_killed_with_sigkill(user_module, write_spec, tmp_path):
+    """issue 31 item 12: the fork server, the resource tracker and a worker in a loop stayed alive under
+    init after the gradcheck process was SIGKILLed (a forked worker's parent is the fork server, so its
+    PR_SET_PDEATHSIG never fired)"""
+    user_module(USER)
+    spec(write_spec, "Hangs")
+    proc = subprocess.Popen([sys.executable, "-m", "gradcheck_cli", "specs/", "-j", "1", "--timeout", "0"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    marker = tmp_path / "hanging.pid"
+    deadline = time.monotonic() + 300  # a bound for a broken run only: the case writes the marker when it starts
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
+    assert len(_in_session(proc.pid)) >= 3  # gradcheck, the fork server, the worker (and the resource tracker)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while _in_session(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _in_session(proc.pid) == []
