@@ -216,7 +216,12 @@ class Watch:
                         self.worker.stop(force=True)
                     result, found = outcome.result, outcome.new
                 results.append(result)
-                self.entries[_key(p)] = Entry(p, result, files[_key(p)] | found)
+                old = self.entries.get(_key(p))
+                # a module that no longer imports (moved away, renamed): its file is still watched, so that
+                # its return (or a syntax error in it) is a round
+                kept = old.files if old is not None and result.error is not None and \
+                    result.error.kind is ErrorKind.IMPORT else frozenset()
+                self.entries[_key(p)] = Entry(p, result, files[_key(p)] | found | kept)
         except (KeyboardInterrupt, Terminated) as exc:
             if self.worker is not None:
                 self.worker.stop(force=True)
@@ -237,7 +242,7 @@ class Watch:
             self.settings.out.flush()
         what = "" if first else " (changed: " + ", ".join(sorted(_shown(f) for f in changed)) + ")"
         note = f"; a fresh worker, as {fresh}" if fresh else ""
-        line = f"round {self.rounds}{what}: checking {len(due)} of {total} spec{'s' * (total != 1)}{note}"
+        line = f"round {self.rounds}{what}: checking {len(due)} of {total} case{'s' * (total != 1)}{note}"
         self._say(line if self.settings.clear else f"{'─' * 8} {line} {'─' * 8}")
 
     def _counts(self) -> str:
@@ -246,8 +251,9 @@ class Watch:
                  "skipped": "skipped"}
         parts = ", ".join(f"{s[k]} {word}" for k, word in words.items() if s[k])
         modules = len({f for e in self.entries.values() for f in e.files})
-        return (f"{len(self.entries)} spec{'s' * (len(self.entries) != 1)}{f' ({parts})' if parts else ''}, "
-                f"{modules} module{'s' * (modules != 1)}")
+        specs = len({e.result.spec for e in self.entries.values()})
+        return (f"{len(self.entries)} case{'s' * (len(self.entries) != 1)}{f' ({parts})' if parts else ''} in "
+                f"{specs} spec file{'s' * (specs != 1)}, {modules} module{'s' * (modules != 1)}")
 
     def _say(self, line: str) -> None:
         self.settings.out.flush()

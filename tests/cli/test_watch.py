@@ -77,8 +77,8 @@ def test_a_backward_fixed_on_disk_changes_the_next_rounds_verdict(user_module, w
     run = Run(2, edits={1: lambda: (tmp_path / "sqmod.py").write_text(square("2.0"))})
     assert run.statuses(1) == [("specs/square.yaml", Status.FAIL)]
     assert run.statuses(2) == [("specs/square.yaml", Status.PASS)]
-    assert "round 2 (changed: sqmod.py): checking 1 of 1 spec" in run.err.getvalue()
-    assert "watching 1 spec (1 passed), 1 module; Ctrl-C to stop" in run.err.getvalue()
+    assert "round 2 (changed: sqmod.py): checking 1 of 1 case" in run.err.getvalue()
+    assert "watching 1 case (1 passed) in 1 spec file, 1 module; Ctrl-C to stop" in run.err.getvalue()
     assert run.code == 0  # the state now: every watched case passes
 
 
@@ -103,7 +103,7 @@ def test_a_change_rechecks_only_the_specs_that_import_the_file(user_module, writ
                           (1, 5): lambda: (tmp_path / "helper_b.py").write_text("def factor():\n    return 3\n")})
     assert run.statuses(1) == [("specs/a.yaml", Status.PASS), ("specs/b.yaml", Status.PASS)]
     assert run.statuses(2) == [("specs/b.yaml", Status.FAIL)]
-    assert "round 2 (changed: helper_b.py): checking 1 of 2 specs" in run.err.getvalue()
+    assert "round 2 (changed: helper_b.py): checking 1 of 2 cases" in run.err.getvalue()
     assert run.code == 1
 
 
@@ -118,6 +118,25 @@ def test_a_syntax_error_is_that_rounds_error_and_the_watch_goes_on(user_module, 
     assert broken.status is Status.ERROR and broken.error is not None and broken.error.kind is ErrorKind.IMPORT
     assert "SyntaxError" in broken.error.message
     assert run.statuses(3) == [("specs/square.yaml", Status.PASS)]
+
+
+def test_a_module_moved_away_and_back_is_checked_again_and_a_syntax_error_in_it_reported(user_module, write_spec,
+                                                                                          tmp_path):
+    """issue 31 item 13: a module moved away (import error, "0 modules" watched) and put back ran no round, and
+    the watch's state stayed an error (exit 3)"""
+    mod = user_module(square("2"), "sqmod")
+    write_spec(spec_text(f"{mod}:Square"), "specs/square.yaml")
+    source, away = tmp_path / "sqmod.py", tmp_path / "sqmod.py.away"
+    run = Run(4, edits={1: lambda: source.rename(away),
+                        2: lambda: away.rename(source),
+                        3: lambda: source.write_text(square("2") + "\ndef broken(:\n")})
+    assert run.statuses(1) == [("specs/square.yaml", Status.PASS)]
+    (gone,) = run.reports[1].results
+    assert gone.status is Status.ERROR and gone.error is not None and gone.error.kind is ErrorKind.IMPORT
+    assert run.statuses(3) == [("specs/square.yaml", Status.PASS)]  # back: a round, and it passes
+    (broken,) = run.reports[3].results
+    assert broken.error is not None and "SyntaxError" in broken.error.message
+    assert "watching 1 case (1 error) in 1 spec file, 1 module" in run.err.getvalue()
 
 
 def test_a_module_that_registers_a_custom_op_is_reloaded_in_a_fresh_worker(user_module, write_spec, tmp_path):
@@ -160,12 +179,12 @@ def test_ctrl_c_stops_the_watch_with_the_state_exit_code_and_no_traceback(user_m
         seen.append(line)
         if not line or "Ctrl-C to stop" in line:
             break
-    assert "watching 1 spec (1 failed), 1 module; Ctrl-C to stop" in seen[-1], seen
+    assert "watching 1 case (1 failed) in 1 spec file, 1 module; Ctrl-C to stop" in seen[-1], seen
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1, stderr  # every watched case's latest result: one failed
     assert "FAIL" in stdout and "1 failed" in stdout
-    assert "stopped watching: 1 spec (1 failed), 1 module; exit code 1" in stderr
+    assert "stopped watching: 1 case (1 failed) in 1 spec file, 1 module; exit code 1" in stderr
     assert "Traceback" not in stderr, stderr
 
 
