@@ -54,5 +54,5 @@ ADOPTER = textwrap.dedent("""
                     reason="a child subreaper and a fork server: Linux")
 def test_the_fork_server_ends_with_the_run_instead_of_shutting_torch_down_after_it() -> None:
     out = subprocess.run([sys.executable, "-c", ADOPTER, str(ROOT / "specs" / "relu.yaml")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=600)
     assert out.stdout.split() == ["0", "True", "True"], out.stdout + out.stderr

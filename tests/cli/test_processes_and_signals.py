@@ -177,7 +177,7 @@ def test_processes_the_code_under_test_starts_end_with_its_case(user_module, wri
     result = invoke("specs/", "--format", "json", *mode)
     assert [s for _, s in statuses(result.stdout)] == ["pass", "pass"], result.output
     pids = [int((tmp_path / name).read_text()) for name in ("sleeper.pid", "orphan.pid")]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     if "--no-isolate" in mode:  # the orphan left this process's tree: only an isolated worker's group holds it
@@ -199,19 +199,19 @@ def test_an_interrupt_reports_what_finished_and_ends_the_workers(user_module, wr
                             stderr=subprocess.PIPE, text=True)
     (tmp_path / "out").mkdir()
     marker = tmp_path / "hanging.pid"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # a bound for a broken run only
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.2)
     proc.send_signal(signum)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate(timeout=600)  # a bound for a hung run only, not a speed
     assert proc.returncode == code, stderr
     report = json.loads(stdout)
     assert statuses(stdout) == [("00_square", "pass"), ("01_wrong", "fail")]
     assert report["summary"]["not_run"] == 2 and report["summary"]["interrupted"] == signum.name
     assert (tmp_path / "out" / "junit.xml").read_text().count("<testcase") == 2
     hanging = int(marker.read_text())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
     while alive(hanging) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(hanging)
@@ -323,7 +323,7 @@ def test_a_daemon_that_left_the_process_group_ends_with_its_case(user_module, wr
     result = invoke("specs/", "--format", "json", "-j", "1")
     assert result.exit_code == 0, result.stdout
     pid = int((tmp_path / "daemon.pid").read_text())
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
     while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     if alive(pid):
@@ -363,7 +363,7 @@ def test_no_process_outlives_a_gradcheck_killed_with_sigkill(user_module, write_
     assert len(_in_session(proc.pid)) >= 3  # gradcheck, the fork server, the worker (and the resource tracker)
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while _in_session(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _in_session(proc.pid) == []
