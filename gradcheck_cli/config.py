@@ -99,6 +99,14 @@ def _relative(path: str, folder: Path) -> str:
     return path if Path(path).is_absolute() else os.path.relpath(full)
 
 
+def _in_file(value: Any, folder: Path) -> Any:
+    """Paths seen from the current directory (a path or a sequence of them), as the file writes them: relative
+    to its folder (absolute ones as they are), so that --show-config's lines can be pasted into it."""
+    if isinstance(value, str):
+        return value if Path(value).is_absolute() else os.path.relpath(Path(value).resolve(), folder.resolve())
+    return [_in_file(v, folder) for v in value]
+
+
 def _paths(value: Any, folder: Path) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
         raise ValueError(f"expected a list of spec files or folders, e.g. [\"specs\"], got {_show(value)}")
@@ -274,6 +282,8 @@ def describe(config: Config, params: Mapping[str, Any], given: Set[str]) -> str:
         if setting.param == "verbosity" and value is None:
             value = "normal"
         key = "paths" if setting.param == "targets" else setting.key
+        if config.path is not None and setting.param in ("targets", "specs_dir") and value not in (None, ()):
+            value = _in_file(value, Path(config.path).parent)
         text = f"{key} = {_toml(value)}" if value not in (None, ()) else \
             f"# {key}: not set ({UNSET.get(setting.param, 'none')})"
         if setting.param in given:

@@ -118,7 +118,11 @@ def test_the_nearest_pyproject_with_the_table_is_used_from_a_subfolder(project, 
     (tmp_path / "src" / "pyproject.toml").write_text('[tool.ruff]\nline-length = 100\n', encoding="utf-8")
     monkeypatch.chdir(sub)
     settings, sources = shown(invoke("--show-config"))
-    assert settings["paths"] == ["../../specs"] and sources["paths"] == f"{root} [tool.gradcheck] paths"
+    # as the file writes them (relative to its folder), so that the lines paste into it (issue 31 item 6: they
+    # were relative to the current folder, "../../specs")
+    assert settings["paths"] == ["specs"] and sources["paths"] == f"{root} [tool.gradcheck] paths"
+    settings, sources = shown(invoke("../../specs", "--show-config"))
+    assert settings["paths"] == ["specs"] and sources["paths"] == "command line (TARGETS)"
     result = invoke("--no-isolate")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["results"][0]["id"] == "../../specs/square.yaml::default[cpu]"
