@@ -36,7 +36,9 @@ def check(
     nondet_tol: float = 0.0,
     seed: int = 0,
     probes: int = 0,
+    fast: bool = False,
     repeat: int = 3,
+    max_memory: Optional[int] = None,
     memory_bytes: Optional[int] = None,
     strict: bool = False,
     reference: Any = None,
@@ -53,7 +55,9 @@ def check(
     there first (default: where they are); ``devices`` lists the devices ``device_consistency``
     compares (the first is the reference). Tolerances default to torch.autograd.gradcheck's.
     ``probes > 0`` decides with that many random probes first and compares element by element
-    only the arguments where one fails. ``strict`` fails a constant factor within the tolerance
+    only the arguments where one fails (``fast=True``: 3 probes, as ``--fast`` and ``check_spec``'s
+    ``fast``). ``max_memory`` (MB, as ``--max-memory`` and ``check_spec``'s ``max_memory``; or
+    ``memory_bytes`` in bytes) bounds the Jacobian held at once. ``strict`` fails a constant factor within the tolerance
     (e.g. 1.001x) that is well beyond the finite differences' own error (else a warning).
     ``reference`` (a plain PyTorch implementation with fn's signature) and ``reference_backward``
     (``f(inputs, grad_outputs) -> gradients``, the intended ones) are what the reference check
@@ -101,7 +105,11 @@ def check(
             isinstance(reference, type) and issubclass(reference, torch.autograd.Function))
         oracle = Oracle(getattr(torch, reference_dtype), ref, ref, reference_backward,
                         ref.path if ref else None, getattr(reference_backward, "__qualname__", None))
-    opts = Options(tolerance, seed, memory_bytes or MEMORY_BYTES, probes, repeat, compress=compress)
+    if max_memory is not None and memory_bytes is not None:
+        raise ValueError("give max_memory (MB) or memory_bytes, not both")
+    memory = max_memory * 2**20 if max_memory is not None else memory_bytes
+    opts = Options(tolerance, seed, memory or MEMORY_BYTES, FAST_PROBES if fast and not probes else probes, repeat,
+                   compress=compress)
 
     given_values = [*args, *(kwargs or {}).values()]
 

@@ -129,3 +129,18 @@ def test_assert_gradients_raises_for_an_error_and_returns_a_pass():
     result = assert_gradients(Square, (x3(),), atol=1e-6, checks=["backward"])
     assert result.status is Status.PASS and result.checks[0].inputs[0].atol == 1e-6
     assert "assert_gradients" in gradcheck_cli.__all__
+
+
+def test_check_speaks_check_specs_vocabulary_for_memory_and_fast():
+    """issue 31 item 6: check(memory_bytes=) beside check_spec(max_memory=), and fast= only in check_spec"""
+    import gradcheck_cli
+    from gradcheck_cli.examples.linear import LinearFunction
+
+    args = [torch.randn(4, 3, dtype=torch.float64, requires_grad=True),
+            torch.randn(2, 3, dtype=torch.float64, requires_grad=True)]
+    fast = gradcheck_cli.check(LinearFunction, args, fast=True)
+    assert fast.checks[0].mode == "probe" and fast
+    assert gradcheck_cli.check(LinearFunction, args).checks[0].mode == "elementwise"
+    assert gradcheck_cli.check(LinearFunction, args, max_memory=1)  # MB, as --max-memory
+    with pytest.raises(ValueError, match="max_memory .MB. or memory_bytes, not both"):
+        gradcheck_cli.check(LinearFunction, args, max_memory=1, memory_bytes=2**20)
