@@ -176,7 +176,7 @@ def key_paths(text: str) -> Optional[set[str]]:
         budget[0] -= 1
         if budget[0] < 0:
             raise OverflowError
-        paths.add(spec._keystr(key))
+        paths.add(spec.keystr(key))
         if id(value) in open_:
             return
         open_.add(id(value))
@@ -582,23 +582,23 @@ def related(err: str, mutated: tuple, doc: Any) -> bool:
     an argument entry or an `expect`, whose keys constrain each other) at a sibling key."""
     if mutated == ():
         return True
-    here = spec._keystr(mutated)
+    here = spec.keystr(mutated)
     if err == here or err.startswith(here + ".") or err.startswith(here + "["):
         return True
-    if err and err in {spec._keystr(mutated[:j]) for j in range(max(1, len(mutated) - 2), len(mutated))}:
+    if err and err in {spec.keystr(mutated[:j]) for j in range(max(1, len(mutated) - 2), len(mutated))}:
         return True
     if mutated[0] == "inputs" and re.fullmatch(r"cases\[\d+\]\.inputs(\..*)?", err):
         return True  # a case's `inputs: {NAME: ...}` names entries of the document's list
     if mutated[0] == "cases" and re.fullmatch(r"cases\[\d+\]\.name", err):
         return True  # case names are unique: a changed case can clash with another one's name
     parent = mutated[:-1]
-    if parent and parent[-1] == "expect" and err in {spec._keystr(parent + (k,)) for k in spec.EXPECT_KEYS}:
+    if parent and parent[-1] == "expect" and err in {spec.keystr(parent + (k,)) for k in spec.EXPECT_KEYS}:
         return True  # renaming `reason` (or removing it) leaves `reason` missing
     try:
         is_arg = role(doc, parent) == "arg"
     except (KeyError, IndexError, TypeError):
         is_arg = False
-    return is_arg and err in {spec._keystr(parent + (k,)) for k in spec.TENSOR_KEYS}
+    return is_arg and err in {spec.keystr(parent + (k,)) for k in spec.TENSOR_KEYS}
 
 
 def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tuple]:
@@ -617,10 +617,10 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         if key == ("function",):
             sure = "function"
         elif r == "arg" and last in spec.KINDS:
-            sure = spec._keystr(key[:-1])
+            sure = spec.keystr(key[:-1])
         elif (isinstance(parent, list) and len(parent) == 1 and role(doc, key[:-1]) in ("cases", "field", "list")
               and key[-2] != "import"):  # `import: []` imports nothing, which is fine
-            sure = spec._keystr(key[:-1])  # the only case, device, check or item of a list
+            sure = spec.keystr(key[:-1])  # the only case, device, check or item of a list
         del parent[last]
         return doc, key, sure, ()
     if kind == "rename":
@@ -632,7 +632,7 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         sure = None
         is_kind = role(doc, key[:-1]) == "arg" and old in spec.KINDS
         if allowed is not None:  # the typo is named, also a kind's (`shpe:`), before what is missing
-            sure = spec._keystr(key[:-1] + (new,))
+            sure = spec.keystr(key[:-1] + (new,))
         items = [(new if k == old else k, v) for k, v in parent.items()]
         parent.clear()
         parent.update(items)
@@ -643,10 +643,10 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         sure = None
         r = role(doc, key)
         if key and r in ("case", "arg") and new is not None:
-            sure = spec._keystr(key)
+            sure = spec.keystr(key)
         elif key[-1:] in (("function",), ("seed",), ("shape",)) and role(doc, key[:-1]) in ("top", "case", "arg") and not (
                 key[-1] == "shape" and isinstance(new, list)) and not (key[-1] == "seed" and type_class(new) == "number"):
-            sure = spec._keystr(key)
+            sure = spec.keystr(key)
         if not key:
             return new, key, None, ()
         get(doc, key[:-1])[key[-1]] = new
@@ -658,7 +658,7 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
             lambda n: n not in ALL_KEYS and n not in mapping), label="key")
         mapping[new] = data.draw(values, label="value")
         allowed = allowed_keys(doc, key)
-        return doc, key + (new,), spec._keystr(key + (new,)) if allowed else None, allowed or ()
+        return doc, key + (new,), spec.keystr(key + (new,)) if allowed else None, allowed or ()
     if kind == "duplicate":
         lists = [(k, v) for k, v in nodes if isinstance(v, list) and v]
         if not lists:
@@ -668,7 +668,7 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         seq.insert(i + 1, copy.deepcopy(seq[i]))
         sure = None
         if role(doc, key) == "cases" and isinstance(seq[i], dict) and "name" in seq[i]:
-            sure = spec._keystr(key + (i + 1, "name"))
+            sure = spec.keystr(key + (i + 1, "name"))
         return doc, key + (i + 1,), sure, ()
     if kind == "number":
         nums = [(k, v) for k, v in inner if type_class(v) == "number"]
@@ -681,16 +681,16 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         finite = isinstance(new, int) or math.isfinite(new)
         sure = None
         if r == "arg" and key[-1] in NUMBER_KEYS and not finite:
-            sure = spec._keystr(key)
+            sure = spec.keystr(key)
         elif r == "tolerance" and (not finite or new < 0):
-            sure = spec._keystr(key)
+            sure = spec.keystr(key)
         elif r in ("top", "case") and key[-1] == "seed" and not (spec.whole(new) is not None and 0 <= new < 2 ** 64):
-            sure = spec._keystr(key)
+            sure = spec.keystr(key)
         elif len(key) >= 2 and key[-2] == "shape" and role(doc, key[:-2]) == "arg" and not (
                 spec.whole(new) is not None and new >= 0):  # 1.0 is a whole number, as in JSON
-            sure = spec._keystr(key[:-1])
+            sure = spec.keystr(key[:-1])
         elif len(key) >= 3 and key[-3] == "avoid" and role(doc, key[:-3]) == "arg" and not finite:
-            sure = spec._keystr(key)
+            sure = spec.keystr(key)
         return doc, key, sure, ()
     # alias: a node becomes the very same object as another node (YAML &anchor / *alias),
     # possibly one that contains it (a cycle)
@@ -716,9 +716,9 @@ def test_mutations_of_valid_specs(data):
     event("outcome: " + ("surely invalid" if sure else "invalid" if errors else "valid"))
     assert len(errors) <= 1, [str(e) for e in errors]  # one broken document, one error
     for err in errors:
-        assert related(err.key, key, original), (spec._keystr(key), str(err))
+        assert related(err.key, key, original), (spec.keystr(key), str(err))
     if sure is not None:
-        assert errors and errors[0].key == sure, (spec._keystr(key), sure, [str(e) for e in errors])
+        assert errors and errors[0].key == sure, (spec.keystr(key), sure, [str(e) for e in errors])
         if allowed:
             msg = str(errors[0])
             assert "unknown key" in msg and "allowed keys" in msg, msg
