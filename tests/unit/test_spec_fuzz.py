@@ -601,6 +601,16 @@ def related(err: str, mutated: tuple, doc: Any) -> bool:
     return is_arg and err in {spec.keystr(parent + (k,)) for k in spec.TENSOR_KEYS}
 
 
+def alike_keys(value: Any) -> bool:
+    """Whether ``value`` holds a mapping with two keys that YAML writes alike ('0' and 0, 'true' and true)."""
+    if isinstance(value, dict):
+        texts = ["null" if k is None else str(k).lower() if isinstance(k, bool) else str(k) for k in value]
+        return len(set(texts)) < len(texts) or any(alike_keys(v) for v in value.values())
+    if isinstance(value, list):
+        return any(alike_keys(v) for v in value)
+    return False
+
+
 def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tuple]:
     """One random mutation of ``doc`` (a valid document, changed in place where it can be):
     (new document, mutated key path, the error key the mutation surely causes or None,
@@ -656,9 +666,11 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         key, mapping = data.draw(st.sampled_from(mappings), label="into")
         new = data.draw(st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True).filter(
             lambda n: n not in ALL_KEYS and n not in mapping), label="key")
-        mapping[new] = data.draw(values, label="value")
+        mapping[new] = value = data.draw(values, label="value")
         allowed = allowed_keys(doc, key)
-        return doc, key + (new,), spec.keystr(key + (new,)) if allowed else None, allowed or ()
+        # a value holding two keys written alike ('0' and 0) is first a duplicate key inside it
+        sure = spec.keystr(key + (new,)) if allowed and not alike_keys(value) else None
+        return doc, key + (new,), sure, (allowed or ()) if sure else ()
     if kind == "duplicate":
         lists = [(k, v) for k, v in nodes if isinstance(v, list) and v]
         if not lists:
