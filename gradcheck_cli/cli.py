@@ -290,6 +290,9 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 @click.option("-v", "--verbose", "verbosity", flag_value="verbose",
               help="Show every case in full (the table format); by default a case that did not fail is one "
                    "line, a failure is in full. The last of -q and -v wins.")
+@click.option("--tb", "tb", type=click.Choice(("short", "long", "line", "no")), default="short", show_default=True,
+              help="How an error in your code is traced (the table format), as pytest's --tb: short, every frame "
+                   "of your code; long, with the lines before each; line, the innermost frame; no, none.")
 @click.option("--watch", is_flag=True,
               help="Check, then re-check the cases that a saved spec file or Python file they import affects, "
                    "until Ctrl-C (one worker keeps torch and your modules loaded). Exit code: that of every "
@@ -308,7 +311,7 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
               checks: tuple[str, ...], reference: Optional[str], imports: tuple[str, ...], strict: bool,
               require_device: bool,
               no_isolate: bool, probes: int, no_compress: bool,
-              max_memory: int, color: Optional[bool], verbosity: Optional[str], watch: bool,
+              max_memory: int, color: Optional[bool], verbosity: Optional[str], tb: str, watch: bool,
               show_config: bool) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path.
 
@@ -362,7 +365,7 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
         # (a watch keeps every result: Ctrl-C there must stop it at once)
         ignored = {} if watch else {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
         with _handling(ignored):
-            _write(report, fmt, color, verbosity, junit_xml, junit_locations, html_path)
+            _write(report, fmt, color, (verbosity, tb), junit_xml, junit_locations, html_path)
 
     if watch:
         from .watch import watch_targets
@@ -383,15 +386,18 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
     sys.exit(report.exit_code())
 
 
-def _write(report: Report, fmt: str, color: bool, verbosity: Optional[str], junit_xml: Optional[str],
+def _write(report: Report, fmt: str, color: bool, table: tuple[Optional[str], str], junit_xml: Optional[str],
            junit_locations: bool, html_path: Optional[str]) -> None:
+    """The report in ``fmt`` on stdout, and the files asked for; ``table``: the table's verbosity (-q, -v)
+    and traceback style (--tb)."""
     from . import reporters
 
-    if fmt == "table":  # -q / -v choose how much of it
+    if fmt == "table":  # -q / -v choose how much of it, --tb how errors are traced
         from .reporters.table import Verbosity
         from .reporters.table import render as render_table
 
-        render_table(report, sys.stdout, color, Verbosity[(verbosity or "normal").upper()])
+        verbosity, tb = table
+        render_table(report, sys.stdout, color, Verbosity[(verbosity or "normal").upper()], tb)
     else:
         reporters.get(fmt)(report, sys.stdout, color)
     if fmt == "github" and os.environ.get("GITHUB_STEP_SUMMARY"):  # the job's summary page

@@ -19,9 +19,10 @@ from .state import GUARD
 class UserCodeError(Exception):
     """The user's code raised (forward, backward, jvp, a constructor): the case becomes an error result."""
 
-    def __init__(self, kind: ErrorKind, message: str, where: Optional[str] = None) -> None:
+    def __init__(self, kind: ErrorKind, message: str, where: Optional[str] = None,
+                 frames: tuple[str, ...] = ()) -> None:
         super().__init__(message)
-        self.kind, self.where = kind, where
+        self.kind, self.where, self.frames = kind, where, frames  # frames: user_frames of what it raised
 
 
 class LoadError(Exception):
@@ -40,20 +41,32 @@ class BindError(Exception):
         self.key = key
 
 
-def user_frame(exc: BaseException) -> Optional[str]:
-    """``file:line (code)`` of the innermost traceback frame in the user's code (not torch, not us)."""
+def _user_frames(exc: BaseException) -> list[traceback.FrameSummary]:
+    """The traceback frames of ``exc`` in the user's code (not torch, not us), outermost first."""
     ours = os.path.dirname(os.path.abspath(__file__))
     skip = (os.path.dirname(torch.__file__), ours, "<", os.path.dirname(importlib.__file__))
 
     def is_user(filename: str) -> bool:
         return not filename.startswith(skip) or filename.startswith(os.path.join(ours, "examples"))
 
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if is_user(f.filename)]
+    return [f for f in traceback.extract_tb(exc.__traceback__) if is_user(f.filename)]
+
+
+def user_frame(exc: BaseException) -> Optional[str]:
+    """``file:line (code)`` of the innermost traceback frame in the user's code (not torch, not us)."""
+    frames = _user_frames(exc)
     if not frames:
         return None
     frame = frames[-1]
     where = f"{os.path.relpath(frame.filename)}:{frame.lineno}"
     return f"{where} ({frame.line.strip()})" if frame.line else where
+
+
+def user_frames(exc: BaseException) -> tuple[str, ...]:
+    """Every traceback frame of ``exc`` in the user's code, outermost first, as ``file:line in function
+    (code)``: the traceback a report shows (--tb)."""
+    return tuple(f"{os.path.relpath(f.filename)}:{f.lineno} in {f.name}" + (f" ({f.line.strip()})" if f.line else "")
+                 for f in _user_frames(exc))
 
 
 def device_kind(exc: BaseException) -> Optional[ErrorKind]:
@@ -78,4 +91,4 @@ def guarded(kind: ErrorKind, what: str, fn: Callable[..., Any], *args: Any, **kw
         raise
     except BaseException as exc:
         raise UserCodeError(device_kind(exc) or kind, f"{what} raised {type(exc).__name__}: {exc}",
-                            user_frame(exc)) from exc
+                            user_frame(exc), user_frames(exc)) from exc

@@ -109,6 +109,7 @@ class ErrorInfo:
     kind: ErrorKind
     message: str
     where: Optional[str] = None  # "path/to/user_file.py:42" when the user's code raised
+    traceback: list[str] = field(default_factory=list)  # the user's frames, outermost first (--tb)
 
 
 @dataclass

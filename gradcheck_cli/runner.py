@@ -116,7 +116,7 @@ def guard(result: CaseResult, body: Callable[[CaseResult], None], where: str = "
     except (BindError, inputs.InputError) as exc:
         result.error = ErrorInfo(ErrorKind.SPEC, f"{where}: {exc.key}: {exc}" if where else f"{exc.key}: {exc}")
     except UserCodeError as exc:
-        result.error = ErrorInfo(exc.kind, str(exc), exc.where)
+        result.error = ErrorInfo(exc.kind, str(exc), exc.where, list(exc.frames))
     except DeviceError as exc:
         result.error = ErrorInfo(ErrorKind.DEVICE, str(exc))
     except Exception as exc:  # noqa: BLE001 - a bug of ours is still one result, not a crash

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 import io
-from typing import TextIO
+from typing import Optional, TextIO
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
@@ -122,15 +122,18 @@ def render_brief(result: CaseResult, console: Console) -> None:
         console.print(Text(f"  warning: {warning}", style="yellow"))
 
 
-def case_parts(result: CaseResult) -> list[RenderableType]:
-    """What the report shows of one result in full, top to bottom: its head line, error, tables,
-    messages, warnings, replay command and a blank line."""
+TRACEBACKS = ("short", "long", "line", "no")  # --tb, as pytest's
+
+
+def case_parts(result: CaseResult, tb: str = "short") -> list[RenderableType]:
+    """What the report shows of one result in full, top to bottom: its head line, error (with the user's
+    traceback as ``tb`` says: ``short`` every frame of the user's code, ``long`` with their source lines,
+    ``line`` the innermost, ``no`` none), tables, messages, warnings, replay command and a blank line."""
     result = printable(result, terminal=True)  # user text: lone surrogates, terminal control sequences
     parts: list[RenderableType] = [head_line(result)]
     if result.error:
         parts.append(Text(f"  {result.error.kind} error: {result.error.message}", style=STYLE[Status.ERROR]))
-        if result.error.where:
-            parts.append(Text(f"  at {result.error.where}", style="dim"))
+        parts += [Text(line, style="dim") for line in _traceback(result.error.where, result.error.traceback, tb)]
     for check in result.checks:
         if check.inputs:
             parts.append(CheckView(check))
@@ -144,9 +147,33 @@ def case_parts(result: CaseResult) -> list[RenderableType]:
     return [*parts, Text()]
 
 
-def render_case(result: CaseResult, console: Console) -> None:
+def _traceback(where: Optional[str], frames: list[str], tb: str) -> list[str]:
+    """The lines under an error that say where in the user's code it arose (``case_parts``)."""
+    if tb == "no" or not where and not frames:
+        return []
+    if tb == "line" or len(frames) <= 1 and tb == "short":
+        return [f"  at {where or frames[-1]}"]
+    lines = ["  traceback (your code, innermost last):"]
+    for frame in frames:
+        lines.append(f"    {frame}")
+        if tb == "long":
+            lines += [f"      {text}" for text in _source(frame)]
+    return lines
+
+
+def _source(frame: str) -> list[str]:
+    """Two lines of source before a frame's line (``path:line in function (code)``), as they are on disk."""
+    import linecache
+
+    path, _, rest = frame.partition(":")
+    number = int(rest.split(" ", 1)[0]) if rest.split(" ", 1)[0].isdigit() else 0
+    return [linecache.getline(path, k).rstrip() for k in range(max(1, number - 2), number)
+            if linecache.getline(path, k).strip()]
+
+
+def render_case(result: CaseResult, console: Console, tb: str = "short") -> None:
     """A case in full: every check's table and message, warnings, and the replay command of a failure."""
-    for part in case_parts(result):
+    for part in case_parts(result, tb):
         # soft_wrap: a command is never broken by a newline (pasted, it must run)
         console.print(part, soft_wrap=isinstance(part, Command))
 
@@ -187,7 +214,8 @@ def summary_line(report: Report) -> Text:
     return text
 
 
-def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbosity = Verbosity.VERBOSE) -> None:
+def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbosity = Verbosity.VERBOSE,
+           tb: str = "short") -> None:
     """The report on ``stream``: at ``verbosity`` (every case in full unless told otherwise), then the summary.
     On a terminal, as wide as the terminal (a table too wide for it folds), coloured or not; elsewhere (a
     file, a pipe, CI logs) never wrapped: one line per argument, greppable, without trailing padding."""
@@ -205,7 +233,7 @@ def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbos
         if result.status in FULL or verbosity is Verbosity.VERBOSE:
             if brief:
                 console.print()
-            render_case(result, console)
+            render_case(result, console, tb)
             brief = False
         elif verbosity is Verbosity.NORMAL:
             render_brief(result, console)

@@ -334,3 +334,51 @@ def test_an_inline_target_gets_a_replay_command_that_reruns_it(monkeypatch, invo
     (third,) = json.loads(kw.stdout)["results"]
     assert third["replay"] == ("gradcheck gradcheck_cli.examples.higher.LogSumExp -i 3x4 --kwarg dim=-1 "
                                "--check forward_ad")
+
+
+NESTED = """
+import torch
+
+
+def helper(x):
+    return inner(x)
+
+
+def inner(x):
+    raise ValueError("boom in inner")
+
+
+class Nested(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return helper(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+"""
+
+
+@pytest.mark.parametrize("tb, shown, hidden", [
+    ("short", ["traceback (your code, innermost last):", "nested.py:16 in forward (return helper(x))",
+               "nested.py:6 in helper (return inner(x))", 'nested.py:10 in inner (raise ValueError("boom in inner"))'],
+     ["def helper(x):"]),
+    ("long", ["nested.py:6 in helper (return inner(x))", "      def helper(x):"], []),
+    ("line", ['  at nested.py:10 (raise ValueError("boom in inner"))'], ["traceback", "in helper"]),
+    ("no", [], ["nested.py:", "traceback"]),
+])
+def test_tb_shows_the_users_frames_as_pytest_does(user_module, write_spec, invoke, tb, shown, hidden):
+    """issue 31 item 4: an exception in user code showed only its innermost frame, even with -v"""
+    user_module(NESTED, "nested")
+    write_spec("function: nested:Nested\ninputs: [{shape: [3]}]\n", "specs/n.yaml")
+    result = invoke("specs/", "--no-color", "--tb", tb, "-j", "1")
+    assert result.exit_code == 3
+    assert "forward error: forward raised ValueError: boom in inner" in result.stdout
+    for text in shown:
+        assert text in result.stdout, result.stdout
+    for text in hidden:
+        assert text not in result.stdout, result.stdout
+    data = json.loads(invoke("specs/", "--format", "json", "-j", "1").stdout)
+    assert data["results"][0]["error"]["traceback"] == [
+        "nested.py:16 in forward (return helper(x))", "nested.py:6 in helper (return inner(x))",
+        'nested.py:10 in inner (raise ValueError("boom in inner"))']
