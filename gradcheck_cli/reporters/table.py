@@ -223,11 +223,13 @@ def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbos
     tty = _isatty(stream)
     out = writable(stream) if tty or color else io.StringIO()  # plain text elsewhere: its lines stripped at the end
     # colour decided by the caller (reporters.use_color), never by rich from FORCE_COLOR, NO_COLOR or a tty
+    # coloured into a pipe (`--color | less -R`): as wide as COLUMNS or the terminal says, as on one
+    width = None if tty or color else 1000
     console = Console(file=out, no_color=not color, highlight=False, soft_wrap=False,
-                      width=None if tty else 1000, force_terminal=color, color_system="auto" if color else None)
+                      width=width, force_terminal=color, color_system="auto" if color else None)
     if color and console.color_system is None:  # TERM=dumb: colour was asked for all the same
         console = Console(file=out, highlight=False, soft_wrap=False, force_terminal=True, color_system="standard",
-                          width=None if tty else 1000)
+                          width=width)
     brief = False  # the last thing printed was a one-line result (a full one ends with a blank line)
     for result in report.results:
         if result.status in FULL or verbosity is Verbosity.VERBOSE:
