@@ -104,6 +104,7 @@ def _serve(conn: Connection, threads: int, environ: dict[str, str], parent_alive
 
     torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
     warm_up()  # before the first task: its duration and its timeout count from "started"
+    conn.send(("ready", os.getpid(), None, None))  # the parent may wait for this (Pool.warm)
     with GUARD.consecutive():  # nothing but this loop runs between two cases
         _tasks(conn)
 
@@ -175,6 +176,7 @@ class _Worker:
         self.given = 0.0  # when the task was handed over
         self.started: Optional[float] = None  # when the worker began the task
         self.retiring = False  # it said it will exit after this result
+        self.ready = False  # it said it has imported and warmed up
         self.stray: Optional[int] = None  # a process that wrote to this worker's pipe but is not the worker
 
     def give(self, index: int, task: Task) -> None:
@@ -187,6 +189,9 @@ class _Worker:
         try:
             while self.conn.poll():
                 kind, pid, index, payload = self.conn.recv()
+                if kind == "ready" and pid == self.proc.pid:
+                    self.ready = True
+                    continue
                 if pid != self.proc.pid or index != self.index:
                     self.stray = pid
                     return False, None
@@ -198,6 +203,14 @@ class _Worker:
         except (EOFError, OSError, ValueError, TypeError):  # a broken pipe, or bytes that are no message of ours
             return False, None
         return True, None
+
+    def wait_ready(self) -> None:
+        """Wait until the worker has started up (or died: the next task then finds it dead)."""
+        while not self.ready and self.proc.is_alive():
+            wait([self.conn, self.proc.sentinel], timeout=WAIT_MAX)
+            alive, _ = self.take()
+            if not alive:
+                return
 
     def spent(self) -> float:
         return time.monotonic() - (self.started if self.started is not None else self.given)
@@ -268,6 +281,16 @@ class Pool:
 
     def _fresh(self) -> _Worker:
         return _Worker(self.ctx, self.threads, self.parent_alive)
+
+    def warm(self) -> float:
+        """Start the workers and wait until each has started up; the seconds it took (a first task's time
+        then counts the task alone)."""
+        start = time.monotonic()
+        while len(self.workers) < self.size:
+            self.workers.append(self._fresh())
+        for worker in self.workers:
+            worker.wait_ready()
+        return time.monotonic() - start
 
     def run(self, tasks: list[Task], maxfail: int = 0) -> Generator[tuple[int, CaseResult], None, None]:
         """Check ``tasks``; yield (index into tasks, result) as each finishes. Closing the generator early

@@ -34,6 +34,7 @@ SPEC_SUFFIXES = (".yaml", ".yml")
 DEFAULT_PATTERN = ("*.yaml", "*.yml")
 DEFAULT_MAX_MEMORY_MB = 512  # as the command line's --max-memory
 _POOL = pytest.StashKey["Pool"]()
+_STARTED = pytest.StashKey[float]()  # seconds the worker took to start, before the first case
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -140,6 +141,23 @@ def _pool(config: pytest.Config) -> Pool:
                                           threads=max(1, usable_cores() // max(1, share)),
                                           timeout_option="--gradcheck-timeout")
     return pool
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the worker before the first spec case runs, so that its start-up (torch's import, about 10 s
+    on a busy machine) is not counted in that case's time; the terminal summary says how long it took."""
+    config = session.config
+    if (config.getoption("collectonly") or config.getoption("gradcheck_no_isolate")
+            or not any(isinstance(item, CaseItem) for item in session.items)):
+        return
+    config.stash[_STARTED] = _pool(config).warm()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    seconds = config.stash.get(_STARTED, None)
+    if seconds is not None:
+        terminalreporter.write_line(f"gradcheck: the worker started in {seconds:.1f} s, before the first spec "
+                                    "case (not counted in its time)")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

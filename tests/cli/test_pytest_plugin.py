@@ -398,3 +398,13 @@ def test_the_plugin_timeout_is_a_number_of_seconds(tmp_path):
     (tmp_path / "record_outcomes.py").write_text(RECORDER)
     r = pytest_in(tmp_path, "--gradcheck", "--gradcheck-timeout", "nan")
     assert r.ret == 4 and "--gradcheck-timeout" in r.stdout and "0 or inf: no limit" in r.stdout
+
+
+def test_the_workers_start_up_is_reported_apart_from_the_first_case(project: Path) -> None:
+    """issue 31 item 6: the first test's time included the worker's start-up (torch's import, ~11 s)"""
+    r = pytest_in(project, "--gradcheck", "specs/linear.yaml", "-q")
+    assert r.ret == 0, r.stdout
+    assert re.search(r"gradcheck: the worker started in \d+\.\d s, before the first spec case", r.stdout), r.stdout
+    for extra in (["--collect-only"], ["--gradcheck-no-isolate"]):
+        r = pytest_in(project, "--gradcheck", "specs/linear.yaml", "-q", *extra)
+        assert "the worker started" not in r.stdout, r.stdout
