@@ -455,6 +455,7 @@ class Guard:
         left them and found them, instead of reading ~29,000 names again. A change made between two cases
         is then told with (and put back after) the case after it, as it is not there when that case begins."""
         self._consecutive.append(True)
+        self._confirmed.clear()  # what a block before this scope found is no start for its first case
         try:
             yield
         finally:

@@ -139,3 +139,18 @@ def test_torch_rebinding_its_own_counters_keeps_the_quick_reading(fake: ModuleTy
     assert quiet == 1, takes  # the start's reading only: the end took the quick path
     assert len(takes) > quiet + 1  # the patch took the closer look at the end
     assert fake.first is _first and len(notes) == 1 and "gradcheck_consecutive_fake.first" in notes[0], notes
+
+
+def test_a_loop_of_cases_does_not_start_from_what_a_block_before_it_found(fake: ModuleType) -> None:
+    """A block that ended before the loop (another test's check, while it had torch.compile patched) left its
+    reading of torch's namespaces as the loop's start: the loop's first case then 'put back' the patch and
+    told a change it never made (a full-suite flake of the compressed/--no-compress report comparison)."""
+    fake.first = _second  # patched outside any block (as a test's monkeypatch does)
+    with state.GUARD.preserved([]):  # a check run meanwhile: it finds the patch, and leaves it as it found it
+        pass
+    fake.first = _first  # the patch undone outside any block (as monkeypatch's undo is)
+    notes: list[str] = []
+    with state.GUARD.consecutive():
+        with state.GUARD.preserved(notes):
+            pass
+    assert notes == [] and fake.first is _first, notes
