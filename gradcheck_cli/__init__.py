@@ -73,7 +73,7 @@ def check(
 
     from . import runner
     from .binding import bind
-    from .checks import NAMES, get
+    from .checks import NAMES
     from .checks.base import MEMORY_BYTES, CheckContext, Options
     from .custom_op import as_op, vmap_fallback_quiet
     from .oracle import Oracle
@@ -130,7 +130,7 @@ def check(
         ctx = CheckContext(target, bound, device or (here[0] if here else "cpu"), opts, tuple(devices), on,
                            named=list(checks) != ["all"], oracle=oracle)
         with vmap_fallback_quiet():
-            result.checks.extend(get(n)(ctx) for n in names)
+            result.checks.extend(runner.run_check(n, ctx) for n in names)
 
     return runner.guard(result, body)
 

@@ -104,6 +104,18 @@ def _resampled(task: Task, seed: int) -> CaseResult:
     raise AssertionError("unreachable: the last draw returns")
 
 
+def run_check(name: str, ctx: CheckContext) -> CheckResult:
+    """Check ``name`` on ``ctx``; where its call of backward raised because backward breaks its contract,
+    the backward check's fail in its words (the same whichever check meets it), else the error goes on."""
+    try:
+        return checks.get(name)(ctx)
+    except UserCodeError as exc:
+        failed = broken.instead_of_error(ctx, name, exc)
+        if failed is None:
+            raise
+        return failed
+
+
 def guard(result: CaseResult, body: Callable[[CaseResult], None], where: str = "") -> CaseResult:
     """Run ``body(result)`` (which appends checks to it); any failure to check becomes ``result.error``."""
     start = time.perf_counter()
@@ -172,13 +184,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
             continue
         last = name == running[-1]
         with state.GUARD.preserved(result.warnings, last=last), vmap_fallback_quiet():  # no check sees others' changes
-            try:
-                check: CheckResult = checks.get(name)(ctx)
-            except UserCodeError as exc:  # a broken contract is the same fail whichever check meets it
-                failed = broken.instead_of_error(ctx, name, exc)
-                if failed is None:
-                    raise
-                check = failed
+            check = run_check(name, ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         result.checks.append(check)

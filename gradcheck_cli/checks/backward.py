@@ -23,6 +23,7 @@ from .rows import fill_jacobian
 from .upcast import LOW_TOLERANCE, by_tolerance, reference
 from .verdict import begin, conclude, skip
 
+NO_VERDICT = "forward's precision: no verdict"  # the reason of a row finite differences cannot judge
 GRID_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # precision.GRIDS
 Again = Callable[[InputReport, Tolerance], None]  # judge an argument's row again, element by element, at a tolerance
 Columns = Callable[[list[int], dict[int, torch.Tensor]], Iterator[tuple[int, torch.Tensor]]]  # see _reexamine
@@ -436,7 +437,7 @@ def _not_judged(result: CheckResult, row: InputReport, oracle: bool) -> None:
     words = (f"{row.diagnosis.split('; ')[0]}; the reference check judges it" if oracle and row.diagnosis
              else f"{row.diagnosis} (a skip under `checks: all`; naming backward makes it a fail)")
     result.warnings.append(f"'{row.name}' not checked: {words}")
-    row.status, row.reason, row.mismatched = Status.SKIP, "forward's precision: no verdict", 0
+    row.status, row.reason, row.mismatched = Status.SKIP, NO_VERDICT, 0
 
 
 def _finish(result: CheckResult, found: contract.Findings, more: list[str], start: float) -> CheckResult:
@@ -456,5 +457,5 @@ def _finish(result: CheckResult, found: contract.Findings, more: list[str], star
     return conclude(result, start, found.failures + more, wrong,
                     lambda right: f"{len(right)} argument{'s' * (len(right) != 1)} checked, all within tolerance",
                     nothing=("finite differences cannot judge it (forward's precision: see the warnings)"
-                             if any(r.reason == "forward's precision: no verdict" for r in result.inputs)
+                             if any(r.reason == NO_VERDICT for r in result.inputs)
                              else "no argument requires grad: nothing to compare"))

@@ -1,5 +1,6 @@
 """A check whose call of backward raised, because backward breaks its contract: the same fail as the
-backward check's, in its words (a case's verdict does not depend on which checks run)."""
+backward check's, in its words (a case's verdict does not depend on which checks run). The runner
+asks ``instead_of_error`` for every check that raised, so no check needs to ask itself."""
 from __future__ import annotations
 
 from typing import Optional

@@ -29,7 +29,6 @@ from .base import (
     refuse_if_too_big,
     work_limit,
 )
-from .broken import contract_failure
 from .rows import fill_jacobian
 from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again, low_tolerance
 from .upcast import by_tolerance, reference
@@ -74,10 +73,8 @@ def run(ctx: CheckContext) -> CheckResult:
     except UserCodeError as exc:
         if exc.kind is not ErrorKind.BACKWARD:
             raise
-        broken = contract_failure(ctx, result, start)
-        if broken is not None:
-            return broken
-        grad_of(leaves + [v.detach() for v in v_leaves])  # raises as well: backward itself is broken, an error
+        # raises as well where backward itself is broken: the runner makes a broken contract backward's fail
+        grad_of(leaves + [v.detach() for v in v_leaves])
         at = f" at {exc.where}" if exc.where else ""
         hazard = (f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
                   f"{UNDIFFERENTIABLE}")

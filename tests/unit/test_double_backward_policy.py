@@ -709,3 +709,18 @@ def test_a_broken_contract_is_no_error_under_any_check(user_module, write_spec, 
     for found in result.checks:
         assert found.status is Status.SKIP or words in found.message, (found.check, found.status, found.message)
     assert {c.check for c in result.checks if c.status is Status.FAIL} >= ({"backward"} if checks == "all" else set())
+
+
+@pytest.mark.parametrize("name", ["double_backward", "batched", "undefined_grad"])
+def test_the_library_api_reports_a_broken_contract_as_the_runner_does(user_module, name):
+    """check(..., checks=[name]) runs each check through runner.run_check, as a spec run does (batched
+    from Python was an error)"""
+    import gradcheck_cli
+
+    fn = importlib.import_module(user_module(WRONG_SHAPE, "shapemod_api")).WrongShape
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    result = gradcheck_cli.check(fn, [x], checks=[name])
+    assert result.error is None, result.error
+    (found,) = result.checks
+    assert found.status is Status.FAIL
+    assert found.message == "backward returned shape [2, 4] for 'x' of shape [3, 4]: a gradient has its input's shape"
