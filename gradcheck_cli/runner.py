@@ -172,7 +172,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     expectations.validate(case.expect, bound.names, case.checks, chosen)
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
     options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat,
-                      case.compile.backend, case.compile.atol, case.compile.rtol, opts.compress)
+                      case.compile.backend, opts.compress)
     ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
                        named=not case.all_checks,
                        oracle=oracle.load(case, target, device) if "reference" in case.checks else None)

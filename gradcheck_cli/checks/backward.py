@@ -15,12 +15,12 @@ from ..numerics.jacobians import projection
 from ..numerics.realify import Vjp
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator, signed_uniform
-from ..spec import Tolerance
+from ..tolerance import Tolerance
 from . import contract
 from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import fill_jacobian
-from .upcast import LOW_TOLERANCE, by_tolerance, reference
+from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, skip
 
 NO_VERDICT = "forward's precision: no verdict"  # the reason of a row finite differences cannot judge
@@ -326,9 +326,8 @@ def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, agai
     is left, or the user's code raises there (the row is untouched)."""
     median = coarse[len(coarse) // 2]  # a few entries' values fit in fewer bits by chance: their step is overestimated
     grid = median.grid
-    low_atol, low_rtol, _ = LOW_TOLERANCE[GRID_DTYPES.get(grid, torch.float32)]
-    atol = tol.atol if "atol" in tol.given else max(tol.atol, low_atol)
-    rtol = tol.rtol if "rtol" in tol.given else max(tol.rtol, low_rtol)
+    low = tol.at_least(GRID_DTYPES.get(grid, torch.float32))
+    atol, rtol = low.atol, low.rtol
     eps = precision.rejudge_eps(median.step, tol.eps, atol)
     if eps is None:
         return False

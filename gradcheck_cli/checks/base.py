@@ -16,8 +16,8 @@ from ..numerics.batching import stage_budget
 from ..oracle import Oracle
 from ..results import ErrorKind
 from ..rng import RngFork, signed_uniform
-from ..spec import Tolerance
 from ..target import Target
+from ..tolerance import Tolerance
 from .rows import short
 
 MEMORY_BYTES = 512 * 2**20  # Jacobian entries held at once, unless --max-memory says otherwise
@@ -37,8 +37,6 @@ class Options:
     probes: int = 0  # > 0: decide with this many signed random probes, element by element only if one fails
     repeat: int = 3  # backward calls with the same grad_output that must agree
     compile_backend: str = "aot_eager"  # the compile check's torch.compile backend
-    compile_atol: Optional[float] = None  # the compile check's tolerances (None: per dtype)
-    compile_rtol: Optional[float] = None
     compress: bool = True  # compressed finite differences where the Jacobian is sparse (see numerics.compressed)
 
 

@@ -34,8 +34,9 @@ from ..numerics import as_tuple, engine, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator, signed_uniform
 from ..target import Target
+from ..tolerance import same
 from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like
-from .rows import agreement, fill, tolerance, zeros_if_none
+from .rows import agreement, fill, zeros_if_none
 from .verdict import begin, conclude, skip, unsupported
 
 BATCH = 3  # batch elements per vmapped call
@@ -318,8 +319,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
             found.problems.append(f"vmap over forward returned output {p} with shape {list(g.shape[1:])} per batch "
                                   f"element, but forward returns {list(want.shape[1:])}{hint}")
             return
-        atol, rtol = tolerance(g.dtype, 0.0)
-        entry = agreement(g, want, atol, rtol)
+        entry = agreement(g, want, same(g.dtype))
         if int(entry.bad.sum()):
             found.problems.append(f"vmap over forward differs from a loop of forwards for output {p} (max abs err "
                                   f"{entry.max_abs:.3g}, batch element {entry.worst_row}){hint}")
@@ -377,8 +377,8 @@ def _finish(result: CheckResult, start: float, bound: Bound, checked: list[int],
             row.status, row.reason = Status.SKIP, "not compared: vmap failed (see the message)"
             continue
         got, want = torch.cat(found.got[i]), torch.cat(found.want[i])
-        atol, rtol = tolerance(bound.values[i].dtype, nondet_tol)
-        fill(row, agreement(got, want, atol, rtol), bound.values[i], lambda r: found.labels[r])
+        fill(row, agreement(got, want, same(bound.values[i].dtype, nondet_tol)), bound.values[i],
+             lambda r: found.labels[r])
         row.reason = f"{len(found.labels)} batched results against as many separate calls"
 
     def wrong(r: InputReport) -> str:

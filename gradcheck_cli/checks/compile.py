@@ -34,8 +34,8 @@ from ..nn_module import ModuleTarget, call_with, restore_buffers
 from ..numerics import as_tuple, is_float_tensor
 from ..results import CheckResult, InputReport, Pattern, Status
 from ..rng import Stream, generator, seed_plus
-from ..spec import ReferenceRule
 from ..target import Target
+from ..tolerance import ReferenceRule
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
 from .diagnosis import ratio_text
 from .sides import compare, gradients, output_row, side
@@ -101,7 +101,7 @@ def _attempt(ctx: CheckContext) -> CheckResult:
     gen = generator(ctx.options.seed, Stream.COMPILE)
     probes = {p: probe_like(eager.outputs[p], gen) for p in positions}
     eager.grads = gradients(eager, probes, "backward")
-    rule = ReferenceRule("allclose", 2.0, ctx.options.compile_atol, ctx.options.compile_rtol)
+    rule = ctx.tolerance.compile
     breaks: dict[str, int] = {}
     n, kw = bound.n_positional, bound.kw_names
     call = _traced(target)

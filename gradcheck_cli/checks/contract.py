@@ -21,8 +21,8 @@ from ..numerics import as_tuple, is_float_tensor
 from ..numerics.realify import Vjp, strided
 from ..results import ErrorKind
 from ..rng import Stream, generator
-from ..spec import Tolerance
 from ..target import Target
+from ..tolerance import Tolerance
 from . import linearity, undefined_grad
 from .base import call_forward, fresh_leaves, probe_like
 

@@ -10,6 +10,7 @@ import torch
 
 from ..numerics import Entry, unravel
 from ..results import InputReport, Pattern
+from ..tolerance import limit, within
 
 CONSTANT_RATIO_RESIDUAL = 1e-6  # relative squared residual below which a ratio counts as constant
 # a numerical gradient this small against atol (the root of its sum of squares) is rounding: a batched
@@ -61,7 +62,7 @@ def explains(entry: Entry, r: float) -> bool:
         return False
     for _, a, n in entry.bad_columns:
         rn = n * r
-        if not bool(((a - rn).abs() <= entry.atol + entry.rtol * rn.abs()).all()):
+        if not bool(within(a, rn, entry.atol, entry.rtol).all()):
             return False
     bad = entry.bad.nonzero().view(-1)
     pa, pn = entry.proj_a[bad], entry.proj_n[bad]
@@ -87,7 +88,7 @@ def conjugate(entry: Entry, imag_rows: torch.Tensor, complex_input: bool) -> boo
     for col, a, n in entry.bad_columns:
         flip = imag_rows ^ bool(complex_input and col % 2)
         expected = torch.where(flip, -n, n)
-        if not bool(((a - expected).abs() <= entry.atol + entry.rtol * n.abs()).all()):
+        if not bool(((a - expected).abs() <= limit(n.abs(), entry.atol, entry.rtol)).all()):
             return False
     return True
 

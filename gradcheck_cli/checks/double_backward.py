@@ -18,7 +18,7 @@ from ..numerics import Entry, as_tuple, compare, engine, kinks, vjp
 from ..numerics.realify import Vjp, strided
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator
-from ..spec import Tolerance
+from ..tolerance import Tolerance
 from .base import (
     CheckContext,
     call_forward,
@@ -30,7 +30,7 @@ from .base import (
     work_limit,
 )
 from .rows import fill_jacobian
-from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again, low_tolerance
+from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again
 from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, label, labels, reword, skip, unsupported
 
@@ -170,7 +170,7 @@ class _Judge:
     def _again(self, row: InputReport, look: Look, low: str) -> Look:
         """The row judged again at ``look.eps`` with float32's tolerances: a pass with a warning, or a fail
         with those numbers."""
-        t = replace(low_tolerance(self.tol), eps=look.eps)
+        t = replace(self.tol.at_least(torch.float32), eps=look.eps)
         layout, entry = self.compare(t)
         fresh = InputReport(row.index, row.name, row.shape, row.dtype, Status.PASS, numel=row.numel, line=row.line,
                             role=row.role, via=row.via)

@@ -21,8 +21,8 @@ from ..errors import UserCodeError
 from ..numerics import Entry, as_tuple, central_difference, make_layout, real_flat, unravel
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..rng import Stream, generator, signed_uniform
-from ..spec import Tolerance
 from ..target import Target
+from ..tolerance import Tolerance
 from .base import (
     CheckContext,
     call_forward,
@@ -33,7 +33,7 @@ from .base import (
     work_limit,
 )
 from .rows import fill_jacobian
-from .second_look import EXPLAINED, PRECISION, look_again, low_tolerance
+from .second_look import EXPLAINED, PRECISION, look_again
 from .upcast import reference
 from .verdict import begin, conclude, labels, reword, skip, unsupported
 
@@ -94,7 +94,7 @@ def run(ctx: CheckContext) -> CheckResult:
             look = look_again(row, entry, forward, upcast, upcast[i], positions, tols[k],
                               partial(_jvp_column, jvp, plain, plain[i], positions=positions), "jvp")
             if look.kind == PRECISION and look.eps:
-                t = replace(low_tolerance(tols[k]), eps=look.eps)
+                t = replace(tols[k].at_least(torch.float32), eps=look.eps)
                 again, (fresh,) = _compare(ctx, (plain, upcast), [i], [t], outputs, positions, budget)
                 _refill(row, fresh, again, bound.values[i], outputs, t, tols[k].eps)
             elif look.kind == EXPLAINED:

@@ -22,7 +22,7 @@ import torch
 
 from ..numerics import precision, real_numel, unravel
 from ..numerics.realify import Vjp
-from ..spec import Tolerance
+from ..tolerance import Tolerance
 from .base import probe_like
 
 ROUNDING = 16  # the calls' rounding: this many units in the last place, times sqrt(terms), of the largest value

@@ -30,7 +30,7 @@ from ..numerics import is_float_tensor, unravel
 from ..oracle import Oracle
 from ..results import CheckResult, ErrorKind, InputReport
 from ..rng import Stream, generator
-from ..spec import ReferenceRule
+from ..tolerance import ReferenceRule
 from .base import CheckContext, differentiable, fresh_leaves, probe_like
 from .sides import Side, compare, eps, gradients, output_row, side
 from .verdict import begin, conclude, skip

@@ -12,10 +12,10 @@ from ..numerics import Entry, Layout, is_float_tensor, real_numel, unravel
 from ..numerics.maps import downsample, first_indices, per_element, view_2d
 from ..numerics.stats import STANDS_IN
 from ..results import ErrorMap, InputReport, Status
+from ..tolerance import Limits
 from .diagnosis import CONJUGATE, conjugate, diagnose, systematic
 
 SYSTEMATIC = {torch.float16: 1e-2, torch.bfloat16: 5e-2}  # |ratio - 1| worth a warning; 1e-4 otherwise
-LOOSE = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5)}  # dtype -> (rtol, atol)
 INDEX_CAP = 100  # mismatching multi-indices listed per argument (the JSON's mismatched_indices)
 MAP_CELLS = 4096  # cells of an argument's error map at most (larger arguments are downsampled)
 SIDES = "gradients for one random grad_output (u^T J)"  # what a Jacobian check's error map sides are
@@ -150,13 +150,6 @@ def imaginary_rows(layout: Layout, outputs: tuple[Any, ...]) -> torch.Tensor:
 
 # --------------------------------------------------------------- two computations of the same values
 
-def tolerance(dtype: torch.dtype, nondet_tol: float) -> tuple[float, float]:
-    """(atol, rtol) for two computations of the same values: torch.allclose's defaults, as torch's
-    batched-grad test uses, looser in half precision, and never below the spec's nondet_tol."""
-    rtol, atol = LOOSE.get(dtype, (1e-5, 1e-8))
-    return max(atol, nondet_tol), rtol
-
-
 def columns(t: torch.Tensor) -> torch.Tensor:
     """``[M, *shape]`` -> float64 ``[real elements, M]``: a row per real element, as Entry.update takes them."""
     t = t.detach().resolve_conj().cpu()
@@ -171,12 +164,12 @@ def statistics(a: torch.Tensor, n: torch.Tensor, atol: float, rtol: float) -> En
     return entry
 
 
-def agreement(got: torch.Tensor, want: torch.Tensor, atol: float, rtol: float) -> Entry:
+def agreement(got: torch.Tensor, want: torch.Tensor, limits: Limits) -> Entry:
     """Statistics of ``got`` against ``want`` (both ``[M, *shape]``): a column per real element,
     a row per leading index. Equal non-finite values (NaN and NaN) count as agreeing."""
     a, n = columns(got), columns(want)
     same = ~torch.isfinite(a) & ~torch.isfinite(n) & ((a == n) | (a.isnan() & n.isnan()))
-    return statistics(torch.where(same, 0.0, a), torch.where(same, 0.0, n), atol, rtol)
+    return statistics(torch.where(same, 0.0, a), torch.where(same, 0.0, n), limits.atol, limits.rtol)
 
 
 def zeros_if_none(grads: Any, like: list[torch.Tensor], lead: tuple[int, ...] = ()) -> list[torch.Tensor]:

@@ -5,7 +5,7 @@ the finite differences move, or its rounding (it computes in float32 inside), is
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -14,8 +14,7 @@ from ..numerics import Entry, central_difference, kinks, precision, unravel
 from ..numerics.differences import Step, call_moved
 from ..numerics.realify import outputs_vector
 from ..results import InputReport
-from ..spec import Tolerance
-from .upcast import LOW_TOLERANCE
+from ..tolerance import Tolerance, limit, within
 
 EXPLAINED, WRONG, PRECISION, NONFINITE = "explained", "wrong", "precision", "nonfinite"
 NONFINITE_LOOKS = 8  # NaN or infinite columns examined; the others with a finite error still are, every one
@@ -103,31 +102,24 @@ def look_again(row: InputReport, entry: Entry, call: Callable[[Sequence[Any]], A
                            f"{kinks.resample_hint(row.name)}", len(explained))
 
 
-def low_tolerance(tol: Tolerance) -> Tolerance:
-    """``tol`` with float32's atol and rtol where the spec did not set them (at least ``tol``'s own)."""
-    low_atol, low_rtol, _ = LOW_TOLERANCE[torch.float32]
-    return replace(tol, atol=tol.atol if "atol" in tol.given else max(tol.atol, low_atol),
-                   rtol=tol.rtol if "rtol" in tol.given else max(tol.rtol, low_rtol))
-
-
 def _coarser(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torch.Tensor, col: int,
              positions: Sequence[int], tol: Tolerance, a_col: torch.Tensor, derivative: str, low: str,
              text: str) -> Look:
     """An element off at eps in a Function that computes in ``low`` precision inside: PRECISION with the
     larger step of ``precision.STEPS`` where its central difference agrees with ``a_col`` at float32's
     tolerances, else WRONG with the numbers at the largest step."""
-    loose = low_tolerance(tol)
+    loose = tol.at_least(torch.float32)
     a = a_col.detach().to(torch.float64).cpu().reshape(-1)
     steps = [s for s in precision.STEPS if s > tol.eps]
     n = a
     for eps in steps:
         n = central_difference(call, values, x, col, eps, positions)
-        if bool(((a - n).abs() <= loose.atol + loose.rtol * n.abs()).all()):
+        if bool(within(a, n, loose.atol, loose.rtol).all()):
             return Look(PRECISION, f"the Function computes in {low} or lower precision inside, so finite "
                                    f"differences at eps={tol.eps:g} measure rounding ({text})", eps=eps)
     if not steps:
         return Look(WRONG, text)
-    m = int(torch.argmax((a - n).abs() / (loose.atol + loose.rtol * n.abs())))
+    m = int(torch.argmax((a - n).abs() / limit(n.abs(), loose.atol, loose.rtol)))
     return Look(WRONG, f"{text}; the Function computes in {low} or lower precision inside, but judged again at eps "
                        f"{steps[-1]:g} with {low} tolerances (atol {loose.atol:g}, rtol {loose.rtol:g}) {derivative} "
                        f"gives {float(a[m]):.4g} where finite differences give {float(n[m]):.4g}")
@@ -144,7 +136,7 @@ def _imprecise(verdict: kinks.Verdict, tol: Tolerance, derivative: str) -> Look:
         setting = f"eps: {eps:g}" + (f", atol: {atol:g}" if atol is not None else "")
         fix = f"a case with `tolerance: {{{setting}}}` may resolve it"
     inside = f"{verdict.grid} or lower precision" if verdict.grid else "low precision"
-    again = precision.rejudge_eps(verdict.step, tol.eps, low_tolerance(tol).atol)
+    again = precision.rejudge_eps(verdict.step, tol.eps, tol.at_least(torch.float32).atol)
     return Look(PRECISION, eps=again or 0.0, text=(
         f"finite differences cannot judge {derivative} at eps={tol.eps:g}: the function computes in {inside} inside "
         f"(its values change in steps of about {verdict.step:.2g}), so they measure rounding, not the derivative "

@@ -17,16 +17,11 @@ from ..errors import guarded
 from ..numerics import as_tuple, is_float_tensor, unravel, vjp
 from ..numerics.maps import per_element
 from ..results import ErrorKind, InputReport, Pattern, Status
-from ..spec import ReferenceRule
 from ..target import Target
+from ..tolerance import ReferenceRule, by_dtype, limit
 from .base import call_forward, fresh_leaves
 from .diagnosis import Diagnosis, ratio_text
 from .rows import dtype_name, locate
-
-ALLCLOSE = {torch.float64: (1e-7, 1e-7), torch.float32: (1.3e-6, 1e-5), torch.float16: (1e-3, 1e-3),
-            torch.bfloat16: (1.6e-2, 1e-2)}  # dtype -> (rtol, atol) of rule allclose: torch.testing.assert_close's
-# rtol; in half precision an atol of a few units at magnitude 1, as kernel suites (Liger) use: a kernel
-# rounds its intermediates, so its error near a zero of the result is that of the values around it
 
 
 @dataclass
@@ -77,9 +72,9 @@ def compare(row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Option
         atol, rtol = rule.factor * row.baseline_err + row.atol, 0.0
     else:
         coarser = max(real, real_dtype(want), key=eps)  # a reference in a lower precision sets the defaults
-        rtol, atol = ALLCLOSE.get(coarser, ALLCLOSE[torch.float32])
-        row.rtol = rtol = rule.rtol if rule.rtol is not None else rtol
-        row.atol = atol = rule.atol if rule.atol is not None else atol
+        close = by_dtype(coarser).close
+        row.rtol = rtol = rule.rtol if rule.rtol is not None else close.rtol
+        row.atol = atol = rule.atol if rule.atol is not None else close.atol
     diff = torch.sub(a, n).abs_()
     broken = torch.zeros(0, dtype=torch.bool)
     if a.numel() and not math.isfinite(float(diff.max())):  # rare: the non-finite values apart
@@ -88,7 +83,7 @@ def compare(row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Option
         a, n = torch.where(finite, a, 0.0), torch.where(finite, n, 0.0)
         diff = torch.sub(a, n).abs_()
     scale = n.abs()
-    tol: Any = scale * rtol + atol if rtol else atol  # the relative rule's bound is one number
+    tol: Any = limit(scale, atol, rtol) if rtol else atol  # the relative rule's bound is one number
     bad = diff > tol
     if broken.numel():
         bad |= broken

@@ -28,8 +28,9 @@ from ..numerics.realify import strided
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..rng import Stream, generator
 from ..target import Target
+from ..tolerance import same
 from .base import CheckContext, graph_forward, probe_like
-from .rows import agreement, fill, mismatched, tolerance, zeros_if_none
+from .rows import agreement, fill, mismatched, zeros_if_none
 from .verdict import begin, conclude, skip
 
 
@@ -60,8 +61,8 @@ def run(ctx: CheckContext) -> CheckResult:
         if not seen.got[i]:
             rows[i].status, rows[i].reason = Status.SKIP, "not compared: backward raised (see the message)"
             continue
-        atol, rtol = tolerance(bound.values[i].dtype, opts.tolerance.nondet_tol)
-        fill(rows[i], agreement(torch.cat(seen.got[i]), torch.cat(seen.want[i]), atol, rtol), bound.values[i],
+        limits = same(bound.values[i].dtype, opts.tolerance.nondet_tol)
+        fill(rows[i], agreement(torch.cat(seen.got[i]), torch.cat(seen.want[i]), limits), bound.values[i],
              lambda r: seen.labels[r])
         rows[i].reason = rows[i].reason or f"{len(seen.labels)} situation(s) against explicit zero grad_outputs"
     return _finish(result, start, seen.problems, seen.labels)
@@ -135,8 +136,7 @@ def findings(seen: Situations, arg_names: list[str], values: list[Any],
     for i, got in seen.got.items():
         if not got:
             continue
-        atol, rtol = tolerance(values[i].dtype, nondet_tol)
-        entry = agreement(torch.cat(got), torch.cat(seen.want[i]), atol, rtol)
+        entry = agreement(torch.cat(got), torch.cat(seen.want[i]), same(values[i].dtype, nondet_tol))
         if mismatched(entry, values[i]):
             problems.append(_differs(arg_names[i], seen.labels[entry.worst_row], entry.max_abs))
             bad.add(i)

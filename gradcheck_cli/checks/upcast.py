@@ -4,20 +4,16 @@ double_backward and forward_ad)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, Callable, Optional
 
 import torch
 
 from ..errors import UserCodeError
-from ..spec import Tolerance
+from ..tolerance import Tolerance
 from .base import HALF
 
 REFERENCE = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bfloat16: torch.float64,
              torch.complex64: torch.complex128}  # the dtype finite differences are taken in
-LOW_TOLERANCE = {torch.float32: (1e-4, 1e-3, 1e-3), torch.complex64: (1e-4, 1e-3, 1e-3),
-                 torch.float16: (1e-2, 1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2, 5e-2)}
-# (atol, rtol) unless the spec sets them; eps for finite differences in the low dtype itself
 
 
 def reference(forward: Callable[[Sequence[Any]], Any], plain: list[Any], names: Sequence[str], checked: list[int],
@@ -42,14 +38,6 @@ def reference(forward: Callable[[Sequence[Any]], Any], plain: list[Any], names: 
     upcast = [copies.setdefault(id(v), v.to(REFERENCE[v.dtype])) if isinstance(v, torch.Tensor)
               and v.dtype in REFERENCE else v for v in plain]
 
-    def adapted(low_tol: tuple[float, float, float], eps: bool = False) -> Tolerance:
-        """``tol`` with a low dtype's (atol, rtol[, eps]) where the spec did not set them."""
-        def pick(key: str, value: float) -> float:
-            return float(getattr(tol, key)) if key in tol.given else value
-
-        return replace(tol, atol=pick("atol", low_tol[0]), rtol=pick("rtol", low_tol[1]),
-                       eps=pick("eps", low_tol[2]) if eps else tol.eps)
-
     try:
         forward(upcast)
     except UserCodeError as exc:
@@ -60,14 +48,16 @@ def reference(forward: Callable[[Sequence[Any]], Any], plain: list[Any], names: 
                 f"{' / '.join(half)} measure its rounding (about "
                 f"{max(torch.finfo(getattr(torch, h)).eps for h in half):.0e} relative), not the "
                 f"derivative, so they cannot judge {judged}"]
-        shared = adapted(tuple(max(t) for t in zip(*(LOW_TOLERANCE[plain[i].dtype] for i in low))), eps=True)
+        shared = tol
+        for dtype in {plain[i].dtype for i in low}:  # the loosest of their limits, and their step
+            shared = shared.at_least(dtype, eps=True)
         every = " for every argument" if len(low) < len(checked) else ""
         return plain, [shared] * len(checked), [
             f"{subject}, and forward fails in {refs} ({exc}): finite differences are taken in {dtypes} with eps "
             f"{shared.eps:g} and atol {shared.atol:g}, rtol {shared.rtol:g}{every}; they are unreliable there: check "
             "in float64 if you can, or against a plain PyTorch implementation with `reference: pkg.mod:fn` (the "
             "reference check)"]
-    tols = [adapted(LOW_TOLERANCE[plain[i].dtype]) if i in low else tol for i in checked]
+    tols = [tol.at_least(plain[i].dtype) if i in low else tol for i in checked]
     own = {str(plain[i].dtype)[6:]: t for i, t in zip(checked, tols) if i in low}
     words = "; ".join(f"{d}: atol {t.atol:g}, rtol {t.rtol:g}" if len(own) > 1 else f"atol {t.atol:g}, rtol {t.rtol:g}"
                       for d, t in sorted(own.items()))

@@ -63,6 +63,7 @@ from functools import partial
 import numpy as np
 import torch
 
+from ..tolerance import within
 from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, same, stage_size, try_batched, vmapped
 from .colouring import colour, members
 from .columns import Columns
@@ -348,7 +349,7 @@ class Groups:
         the analytical entry ``want``, as ``stats.Entry`` compares (NaN is within nothing)."""
         ok = torch.ones(len(want), dtype=torch.bool)
         for q in scaled:
-            ok &= self._within(want, q)
+            ok &= within(want, q, self.atol, self.rtol)
         return ok
 
     @staticmethod
@@ -476,10 +477,6 @@ class Groups:
         for j0, j1 in _runs((~ok).nonzero().view(-1).tolist()):
             n[j0:j1] = self.columns.columns(lo + j0, lo + j1)
         entry.update_sparse(c, r, v, n, lo - first, probe)
-
-    def _within(self, want: torch.Tensor, got: torch.Tensor) -> torch.Tensor:
-        """|want - got| <= atol + rtol |got|, as ``stats.Entry`` compares; NaN is within nothing."""
-        return torch.sub(want, got).abs_() <= got.abs().mul_(self.rtol).add_(self.atol)
 
     def _stage(self, k0: int, k1: int, moves: list[torch.Tensor | None]) -> torch.Tensor:
         """Groups k0..k1's quotients (moves x groups x rows) for each of ``moves`` (None: every element by

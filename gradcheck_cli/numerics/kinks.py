@@ -56,6 +56,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..tolerance import limit
 from . import precision
 from .differences import call_moved, elements
 from .layout import make_layout
@@ -165,7 +166,7 @@ def examine(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torc
     left, right = _slope(y0, minus), _slope(y0, plus)
     if _agree(left, right, atol, rtol):
         central = (left + right) / 2
-        m = _worst(a, central, _tol(central, atol, rtol))
+        m = _worst(a, central, limit(central.abs(), atol, rtol))
         return _cancellation(f, what, a, eps, minus, plus, atol, rtol) or Verdict(
             "smooth", False, f"{what} is not at a kink or domain edge{f.entry(m)}: the left and right differences "
                              f"agree on {_num(central[m])}, backward gives {_num(a[m])}")
@@ -238,7 +239,7 @@ def _precision(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: f
     width = plus[0] - minus[0]
     central = (plus[1] - minus[1]) / width
     rounding = step / width  # each output off by up to step / 2: the central difference by step / width
-    tol = _tol(central, atol, rtol)
+    tol = limit(central.abs(), atol, rtol)
     off = torch.nan_to_num((a - central).abs(), nan=torch.inf)
     limited = (off > tol) & (4 * rounding > tol)
     if not bool(limited.any()):
@@ -276,13 +277,13 @@ def _cancellation(f: _Element, what: str, a: torch.Tensor, eps: float, minus: Po
     if not all(bool(torch.isfinite(d).all()) for d in ds):
         return None
     # three neighbouring steps above eps whose estimates agree: the plateau (in units of the tolerance)
-    gaps = [float(((u - v).abs() / _tol(torch.maximum(u.abs(), v.abs()), atol, rtol)).max())
+    gaps = [float(((u - v).abs() / limit(torch.maximum(u.abs(), v.abs()), atol, rtol)).max())
             for u, v in zip(ds, ds[1:])]
     i = min(range(len(STEPS) - 2), key=lambda i: max(gaps[i], gaps[i + 1]))
     if not 4 * max(gaps[i], gaps[i + 1]) <= 1:
         return None  # never settles: noise or a jump, the central difference stands
     d, gap = ds[i + 1], torch.maximum((ds[i] - ds[i + 1]).abs(), (ds[i + 2] - ds[i + 1]).abs())
-    tol = _tol(d, atol, rtol)
+    tol = limit(d.abs(), atol, rtol)
     moved = (d0 - d).abs()
     # rounding's signature: the estimate at eps is off by more than the tolerance, and further off at eps / 4
     shown = (moved > tol) & ((at(-1) - d).abs() > moved)
@@ -319,7 +320,7 @@ def _domain_edge(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps:
     if side is None:
         return Verdict("domain_edge", False, f"{head}; the one-sided differences from the {name} do not settle as "
                                              "the step shrinks (the derivative may be infinite there)")
-    tol = _tol(side.d, atol, rtol) + side.gap
+    tol = limit(side.d.abs(), atol, rtol) + side.gap
     m = _worst(a, side.d, tol)
     ok = bool(((a - side.d).abs() <= tol).all())
     return Verdict("domain_edge", ok, f"{head}; the one-sided derivative from the {name}{f.entry(m)} is "
@@ -338,12 +339,12 @@ def _kink(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float,
     if left is None or right is None:
         side, name, other = (right, "right", "left") if left is None else (left, "left", "right")
         assert side is not None  # both None returned above
-        tol = _tol(side.d, atol, rtol) + side.gap
+        tol = limit(side.d.abs(), atol, rtol) + side.gap
         m = _worst(a, side.d, tol)
         ok = bool(((a - side.d).abs() <= tol).all())
         return Verdict("kink", ok, f"{what} is at a jump or kink{f.entry(m)}: the {other} differences do not "
                                    f"settle; the {name} derivative is {_num(side.d[m])}, backward gives {_num(a[m])}")
-    tol = _tol(torch.maximum(left.d.abs(), right.d.abs()), atol, rtol)
+    tol = limit(torch.maximum(left.d.abs(), right.d.abs()), atol, rtol)
     if _agree(left.d, right.d, atol, rtol):
         d = (left.d + right.d) / 2
         tol = tol + torch.maximum(left.gap, right.gap) + (left.d - right.d).abs() / 2
@@ -378,7 +379,7 @@ def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, ato
         d = _one_sided(y0, *points)
         if d is not None and previous is not None:
             gap = (d - previous).abs()
-            if bool((gap <= _tol(d, atol, rtol)).all()):
+            if bool((gap <= limit(d.abs(), atol, rtol)).all()):
                 return _Side(d, gap)
         previous = d
     return None
@@ -400,12 +401,8 @@ def _slope(y0: torch.Tensor, point: Point) -> torch.Tensor:
     return (ya - y0) / a
 
 
-def _tol(d: torch.Tensor, atol: float, rtol: float) -> torch.Tensor:
-    return atol + rtol * d.abs()
-
-
 def _agree(u: torch.Tensor, v: torch.Tensor, atol: float, rtol: float) -> bool:
-    return bool(((u - v).abs() <= _tol(torch.maximum(u.abs(), v.abs()), atol, rtol)).all())
+    return bool(((u - v).abs() <= limit(torch.maximum(u.abs(), v.abs()), atol, rtol)).all())
 
 
 def _worst(a: torch.Tensor, d: torch.Tensor, tol: torch.Tensor) -> int:

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from ..rng import Stream, generator, signed_uniform
+from ..tolerance import limit
 from .batching import (
     BATCH_BYTES,
     Batches,
@@ -261,7 +262,7 @@ def _stats(analytical: torch.Tensor, numerical: torch.Tensor, atol: float, rtol:
     for a_row, n_row in zip(analytical.tolist(), numerical.tolist()):
         s = ProbeStats(len(a_row))
         for a, n in zip(a_row, n_row):
-            tol = atol + rtol * abs(n)  # atol |u|_2 |v|_2 for unit probes: a failure only costs an escalation
+            tol = limit(abs(n), atol, rtol)  # atol |u|_2 |v|_2 for unit probes: a failure only costs an escalation
             err = abs(a - n)
             s.max_abs = max(s.max_abs, err)
             if not err <= tol:  # NaN fails too

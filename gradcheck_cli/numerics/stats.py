@@ -13,6 +13,8 @@ from typing import Callable, NamedTuple, Optional, Union, overload
 
 import torch
 
+from ..tolerance import limit
+
 KEEP_BAD = 16  # mismatching columns kept whole, to re-examine (kinks, domain edges)
 KEEP_BYTES = 64 * 2**20  # at most this much of them per argument (the first is always kept), unless told
 
@@ -252,7 +254,7 @@ class Entry:
         if extras:
             self._column_errors(diff, broken, at, n_cols, n_rows, col0)
         n_abs = nv.abs()
-        tol = n_abs.mul(self.rtol).add_(self.atol)
+        tol = limit(n_abs, self.atol, self.rtol)
         small = n_abs <= self.atol  # relative error only where the numerical value is not ~0, or the entry is wrong
         if locate is None:  # else every entry is within tol (see ``update_agreed``): none is bad
             wrong = diff > tol  # not |a - n| <= atol + rtol |n| (as torch.allclose): every value is finite here

@@ -15,6 +15,7 @@ from typing import Union
 
 from ..checks import NAMES as CHECKS
 from ..results import EXPECTABLE
+from ..tolerance import ReferenceRule, Tolerance
 from .arguments import argument, parse_argument
 from .document import contradicts, parse_document
 from .lines import MAX_NODES, MERGE_TAG, Ctx, documents, keystr
@@ -50,10 +51,8 @@ from .model import (
     Expected,
     Key,
     ListArg,
-    ReferenceRule,
     SpecError,
     TensorArg,
-    Tolerance,
     ValueArg,
     leaves,
 )

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from ..checks import NAMES as CHECKS
 from ..results import EXPECTABLE
+from ..tolerance import ReferenceRule, Tolerance
 from .arguments import argument
 from .lines import Ctx, keystr
 from .model import (
@@ -27,8 +28,6 @@ from .model import (
     Expect,
     Expected,
     Key,
-    ReferenceRule,
-    Tolerance,
 )
 from .values import devices, dtype_of, import_path, mapping, module_names, number, show, whole
 
@@ -146,7 +145,8 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
                                                     f"arguments), got {show(doc['clone_inputs'])}")
         changes["clone_inputs"] = doc["clone_inputs"]
     if "compile" in doc:
-        changes["compile"] = _compile(doc["compile"], key + ("compile",), ctx)
+        changes["compile"], rule = _compile(doc["compile"], key + ("compile",), ctx)
+        changes["tolerance"] = replace(changes.get("tolerance", case.tolerance), compile=rule)
     for name in ("reference", "reference_backward"):
         if name in doc:
             changes[name] = None if doc[name] is None else import_path(doc[name], key + (name,), ctx)
@@ -185,8 +185,8 @@ def _override(inputs: tuple[Arg, ...], entries: dict[Any, Any], key: Key, ctx: C
     return tuple(out)
 
 
-def _compile(value: Any, key: Key, ctx: Ctx) -> CompileOptions:
-    """`compile: {backend, atol, rtol}`."""
+def _compile(value: Any, key: Key, ctx: Ctx) -> tuple[CompileOptions, ReferenceRule]:
+    """`compile: {backend, atol, rtol}`: the backend, and the tolerances as ``Tolerance.compile``."""
     value = value or {}
     mapping(value, key, COMPILE_KEYS, ctx)
     backend = value.get("backend", "aot_eager")
@@ -197,7 +197,7 @@ def _compile(value: Any, key: Key, ctx: Ctx) -> CompileOptions:
     for k, v in tols.items():
         if v < 0:
             raise ctx.fail(key + (k,), f"expected a non-negative number, got {show(value[k])}")
-    return CompileOptions(backend, tols.get("atol"), tols.get("rtol"))
+    return CompileOptions(backend), ReferenceRule("allclose", atol=tols.get("atol"), rtol=tols.get("rtol"))
 
 
 

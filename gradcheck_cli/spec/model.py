@@ -5,8 +5,10 @@ Pure data: no YAML and no validation here (``lines`` reads the YAML, ``arguments
 validate it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional, Union
+
+from ..tolerance import Tolerance
 
 DTYPES = {
     "float64": "float64", "double": "float64", "float32": "float32", "float": "float32",
@@ -125,36 +127,6 @@ Container = (ListArg, DictArg)  # the entries that hold other entries
 
 
 @dataclass(frozen=True)
-class ReferenceRule:
-    """``tolerance.reference``: how the reference check compares the target with the reference.
-
-    ``relative`` (flash-attention's rule): the target's max error against the reference run in
-    ``reference_dtype`` is at most ``factor`` times the reference's own error when run in the
-    target's dtype, plus ``atol``. ``allclose``: ``|target - reference| <= atol + rtol * |reference|``
-    elementwise. None: the defaults (``relative`` where the target runs in a lower precision than the
-    reference, else ``allclose``; atol and rtol per dtype)."""
-
-    rule: Optional[str] = None
-    factor: float = 2.0
-    atol: Optional[float] = None
-    rtol: Optional[float] = None
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    eps: float = 1e-6
-    atol: float = 1e-5
-    rtol: float = 1e-3
-    nondet_tol: float = 0.0
-    # the keys the spec set (the others may be adapted, e.g. to a low dtype)
-    given: tuple[str, ...] = field(default=(), compare=False)
-    # `strict: true` / --strict: a constant factor within tolerance but well beyond the finite
-    # differences' own error estimate fails (by default it is a warning, as torch.autograd.gradcheck passes it)
-    strict: bool = False
-    reference: ReferenceRule = ReferenceRule()
-
-
-@dataclass(frozen=True)
 class Expected:
     """One argument's documented mismatch: any failure (``pattern`` None), or a pattern (``sign_flip``,
     ``constant_ratio``, ...), with the constant ``ratio`` analytical / numerical where given."""
@@ -185,11 +157,9 @@ class Expect:
 
 @dataclass(frozen=True)
 class CompileOptions:
-    """`compile`: the compile check's torch.compile backend and tolerances (None: per dtype)."""
+    """`compile`: the compile check's torch.compile backend (its tolerances are ``Tolerance.compile``)."""
 
     backend: str = "aot_eager"
-    atol: Optional[float] = None
-    rtol: Optional[float] = None
 
 
 @dataclass(frozen=True)
