@@ -433,7 +433,7 @@ class Groups:
             end = hi if k is None else max(lo, k * chunk)
             for p, q in self._pieces(c0, end, chunk):  # accepted, as their entries alone: all agree
                 first, last = self.store.starts[p], self.store.starts[q]
-                spans = [self.store.starts[j] - first for j in range((p // chunk + 1) * chunk, q, chunk)]
+                spans = self.store.bounds[(p // chunk + 1) * chunk : q : chunk] - first
                 n = self.numerical[first:last]
                 if not entry.update_agreed(self.store.vals[first:last], n, (q - p, self.layout.n_rows), p - lo,
                                            partial(self._place, p), spans=spans):

@@ -175,7 +175,7 @@ class Entry:
 
     def update_entries(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor,
                        shape: tuple[int, ...], col0: int, probe: torch.Tensor,
-                       n_column: Callable[[int], torch.Tensor] | None = None, spans: Sequence[int] = (),
+                       n_column: Callable[[int], torch.Tensor] | None = None, spans: Sequence[int] | torch.Tensor = (),
                        extras: bool = True) -> None:
         """``update`` with both sides given as their entries that are not zero on both: column
         (within the block of ``shape``: columns x rows), row, analytical and numerical value, by
@@ -197,7 +197,7 @@ class Entry:
         self._fold(av, nv, (c, r), shape, col0, column(av), n_column or column(nv), spans, extras)
 
     def update_agreed(self, av: torch.Tensor, nv: torch.Tensor, shape: tuple[int, int], col0: int,
-                      locate: Callable[[int], tuple[int, int]], spans: Sequence[int] = ()) -> bool:
+                      locate: Callable[[int], tuple[int, int]], spans: Sequence[int] | torch.Tensor = ()) -> bool:
         """``update_entries`` with ``extras=False``, of entries the caller knows agree: each within
         atol + rtol |n| by this very comparison (a compressed group's, accepted by it), so none is bad
         and no column is kept. ``locate(k)``: entry k's column (within the block) and row, asked of the
@@ -230,7 +230,7 @@ class Entry:
 
     def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
               shape: tuple[int, ...], col0: int, a_column: Callable[[int], torch.Tensor],
-              n_column: Callable[[int], torch.Tensor], spans: Sequence[int] = (), extras: bool = True,
+              n_column: Callable[[int], torch.Tensor], spans: Sequence[int] | torch.Tensor = (), extras: bool = True,
               locate: Callable[[int], tuple[int, int]] | None = None,
               differences: Differences | None = None,
               ) -> None:
@@ -283,10 +283,20 @@ class Entry:
         rel = torch.div(diff, n_abs, out=n_abs).masked_fill_(small, 0.0)
         if not bool(small.all()):
             self.max_rel = max(self.max_rel or 0.0, float(rel.max()))
-        for lo, hi in zip([0, *spans], [*spans, len(av)]):  # summed span by span (see ``update_entries``)
-            self.sum_an += float(av[lo:hi] @ nv[lo:hi])
-            self.sum_nn += float(nv[lo:hi] @ nv[lo:hi])
-            self.sum_aa += float(av[lo:hi] @ av[lo:hi])
+        self._sum(av, nv, spans)
+
+    def _sum(self, av: torch.Tensor, nv: torch.Tensor, spans: Sequence[int] | torch.Tensor) -> None:
+        """Add the sums behind the reported ratio: a n, n n and a a summed span by span (``spans``: where a
+        sum starts anew, see ``update_entries``), each from 0 and in order, then the spans' sums in order
+        after the sums so far. Sequential sums (segment_reduce's and cumsum's on the CPU) make a span's sum
+        the same whichever spans stand beside it and whatever zeros it holds, so a block compared whole and
+        the same entries compared in pieces give the same bits; one call per block, however many spans."""
+        inner = torch.as_tensor(spans, dtype=torch.int64).view(-1)
+        lengths = torch.diff(inner, prepend=inner.new_zeros(1), append=inner.new_full((1,), len(av)))
+        terms = torch.stack((av * nv, nv * nv, av * av), 1)
+        parts = torch.segment_reduce(terms, "sum", lengths=lengths, axis=0)
+        so_far = torch.tensor([[self.sum_an, self.sum_nn, self.sum_aa]], dtype=torch.float64)
+        self.sum_an, self.sum_nn, self.sum_aa = torch.cat((so_far, parts)).cumsum(0)[-1].tolist()
 
     def _mismatches(self, wrong: torch.Tensor, n_abs: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
                     bad: torch.Tensor, n_cols: int, n_rows: int, col0: int) -> None:
