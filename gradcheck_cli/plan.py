@@ -11,6 +11,8 @@ from typing import Optional, Union
 from .results import CaseResult, ErrorInfo, ErrorKind, Status
 from .spec import Case, SpecError
 
+MAX_MEMORY_MB = 512  # --max-memory's default, as the CLI's option and checks.base.MEMORY_BYTES (a test ties the three)
+
 
 @dataclass(frozen=True)
 class RunOptions:

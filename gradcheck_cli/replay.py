@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
 
-from .plan import Task, task_id
+from .plan import MAX_MEMORY_MB, Task, task_id
 from .results import CaseResult
 from .spec import SpecError
 
@@ -16,9 +16,10 @@ INLINE = "<command line>"  # the path of a case made of a command line's inline 
 
 def command(task: Task, seed: int, inline: Sequence[str] = ()) -> Optional[str]:
     """``gradcheck SPEC -k CASE`` with the seed (where it is not the spec's) and the command line's
-    device, check and --strict overrides; for a case made of inline inputs, ``gradcheck FUNCTION`` with
-    ``inline`` (its -i and --kwarg options, as typed) and the --import and --reference it needs; None when
-    the case has neither a spec file nor its inline options to rerun."""
+    device, check, --strict, --no-compress, --probes (--fast) and --max-memory overrides; for a case made
+    of inline inputs, ``gradcheck FUNCTION`` with ``inline`` (its -i and --kwarg options, as typed) and
+    the --import and --reference it needs; None when the case has neither a spec file nor its inline
+    options to rerun."""
     case = task.case
     if case.path == INLINE and inline:
         text = f"gradcheck {shlex.quote(case.function)} {' '.join(shlex.quote(t) for t in inline)}"
@@ -37,6 +38,10 @@ def command(task: Task, seed: int, inline: Sequence[str] = ()) -> Optional[str]:
         text += " --strict"
     if not task.opts.compress:
         text += " --no-compress"
+    if task.opts.probes:
+        text += f" --probes {task.opts.probes}"
+    if task.opts.memory_bytes and task.opts.memory_bytes != MAX_MEMORY_MB * 2**20:
+        text += f" --max-memory {task.opts.memory_bytes // 2**20}"
     if task.opts.all_checks:
         text += " --check all"
     elif task.opts.checks is not None:

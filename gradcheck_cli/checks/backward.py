@@ -141,6 +141,14 @@ def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[A
     arguments) of one backward call already made (or None); ``tols``: each checked argument's tolerance
     (not necessarily ``opts``' own: see ``_reference``), the arguments of one tolerance probed together."""
     forward, batched, backward, given = calls
+    n_rows = sum(real_numel(outputs[p]) for p in positions)
+    held = probes.footprint(opts.probes, n_rows, [real_numel(x) for x in plain_inputs])
+    if held > opts.memory_bytes:
+        raise UserCodeError(ErrorKind.TOO_LARGE, (
+            f"the backward check was not started: {opts.probes:,} probes per argument hold about "
+            f"{held / 2**20:,.0f} MB of directions and products here, beyond --max-memory "
+            f"{opts.memory_bytes / 2**20:g} MB; use fewer probes (--fast's three decide; "
+            "an argument whose probe fails is compared element by element anyway), or a larger --max-memory"))
     stats: list[probes.ProbeStats] = [probes.ProbeStats()] * len(checked)
     for group in by_tolerance(list(range(len(checked))), tols):
         t = tols[group[0]]

@@ -74,6 +74,14 @@ def weightings(probes: int) -> int:
     return probes // 2 + 1 if probes > 0 else 0
 
 
+def footprint(probes: int, n_rows: int, sizes: Sequence[int]) -> int:
+    """Bytes that ``decide`` holds at once beyond its batches of forwards (which keep to their budget):
+    the weightings v and directions u, J^T v for every v, and the analytical and numerical products of
+    every argument, direction and weighting (float64)."""
+    n_v, total = weightings(probes), sum(sizes)
+    return 8 * (n_v * n_rows + probes * total + n_v * total + 2 * len(sizes) * probes * n_v)
+
+
 def decide(
     call: Call, outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor],
     plain_values: list[Any], plain_inputs: list[torch.Tensor], *, eps: float, atol: float, rtol: float,

@@ -336,6 +336,23 @@ def test_an_inline_target_gets_a_replay_command_that_reruns_it(monkeypatch, invo
                                "--check forward_ad")
 
 
+def test_too_many_probes_are_refused_before_any_work_and_the_replay_keeps_probes_and_max_memory(monkeypatch, invoke):
+    """issue 30 item 4: `--probes 100000` tried to allocate 40 GB (an out_of_memory error, or exit 4); the
+    replay command left out --probes and --max-memory, so it checked something else"""
+    monkeypatch.chdir(REPO)
+    result = invoke("torch.sin", "-i", "10x10", "--probes", "100000", "--max-memory", "256", "--no-isolate",
+                    "--format", "json")
+    assert result.exit_code == 3, result.output
+    (first,) = json.loads(result.stdout)["results"]
+    assert first["error"]["kind"] == "too_large"
+    assert "100,000 probes per argument" in first["error"]["message"] and "--max-memory 256 MB" in first["error"]["message"]
+    assert first["replay"] == "gradcheck torch.sin -i 10x10 --probes 100000 --max-memory 256"
+    again = invoke(*first["replay"].split()[1:], "--format", "json", "--no-isolate")
+    assert json.loads(again.stdout)["results"][0]["error"]["kind"] == "too_large"
+    fine = invoke("torch.sin", "-i", "10x10", "--probes", "64", "--no-isolate", "--format", "json")
+    assert fine.exit_code == 0 and json.loads(fine.stdout)["results"][0]["status"] == "pass"
+
+
 NESTED = """
 import torch
 
@@ -382,3 +399,12 @@ def test_tb_shows_the_users_frames_as_pytest_does(user_module, write_spec, invok
     assert data["results"][0]["error"]["traceback"] == [
         "nested.py:16 in forward (return helper(x))", "nested.py:6 in helper (return inner(x))",
         'nested.py:10 in inner (raise ValueError("boom in inner"))']
+
+
+def test_the_default_max_memory_is_one_number_everywhere():
+    from gradcheck_cli.checks.base import MEMORY_BYTES
+    from gradcheck_cli.cli import check_cmd
+    from gradcheck_cli.plan import MAX_MEMORY_MB
+
+    (option,) = [p for p in check_cmd.params if p.name == "max_memory"]
+    assert option.default == MAX_MEMORY_MB == MEMORY_BYTES // 2**20
