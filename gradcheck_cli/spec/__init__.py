@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
-from ..checks import NAMES as CHECKS
 from ..results import EXPECTABLE
 from .arguments import argument, parse_argument
 from .document import contradicts, parse_document
@@ -21,6 +20,7 @@ from .lines import MAX_NODES, MERGE_TAG, Ctx, documents, keystr
 from .model import (
     BOUNDS,
     CASE_KEYS,
+    CHECKS,
     COMPILE_BACKENDS,
     COMPILE_KEYS,
     DIST_DEFAULTS,

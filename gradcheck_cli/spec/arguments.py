@@ -8,14 +8,20 @@ from typing import Any, Optional
 
 from .lines import Ctx, keystr
 from .model import (
+    ALIAS_KEYS,
     BOUNDS,
+    CONTAINER_KEYS,
     DIST_DEFAULTS,
+    DIST_KEYS,
     DISTS,
+    IMPORT_KEYS,
     KINDS,
     MATRIX_DISTS,
     MAX_DIMS,
     SET_DISTS,
+    SIZE_OF_KEYS,
     TENSOR_KEYS,
+    VALUE_KEYS,
     AliasArg,
     Arg,
     DictArg,
@@ -59,14 +65,14 @@ def argument(entry: Any, key: Key, ctx: Ctx, name: Optional[str] = None, leaf: b
     if kinds in (["list"], ["dict"]):
         return _container(entry, kinds[0], name, key, ctx)
     if kinds == ["value"]:
-        mapping(entry, key, ("name", "value"), ctx)
+        mapping(entry, key, VALUE_KEYS, ctx)
         value = entry["value"]
         if isinstance(value, dict) and "import" in value:  # a callable: `value: {import: pkg.mod:fn}`
-            mapping(value, key + ("value",), ("import",), ctx)
+            mapping(value, key + ("value",), IMPORT_KEYS, ctx)
             return ValueArg(None, name, where, line, import_path(value["import"], key + ("value", "import"), ctx))
         return ValueArg(value, name, where, line)
     if kinds == ["same_as"]:
-        mapping(entry, key, ("name", "same_as"), ctx)
+        mapping(entry, key, ALIAS_KEYS, ctx)
         if not isinstance(entry["same_as"], str):
             raise ctx.fail(key + ("same_as",), f"expected the name of another argument, got {show(entry['same_as'])}")
         return AliasArg(entry["same_as"], name, where, line)
@@ -76,7 +82,7 @@ def argument(entry: Any, key: Key, ctx: Ctx, name: Optional[str] = None, leaf: b
 
 def _container(entry: dict[str, Any], kind: str, name: Optional[str], key: Key, ctx: Ctx) -> Arg:
     """``list: [ENTRY, ...]`` or ``dict: {KEY: ENTRY, ...}``: non-empty, every item an argument entry."""
-    mapping(entry, key, ("name", kind), ctx)
+    mapping(entry, key, CONTAINER_KEYS[kind], ctx)
     items, where, line = entry[kind], keystr(key), ctx.lines.get(ctx.prefix + key)
     if kind == "list":
         if not isinstance(items, list) or not items:
@@ -138,7 +144,7 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         raise ctx.fail(key + ("dist",), "`dist` draws values, `data` gives them: use one or the other")
     dist = dist or ("randint" if dtype and (dtype.startswith(("int", "uint")) or dtype == "bool") else "normal")
     allowed = DISTS[dist]
-    for k in ("mean", "std", "low", "high", "dim"):
+    for k in DIST_KEYS:
         if k in entry and k not in allowed:
             takes = f"it takes {', '.join(allowed)}" if allowed else "it takes no parameters"
             raise ctx.fail(key + (k,), f"`{k}` does not apply to dist {dist}; {takes}")
@@ -226,7 +232,7 @@ def _size_of(bound: str, value: dict[str, Any], dist: str, key: Key, ctx: Ctx) -
     """``high: {size_of: NAME, dim: D}``: the bound is the size of argument NAME along D (default 0)."""
     if dist != "randint":
         raise ctx.fail(key, f"a bound tied to another argument's size is for dist randint (indices), not {dist}")
-    mapping(value, key, ("size_of", "dim"), ctx)
+    mapping(value, key, SIZE_OF_KEYS, ctx)
     other, dim = value.get("size_of"), value.get("dim", 0)
     if not isinstance(other, str) or not other:
         raise ctx.fail(key + ("size_of",), f"expected the name of another argument, got {show(other)}")

@@ -5,18 +5,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Optional
 
-from ..checks import NAMES as CHECKS
 from ..results import EXPECTABLE
 from .arguments import argument
 from .lines import Ctx, keystr
 from .model import (
     CASE_KEYS,
+    CHECKS,
     COMPILE_BACKENDS,
     COMPILE_KEYS,
     EXPECT_KEYS,
+    EXPECTED_KEYS,
     INIT_KEYS,
     INIT_MODES,
     REFERENCE_DTYPES,
+    REPEATS,
     RULES,
     SEEDS,
     TOLERANCE_KEYS,
@@ -103,9 +105,9 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
         changes["spec_checks"] = () if changes["all_checks"] else changes["checks"]
     if "repeat" in doc:
         repeat = whole(doc["repeat"])
-        if repeat is None or not 2 <= repeat <= 1000:
-            raise ctx.fail(key + ("repeat",), f"expected an integer from 2 to 1000 (backward calls compared for "
-                                              f"determinism), got {show(doc['repeat'])}")
+        if repeat is None or not REPEATS[0] <= repeat <= REPEATS[1]:
+            raise ctx.fail(key + ("repeat",), f"expected an integer from {REPEATS[0]} to {REPEATS[1]} (backward "
+                                              f"calls compared for determinism), got {show(doc['repeat'])}")
         changes["repeat"] = repeat
     if "resample" in doc:
         if not isinstance(doc["resample"], bool):
@@ -263,7 +265,7 @@ def _expected(arg: str, value: Any, key: Key, ctx: Ctx) -> Expected:
         return Expected(arg, value, None, keystr(key), line)
     if not isinstance(value, dict):
         raise ctx.fail(key, f"expected {allowed}; got {show(value)}")
-    mapping(value, key, ("pattern", "ratio"), ctx)
+    mapping(value, key, EXPECTED_KEYS, ctx)
     pattern = value.get("pattern", "constant_ratio" if "ratio" in value else None)
     if pattern is not None and pattern not in EXPECTABLE:
         raise ctx.fail(key + ("pattern",), f"unknown pattern {show(pattern)}; use one of {', '.join(EXPECTABLE)}")
