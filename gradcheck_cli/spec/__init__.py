@@ -15,7 +15,7 @@ from typing import Union
 
 from ..results import EXPECTABLE
 from .arguments import argument, parse_argument
-from .document import contradicts, parse_document
+from .document import parse_document
 from .lines import MAX_NODES, MERGE_TAG, Ctx, documents, keystr
 from .model import (
     BOUNDS,
@@ -57,6 +57,7 @@ from .model import (
     ValueArg,
     leaves,
 )
+from .rules import contradicts
 from .values import (
     DEVICE_RE,
     FUNCTION_RE,

@@ -30,6 +30,7 @@ from .model import (
     TensorArg,
     ValueArg,
 )
+from .rules import outside_int64, reversed_interval, too_deep, unordered
 from .values import did_you_mean, dtype_of, import_path, mapping, number, show, whole
 
 
@@ -112,15 +113,6 @@ def _not_a_number(data: Any) -> list[Any]:
     return []
 
 
-def _depth(data: Any) -> int:
-    """How deep the first elements of nested lists go: the dimensions of a tensor made from ``data``."""
-    depth = 0
-    while isinstance(data, list):
-        depth += 1
-        data = data[0] if data else None
-    return depth
-
-
 def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ctx: Ctx) -> TensorArg:
     shape = entry.get("shape")
     if "shape" in entry:
@@ -133,9 +125,9 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
     bad = _not_a_number(entry["data"]) if "data" in entry else []
     if bad:
         raise ctx.fail(key + ("data",), f"expected a number or a (nested) list of numbers, got {show(bad[0])}")
-    if "data" in entry and _depth(entry["data"]) > MAX_DIMS:
-        raise ctx.fail(key + ("data",), f"lists nested {_depth(entry['data'])} deep: torch tensors have at most "
-                                        f"{MAX_DIMS} dimensions")
+    deep = too_deep(entry["data"]) if "data" in entry else None
+    if deep:
+        raise ctx.fail(key + ("data",), deep)
     dtype = dtype_of(entry["dtype"], key + ("dtype",), ctx) if "dtype" in entry else None
     dist = entry.get("dist")
     if dist is not None and (not isinstance(dist, str) or dist not in DISTS):
@@ -168,11 +160,12 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         for k, v in params.items():
             if k in entry and isinstance(entry[k], dict):
                 continue
-            if not (v.is_integer() and -2 ** 63 <= v < 2 ** 63):
+            if outside_int64(v):
                 raise ctx.fail(key + (k,), "randint draws integers: expected a whole number within int64, "
                                            f"got {show(entry[k])}")
-    if not size_of and params.get("low", 0) >= params.get("high", 1):
-        raise ctx.fail(key + ("high",), f"expected high > low, got low={params['low']}, high={params['high']}")
+    disorder = None if size_of else unordered(params.get("low", 0), params.get("high", 1))
+    if disorder:
+        raise ctx.fail(key + ("high",), disorder)
     if entry.get("avoid") and dist in SET_DISTS:  # an empty list avoids nothing
         raise ctx.fail(key + ("avoid",), f"`avoid` redraws single values, which would leave the set dist {dist} "
                                          "draws from: drop it")
@@ -186,8 +179,9 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         (number(lo, key + ("avoid", i, 0), ctx), number(hi, key + ("avoid", i, 1), ctx))
         for i, (lo, hi) in enumerate(avoid)
     )
-    if any(lo > hi for lo, hi in intervals):
-        raise ctx.fail(key + ("avoid",), "each interval must be [lo, hi] with lo <= hi")
+    reversed_ = reversed_interval(intervals)
+    if reversed_:
+        raise ctx.fail(key + ("avoid",), reversed_)
     rg = entry.get("requires_grad")
     if rg is not None and not isinstance(rg, bool):
         raise ctx.fail(key + ("requires_grad",), f"expected true or false, got {show(rg)}")

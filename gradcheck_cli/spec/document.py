@@ -3,7 +3,7 @@ keys' values (tolerance and its reference rule, checks, compile, init, expect)."
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any
 
 from ..results import EXPECTABLE
 from .arguments import argument
@@ -32,6 +32,7 @@ from .model import (
     ReferenceRule,
     Tolerance,
 )
+from .rules import contradicts, name_taken
 from .values import devices, dtype_of, import_path, mapping, module_names, number, show, whole
 
 
@@ -47,15 +48,16 @@ def parse_document(doc: Any, ctx: Ctx, doc_index: int = 1, n_docs: int = 1) -> l
         return [_default_checks(base)]
     if not isinstance(cases, list) or not cases:
         raise ctx.fail(("cases",), f"expected a non-empty list of cases, got {show(cases)}")
-    out, names = [], set()
+    out: list[Case] = []
+    names: set[str] = set()
     for i, entry in enumerate(cases):
         mapping(entry, ("cases", i), CASE_KEYS, ctx)
         name = entry.get("name", f"case{i}")
         name = name if isinstance(name, str) else whole(name)
-        if "name" not in entry and name in names:
+        if "name" not in entry and name_taken(name, names):
             raise ctx.fail(("cases", i),
                            f"its default name {name!r} is taken by another case; give it a unique `name:`")
-        if name is None or str(name) in names:
+        if name is None or name_taken(name, names):
             raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {show(entry['name'])}")
         names.add(str(name))
         case = replace(base, label=str(name), line=ctx.lines.get(("cases", i)))
@@ -276,17 +278,6 @@ def _expected(arg: str, value: Any, key: Key, ctx: Ctx) -> Expected:
     if contradiction:
         raise ctx.fail(key, contradiction)
     return Expected(arg, pattern, ratio, keystr(key), line)
-
-
-def contradicts(pattern: Optional[str], ratio: Optional[float], written: Any = None) -> Optional[str]:
-    """Why an expectation's fields cannot all hold at once (None: they can): a sign flip is the ratio -1, and
-    only the ratio patterns have a ratio."""
-    if ratio is not None and pattern not in (None, "constant_ratio", "sign_flip"):
-        return f"a ratio belongs to pattern constant_ratio or sign_flip, not {pattern}"
-    if pattern == "sign_flip" and ratio is not None and ratio != -1:
-        return (f"pattern sign_flip means ratio -1, got ratio {show(ratio if written is None else written)}: "
-                f"give the pattern or the ratio (`{{ratio: {ratio:g}}}` for a constant ratio)")
-    return None
 
 
 def _checks(value: Any, key: Key, ctx: Ctx) -> tuple[str, ...]:
