@@ -130,7 +130,7 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         raise ctx.fail(key + ("data",), deep)
     dtype = dtype_of(entry["dtype"], key + ("dtype",), ctx) if "dtype" in entry else None
     dist = entry.get("dist")
-    if dist is not None and (not isinstance(dist, str) or dist not in DISTS):
+    if "dist" in entry and (not isinstance(dist, str) or dist not in DISTS):
         raise ctx.fail(key + ("dist",), f"unknown distribution {show(dist)}; use one of {', '.join(DISTS)}")
     if dist is not None and "data" in entry:
         raise ctx.fail(key + ("dist",), "`dist` draws values, `data` gives them: use one or the other")
@@ -143,8 +143,8 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
     _structure(dist, shape, dtype, entry, key, ctx)
     size_of = tuple(_size_of(k, entry[k], dist, key + (k,), ctx) for k in ("low", "high")
                     if isinstance(entry.get(k), dict))
-    params = {k: number(entry[k], key + (k,), ctx) for k in allowed
-              if k in entry and k != "dim" and not isinstance(entry[k], dict)}
+    params = {k: number(entry[k], key + (k,), ctx) for k in allowed  # a bound {size_of: ...} is read above
+              if k in entry and k != "dim" and not (k in ("low", "high") and isinstance(entry[k], dict))}
     if dist == "normal":
         params = {**DIST_DEFAULTS, **params}
         if params["std"] < 0:

@@ -191,7 +191,7 @@ def _override(inputs: tuple[Arg, ...], entries: dict[Any, Any], key: Key, ctx: C
 
 def _compile(value: Any, key: Key, ctx: Ctx) -> CompileOptions:
     """`compile: {backend, atol, rtol}`."""
-    value = value or {}
+    value = {} if value is None else value
     mapping(value, key, COMPILE_KEYS, ctx)
     backend = value.get("backend", "aot_eager")
     if backend not in COMPILE_BACKENDS:
@@ -222,7 +222,7 @@ def _rule(value: Any, key: Key, ctx: Ctx) -> ReferenceRule:
     """``tolerance.reference``: ``{rule: relative, factor, atol}`` or ``{rule: allclose, atol, rtol}``."""
     mapping(value, key, tuple(dict.fromkeys(k for keys in RULES.values() for k in keys)), ctx)
     rule = value.get("rule")
-    if rule is not None and rule not in RULES:
+    if rule is not None and (not isinstance(rule, str) or rule not in RULES):  # a list or mapping is unhashable
         raise ctx.fail(key + ("rule",), f"unknown rule {show(rule)}; use relative (the target's error at most "
                                         "`factor` times the reference's own in the target's dtype) or allclose")
     for k in value:
