@@ -149,6 +149,15 @@ def test_x_parameters_are_the_keys_each_dist_takes_by_the_schemas_conditions():
             assert (loader({"function": F, "inputs": [{"shape": [3, 3], **entry}]}) is None) is (key in taken), entry
 
 
+def test_the_set_and_matrix_dists_stay_in_python_as_the_schemas_conditions_say():
+    """MATRIX_DISTS and SET_DISTS (what the draws do) are Python's; the schema's conditions name the same."""
+    for name in spec.DISTS:
+        avoid = {"function": F, "inputs": [{"shape": [3, 3], "dist": name, "avoid": [[0, 0.01]]}]}
+        assert schema_accepts(avoid) is (loader(avoid) is None) is (name not in spec.SET_DISTS), name
+        vector = {"function": F, "inputs": [{"shape": [3], "dist": name}]}
+        assert schema_accepts(vector) is (loader(vector) is None) is (name not in spec.MATRIX_DISTS), name
+
+
 def test_x_keys_are_the_keys_each_reference_rule_takes_by_the_schemas_conditions():
     rule = DEFS["reference_rule"]["properties"]["rule"]
     assert tuple(rule["x-keys"]) == vocabulary.enum(rule)
