@@ -13,15 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
-from ..checks import NAMES as CHECKS
 from ..results import EXPECTABLE
 from ..tolerance import ReferenceRule, Tolerance
 from .arguments import argument, parse_argument
-from .document import contradicts, parse_document
+from .document import parse_document
 from .lines import MAX_NODES, MERGE_TAG, Ctx, documents, keystr
 from .model import (
     BOUNDS,
     CASE_KEYS,
+    CHECKS,
     COMPILE_BACKENDS,
     COMPILE_KEYS,
     DIST_DEFAULTS,
@@ -56,6 +56,7 @@ from .model import (
     ValueArg,
     leaves,
 )
+from .rules import contradicts
 from .values import (
     DEVICE_RE,
     FUNCTION_RE,

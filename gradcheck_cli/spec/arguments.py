@@ -8,14 +8,20 @@ from typing import Any, Optional
 
 from .lines import Ctx, keystr
 from .model import (
+    ALIAS_KEYS,
     BOUNDS,
+    CONTAINER_KEYS,
     DIST_DEFAULTS,
+    DIST_KEYS,
     DISTS,
+    IMPORT_KEYS,
     KINDS,
     MATRIX_DISTS,
     MAX_DIMS,
     SET_DISTS,
+    SIZE_OF_KEYS,
     TENSOR_KEYS,
+    VALUE_KEYS,
     AliasArg,
     Arg,
     DictArg,
@@ -24,6 +30,7 @@ from .model import (
     TensorArg,
     ValueArg,
 )
+from .rules import outside_int64, reversed_interval, too_deep, unordered
 from .values import did_you_mean, dtype_of, import_path, mapping, number, show, whole
 
 
@@ -59,14 +66,14 @@ def argument(entry: Any, key: Key, ctx: Ctx, name: Optional[str] = None, leaf: b
     if kinds in (["list"], ["dict"]):
         return _container(entry, kinds[0], name, key, ctx)
     if kinds == ["value"]:
-        mapping(entry, key, ("name", "value"), ctx)
+        mapping(entry, key, VALUE_KEYS, ctx)
         value = entry["value"]
         if isinstance(value, dict) and "import" in value:  # a callable: `value: {import: pkg.mod:fn}`
-            mapping(value, key + ("value",), ("import",), ctx)
+            mapping(value, key + ("value",), IMPORT_KEYS, ctx)
             return ValueArg(None, name, where, line, import_path(value["import"], key + ("value", "import"), ctx))
         return ValueArg(value, name, where, line)
     if kinds == ["same_as"]:
-        mapping(entry, key, ("name", "same_as"), ctx)
+        mapping(entry, key, ALIAS_KEYS, ctx)
         if not isinstance(entry["same_as"], str):
             raise ctx.fail(key + ("same_as",), f"expected the name of another argument, got {show(entry['same_as'])}")
         return AliasArg(entry["same_as"], name, where, line)
@@ -76,7 +83,7 @@ def argument(entry: Any, key: Key, ctx: Ctx, name: Optional[str] = None, leaf: b
 
 def _container(entry: dict[str, Any], kind: str, name: Optional[str], key: Key, ctx: Ctx) -> Arg:
     """``list: [ENTRY, ...]`` or ``dict: {KEY: ENTRY, ...}``: non-empty, every item an argument entry."""
-    mapping(entry, key, ("name", kind), ctx)
+    mapping(entry, key, CONTAINER_KEYS[kind], ctx)
     items, where, line = entry[kind], keystr(key), ctx.lines.get(ctx.prefix + key)
     if kind == "list":
         if not isinstance(items, list) or not items:
@@ -106,15 +113,6 @@ def _not_a_number(data: Any) -> list[Any]:
     return []
 
 
-def _depth(data: Any) -> int:
-    """How deep the first elements of nested lists go: the dimensions of a tensor made from ``data``."""
-    depth = 0
-    while isinstance(data, list):
-        depth += 1
-        data = data[0] if data else None
-    return depth
-
-
 def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ctx: Ctx) -> TensorArg:
     shape = entry.get("shape")
     if "shape" in entry:
@@ -127,26 +125,26 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
     bad = _not_a_number(entry["data"]) if "data" in entry else []
     if bad:
         raise ctx.fail(key + ("data",), f"expected a number or a (nested) list of numbers, got {show(bad[0])}")
-    if "data" in entry and _depth(entry["data"]) > MAX_DIMS:
-        raise ctx.fail(key + ("data",), f"lists nested {_depth(entry['data'])} deep: torch tensors have at most "
-                                        f"{MAX_DIMS} dimensions")
+    deep = too_deep(entry["data"]) if "data" in entry else None
+    if deep:
+        raise ctx.fail(key + ("data",), deep)
     dtype = dtype_of(entry["dtype"], key + ("dtype",), ctx) if "dtype" in entry else None
     dist = entry.get("dist")
-    if dist is not None and (not isinstance(dist, str) or dist not in DISTS):
+    if "dist" in entry and (not isinstance(dist, str) or dist not in DISTS):
         raise ctx.fail(key + ("dist",), f"unknown distribution {show(dist)}; use one of {', '.join(DISTS)}")
     if dist is not None and "data" in entry:
         raise ctx.fail(key + ("dist",), "`dist` draws values, `data` gives them: use one or the other")
     dist = dist or ("randint" if dtype and (dtype.startswith(("int", "uint")) or dtype == "bool") else "normal")
     allowed = DISTS[dist]
-    for k in ("mean", "std", "low", "high", "dim"):
+    for k in DIST_KEYS:
         if k in entry and k not in allowed:
             takes = f"it takes {', '.join(allowed)}" if allowed else "it takes no parameters"
             raise ctx.fail(key + (k,), f"`{k}` does not apply to dist {dist}; {takes}")
     _structure(dist, shape, dtype, entry, key, ctx)
     size_of = tuple(_size_of(k, entry[k], dist, key + (k,), ctx) for k in ("low", "high")
                     if isinstance(entry.get(k), dict))
-    params = {k: number(entry[k], key + (k,), ctx) for k in allowed
-              if k in entry and k != "dim" and not isinstance(entry[k], dict)}
+    params = {k: number(entry[k], key + (k,), ctx) for k in allowed  # a bound {size_of: ...} is read above
+              if k in entry and k != "dim" and not (k in ("low", "high") and isinstance(entry[k], dict))}
     if dist == "normal":
         params = {**DIST_DEFAULTS, **params}
         if params["std"] < 0:
@@ -162,11 +160,12 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         for k, v in params.items():
             if k in entry and isinstance(entry[k], dict):
                 continue
-            if not (v.is_integer() and -2 ** 63 <= v < 2 ** 63):
+            if outside_int64(v):
                 raise ctx.fail(key + (k,), "randint draws integers: expected a whole number within int64, "
                                            f"got {show(entry[k])}")
-    if not size_of and params.get("low", 0) >= params.get("high", 1):
-        raise ctx.fail(key + ("high",), f"expected high > low, got low={params['low']}, high={params['high']}")
+    disorder = None if size_of else unordered(params.get("low", 0), params.get("high", 1))
+    if disorder:
+        raise ctx.fail(key + ("high",), disorder)
     if entry.get("avoid") and dist in SET_DISTS:  # an empty list avoids nothing
         raise ctx.fail(key + ("avoid",), f"`avoid` redraws single values, which would leave the set dist {dist} "
                                          "draws from: drop it")
@@ -180,8 +179,9 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         (number(lo, key + ("avoid", i, 0), ctx), number(hi, key + ("avoid", i, 1), ctx))
         for i, (lo, hi) in enumerate(avoid)
     )
-    if any(lo > hi for lo, hi in intervals):
-        raise ctx.fail(key + ("avoid",), "each interval must be [lo, hi] with lo <= hi")
+    reversed_ = reversed_interval(intervals)
+    if reversed_:
+        raise ctx.fail(key + ("avoid",), reversed_)
     rg = entry.get("requires_grad")
     if rg is not None and not isinstance(rg, bool):
         raise ctx.fail(key + ("requires_grad",), f"expected true or false, got {show(rg)}")
@@ -226,7 +226,7 @@ def _size_of(bound: str, value: dict[str, Any], dist: str, key: Key, ctx: Ctx) -
     """``high: {size_of: NAME, dim: D}``: the bound is the size of argument NAME along D (default 0)."""
     if dist != "randint":
         raise ctx.fail(key, f"a bound tied to another argument's size is for dist randint (indices), not {dist}")
-    mapping(value, key, ("size_of", "dim"), ctx)
+    mapping(value, key, SIZE_OF_KEYS, ctx)
     other, dim = value.get("size_of"), value.get("dim", 0)
     if not isinstance(other, str) or not other:
         raise ctx.fail(key + ("size_of",), f"expected the name of another argument, got {show(other)}")

@@ -3,21 +3,23 @@ keys' values (tolerance and its reference rule, checks, compile, init, expect)."
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any
 
-from ..checks import NAMES as CHECKS
 from ..results import EXPECTABLE
 from ..tolerance import ReferenceRule, Tolerance
 from .arguments import argument
 from .lines import Ctx, keystr
 from .model import (
     CASE_KEYS,
+    CHECKS,
     COMPILE_BACKENDS,
     COMPILE_KEYS,
     EXPECT_KEYS,
+    EXPECTED_KEYS,
     INIT_KEYS,
     INIT_MODES,
     REFERENCE_DTYPES,
+    REPEATS,
     RULES,
     SEEDS,
     TOLERANCE_KEYS,
@@ -29,6 +31,7 @@ from .model import (
     Expected,
     Key,
 )
+from .rules import contradicts, name_taken
 from .values import devices, dtype_of, import_path, mapping, module_names, number, show, whole
 
 
@@ -44,15 +47,16 @@ def parse_document(doc: Any, ctx: Ctx, doc_index: int = 1, n_docs: int = 1) -> l
         return [_default_checks(base)]
     if not isinstance(cases, list) or not cases:
         raise ctx.fail(("cases",), f"expected a non-empty list of cases, got {show(cases)}")
-    out, names = [], set()
+    out: list[Case] = []
+    names: set[str] = set()
     for i, entry in enumerate(cases):
         mapping(entry, ("cases", i), CASE_KEYS, ctx)
         name = entry.get("name", f"case{i}")
         name = name if isinstance(name, str) else whole(name)
-        if "name" not in entry and name in names:
+        if "name" not in entry and name_taken(name, names):
             raise ctx.fail(("cases", i),
                            f"its default name {name!r} is taken by another case; give it a unique `name:`")
-        if name is None or str(name) in names:
+        if name is None or name_taken(name, names):
             raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {show(entry['name'])}")
         names.add(str(name))
         case = replace(base, label=str(name), line=ctx.lines.get(("cases", i)))
@@ -102,9 +106,9 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
         changes["spec_checks"] = () if changes["all_checks"] else changes["checks"]
     if "repeat" in doc:
         repeat = whole(doc["repeat"])
-        if repeat is None or not 2 <= repeat <= 1000:
-            raise ctx.fail(key + ("repeat",), f"expected an integer from 2 to 1000 (backward calls compared for "
-                                              f"determinism), got {show(doc['repeat'])}")
+        if repeat is None or not REPEATS[0] <= repeat <= REPEATS[1]:
+            raise ctx.fail(key + ("repeat",), f"expected an integer from {REPEATS[0]} to {REPEATS[1]} (backward "
+                                              f"calls compared for determinism), got {show(doc['repeat'])}")
         changes["repeat"] = repeat
     if "resample" in doc:
         if not isinstance(doc["resample"], bool):
@@ -187,7 +191,7 @@ def _override(inputs: tuple[Arg, ...], entries: dict[Any, Any], key: Key, ctx: C
 
 def _compile(value: Any, key: Key, ctx: Ctx) -> tuple[CompileOptions, ReferenceRule]:
     """`compile: {backend, atol, rtol}`: the backend, and the tolerances as ``Tolerance.compile``."""
-    value = value or {}
+    value = {} if value is None else value
     mapping(value, key, COMPILE_KEYS, ctx)
     backend = value.get("backend", "aot_eager")
     if backend not in COMPILE_BACKENDS:
@@ -218,7 +222,7 @@ def _rule(value: Any, key: Key, ctx: Ctx) -> ReferenceRule:
     """``tolerance.reference``: ``{rule: relative, factor, atol}`` or ``{rule: allclose, atol, rtol}``."""
     mapping(value, key, tuple(dict.fromkeys(k for keys in RULES.values() for k in keys)), ctx)
     rule = value.get("rule")
-    if rule is not None and rule not in RULES:
+    if rule is not None and (not isinstance(rule, str) or rule not in RULES):  # a list or mapping is unhashable
         raise ctx.fail(key + ("rule",), f"unknown rule {show(rule)}; use relative (the target's error at most "
                                         "`factor` times the reference's own in the target's dtype) or allclose")
     for k in value:
@@ -263,7 +267,7 @@ def _expected(arg: str, value: Any, key: Key, ctx: Ctx) -> Expected:
         return Expected(arg, value, None, keystr(key), line)
     if not isinstance(value, dict):
         raise ctx.fail(key, f"expected {allowed}; got {show(value)}")
-    mapping(value, key, ("pattern", "ratio"), ctx)
+    mapping(value, key, EXPECTED_KEYS, ctx)
     pattern = value.get("pattern", "constant_ratio" if "ratio" in value else None)
     if pattern is not None and pattern not in EXPECTABLE:
         raise ctx.fail(key + ("pattern",), f"unknown pattern {show(pattern)}; use one of {', '.join(EXPECTABLE)}")
@@ -274,17 +278,6 @@ def _expected(arg: str, value: Any, key: Key, ctx: Ctx) -> Expected:
     if contradiction:
         raise ctx.fail(key, contradiction)
     return Expected(arg, pattern, ratio, keystr(key), line)
-
-
-def contradicts(pattern: Optional[str], ratio: Optional[float], written: Any = None) -> Optional[str]:
-    """Why an expectation's fields cannot all hold at once (None: they can): a sign flip is the ratio -1, and
-    only the ratio patterns have a ratio."""
-    if ratio is not None and pattern not in (None, "constant_ratio", "sign_flip"):
-        return f"a ratio belongs to pattern constant_ratio or sign_flip, not {pattern}"
-    if pattern == "sign_flip" and ratio is not None and ratio != -1:
-        return (f"pattern sign_flip means ratio -1, got ratio {show(ratio if written is None else written)}: "
-                f"give the pattern or the ratio (`{{ratio: {ratio:g}}}` for a constant ratio)")
-    return None
 
 
 def _checks(value: Any, key: Key, ctx: Ctx) -> tuple[str, ...]:

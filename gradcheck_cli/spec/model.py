@@ -1,5 +1,6 @@
-"""The spec's vocabulary and its data: the keys, dtypes and distributions a spec may use, SpecError,
-and the frozen dataclasses a document becomes (Case and its arguments, tolerances and expectations).
+"""The spec's vocabulary and its data: the keys, dtypes and distributions a spec may use (read from the
+JSON Schema by ``vocabulary``, named here), SpecError, and the frozen dataclasses a document becomes
+(Case and its arguments, tolerances and expectations).
 
 Pure data: no YAML and no validation here (``lines`` reads the YAML, ``arguments`` and ``document``
 validate it)."""
@@ -9,39 +10,37 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from ..tolerance import Tolerance
+from .vocabulary import DEFS, alternatives, enum, keys, prop, required
 
-DTYPES = {
-    "float64": "float64", "double": "float64", "float32": "float32", "float": "float32",
-    "float16": "float16", "half": "float16", "bfloat16": "bfloat16",
-    "complex128": "complex128", "cdouble": "complex128", "complex64": "complex64", "cfloat": "complex64",
-    "int64": "int64", "long": "int64", "int32": "int32", "int": "int32", "int16": "int16",
-    "int8": "int8", "uint8": "uint8", "bool": "bool",
-}
-DISTS = {"normal": ("mean", "std"), "uniform": ("low", "high"), "randint": ("low", "high"),
-         "positive": ("low", "high"), "sorted": ("low", "high", "dim"), "simplex": ("dim",), "permutation": ("dim",),
-         "symmetric": (), "spd": (), "orthogonal": ()}  # dist -> the keys it takes
+_DTYPE, _DIST, _RULE = DEFS["dtype"], prop("tensor", "dist"), prop("reference_rule", "rule")
+DTYPES = {name: _DTYPE["x-canonical"].get(name, name) for name in enum(_DTYPE)}  # name or alias -> the dtype
+DISTS = {dist: tuple(_DIST["x-parameters"][dist]) for dist in enum(_DIST)}  # dist -> the keys it takes
 DIST_DEFAULTS = {"mean": 0.0, "std": 1.0}
 BOUNDS = {"uniform": (0.0, 1.0), "sorted": (0.0, 1.0), "positive": (0.1, 10.0)}  # default (low, high); randint's below
 MATRIX_DISTS = ("symmetric", "spd", "orthogonal")  # the last two dimensions are a matrix
 SET_DISTS = MATRIX_DISTS + ("simplex", "sorted", "permutation")  # a set: `avoid` (redrawing values) would leave it
 SYMMETRIC_DISTS = ("symmetric", "spd")  # perturbed along the set: the check differentiates f(sym(X)), sym = (X + X^T)/2
-MAX_DIMS = 64  # dimensions of a torch tensor, at most
+MAX_DIMS: int = prop("tensor", "shape")["maxItems"]  # dimensions of a torch tensor, at most
 SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
-TOP_KEYS = ("function", "import", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
-            "resample", "inputs", "kwargs", "init", "clone_inputs", "compile", "reference", "reference_dtype",
-            "reference_backward", "expect", "cases")
-CASE_KEYS = ("name",) + tuple(k for k in TOP_KEYS if k != "cases")
-KINDS = ("shape", "data", "value", "same_as", "list", "dict")  # an argument entry has exactly one of these
-TENSOR_KEYS = ("name", "shape", "data", "dtype", "dist", "mean", "std", "low", "high", "dim", "avoid", "requires_grad",
-               "param")
-TOLERANCE_KEYS = ("eps", "atol", "rtol", "nondet_tol", "reference")
-RULES = {"relative": ("rule", "factor", "atol"), "allclose": ("rule", "atol", "rtol")}  # tolerance.reference: its keys
-REFERENCE_DTYPES = ("float64", "float32", "float16", "bfloat16")  # reference_dtype (complex inputs: its complex kind)
-INIT_KEYS = ("args", "kwargs", "mode")  # init: constructor arguments, and train | eval
-INIT_MODES = ("train", "eval")  # init.mode: module.train() / module.eval() before checking
-COMPILE_KEYS = ("backend", "atol", "rtol")  # `compile`: the compile check's backend and tolerances
-COMPILE_BACKENDS = ("aot_eager", "inductor", "eager")
-EXPECT_KEYS = ("reason", "checks")  # the other keys of `expect` are argument names
+REPEATS: tuple[int, int] = (DEFS["repeat"]["minimum"], DEFS["repeat"]["maximum"])  # `repeat`: from, to
+TOP_KEYS = keys()
+CASE_KEYS = keys("case")
+KINDS = tuple(k for alternative in alternatives("argument") for k in required(alternative))  # exactly one of these
+TENSOR_KEYS = keys("tensor")
+DIST_KEYS = tuple(k for k in TENSOR_KEYS if any(k in taken for taken in DISTS.values()))  # the dists' parameters
+VALUE_KEYS, ALIAS_KEYS, SIZE_OF_KEYS = keys("value"), keys("same_as"), keys("size_of")
+IMPORT_KEYS = keys("value_import")  # `value: {import: pkg.mod:fn}`
+CONTAINER_KEYS = {kind: keys(kind) for kind in ("list", "dict")}  # `list:` and `dict:` entries
+TOLERANCE_KEYS = keys("tolerance")
+RULES = {rule: tuple(_RULE["x-keys"][rule]) for rule in enum(_RULE)}  # tolerance.reference: its keys
+REFERENCE_DTYPES = tuple(dict.fromkeys(DTYPES[n] for n in enum(DEFS["reference_dtype"])))  # complex: its complex kind
+INIT_KEYS = keys("init")  # init: constructor arguments, and train | eval
+INIT_MODES = enum(prop("init", "mode"))  # init.mode: module.train() / module.eval() before checking
+COMPILE_KEYS = keys("compile")  # `compile`: the compile check's backend and tolerances
+COMPILE_BACKENDS = enum(prop("compile", "backend"))
+EXPECT_KEYS = keys("expect")  # the other keys of `expect` are argument names
+EXPECTED_KEYS = keys("expected")  # an argument's expectation written as a mapping
+CHECKS = enum(DEFS["check_name"])  # `checks: all` runs them in this order (the registry's, which a test compares)
 Key = tuple[Union[str, int], ...]  # a key path into a document: mapping keys and list positions
 
 

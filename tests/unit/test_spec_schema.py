@@ -50,6 +50,10 @@ SCHEMA_CANNOT = {
     r"pattern sign_flip means ratio -1, got ratio '": "whether a numeric string ('-1.0', '-10e-1') is -1",
     r"duplicate key: keep one": "two YAML keys written alike ('true' and true, a string and a boolean) are "
                                 "one key to the validator and two to the schema (JSON keys are strings)",
+    r"overrides arguments by name, which needs the document's `inputs:` list": "a case's `inputs:` mapping "
+                                                                               "needs a key of the document",
+    r"no argument named .* in the document's inputs": "a case's `inputs:` mapping names arguments by the `name:` "
+                                                      "of the document's inputs (values of another key)",
 }
 
 
@@ -229,6 +233,8 @@ INEXPRESSIBLE = [  # one document per rule of SCHEMA_CANNOT, in its order
     {**BASE, "inputs": [{**TENSOR, "dist": "positive", "low": "0"}]},
     {**BASE, "expect": {"reason": "why", "x": {"pattern": "sign_flip", "ratio": "0.5"}}},
     {**BASE, "expect": {"reason": "why", "true": "sign_flip", True: "sign_flip"}},
+    {**BASE, "cases": [{"inputs": {"x": TENSOR}}]},
+    {**BASE, "inputs": [{"name": "x", **TENSOR}], "cases": [{"inputs": {"y": TENSOR}}]},
 ]
 
 
