@@ -69,16 +69,20 @@ def prepare() -> None:
 
 
 _ending: list[bool] = []  # _end_server is registered to run at exit
+_server: list[int] = []  # the fork server's pid, as a forked worker says it (its parent)
 
 
 def _end_server() -> None:
     """At this process's exit: end the fork server at once. Left alone it exits after this process, and its
     shutdown (that of a process that imported torch: about half a second) holds this process's stdout and
-    stderr open, which whoever reads them (a CI step, a pipe, subprocess.run) waits for."""
-    from multiprocessing import forkserver
-
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
-    if pid is not None:
+    stderr open, which whoever reads them (a CI step, a pipe, subprocess.run) waits for. Its pid is the one a
+    worker gave as its parent's, ended only while it is still this process's child (never another process
+    that a worker was reparented to)."""
+    for pid in _server[-1:]:
+        try:
+            os.waitpid(pid, os.WNOHANG)  # raises unless pid is a child of this process
+        except ChildProcessError:
+            return
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
 
@@ -104,7 +108,7 @@ def _serve(conn: Connection, threads: int, environ: dict[str, str], parent_alive
 
     torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
     warm_up()  # before the first task: its duration and its timeout count from "started"
-    conn.send(("ready", os.getpid(), None, None))  # the parent may wait for this (Pool.warm)
+    conn.send(("ready", os.getpid(), None, os.getppid()))  # the parent may wait for this (Pool.warm)
     with GUARD.consecutive():  # nothing but this loop runs between two cases
         _tasks(conn)
 
@@ -191,6 +195,8 @@ class _Worker:
                 kind, pid, index, payload = self.conn.recv()
                 if kind == "ready" and pid == self.proc.pid:
                     self.ready = True
+                    if start_method() == "forkserver" and payload != os.getpid():  # forked by the server
+                        _server[:] = [payload]
                     continue
                 if pid != self.proc.pid or index != self.index:
                     self.stray = pid

@@ -6,6 +6,8 @@ pipe that reads them waited for it).
 """
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -56,3 +58,21 @@ def test_the_fork_server_ends_with_the_run_instead_of_shutting_torch_down_after_
     out = subprocess.run([sys.executable, "-c", ADOPTER, str(ROOT / "specs" / "relu.yaml")], cwd=ROOT,
                          capture_output=True, text=True, timeout=600)
     assert out.stdout.split() == ["0", "True", "True"], out.stdout + out.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX processes")
+def test_at_exit_only_this_runs_own_child_is_ended_as_its_fork_server(monkeypatch) -> None:
+    """The fork server's pid comes from a worker (its parent's pid), not from multiprocessing's private
+    attribute; a pid that is not this process's child (a worker reparented elsewhere) is never signalled."""
+    stranger = int(subprocess.run(["sh", "-c", "sleep 60 > /dev/null 2>&1 & echo $!"], capture_output=True,
+                                  text=True, check=True).stdout)  # its shell exited: not our child
+    try:
+        monkeypatch.setattr(pool, "_server", [stranger])
+        pool._end_server()
+        os.kill(stranger, 0)  # still there
+    finally:
+        os.kill(stranger, signal.SIGKILL)
+    child = subprocess.Popen(["sleep", "60"])
+    monkeypatch.setattr(pool, "_server", [child.pid])
+    pool._end_server()
+    assert child.wait(timeout=60) == -signal.SIGKILL
