@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -42,6 +43,8 @@ from .sides import compare, gradients, output_row, side
 from .verdict import begin, conclude, skip, unsupported
 
 VJP = "torch.func.vjp"
+# logger -> its level while compiling; fake_tensor's traceback of a failing fake kernel: the check's message says it
+QUIET = {"torch._dynamo": logging.ERROR, "torch._inductor": logging.ERROR, "torch._subclasses.fake_tensor": logging.CRITICAL}
 _PATCHED = ("__init__", "__setstate__", "___needs_generation_tag_patch")  # what dynamo patches on nn.Module
 _MISSING = object()
 _GUARD_PROFILE = "profile_guard_manager"  # torch._dynamo.guards times every guard it builds, for its logs
@@ -309,17 +312,19 @@ def _compiling(breaks: dict[str, int]) -> Iterator[None]:
     module = torch.nn.Module
     patched = {name: vars(module).get(name, _MISSING) for name in _PATCHED}
     limit = sys.getrecursionlimit()
-    loggers = [logging.getLogger(name) for name in ("torch._dynamo", "torch._inductor")]
+    loggers = {logging.getLogger(name): level for name, level in QUIET.items()}
     levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
+    for logger, level in loggers.items():
+        logger.setLevel(level)
     torch._dynamo.reset()
     counters.clear()
     profile = getattr(guards, _GUARD_PROFILE, None)  # absent from other versions of torch: nothing to leave out
     if profile is not None:
         setattr(guards, _GUARD_PROFILE, _no_guard_profile)
     try:
-        with inductor_config.patch(compile_threads=1):
+        with inductor_config.patch(compile_threads=1), warnings.catch_warnings():
+            # AOTAutograd traces backward in anomaly mode: its "Error detected in ..." of a failure the message says
+            warnings.filterwarnings("ignore", message="Error detected in", category=UserWarning)
             yield
     finally:
         if profile is not None:

@@ -174,3 +174,18 @@ def test_the_compile_check_fails_a_module_whose_compiled_backward_reads_its_upda
     assert rows["weight"].status is Status.FAIL and rows["output"].status is Status.PASS
     assert "forward changes buffers 'running_mean', 'running_var' in place" in found.message
     assert "assign the new values instead (`self.running_mean = ...` under torch.no_grad())" in found.message
+
+
+@pytest.mark.slow
+def test_a_failing_fake_kernel_is_the_checks_message_not_torchs_traceback_on_stderr():
+    """torch logged the fake kernel's failure (a traceback at ERROR) and AOTAutograd's anomaly mode warned
+    "Error detected in ..." on stderr beside the check's own message: noise that reads like a crash in CI"""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-m", "gradcheck_cli", "broken-specs/custom_op_wrong_fake.yaml", "--check",
+                          "compile", "--format", "json"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1 and "BackendCompilerFailed" in run.stdout
+    assert "fake_tensor" not in run.stderr and "Error detected in" not in run.stderr, run.stderr
