@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from ..checks import NAMES as CHECKS
 from ..results import EXPECTABLE
+from ..rng import SEEDS
 from .arguments import argument
 from .lines import Ctx, keystr
 from .model import (
@@ -18,7 +19,6 @@ from .model import (
     INIT_MODES,
     REFERENCE_DTYPES,
     RULES,
-    SEEDS,
     TOLERANCE_KEYS,
     TOP_KEYS,
     Arg,

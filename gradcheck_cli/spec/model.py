@@ -24,7 +24,6 @@ MATRIX_DISTS = ("symmetric", "spd", "orthogonal")  # the last two dimensions are
 SET_DISTS = MATRIX_DISTS + ("simplex", "sorted", "permutation")  # a set: `avoid` (redrawing values) would leave it
 SYMMETRIC_DISTS = ("symmetric", "spd")  # perturbed along the set: the check differentiates f(sym(X)), sym = (X + X^T)/2
 MAX_DIMS = 64  # dimensions of a torch tensor, at most
-SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
 TOP_KEYS = ("function", "import", "description", "seed", "device", "dtype", "tolerance", "strict", "checks", "repeat",
             "resample", "inputs", "kwargs", "init", "clone_inputs", "compile", "reference", "reference_dtype",
             "reference_backward", "expect", "cases")
