@@ -76,6 +76,7 @@ def check(
     from .checks import NAMES
     from .checks.base import MEMORY_BYTES, CheckContext, Options
     from .custom_op import as_op, vmap_fallback_quiet
+    from .numerics.streams import Streams
     from .oracle import Oracle
     from .reporters import display  # noqa: F401  (the result shows itself as the reporters draw it)
     from .results import CaseResult, Status
@@ -108,9 +109,10 @@ def check(
     if max_memory is not None and memory_bytes is not None:
         raise ValueError("give max_memory (MB) or memory_bytes, not both")
     memory = max_memory * 2**20 if max_memory is not None else memory_bytes
-    opts = Options(tolerance, seed, memory or MEMORY_BYTES, FAST_PROBES if fast and not probes else probes, repeat,
+    opts = Options(tolerance, memory or MEMORY_BYTES, FAST_PROBES if fast and not probes else probes, repeat,
                    compress=compress)
 
+    streams = Streams(seed)  # every draw of the checks, and the state every forward starts from
     given_values = [*args, *(kwargs or {}).values()]
 
     def on(where: Optional[str]) -> Any:
@@ -120,7 +122,7 @@ def check(
             copies.setdefault(id(v), v.detach().to(where).requires_grad_(v.requires_grad))
             if isinstance(v, torch.Tensor) else v for v in given_values]
         bound = bind(target, [(None, a) for a in values[: len(args)]], list(zip(kwargs or {}, values[len(args):])))
-        bound.seed = seed
+        bound.streams = streams
         return bound
 
     def body(result: CaseResult) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from .errors import BindError
-from .rng import RngFork
+from .numerics.streams import RngFork, Streams
 from .spec import Arg, Container, ListArg
 from .target import Target
 
@@ -28,7 +28,7 @@ class Bound:
     """Arguments in call order, with the names and positions the user sees.
 
     For a module, its parameters follow the arguments (named as in named_parameters()).
-    ``rng`` forks the global RNG for every forward (made at the first one, from ``seed``).
+    ``rng`` forks the global RNG for every forward (made at the first one, from ``streams``).
     """
 
     values: list[Any]
@@ -38,7 +38,7 @@ class Bound:
     kw_names: list[str]
     entries: list[Optional[Arg]] = field(default_factory=list)  # each value's spec entry, where it has one
     rng: Optional[RngFork] = field(default=None, repr=False, compare=False)
-    seed: int = 0  # seeds the RNG state every forward starts from
+    streams: Streams = Streams()  # the random streams the values came from; every forward starts from them
     clone_inputs: Optional[bool] = None  # forward on copies of the tensors (an in-place Function); None: unknown yet
     found_in_place: bool = False  # clone_inputs was found (the first forward changed an argument and returned it)
     # value i reaches the target as transforms[i](value) (`param:`, or sym for symmetric inputs): the

@@ -28,16 +28,17 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def build(case: Case, device: str, param_names: Sequence[str] = ()
+def build(case: Case, device: str, param_names: Sequence[str] = (), gen: Optional[torch.Generator] = None
           ) -> tuple[list[tuple[Optional[str], Any]], list[tuple[str, Any]]]:
     """The positional and keyword arguments of ``case`` as (name, value) pairs, in order.
 
     ``same_as`` entries resolve to the very same tensor object as the argument they name;
     an input without a ``name`` is known by its parameter's name in ``param_names``. A ``list:`` or
     ``dict:`` entry is a list or dict of its leaves' values, drawn in order (depth first); a leaf is
-    known by its path (``xs[0]``, ``feats.q``) to later ``same_as`` and ``size_of``.
+    known by its path (``xs[0]``, ``feats.q``) to later ``same_as`` and ``size_of``. Values are drawn from
+    ``gen``, the inputs' stream of the attempt (``Streams.inputs()``); without it, from the case's own seed.
     """
-    gen = torch.Generator().manual_seed(case.seed)
+    gen = torch.Generator().manual_seed(case.seed) if gen is None else gen
     by_name: dict[str, Any] = {}
     entries = [(None, a) for a in case.inputs] + list(case.kwargs)
     built: list[tuple[Optional[str], Any]] = []

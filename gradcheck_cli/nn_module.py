@@ -17,8 +17,8 @@ import torch
 
 from .binding import VARIADIC
 from .errors import BindError, guarded
+from .numerics.streams import Stream, Streams
 from .results import ErrorKind
-from .rng import Stream, generator
 from .target import Target
 
 Slots = list[list[tuple[torch.nn.Module, str]]]  # per parameter, every (submodule, name) holding it
@@ -93,9 +93,9 @@ class ModuleTarget(Target):
             self.copies[key] = (copy, parameter_slots(copy))
         return self.copies[key]
 
-    def build(self, args: Sequence[Any], kwargs: dict[str, Any], seed: int, dtype: str, device: str,
+    def build(self, args: Sequence[Any], kwargs: dict[str, Any], streams: Streams, dtype: str, device: str,
               mode: Optional[str] = None) -> None:
-        """Build the module from the spec's ``init``: deterministic from ``seed`` (the global RNG is
+        """Build the module from the spec's ``init``: deterministic from ``streams`` (the global RNG is
         forked, not disturbed), in ``dtype`` (floating parameters and buffers), on ``device``.
 
         Arguments that do not fit ``__init__`` raise BindError naming the ``init`` key; the
@@ -105,7 +105,7 @@ class ModuleTarget(Target):
         shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
         cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
         with torch.random.fork_rng(devices=cuda):
-            init_seed = generator(seed, Stream.MODULE_INIT).initial_seed()  # its own stream, not the inputs'
+            init_seed = streams.generator(Stream.MODULE_INIT).initial_seed()  # its own stream, not the inputs'
             torch.default_generator.manual_seed(init_seed)
             for d in cuda:
                 torch.cuda.default_generators[d].manual_seed(init_seed)
@@ -220,12 +220,12 @@ def _shown(p: inspect.Parameter) -> str:
     return f"{star}{p.name}" + (f"={p.default!r}" if p.default is not p.empty else "")
 
 
-def init_target(target: Target, args: Sequence[Any], kwargs: dict[str, Any], seed: int, dtype: str,
+def init_target(target: Target, args: Sequence[Any], kwargs: dict[str, Any], streams: Streams, dtype: str,
                 device: str, mode: Optional[str] = None) -> None:
     """Build a module target from the spec's ``init`` (in ``mode`` train or eval, if given); for any
     other target, ``init`` is an error."""
     if isinstance(target, ModuleTarget):
-        target.build(args, kwargs, seed, dtype, device, mode)
+        target.build(args, kwargs, streams, dtype, device, mode)
     elif mode is not None:
         raise BindError("init.mode", f"{target.path} is not an nn.Module class: `init.mode` (train or eval) applies "
                                      "to modules only; remove it")

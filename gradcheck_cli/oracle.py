@@ -13,6 +13,7 @@ import torch
 from . import loader
 from .errors import BindError, LoadError
 from .nn_module import ModuleTarget, init_target
+from .numerics.streams import Streams
 from .spec import Case
 from .target import Target
 
@@ -31,15 +32,16 @@ class Oracle:
     backward_path: Optional[str] = None
 
 
-def load(case: Case, target: Target, device: str) -> Optional[Oracle]:
-    """The case's oracle, or None when it names no reference. LoadError and BindError name the key."""
+def load(case: Case, target: Target, device: str, streams: Streams) -> Optional[Oracle]:
+    """The case's oracle, or None when it names no reference (a module built from ``streams``, as the
+    target is). LoadError and BindError name the key."""
     if not (case.reference or case.reference_backward):
         return None
     oracle = Oracle(getattr(torch, case.reference_dtype), forward_path=case.reference,
                     backward_path=case.reference_backward)
     if case.reference:
-        oracle.forward = _forward(case, target, device, case.reference_dtype)
-        oracle.low = (_forward(case, target, device, case.dtype) if oracle.forward.is_module
+        oracle.forward = _forward(case, target, device, case.reference_dtype, streams)
+        oracle.low = (_forward(case, target, device, case.dtype, streams) if oracle.forward.is_module
                       else oracle.forward)
     if case.reference_backward:
         found = _load(case.reference_backward, "reference_backward")
@@ -50,7 +52,7 @@ def load(case: Case, target: Target, device: str) -> Optional[Oracle]:
     return oracle
 
 
-def _forward(case: Case, target: Target, device: str, dtype: str) -> Target:
+def _forward(case: Case, target: Target, device: str, dtype: str, streams: Streams) -> Target:
     """The reference named by ``case.reference``, built in ``dtype`` where it is an nn.Module class."""
     assert case.reference is not None
     ref = _load(case.reference, "reference")
@@ -62,7 +64,7 @@ def _forward(case: Case, target: Target, device: str, dtype: str) -> Target:
                "of it), built with the same `init`" if target.is_module else
                "name a function or an autograd.Function with the target's signature")))
     if isinstance(ref, ModuleTarget) and isinstance(target, ModuleTarget):
-        init_target(ref, case.init_args, dict(case.init_kwargs), case.seed, dtype, device)
+        init_target(ref, case.init_args, dict(case.init_kwargs), streams, dtype, device)
         if ref.param_names != target.param_names:
             raise BindError("reference", (
                 f"the parameters of '{case.reference}' ({', '.join(ref.param_names) or 'none'}) are not those of "

@@ -6,7 +6,6 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import Callable, Optional, Union
 
 import torch
@@ -20,6 +19,7 @@ from .devices import device_problem
 from .errors import BindError, LoadError, UserCodeError, device_kind, guarded
 from .nn_module import init_target
 from .numerics import engine
+from .numerics.streams import Streams
 from .plan import RunOptions, Task
 from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Status, overall
 from .rng import seed_plus
@@ -83,24 +83,25 @@ def _trials(task: Task) -> CaseResult:
 
 
 def _resampled(task: Task, seed: int) -> CaseResult:
-    """Check with ``seed``; with ``resample: true``, draw again while an input sits on a kink."""
+    """Check with ``seed``; with ``resample: true``, draw again while an input sits on a kink. Each attempt
+    has its own random streams, made here once and handed down."""
     notes: list[str] = []
     for k in range(RESAMPLES + 1):
-        case = replace(task.case, seed=seed_plus(seed, k * RESAMPLE_STRIDE))
+        streams = Streams(seed_plus(seed, k * RESAMPLE_STRIDE))
         drawn: set[str] = set()  # the arguments drawn at random (not literal data), which a new seed moves
 
-        def body(r: CaseResult, case: Case = case, drawn: set[str] = drawn) -> None:
+        def body(r: CaseResult, streams: Streams = streams, drawn: set[str] = drawn) -> None:
             # what loading, initialising and binding change; after its last check _check runs no code under test
             with state.GUARD.preserved(r.warnings, ends_with_block=True):
-                _check(case, task.device, task.opts, r, drawn)
+                _check(task.case, task.device, task.opts, r, drawn, streams)
 
-        result = guard(plan.new_result(task, case.seed), body, where=_at(case))
+        result = guard(plan.new_result(task, streams.seed), body, where=_at(task.case))
         result.warnings[:0] = notes
         at = [f"'{row.name}'" for check in result.checks for row in check.inputs if row.at_kinks and row.name in drawn]
         if not (task.case.resample and at) or k == RESAMPLES:
             return result
-        notes.append(f"seed {case.seed} put {', '.join(dict.fromkeys(at))} on a kink, tie or domain edge: "
-                     f"drew again with seed {seed_plus(case.seed, RESAMPLE_STRIDE)} (resample: true)")
+        notes.append(f"seed {streams.seed} put {', '.join(dict.fromkeys(at))} on a kink, tie or domain edge: "
+                     f"drew again with seed {seed_plus(streams.seed, RESAMPLE_STRIDE)} (resample: true)")
     raise AssertionError("unreachable: the last draw returns")
 
 
@@ -145,7 +146,7 @@ def _at(case: Case) -> str:
     return f"{case.path}:{case.line}" if case.line else case.path
 
 
-def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn: set[str]) -> None:
+def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn: set[str], streams: Streams) -> None:
     problem = device_problem(device)
     if problem and opts.require_device:
         raise DeviceError(f"{device} is required (--require-device) but not available: {problem}")
@@ -161,8 +162,8 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     loader.import_modules(case.imports, "import")
     target = loader.load(case.function)
     _import_effects(names, set(sys.modules) - known, state.changes(before) if before is not None else [])
-    init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, device, case.init_mode)
-    bound = bind_case(target, case, device)
+    init_target(target, case.init_args, dict(case.init_kwargs), streams, case.dtype, device, case.init_mode)
+    bound = bind_case(target, case, device, streams)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
         raise BindError("inputs", f"no argument is a tensor that requires grad, so there is no gradient to check, "
                                   f"and {case.function} was not called: give it a floating-point tensor argument "
@@ -171,11 +172,11 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     chosen = case.checks_given and opts.checks is None  # the checks are the ones the spec's `checks:` lists
     expectations.validate(case.expect, bound.names, case.checks, chosen)
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
-    options = Options(case.tolerance, case.seed, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat,
+    options = Options(case.tolerance, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat,
                       case.compile.backend, opts.compress)
-    ctx = CheckContext(target, bound, device, options, case.devices, lambda other: bind_case(target, case, other),
-                       named=not case.all_checks,
-                       oracle=oracle.load(case, target, device) if "reference" in case.checks else None)
+    ctx = CheckContext(target, bound, device, options, case.devices,
+                       lambda other: bind_case(target, case, other, streams), named=not case.all_checks,
+                       oracle=oracle.load(case, target, device, streams) if "reference" in case.checks else None)
     declined = plan.declined(case)
     running = [name for name in case.checks if name not in declined]
     for name in case.checks:
@@ -224,12 +225,12 @@ def _modules(names: list[str]) -> list[str]:
                                             else function.rpartition(".")[0]]))
 
 
-def bind_case(target: Target, case: Case, device: str) -> Bound:
-    """The case's arguments drawn from its seed on ``device`` and bound to the target's signature,
+def bind_case(target: Target, case: Case, device: str, streams: Streams) -> Bound:
+    """The case's arguments drawn from ``streams`` on ``device`` and bound to the target's signature,
     each carrying its spec entry."""
-    positional, keywords = inputs.build(case, device, [p.name for p in target.parameters() or []])
+    positional, keywords = inputs.build(case, device, [p.name for p in target.parameters() or []], streams.inputs())
     bound = bind(target, positional, keywords, list(case.inputs) + [arg for _, arg in case.kwargs])
-    bound.seed = case.seed
+    bound.streams = streams
     for i, entry in enumerate(bound.entries):
         if isinstance(entry, ValueArg) and entry.imported:
             bound.values[i] = value = loader.load_object(entry.imported, f"{entry.key}.value.import")

@@ -13,8 +13,8 @@ from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, is_float_tensor, kinks, precision, probes, real_numel, unravel, vjp
 from ..numerics.jacobians import projection
 from ..numerics.realify import Vjp
+from ..numerics.streams import Stream, Streams, signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
-from ..rng import Stream, generator, signed_uniform
 from ..tolerance import Tolerance
 from . import contract
 from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
@@ -43,7 +43,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     """``run``, on the threads it has."""
     target, bound, opts = ctx.target, ctx.bound, ctx.options
     tol = opts.tolerance
-    gen = generator(opts.seed, Stream.BACKWARD)
+    gen = ctx.streams.generator(Stream.BACKWARD)
     start, reports, checked, result = begin(bound, "backward", "elementwise")
     found = (contract.inspect(target, bound, gen, tol.nondet_tol, opts.repeat) if target.is_function
              else contract.Findings())
@@ -87,7 +87,7 @@ def _check(ctx: CheckContext) -> CheckResult:
              if found.probe and len({id(t) for t in tensors}) == len(tensors) else None)
     probing = backward if given is None else _through_node(found, outputs, positions, checked, backward)
     loosest = max(tols, key=lambda t: (t.atol, t.rtol), default=tol)  # backward's linearity: every argument's
-    contract.in_use(found, target, bound, (leaves, outputs), positions, checked, probing, given, opts.seed, loosest)
+    contract.in_use(found, target, bound, (leaves, outputs), positions, checked, probing, given, ctx.streams, loosest)
     todo = (_probe(result, checked, bound, (forward, batched, probing, given), outputs, positions, grad_inputs,
                    plain, plain_inputs, opts, tols) if opts.probes else list(range(len(checked))))
     # element by element: every argument, or under --fast those whose probes failed; one comparison per
@@ -97,7 +97,7 @@ def _check(ctx: CheckContext) -> CheckResult:
         t = tols[group[0]]
         layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in group], plain,
                                   [plain_inputs[k] for k in group], eps=t.eps, atol=t.atol, rtol=t.rtol,
-                                  memory_bytes=opts.memory_bytes, grad=backward, seed=opts.seed, batched=batched,
+                                  memory_bytes=opts.memory_bytes, grad=backward, streams=ctx.streams, batched=batched,
                                   budget=spent.next(), compress=opts.compress)
         for k, entry in zip(group, entries):
             i = checked[k]
@@ -110,8 +110,8 @@ def _check(ctx: CheckContext) -> CheckResult:
             if unjudged and (ctx.oracle is not None or not ctx.named):
                 _not_judged(result, reports[i], ctx.oracle is not None)
             if reports[i].pattern is Pattern.SYSTEMATIC and t.strict:
-                _strict(reports[i], entry, forward, plain, plain_inputs[k], positions, projection(layout, opts.seed),
-                        t.eps, opts.seed)
+                _strict(reports[i], entry, forward, plain, plain_inputs[k], positions, projection(layout, ctx.streams),
+                        t.eps, ctx.streams)
     nondeterministic = [] if found.repeated else _determinism(  # the contract compared its repeated calls
         outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, opts.repeat)
     return _finish(result, found, nondeterministic, start)
@@ -155,7 +155,7 @@ def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[A
         mine = [grad_inputs[k] for k in group]
         at_x = all(plain_inputs[k].dtype == grad_inputs[k].dtype for k in group)  # not taken in another dtype
         decided = probes.decide(forward, outputs, positions, mine, plain, [plain_inputs[k] for k in group],
-                                eps=t.eps, atol=t.atol, rtol=t.rtol, probes=opts.probes, seed=opts.seed,
+                                eps=t.eps, atol=t.atol, rtol=t.rtol, probes=opts.probes, streams=bound.streams,
                                 grad=backward, batched=batched,
                                 given=None if given is None else (given[0], [given[1][k] for k in group]),
                                 at_x=at_x, memory_bytes=opts.memory_bytes)
@@ -374,7 +374,7 @@ def _again(ctx: CheckContext, calls: tuple[Callable[[Sequence[Any]], Any], Any, 
 
     def judge(row: InputReport, t: Tolerance) -> None:
         layout, (entry,) = compare(forward, outputs, positions, [leaf], plain, [x], eps=t.eps, atol=t.atol,
-                                   rtol=t.rtol, memory_bytes=opts.memory_bytes, grad=backward, seed=opts.seed,
+                                   rtol=t.rtol, memory_bytes=opts.memory_bytes, grad=backward, streams=ctx.streams,
                                    batched=batched, budget=work_limit(ctx, "backward", [i], outputs, positions,
                                                                       fast=True), compress=opts.compress)
         fresh = InputReport(row.index, row.name, row.shape, row.dtype, Status.PASS, numel=row.numel, line=row.line,
@@ -395,13 +395,13 @@ def _yaml_number(v: float) -> str:
 
 
 def _strict(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: torch.Tensor, positions: list[int],
-            w: torch.Tensor, eps: float, seed: int) -> None:
+            w: torch.Tensor, eps: float, streams: Streams) -> None:
     """--strict: a systematic factor r (within tolerance, constant everywhere) fails when |r - 1| is
     well beyond the finite differences' own error, estimated along one random direction u (from
     steps eps and eps/2, and the outputs' rounding), and the analytical u^T J^T w shows the same factor there."""
     assert row.ratio is not None  # a SYSTEMATIC row has its ratio
     # signs: each element moves by the full eps, as in a column of the Jacobian, so the truncation error is alike
-    u = torch.sign(signed_uniform((real_numel(x),), generator(seed, Stream.STRICT)))
+    u = torch.sign(signed_uniform((real_numel(x),), streams.generator(Stream.STRICT)))
     d, err = precision.directional(forward, plain, x, u, eps, positions, w)
     a = float(entry.proj_a @ u)
     own = err / abs(d) if d else float("inf")  # relative

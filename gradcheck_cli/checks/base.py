@@ -13,9 +13,9 @@ from ..devices import memory_problem
 from ..errors import UserCodeError, guarded
 from ..numerics import as_tuple, is_float_tensor, real_numel
 from ..numerics.batching import stage_budget
+from ..numerics.streams import RngFork, Streams, signed_uniform
 from ..oracle import Oracle
 from ..results import ErrorKind
-from ..rng import RngFork, signed_uniform
 from ..target import Target
 from ..tolerance import Tolerance
 from .rows import short
@@ -28,11 +28,9 @@ WORK_LIMIT = 10**11  # calls x tensor elements per call: an element-by-element c
 
 @dataclass(frozen=True)
 class Options:
-    """How a check compares: tolerances, the seed of its random streams, the memory budget,
-    --fast's probes, and backward's repeated calls."""
+    """How a check compares: tolerances, the memory budget, --fast's probes, and backward's repeated calls."""
 
     tolerance: Tolerance = field(default_factory=Tolerance)
-    seed: int = 0
     memory_bytes: int = MEMORY_BYTES
     probes: int = 0  # > 0: decide with this many signed random probes, element by element only if one fails
     repeat: int = 3  # backward calls with the same grad_output that must agree
@@ -49,6 +47,7 @@ class CheckContext:
     on another device (None where there is no spec to draw from). A check the Function cannot
     support fails when it was ``named`` and skips under ``checks: all``. ``oracle`` is what the
     spec's ``reference``/``reference_backward`` name, loaded when the case runs the reference check.
+    ``streams`` are the random streams of this attempt at the case, which the arguments were drawn from.
     """
 
     target: Target
@@ -64,6 +63,10 @@ class CheckContext:
     def tolerance(self) -> Tolerance:
         return self.options.tolerance
 
+    @property
+    def streams(self) -> Streams:
+        return self.bound.streams
+
 
 def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind = ErrorKind.FORWARD,
                  what: str = "forward") -> Any:
@@ -71,12 +74,12 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
     ``kind`` / ``what`` (as in ``guarded``).
 
     The global RNG is forked around every forward: each starts from a state seeded from
-    ``bound.seed`` and the user's state is put back after, so a forward that draws random numbers
+    ``bound.streams`` and the user's state is put back after, so a forward that draws random numbers
     (dropout) draws the same ones in every call of a check (the graph forward and each
     finite-difference forward), in any process, and the user's RNG is left as it was.
     """
     if bound.rng is None:
-        bound.rng = RngFork.capture(bound.values, bound.seed)
+        bound.rng = RngFork.capture(bound.values, bound.streams)
     bound.rng.restore()
     try:
         arguments = bound.transformed(values)  # `param:` / symmetric maps applied; lists and dicts at the call

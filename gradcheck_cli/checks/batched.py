@@ -31,8 +31,8 @@ from ..binding import Bound
 from ..custom_op import OpTarget
 from ..errors import UserCodeError, guarded, user_frame
 from ..numerics import as_tuple, engine, vjp
+from ..numerics.streams import Stream, signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Status
-from ..rng import Stream, generator, signed_uniform
 from ..target import Target
 from ..tolerance import same
 from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like
@@ -218,7 +218,7 @@ def run(ctx: CheckContext) -> CheckResult:
         return unsupported(result, f"vmap adds a batch dimension, and a tensor of this case already has {deepest} "
                                    f"(torch allows at most {MAX_DIMS}): batched gradients cannot be checked here",
                            start, ctx.named)
-    gen = generator(opts.seed, Stream.BATCHED)
+    gen = ctx.streams.generator(Stream.BATCHED)
     found = Stacks()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="There is a performance drop")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import UserCodeError
+from ..numerics.streams import Stream
 from ..results import CheckResult, ErrorKind, Status
-from ..rng import Stream, generator
 from . import contract
 from .base import CheckContext
 from .verdict import begin, skip
@@ -21,7 +21,7 @@ def contract_failure(ctx: CheckContext, result: CheckResult, start: float) -> Op
     if not ctx.target.is_function:
         return None
     try:
-        found = contract.inspect(ctx.target, ctx.bound, generator(ctx.options.seed, Stream.BACKWARD),
+        found = contract.inspect(ctx.target, ctx.bound, ctx.streams.generator(Stream.BACKWARD),
                                  ctx.tolerance.nondet_tol, 2)
     except UserCodeError:
         return None

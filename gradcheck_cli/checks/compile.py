@@ -33,8 +33,9 @@ from ..binding import Bound
 from ..errors import UserCodeError
 from ..nn_module import ModuleTarget, call_with, restore_buffers
 from ..numerics import as_tuple, is_float_tensor
+from ..numerics.streams import Stream, Streams
 from ..results import CheckResult, InputReport, Pattern, Status
-from ..rng import Stream, generator, seed_plus
+from ..rng import seed_plus
 from ..target import Target
 from ..tolerance import ReferenceRule
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
@@ -44,7 +45,8 @@ from .verdict import begin, conclude, skip, unsupported
 
 VJP = "torch.func.vjp"
 # logger -> its level while compiling; fake_tensor's traceback of a failing fake kernel: the check's message says it
-QUIET = {"torch._dynamo": logging.ERROR, "torch._inductor": logging.ERROR, "torch._subclasses.fake_tensor": logging.CRITICAL}
+QUIET = {"torch._dynamo": logging.ERROR, "torch._inductor": logging.ERROR,
+         "torch._subclasses.fake_tensor": logging.CRITICAL}
 _PATCHED = ("__init__", "__setstate__", "___needs_generation_tag_patch")  # what dynamo patches on nn.Module
 _MISSING = object()
 _GUARD_PROFILE = "profile_guard_manager"  # torch._dynamo.guards times every guard it builds, for its logs
@@ -101,7 +103,7 @@ def _attempt(ctx: CheckContext) -> CheckResult:
     with _in_place_buffers(target, changed):
         eager = side(target, bound, bound.values, checked, "forward")
     positions = differentiable(eager.outputs)
-    gen = generator(ctx.options.seed, Stream.COMPILE)
+    gen = ctx.streams.generator(Stream.COMPILE)
     probes = {p: probe_like(eager.outputs[p], gen) for p in positions}
     eager.grads = gradients(eager, probes, "backward")
     rule = ctx.tolerance.compile
@@ -288,7 +290,7 @@ def _passed(right: list[InputReport], backend: str, paths: list[str]) -> str:
 
 def _random(target: Target, bound: Bound, outputs: tuple[Any, ...]) -> bool:
     """Whether forward draws random numbers: eager's outputs change when the RNG starts elsewhere."""
-    other = replace(bound, rng=None, seed=seed_plus(bound.seed, 1))
+    other = replace(bound, rng=None, streams=Streams(seed_plus(bound.streams.seed, 1)))
     again = as_tuple(call_forward(target, other, fresh_leaves(bound.values)))
     return any(is_float_tensor(a) and not torch.equal(a.detach(), b.detach())
                for a, b in zip(again, outputs) if isinstance(b, torch.Tensor) and a.shape == b.shape)

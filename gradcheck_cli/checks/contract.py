@@ -19,8 +19,8 @@ from ..binding import Bound
 from ..errors import guarded
 from ..numerics import as_tuple, is_float_tensor
 from ..numerics.realify import Vjp, strided
+from ..numerics.streams import Stream, Streams
 from ..results import ErrorKind
-from ..rng import Stream, generator
 from ..target import Target
 from ..tolerance import Tolerance
 from . import linearity, undefined_grad
@@ -111,7 +111,7 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
 
 def in_use(found: Findings, target: Target, bound: Bound, graph: tuple[list[Any], tuple[Any, ...]],
            positions: list[int], checked: list[int], backward: Vjp,
-           given: Optional[tuple[list[Any], list[Any]]], seed: int, tol: Tolerance) -> None:
+           given: Optional[tuple[list[Any], list[Any]]], streams: Streams, tol: Tolerance) -> None:
     """Backward as autograd uses it, on the check's graph (leaves, outputs; left as it was): linear in
     grad_output (see ``linearity``), and undefined output gradients (None after
     ``ctx.set_materialize_grads(False)``) treated as zeros, as the ``undefined_grad`` check and
@@ -124,11 +124,11 @@ def in_use(found: Findings, target: Target, bound: Bound, graph: tuple[list[Any]
         return
     dense = ([given[0][p] for p in positions], given[1]) if given is not None else None
     message, bad = linearity.examine(backward, live, positions, [leaves[i] for i in checked],
-                                     [bound.names[i] for i in checked], dense, generator(seed, Stream.LINEARITY), tol)
+                                     [bound.names[i] for i in checked], dense, streams.generator(Stream.LINEARITY), tol)
     if message:
         found.failures.append(message)
         found.bad_args.update(checked[k] for k in bad)
-    seen = undefined_grad.situations(target, bound.names, leaves, outputs, positions, checked, seed, tol.nondet_tol)
+    seen = undefined_grad.situations(target, bound.names, leaves, outputs, positions, checked, streams, tol.nondet_tol)
     if seen is not None:
         problems, args = undefined_grad.findings(seen, bound.names, bound.values, tol.nondet_tol)
         found.failures += problems

@@ -11,23 +11,23 @@ from ..binding import Bound
 from ..devices import device_problem
 from ..errors import guarded
 from ..numerics import as_tuple, is_float_tensor, unravel, vjp
+from ..numerics.streams import Stream
 from ..results import CheckResult, ErrorKind, InputReport, Status
-from ..rng import Stream, generator
 from ..target import Target
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
 from .rows import columns, dtype_name, fill, statistics
 
 
-def gradients(target: Target, bound: Bound, seed: int) -> tuple[tuple[Any, ...], list[Optional[torch.Tensor]]]:
+def gradients(target: Target, bound: Bound) -> tuple[tuple[Any, ...], list[Optional[torch.Tensor]]]:
     """Outputs and the gradients of every argument for one signed random grad_output, on the CPU.
 
-    The probe is drawn on the CPU from ``seed`` and moved, so every device gets the same one.
+    The probe is drawn on the CPU from ``bound.streams`` and moved, so every device gets the same one.
     """
     leaves = fresh_leaves(bound.values)
     outputs = as_tuple(call_forward(target, bound, leaves))
     live = [outputs[p] for p in differentiable(outputs)]
     wanted = [v for v in leaves if isinstance(v, torch.Tensor) and v.requires_grad]
-    gen = generator(seed, Stream.DEVICES)
+    gen = bound.streams.generator(Stream.DEVICES)
     probes = [probe_like(o, gen) for o in live]
     grads = guarded(ErrorKind.BACKWARD, "backward", vjp, live, wanted, probes) if live and wanted else ()
     by_id = {id(v): g for v, g in zip(wanted, grads)}
@@ -39,7 +39,7 @@ def gradients(target: Target, bound: Bound, seed: int) -> tuple[tuple[Any, ...],
 def run(ctx: CheckContext) -> CheckResult:
     """``device_consistency``: the gradients on this device agree with those on the first listed one."""
     start = time.perf_counter()
-    devices, tol, seed = ctx.devices, ctx.tolerance, ctx.options.seed
+    devices, tol = ctx.devices, ctx.tolerance
     result = CheckResult("device_consistency", Status.SKIP)
     reference = devices[0] if devices else ctx.device
     if len(devices) < 2:
@@ -52,8 +52,8 @@ def run(ctx: CheckContext) -> CheckResult:
         result.message = "the arguments cannot be drawn again on another device (no spec to draw them from)"
     else:
         ref_bound = ctx.rebind(reference)
-        outs_here, here = gradients(ctx.target, ctx.bound, seed)
-        outs_ref, ref = gradients(ctx.target, ref_bound, seed)
+        outs_here, here = gradients(ctx.target, ctx.bound)
+        outs_ref, ref = gradients(ctx.target, ref_bound)
         result.inputs = [_row(i, ctx.bound, a, b, tol.atol, tol.rtol) for i, (a, b) in enumerate(zip(here, ref))]
         wrong = [r.name for r in result.inputs if r.status is Status.FAIL]
         forward = _forward_note(outs_here, outs_ref, tol.atol, tol.rtol)

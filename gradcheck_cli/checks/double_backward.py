@@ -16,8 +16,8 @@ import torch
 from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, engine, kinks, vjp
 from ..numerics.realify import Vjp, strided
+from ..numerics.streams import Stream, Streams
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
-from ..rng import Stream, generator
 from ..tolerance import Tolerance
 from .base import (
     CheckContext,
@@ -61,7 +61,7 @@ def run(ctx: CheckContext) -> CheckResult:
     if not live:
         return skip(result, "no output is differentiable (none is a floating-point tensor that requires "
                             "grad): there is no backward to differentiate", start)
-    gen = generator(opts.seed, Stream.DOUBLE_BACKWARD)
+    gen = ctx.streams.generator(Stream.DOUBLE_BACKWARD)
     # probes with every bit of their dtype: where backward scales them by 0 or 1 (relu), values of 17 bits
     # would look like a coarse grid to the second look (numerics.precision)
     vs = [probe_like(outputs[p], gen) * FULL_BITS for p in live]
@@ -105,7 +105,7 @@ def run(ctx: CheckContext) -> CheckResult:
             t = tols[group[0]]
             layout, found = compare(grad_of, grads, positions, [analytic[k] for k in group], plain,
                                     [plain[moved[k]] for k in group], eps=t.eps, atol=t.atol, rtol=t.rtol,
-                                    memory_bytes=opts.memory_bytes, grad=second, seed=opts.seed, budget=budget,
+                                    memory_bytes=opts.memory_bytes, grad=second, streams=ctx.streams, budget=budget,
                                     compress=opts.compress)
             for k, entry in zip(group, found):
                 layouts[k], entries[k] = layout, entry
@@ -124,7 +124,7 @@ def run(ctx: CheckContext) -> CheckResult:
         if row.status is Status.FAIL and row.mismatched:
             if low is None:
                 low = inside(lambda vals: call_forward(target, bound, vals), plain[:n], plain[moved[0]], live, tol.eps)
-            judge = _Judge(grad_of, grads, plain, plain[moved[k]], value, second, opts, tols[k])
+            judge = _Judge(grad_of, grads, plain, plain[moved[k]], value, second, opts, tols[k], ctx.streams)
             looks[row.name] = judge.look(row, entry, low)
     notes, omit = _detached(rows, entries, layouts[0], grads, names)
     return _verdict(ctx, result, rows, looks, notes, omit, start)
@@ -135,9 +135,9 @@ class _Judge:
     Function computes in low precision inside, the row judged again at a larger step."""
 
     def __init__(self, grad_of: Callable[..., tuple[Any, ...]], grads: tuple[Any, ...], plain: list[Any],
-                 x: torch.Tensor, leaf: torch.Tensor, second: Vjp, opts: Any, tol: Tolerance) -> None:
+                 x: torch.Tensor, leaf: torch.Tensor, second: Vjp, opts: Any, tol: Tolerance, streams: Streams) -> None:
         self.grad_of, self.grads, self.plain, self.x, self.leaf = grad_of, grads, plain, x, leaf
-        self.second, self.opts, self.tol = second, opts, tol
+        self.second, self.opts, self.tol, self.streams = second, opts, tol, streams
         self.positions = list(range(len(grads)))
 
     def column(self, col: int) -> torch.Tensor:
@@ -149,7 +149,7 @@ class _Judge:
         """The row compared again, element by element, at tolerance ``t``."""
         layout, (entry,) = compare(self.grad_of, self.grads, self.positions, [self.leaf], self.plain, [self.x],
                                    eps=t.eps, atol=t.atol, rtol=t.rtol, memory_bytes=self.opts.memory_bytes,
-                                   grad=self.second, seed=self.opts.seed, compress=self.opts.compress)
+                                   grad=self.second, streams=self.streams, compress=self.opts.compress)
         return layout, entry
 
     def look(self, row: InputReport, entry: Entry, low: str) -> Look:

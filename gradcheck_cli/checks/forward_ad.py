@@ -19,8 +19,8 @@ import torch.autograd.forward_ad as fwAD
 from ..custom_op import OpTarget
 from ..errors import UserCodeError
 from ..numerics import Entry, as_tuple, central_difference, make_layout, real_flat, unravel
+from ..numerics.streams import Stream, signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
-from ..rng import Stream, generator, signed_uniform
 from ..target import Target
 from ..tolerance import Tolerance
 from .base import (
@@ -148,7 +148,7 @@ def _compare(ctx: CheckContext, values: tuple[list[Any], list[Any]], checked: li
     inputs = [plain[i] for i in checked]
     layout = make_layout(inputs, outputs, positions)
     budget(3 * layout.n_cols, 1)  # a dual-number forward and two perturbed forwards per column
-    probe = signed_uniform((layout.n_rows,), generator(opts.seed, Stream.FORWARD_AD))
+    probe = signed_uniform((layout.n_rows,), ctx.streams.generator(Stream.FORWARD_AD))
     keep = opts.memory_bytes // 16 // max(1, len(inputs))  # mismatching columns kept whole, per argument
     entries = [Entry(layout.col_starts[k + 1] - layout.col_starts[k], t.atol, t.rtol, keep_bytes=keep)
                for k, t in enumerate(tols)]

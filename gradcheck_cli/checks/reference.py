@@ -27,9 +27,9 @@ import torch
 from ..binding import Bound
 from ..errors import BindError, UserCodeError, guarded
 from ..numerics import is_float_tensor, unravel
+from ..numerics.streams import Stream
 from ..oracle import Oracle
 from ..results import CheckResult, ErrorKind, InputReport
-from ..rng import Stream, generator
 from ..tolerance import ReferenceRule
 from .base import CheckContext, differentiable, fresh_leaves, probe_like
 from .sides import Side, compare, eps, gradients, output_row, side
@@ -50,7 +50,7 @@ def run(ctx: CheckContext) -> CheckResult:
         return skip(result, "no `reference:` or `reference_backward:` given", start)
     target = side(ctx.target, bound, bound.values, checked, "forward")
     positions = differentiable(target.outputs)
-    gen = generator(ctx.options.seed, Stream.REFERENCE)
+    gen = ctx.streams.generator(Stream.REFERENCE)
     probes = {p: probe_like(target.outputs[p], gen) for p in positions}
     target.grads = gradients(target, probes, "backward")
     rule = _rule(ctx.tolerance.reference, bound, checked, target.outputs, oracle.dtype)

@@ -25,8 +25,8 @@ import torch
 from ..errors import guarded, user_frame
 from ..numerics import engine, vjp
 from ..numerics.realify import strided
+from ..numerics.streams import Stream, Streams
 from ..results import CheckResult, ErrorKind, InputReport, Status
-from ..rng import Stream, generator
 from ..target import Target
 from ..tolerance import same
 from .base import CheckContext, graph_forward, probe_like
@@ -51,7 +51,7 @@ def run(ctx: CheckContext) -> CheckResult:
     reason = ("no argument requires grad: nothing to check" if not checked else
               "no output requires grad: backward is never called" if not positions else
               None if _make_undefined() else "this version of torch cannot make an undefined gradient")
-    seen = None if reason else situations(target, bound.names, leaves, outputs, positions, checked, opts.seed,
+    seen = None if reason else situations(target, bound.names, leaves, outputs, positions, checked, ctx.streams,
                                              opts.tolerance.nondet_tol)
     if seen is None:
         return skip(result, reason or "", start)
@@ -82,8 +82,8 @@ class Situations:
     nonzero: set[int] = field(default_factory=set)
 
 
-def situations(target: Target, arg_names: list[str], leaves: list[Any], outputs: tuple[Any, ...],
-               positions: list[int], checked: list[int], seed: int, nondet_tol: float = 0.0) -> Optional[Situations]:
+def situations(target: Target, arg_names: list[str], leaves: list[Any], outputs: tuple[Any, ...], positions: list[int],
+               checked: list[int], streams: Streams, nondet_tol: float = 0.0) -> Optional[Situations]:
     """Backward through the graph of ``outputs`` (forward on ``leaves``, named ``arg_names``; the graph is
     kept) in each of ``scenarios``, for the arguments at ``checked``; None where torch cannot make an
     undefined gradient. With every output's gradient undefined, a gradient must be zero (within
@@ -92,7 +92,7 @@ def situations(target: Target, arg_names: list[str], leaves: list[Any], outputs:
     if make_undefined is None or not positions or not checked:
         return None
     live, inputs = [outputs[p] for p in positions], [leaves[i] for i in checked]
-    gen = generator(seed, Stream.UNDEFINED_GRAD)
+    gen = streams.generator(Stream.UNDEFINED_GRAD)
     probes = [probe_like(o, gen) for o in live]
     names = _grad_names(target, len(outputs))
     seen = Situations([], {i: [] for i in checked}, {i: [] for i in checked})

@@ -2,6 +2,7 @@
 
 Submodules, bottom up:
 
+- ``streams``: the named random streams of one attempt (``Streams``), probe values, the fork of the global RNG
 - ``realify``: tensors as flat real vectors (complex elements as pairs of reals), the calls' types
 - ``differences``: THE finite-difference primitive (move an argument in place, call, put it back)
 - ``layout``: where each argument's columns and each output's rows lie in the Jacobian

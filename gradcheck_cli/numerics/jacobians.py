@@ -12,7 +12,6 @@ from typing import Any, Callable
 
 import torch
 
-from ..rng import Stream, generator, signed_uniform
 from .batching import COL_STAGE, ROW_STAGE
 from .columns import Columns
 from .compressed import Groups
@@ -21,6 +20,7 @@ from .realify import Call, Vjp, real_numel, vjp
 from .row_groups import RowGroups
 from .rows import Rows, SparseRows
 from .stats import Entry
+from .streams import Stream, Streams, signed_uniform
 
 
 class Jacobians(Rows, Columns):
@@ -35,15 +35,16 @@ class Jacobians(Rows, Columns):
 
 SMALL = 2**17  # Jacobian entries at most, for a check taken whole (see ``compare``)
 WHOLE_STAGES = 4  # and batched forwards at most (of COL_STAGE perturbations), with one batched backward
+SEED_0 = Streams(0)  # ``compare``'s streams unless given: those of seed 0, a spec's default
 
 
 def no_limit(calls: int, passes: int) -> None:
     """``compare``'s default ``budget``: any amount of work is done."""
 
 
-def projection(layout: Layout, seed: int) -> torch.Tensor:
+def projection(layout: Layout, streams: Streams) -> torch.Tensor:
     """The random probe u over the rows whose u^T J every ``Entry`` of ``compare`` keeps."""
-    return signed_uniform((layout.n_rows,), generator(seed, Stream.PROJECTION))
+    return signed_uniform((layout.n_rows,), streams.generator(Stream.PROJECTION))
 
 
 def compare(
@@ -59,7 +60,7 @@ def compare(
     rtol: float,
     memory_bytes: int,
     grad: Vjp = vjp,
-    seed: int = 0,
+    streams: Streams = SEED_0,
     batched: Call | None = None,
     budget: Callable[[int, int], None] = no_limit,
     compress: bool = True,
@@ -75,7 +76,7 @@ def compare(
     each block of columns when they do not all fit. ``call`` and ``grad`` are the
     forward and the vector-Jacobian product (the caller may wrap them to label user errors).
     Each entry also keeps u^T J (analytical and numerical) for one random probe u drawn from
-    ``seed``, so that patterns across a whole gradient (e.g. a transpose) can be named.
+    ``streams``, so that patterns across a whole gradient (e.g. a transpose) can be named.
     ``batched``, the same forward as ``call`` in a form torch.func.vmap may batch, lets the finite
     differences be batched; see ``columns``.
     ``budget(calls, passes)`` is told the calls of forward and of backward the comparison will make
@@ -89,7 +90,7 @@ def compare(
     layout = make_layout(plain_inputs, outputs, positions)
     jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
                     batched, memory_bytes)
-    probe = projection(layout, seed)
+    probe = projection(layout, streams)
     keep = memory_bytes // 16 // max(1, len(plain_inputs))  # mismatching columns kept whole, per argument
     entries = [Entry(real_numel(t), atol, rtol, keep_bytes=keep) for t in plain_inputs]
     per_col = 8 * max(1, layout.n_rows)
@@ -118,21 +119,21 @@ def compare(
     # elementwise or row-wise function), a few forwards per group of columns; its calls are
     # budgeted as they are, so a large sparse check is no longer refused for what it would cost
     # element by element
-    found = RowGroups(jac, generator(seed, Stream.ROW_GROUPS), most, at_once=True) if grouping else None
+    found = RowGroups(jac, streams.generator(Stream.ROW_GROUPS), most, at_once=True) if grouping else None
     store = found.store() if found is not None else None
-    groups = _groups(jac, store, atol, rtol, seed) if store is not None else None
+    groups = _groups(jac, store, atol, rtol, streams) if store is not None else None
     calls = (found.calls + groups.forwards) if found is not None and groups is not None else 0
     if groups is not None:
         budget(calls, 1)
     else:
         budget(2 * layout.n_cols + layout.n_rows, 1)
         if store is None:  # the diagonals, else one-hot rows
-            store = (RowGroups(jac, generator(seed, Stream.ROW_GROUPS), most, tried=True).store() if grouping
+            store = (RowGroups(jac, streams.generator(Stream.ROW_GROUPS), most, tried=True).store() if grouping
                      else None) or (None if small else jac.sparse_rows(most, early=fits))
         if store is None and block < layout.n_cols:
             passes = -(-layout.n_cols // block)  # after the pass that looked for the non-zero entries
             budget(2 * layout.n_cols + (passes + 1) * layout.n_rows, passes)
-        groups = _groups(jac, store, atol, rtol, seed) if compress and store is not None else None
+        groups = _groups(jac, store, atol, rtol, streams) if compress and store is not None else None
     if store is not None:
         block = max(1, layout.n_cols)  # no rows held: one pass over the chunks
     if groups is not None:
@@ -163,9 +164,9 @@ def compare(
     return layout, entries
 
 
-def _groups(jac: Jacobians, store: SparseRows, atol: float, rtol: float, seed: int) -> Groups | None:
+def _groups(jac: Jacobians, store: SparseRows, atol: float, rtol: float, streams: Streams) -> Groups | None:
     """The compressed numerical side, where it takes fewer forwards and fits (None: column by column)."""
     if len({id(x) for x in jac.layout.inputs}) < len(jac.layout.inputs):
         return None  # a tensor passed twice moves in both places: its columns are not independent
-    groups = Groups(jac, store, atol, rtol, generator(seed, Stream.COMPRESSION), jac.outputs)
+    groups = Groups(jac, store, atol, rtol, streams.generator(Stream.COMPRESSION), jac.outputs)
     return groups if groups.worthwhile() else None

@@ -38,7 +38,6 @@ from typing import Any
 
 import torch
 
-from ..rng import Stream, generator, signed_uniform
 from ..tolerance import limit
 from .batching import (
     BATCH_BYTES,
@@ -52,6 +51,7 @@ from .batching import (
 )
 from .differences import Step, call_moved
 from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
+from .streams import Stream, Streams, signed_uniform
 
 GRAIN = 32768  # elements: torch runs an elementwise operation on fewer on one thread (at::internal::GRAIN_SIZE)
 
@@ -85,7 +85,7 @@ def footprint(probes: int, n_rows: int, sizes: Sequence[int]) -> int:
 def decide(
     call: Call, outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor],
     plain_values: list[Any], plain_inputs: list[torch.Tensor], *, eps: float, atol: float, rtol: float,
-    probes: int, seed: int, grad: Vjp = vjp, batched: Call | None = None,
+    probes: int, streams: Streams, grad: Vjp = vjp, batched: Call | None = None,
     given: tuple[list[Any], list[Any]] | None = None, at_x: bool = False, memory_bytes: int = BATCH_BYTES * 8,
 ) -> list[ProbeStats]:
     """Probe every argument with ``probes`` directions u and ``weightings(probes)`` weightings v:
@@ -105,7 +105,7 @@ def decide(
     reuse = given if n_v > 1 and n_rows > 0 and len(live) == len(diff_outputs) else None
     drawn = n_v - (reuse is not None)
     # every probe drawn in one call: the weightings v, then the directions u of all arguments side by side
-    w = signed_uniform((drawn * n_rows + probes * sum(sizes),), generator(seed, Stream.PROBES), scaled=False)
+    w = signed_uniform((drawn * n_rows + probes * sum(sizes),), streams.generator(Stream.PROBES), scaled=False)
     vs, u_all = w[: drawn * n_rows].view(drawn, n_rows), w[drawn * n_rows :].view(probes, sum(sizes))
     vs[0].abs_()  # the first u and v are non-negative, as torch's: errors of one sign add up in their probe
     u_all[0].abs_()

@@ -35,7 +35,6 @@ from .model import (
     MAX_DIMS,
     REFERENCE_DTYPES,
     RULES,
-    SEEDS,
     SET_DISTS,
     SYMMETRIC_DISTS,
     TENSOR_KEYS,
@@ -72,7 +71,7 @@ from .values import (
 __all__ = [
     "BOUNDS", "CASE_KEYS", "CHECKS", "COMPILE_BACKENDS", "COMPILE_KEYS", "DEVICE_RE", "DISTS", "DIST_DEFAULTS",
     "DTYPES", "EXPECTABLE", "EXPECT_KEYS", "FUNCTION_RE", "INIT_KEYS", "INIT_MODES", "KINDS", "MATRIX_DISTS",
-    "MAX_DIMS", "MAX_NODES", "MERGE_TAG", "MODULE_RE", "NUMERIC_RE", "REFERENCE_DTYPES", "RULES", "SEEDS",
+    "MAX_DIMS", "MAX_NODES", "MERGE_TAG", "MODULE_RE", "NUMERIC_RE", "REFERENCE_DTYPES", "RULES",
     "SET_DISTS", "SYMMETRIC_DISTS", "TENSOR_KEYS", "TOLERANCE_KEYS", "TOP_KEYS", "AliasArg", "Arg", "Case",
     "CompileOptions", "Container", "Ctx", "DictArg", "Expect", "Expected", "Key", "ListArg", "ReferenceRule",
     "SpecError", "TensorArg", "Tolerance", "ValueArg", "argument", "contradicts", "is_device", "is_import_path",

@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..results import EXPECTABLE
+from ..rng import SEEDS
 from ..tolerance import ReferenceRule, Tolerance
 from .arguments import argument
 from .lines import Ctx, keystr
@@ -21,7 +22,6 @@ from .model import (
     REFERENCE_DTYPES,
     REPEATS,
     RULES,
-    SEEDS,
     TOLERANCE_KEYS,
     TOP_KEYS,
     Arg,

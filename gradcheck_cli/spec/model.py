@@ -21,7 +21,6 @@ MATRIX_DISTS = ("symmetric", "spd", "orthogonal")  # the last two dimensions are
 SET_DISTS = MATRIX_DISTS + ("simplex", "sorted", "permutation")  # a set: `avoid` (redrawing values) would leave it
 SYMMETRIC_DISTS = ("symmetric", "spd")  # perturbed along the set: the check differentiates f(sym(X)), sym = (X + X^T)/2
 MAX_DIMS: int = prop("tensor", "shape")["maxItems"]  # dimensions of a torch tensor, at most
-SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed
 REPEATS: tuple[int, int] = (DEFS["repeat"]["minimum"], DEFS["repeat"]["maximum"])  # `repeat`: from, to
 TOP_KEYS = keys()
 CASE_KEYS = keys("case")

@@ -16,6 +16,7 @@ from torch.autograd.function import once_differentiable
 from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import batched, undefined_grad
 from gradcheck_cli.checks.base import CheckContext, Options
+from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import CheckResult, Status
 from gradcheck_cli.spec import Tolerance
 from gradcheck_cli.target import Target
@@ -28,7 +29,8 @@ def run_check(check: Any, fn: Any, args: tuple, seed: int = 0) -> CheckResult:
     """Run ``check`` (a check module) on ``fn`` called with ``args``."""
     target = Target(fn.__qualname__, fn, isinstance(fn, type))
     bound = bind(target, [(None, a) for a in args], [])
-    return check.run(CheckContext(target, bound, options=Options(Tolerance(), seed)))
+    bound.streams = Streams(seed)
+    return check.run(CheckContext(target, bound, options=Options(Tolerance())))
 
 
 def torch_verdict(fn: Any, args: tuple, **flags: bool) -> bool:

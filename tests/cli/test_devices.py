@@ -16,6 +16,7 @@ from gradcheck_cli.checks import device_consistency
 from gradcheck_cli.checks.base import CheckContext, Options
 from gradcheck_cli.devices import memory_problem
 from gradcheck_cli.errors import UserCodeError, device_kind, guarded
+from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Case, TensorArg
 
@@ -57,8 +58,9 @@ def context(function: str, devices_listed: tuple[str, ...], device: str) -> Chec
     case = Case(path="<test>", label="t", function=function, devices=devices_listed,
                 inputs=(TensorArg(shape=(3, 2), dist="normal", params=(("mean", 0.0), ("std", 1.0))),))
     target = loader.load(function)
-    return CheckContext(target, runner.bind_case(target, case, device), device, Options(case.tolerance, case.seed),
-                        case.devices, lambda other: runner.bind_case(target, case, other))
+    streams = Streams(case.seed)
+    return CheckContext(target, runner.bind_case(target, case, device, streams), device, Options(case.tolerance),
+                        case.devices, lambda other: runner.bind_case(target, case, other, streams))
 
 
 def test_consistency_agrees_when_both_devices_give_the_same_gradients():

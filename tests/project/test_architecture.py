@@ -96,6 +96,28 @@ def test_no_import_cycle_inside_the_package():
     assert not any(visit(n, []) for n in sorted(graph) if n not in state), " -> ".join(cycle)
 
 
+def test_the_numerics_import_nothing_of_the_package_outside_them():
+    """numerics/ is pure torch: it knows no check, result or spec, and no module above it (their random
+    streams are ``numerics.streams``), lazy imports included."""
+    numerics = PACKAGE / "numerics"
+    outside = [f"{_module_name(p)} imports {m}" for p in numerics.rglob("*.py") for m, _ in _imports(p)
+               if not m.startswith("gradcheck_cli.numerics")]
+    assert outside == []
+
+
+def test_the_seeds_are_the_bottom_floor_the_spec_takes_them_from_rng():
+    """rng.py (the range of a seed, the seed after a seed) imports nothing of the package and no torch,
+    so the spec, the plan and the runner all read it without pulling in anything above them."""
+    import subprocess
+    import sys
+
+    assert _imports(PACKAGE / "rng.py") == []
+    code = "import sys, gradcheck_cli.rng; assert 'torch' not in sys.modules and 'gradcheck_cli.spec' not in sys.modules"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+    defined = [p.name for p in (PACKAGE / "spec").glob("*.py") if "\nSEEDS = " in p.read_text(encoding="utf-8")]
+    assert defined == []  # one definition of the seeds' range
+
+
 def test_the_cli_and_the_check_names_import_no_torch():
     import subprocess
     import sys

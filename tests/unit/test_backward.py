@@ -849,7 +849,7 @@ class CountedMatMul(MatMul):
 def _direct(fn, args, memory_bytes):
     target = Target(fn.__qualname__, fn, True)
     bound = bind(target, [(None, a) for a in args], [])
-    return backward.run(CheckContext(target, bound, options=Options(Tolerance(), 0, memory_bytes)))
+    return backward.run(CheckContext(target, bound, options=Options(Tolerance(), memory_bytes)))
 
 
 @pytest.mark.parametrize("wrong", [False, True])

@@ -30,7 +30,7 @@ HERE = "test_batched_policy.py:"
 def run_check(fn: Any, args: tuple, named: bool = True) -> CheckResult:
     target = Target(fn.__qualname__, fn, isinstance(fn, type))
     bound = bind(target, [(None, a) for a in args], [])
-    return batched.run(CheckContext(target, bound, options=Options(Tolerance(), 0), named=named))
+    return batched.run(CheckContext(target, bound, options=Options(Tolerance()), named=named))
 
 
 def torch_verdict(fn: Any, args: tuple) -> bool:

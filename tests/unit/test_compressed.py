@@ -342,7 +342,7 @@ def _stores(fn, args, kwargs=None):
     from gradcheck_cli.numerics import as_tuple, is_float_tensor, make_layout, vjp
     from gradcheck_cli.numerics.row_groups import RowGroups
     from gradcheck_cli.numerics.rows import Rows
-    from gradcheck_cli.rng import Stream, generator
+    from gradcheck_cli.numerics.streams import Stream, Streams
 
     leaves = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
     outs = as_tuple(fn.apply(*leaves, *(kwargs or {}).values()))
@@ -355,7 +355,7 @@ def _stores(fn, args, kwargs=None):
 
     grouped = rows()
     assert RowGroups.applies(grouped)
-    return RowGroups(grouped, generator(0, Stream.ROW_GROUPS), 10**7).store(), rows().sparse_rows(10**7)
+    return RowGroups(grouped, Streams(0).generator(Stream.ROW_GROUPS), 10**7).store(), rows().sparse_rows(10**7)
 
 
 def _same_store(a: SparseRows, b: SparseRows) -> bool:

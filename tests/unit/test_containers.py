@@ -12,6 +12,7 @@ import torch
 from gradcheck_cli import check, inputs, loader
 from gradcheck_cli.binding import bind
 from gradcheck_cli.examples import containers
+from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.runner import bind_case
 from gradcheck_cli.spec import DictArg, ListArg, SpecError, TensorArg, ValueArg, load_file
 
@@ -116,7 +117,7 @@ def test_each_leaf_is_one_value_named_by_its_path_and_the_call_gets_the_containe
             dict: {x: {shape: [2]}, gate: {same_as: 'feats.x'}, extra: {list: [{value: 1}, {shape: [1]}]}}
     """))
     target = loader.load(case.function)
-    bound = bind_case(target, case, "cpu")
+    bound = bind_case(target, case, "cpu", Streams(case.seed))
     assert bound.names == ["feats.x", "feats.gate", "feats.extra[0]", "feats.extra[1]"]
     assert bound.indices == [0, 0, 0, 0]
     assert bound.values[1] is bound.values[0] and bound.values[2] == 1
@@ -131,8 +132,8 @@ def test_a_module_s_parameters_follow_the_leaves(write_spec):
                                    "inputs:\n  - {name: xs, list: [{shape: [3]}, {shape: [3]}]}\n"))
     target = loader.load(case.function)
     from gradcheck_cli.nn_module import init_target
-    init_target(target, (), {"n": 2}, 0, "float64", "cpu")
-    bound = bind_case(target, case, "cpu")
+    init_target(target, (), {"n": 2}, Streams(0), "float64", "cpu")
+    bound = bind_case(target, case, "cpu", Streams(case.seed))
     assert bound.names == ["xs[0]", "xs[1]", "weight"] and bound.indices == [0, 0, 1]
     args = bound.arguments(bound.values)
     assert len(args) == 2 and args[0] == bound.values[:2] and args[1] is bound.values[2]
@@ -256,7 +257,7 @@ def test_init_writes_a_list_entry_for_a_tensor_list_argument_and_it_runs(invoke,
 def test_verdicts_agree_with_torch_gradcheck_on_the_flattened_leaves(write_spec, fn):
     """torch.autograd.gradcheck takes the leaves through a wrapper that rebuilds the list; the same drawn values."""
     (case,) = load_file(write_spec(spec_of(f"{fn.__module__}:{fn.__name__}")))
-    bound = bind_case(loader.load(case.function), case, "cpu")
+    bound = bind_case(loader.load(case.function), case, "cpu", Streams(case.seed))
 
     def flat(*values: torch.Tensor) -> torch.Tensor:
         return fn(*bound.assemble(values))

@@ -9,6 +9,7 @@ import torch
 from gradcheck_cli import runner, spec
 from gradcheck_cli.examples.inplace import ExpInPlace, ScaleInPlace, ScaleInPlaceForgetsFactor
 from gradcheck_cli.examples.stateful import RunningNorm1d
+from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import Pattern, Status
 
 INPLACE = "gradcheck_cli.examples.inplace"
@@ -159,9 +160,10 @@ def test_the_module_buffers_are_as_built_after_the_check(write_spec):
         inputs: [{{name: x, shape: [6, 4]}}]
     """))
     target = runner.loader.load(case.function)
-    runner.init_target(target, case.init_args, dict(case.init_kwargs), case.seed, case.dtype, "cpu", case.init_mode)
+    streams = Streams(case.seed)
+    runner.init_target(target, case.init_args, dict(case.init_kwargs), streams, case.dtype, "cpu", case.init_mode)
     before = {k: v.clone() for k, v in target.module.named_buffers()}
-    bound = runner.bind_case(target, case, "cpu")
+    bound = runner.bind_case(target, case, "cpu", streams)
     for _ in range(2):
         runner.checks.base.call_forward(target, bound, bound.values)
     assert all(torch.equal(before[k], v) for k, v in target.module.named_buffers())

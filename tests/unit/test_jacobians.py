@@ -325,7 +325,7 @@ def _backward(fn: type, args: list[torch.Tensor], memory_bytes: int, compress: b
 
     target = Target(fn.__qualname__, fn, True)
     bound = bind(target, [(None, a.clone().requires_grad_()) for a in args], [])
-    return backward.run(CheckContext(target, bound, options=Options(Tolerance(), 0, memory_bytes, compress=compress)))
+    return backward.run(CheckContext(target, bound, options=Options(Tolerance(), memory_bytes, compress=compress)))
 
 
 class TimesRowSum(Function):
@@ -454,12 +454,12 @@ class ComplexScale(Function):
 
 def numerical(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -> torch.Tensor:
     from gradcheck_cli.numerics import probes
-    from gradcheck_cli.rng import Stream, generator, signed_uniform
+    from gradcheck_cli.numerics.streams import Stream, Streams, signed_uniform
 
     values = [a.clone() for a in args]
     out = as_tuple(fn.apply(*values))
     n_rows = sum(o.numel() * (2 if o.is_complex() else 1) for o in out)
-    gen = generator(0, Stream.PROBES)
+    gen = Streams(0).generator(Stream.PROBES)
     vs = signed_uniform((3, n_rows), gen)
     us = [signed_uniform((3, a.numel() * (2 if a.is_complex() else 1)), gen) for a in args]
     result = probes._numerical(lambda vals: fn.apply(*vals), batched, values, values, us, 1e-6, [0], vs)
@@ -585,11 +585,11 @@ def test_one_tensor_passed_twice_is_moved_in_both_places_in_one_stage() -> None:
 
 def test_probes_move_one_tensor_passed_twice_in_both_places(monkeypatch: pytest.MonkeyPatch) -> None:
     from gradcheck_cli.numerics import probes
-    from gradcheck_cli.rng import Stream, generator, signed_uniform
+    from gradcheck_cli.numerics.streams import Stream, Streams, signed_uniform
 
     x = randn(3, 4)
     values = [x.clone()] * 2
-    gen = generator(0, Stream.PROBES)
+    gen = Streams(0).generator(Stream.PROBES)
     vs, us = signed_uniform((3, 12), gen), [signed_uniform((3, 12), gen) for _ in values]
     call = lambda v: Mul.apply(*v)  # noqa: E731
     single = probes._numerical(call, None, values, values, us, 1e-6, [0], vs)

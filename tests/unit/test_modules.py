@@ -18,6 +18,7 @@ from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import backward
 from gradcheck_cli.checks.base import CheckContext, Options
 from gradcheck_cli.nn_module import init_target
+from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Tolerance, load_file
 from gradcheck_cli.target import Target
@@ -87,7 +88,7 @@ def rows(result) -> dict:
 
 def built(path: str, *args, seed: int = 0, dtype: str = "float64", **kwargs) -> Target:
     target = loader.load(path)
-    init_target(target, args, kwargs, seed, dtype, "cpu")
+    init_target(target, args, kwargs, Streams(seed), dtype, "cpu")
     return target
 
 
@@ -171,7 +172,7 @@ def test_tied_parameters_are_one_argument_replaced_everywhere(user):
 def test_module_and_its_parameters_are_left_unchanged_by_a_check(write_spec):
     (case,) = load_file(write_spec(LINEAR))
     target = loader.load(case.function)
-    init_target(target, case.init_args, dict(case.init_kwargs), 0, "float64", "cpu")
+    init_target(target, case.init_args, dict(case.init_kwargs), Streams(0), "float64", "cpu")
     before = {n: p.detach().clone() for n, p in target.module.named_parameters()}
     bound = bind(target, [(None, torch.randn(5, 4, dtype=torch.float64, requires_grad=True))], [])
     assert backward.run(CheckContext(target, bound, options=Options(Tolerance()))).status is Status.PASS
