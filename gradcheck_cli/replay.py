@@ -38,14 +38,14 @@ def command(task: Task, seed: int, inline: Sequence[str] = ()) -> Optional[str]:
         text += " --strict"
     if not task.opts.compress:
         text += " --no-compress"
-    if task.opts.probes:
-        text += f" --probes {task.opts.probes}"
-    if task.opts.memory_bytes and task.opts.memory_bytes != MAX_MEMORY_MB * 2**20:
-        text += f" --max-memory {task.opts.memory_bytes // 2**20}"
     if task.opts.all_checks:
         text += " --check all"
     elif task.opts.checks is not None:
         text += "".join(f" --check {name}" for name in task.opts.checks)
+    if task.opts.probes:
+        text += f" --probes {task.opts.probes}"
+    if task.opts.memory_bytes and task.opts.memory_bytes != MAX_MEMORY_MB * 2**20:
+        text += f" --max-memory {task.opts.memory_bytes // 2**20}"
     return text
 
 
