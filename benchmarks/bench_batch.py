@@ -9,6 +9,7 @@ by hand,
 
     python benchmarks/bench_batch.py [N_SPECS] [--rounds R]
 """
+
 from __future__ import annotations
 
 import statistics
@@ -19,8 +20,10 @@ import time
 from pathlib import Path
 
 KINDS = [
-    ("gradcheck_cli.examples.linear:LinearFunction",
-     "inputs: [{{shape: [{a}, {b}]}}, {{shape: [{c}, {b}]}}, {{shape: [{c}]}}]"),
+    (
+        "gradcheck_cli.examples.linear:LinearFunction",
+        "inputs: [{{shape: [{a}, {b}]}}, {{shape: [{c}, {b}]}}, {{shape: [{c}]}}]",
+    ),
     ("gradcheck_cli.examples.mul_constant:MulConstant", "inputs: [{{shape: [{a}, {b}]}}, {{value: 1.5}}]"),
     ("gradcheck_cli.examples.relu:ReLU", "inputs: [{{shape: [{a}, {b}], avoid: [[-0.01, 0.01]]}}]"),
     ("gradcheck_cli.examples.styles:SumDim", "inputs: [{{shape: [{a}, {b}, 3]}}]\nkwargs: {{dim: {{value: 1}}}}"),
@@ -119,8 +122,10 @@ def main(n: int, rounds: int) -> None:
             spread = f"{min(per_round):.2f}-{max(per_round):.2f}"
             print(f"{what:28} {median[top] / median[bottom]:9.2f}x {spread:>22} {target:6.2f}x")
         start = 'python -c "import torch"'  # every worker imports torch: the part of each run past that
-        for what, top, bottom in (("-j 2 vs -j 1 past import torch", "gradcheck -j 2", "gradcheck -j 1"),
-                                  ("heavier, past import torch", "heavier specs -j 2", "heavier specs -j 1")):
+        for what, top, bottom in (
+            ("-j 2 vs -j 1 past import torch", "gradcheck -j 2", "gradcheck -j 1"),
+            ("heavier, past import torch", "heavier specs -j 2", "heavier specs -j 1"),
+        ):
             per_round = [(a - t) / (b - t) for a, b, t in zip(times[top], times[bottom], times[start])]
             past = (median[top] - median[start]) / (median[bottom] - median[start])
             print(f"{what:28} {past:9.2f}x {min(per_round):.2f}-{max(per_round):.2f}".rstrip())

@@ -15,6 +15,7 @@ are of the summed check time, not of the wall time). Not a test: run it by hand,
     python benchmarks/bench_check_all.py -n 30 -j 1   # fewer specs, one worker
     python benchmarks/bench_check_all.py --keep DIR   # write the specs into DIR and keep them
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,22 +29,32 @@ from pathlib import Path
 
 # (function, init or None, input entries with {n} and {m} as the varied sizes)
 TEMPLATES: list[tuple[str, str, str]] = [
-    ("gradcheck_cli.examples.linear:LinearFunction", "",
-     "[{{name: input, shape: [{n}, {m}]}}, {{name: weight, shape: [3, {m}]}}, {{name: bias, shape: [3]}}]"),
-    ("gradcheck_cli.examples.mul_constant:MulConstant", "",
-     "[{{name: tensor, shape: [{n}, {m}]}}, {{name: constant, value: 2.5}}]"),
-    ("gradcheck_cli.examples.relu:ReLU", "",
-     "[{{name: x, shape: [{n}, {m}], avoid: [[-0.01, 0.01]]}}]"),
+    (
+        "gradcheck_cli.examples.linear:LinearFunction",
+        "",
+        "[{{name: input, shape: [{n}, {m}]}}, {{name: weight, shape: [3, {m}]}}, {{name: bias, shape: [3]}}]",
+    ),
+    (
+        "gradcheck_cli.examples.mul_constant:MulConstant",
+        "",
+        "[{{name: tensor, shape: [{n}, {m}]}}, {{name: constant, value: 2.5}}]",
+    ),
+    ("gradcheck_cli.examples.relu:ReLU", "", "[{{name: x, shape: [{n}, {m}], avoid: [[-0.01, 0.01]]}}]"),
     ("gradcheck_cli.examples.higher:Sin", "", "[{{name: x, shape: [{n}, {m}]}}]"),
     ("gradcheck_cli.examples.higher:LogSumExp", "", "[{{name: x, shape: [{n}, {m}]}}, {{name: dim, value: -1}}]"),
     ("gradcheck_cli.examples.compiled:ScaledTanh", "", "[{{name: x, shape: [{n}, {m}]}}, {{name: a, value: 2.0}}]"),
     ("gradcheck_cli.examples.inplace:ExpInPlace", "", "[{{name: x, shape: [{n}, {m}]}}]"),
-    ("gradcheck_cli.examples.modules:LinearModule", "init: {{args: [{m}, 3]}}",
-     "[{{name: input, shape: [{n}, {m}]}}]"),
-    ("gradcheck_cli.examples.modules:MLP", "init: {{kwargs: {{sizes: [{m}, 4, 2]}}}}",
-     "[{{name: input, shape: [{n}, {m}]}}]"),
-    ("gradcheck_cli.examples.stateful:RunningNorm1d", "init: {{args: [{m}], mode: eval}}",
-     "[{{name: x, shape: [{n}, {m}]}}]"),
+    ("gradcheck_cli.examples.modules:LinearModule", "init: {{args: [{m}, 3]}}", "[{{name: input, shape: [{n}, {m}]}}]"),
+    (
+        "gradcheck_cli.examples.modules:MLP",
+        "init: {{kwargs: {{sizes: [{m}, 4, 2]}}}}",
+        "[{{name: input, shape: [{n}, {m}]}}]",
+    ),
+    (
+        "gradcheck_cli.examples.stateful:RunningNorm1d",
+        "init: {{args: [{m}], mode: eval}}",
+        "[{{name: x, shape: [{n}, {m}]}}]",
+    ),
 ]
 
 
@@ -95,8 +106,10 @@ def main() -> None:
         all_wall, all_report = timed(folder, args.j, ["--check", "all"])
     for name, report in (("default", default_report), ("--check all", all_report)):
         s = report["summary"]
-        print(f"{name:12s} {s['total']} results: {s['passed']} passed, {s['failed']} failed, {s['errors']} errors, "
-              f"{s['skipped']} skipped")
+        print(
+            f"{name:12s} {s['total']} results: {s['passed']} passed, {s['failed']} failed, {s['errors']} errors, "
+            f"{s['skipped']} skipped"
+        )
     print(f"default checks : {default_wall:7.1f} s wall (-j {args.j}, {args.n} specs)")
     print(f"--check all    : {all_wall:7.1f} s wall")
     print(f"ratio          : {all_wall / default_wall:7.2f}x")

@@ -5,6 +5,7 @@ of one does not stop the rest. Not a test: run it by hand, e.g.
 
     python benchmarks/bench_linear.py 64 128
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,9 @@ def one(engine: str, n: int) -> dict:
     if engine == "gradcheck-cli":
         verdict = check(LinearFunction, args).status.value == "pass"
     else:
-        verdict = torch.autograd.gradcheck(LinearFunction.apply, args, fast_mode=engine == "torch-fast",
-                                           raise_exception=False)
+        verdict = torch.autograd.gradcheck(
+            LinearFunction.apply, args, fast_mode=engine == "torch-fast", raise_exception=False
+        )
     wall = time.perf_counter() - start
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"engine": engine, "n": n, "pass": verdict, "wall_s": round(wall, 3), "peak_mb": round(peak_mb)}
@@ -41,14 +43,26 @@ def main(sizes: list[int], timeout: float = 1200) -> None:
     for n in sizes:
         for engine in ENGINES:
             try:
-                proc = subprocess.run([sys.executable, __file__, "--one", engine, str(n)], capture_output=True,
-                                      text=True, timeout=timeout)
-                row = json.loads(proc.stdout) if proc.returncode == 0 else {
-                    "engine": engine, "n": n, "pass": f"died ({proc.returncode})", "wall_s": None, "peak_mb": None}
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--one", engine, str(n)], capture_output=True, text=True, timeout=timeout
+                )
+                row = (
+                    json.loads(proc.stdout)
+                    if proc.returncode == 0
+                    else {
+                        "engine": engine,
+                        "n": n,
+                        "pass": f"died ({proc.returncode})",
+                        "wall_s": None,
+                        "peak_mb": None,
+                    }
+                )
             except subprocess.TimeoutExpired:
                 row = {"engine": engine, "n": n, "pass": "timeout", "wall_s": None, "peak_mb": None}
-            print(f"{row['engine']:15} {n:>4} {str(row['pass']):>8} {str(row['wall_s']):>8} {str(row['peak_mb']):>8}",
-                  flush=True)
+            print(
+                f"{row['engine']:15} {n:>4} {str(row['pass']):>8} {str(row['wall_s']):>8} {str(row['peak_mb']):>8}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ workers do. Every engine runs on BENCH_THREADS torch threads (default 1). Not a 
     python benchmarks/bench_suite.py --only "linear n=64"   # the cases whose name contains this
     python benchmarks/bench_suite.py --profile "linear n=64" [--fast]   # where the time goes
 """
+
 from __future__ import annotations
 
 import json
@@ -102,8 +103,16 @@ CASES = {  # name: (function, input shapes)
     "two outputs 48x48": ("SinCos", [(48, 48)]),
     "12 small inputs 4x4": ("SumOfProducts", [(4, 4)] * 12),
 }
-QUICK = ("linear n=16", "linear n=32", "linear n=64", "linear-vmap n=64", "elementwise 64x64", "reduction 32x64",
-         "two outputs 48x48", "12 small inputs 4x4")
+QUICK = (
+    "linear n=16",
+    "linear n=32",
+    "linear n=64",
+    "linear-vmap n=64",
+    "elementwise 64x64",
+    "reduction 32x64",
+    "two outputs 48x48",
+    "12 small inputs 4x4",
+)
 
 
 def _setup(case: str) -> tuple:
@@ -137,8 +146,15 @@ def _verdict(engine: str, fn: object, args: list) -> bool:
     from gradcheck_cli import FAST_PROBES, check
 
     if engine.startswith("gradcheck-cli"):
-        return check(fn, args, probes=FAST_PROBES if engine.endswith("--fast") else 0,
-                     compress=not engine.endswith("--no-compress")).status.value == "pass"
+        return (
+            check(
+                fn,
+                args,
+                probes=FAST_PROBES if engine.endswith("--fast") else 0,
+                compress=not engine.endswith("--no-compress"),
+            ).status.value
+            == "pass"
+        )
     return torch.autograd.gradcheck(fn.apply, args, fast_mode=engine == "torch-fast", raise_exception=False)
 
 
@@ -150,9 +166,13 @@ def one(engine: str, case: str) -> dict:
     start = time.perf_counter()
     verdict = _verdict(engine, fn, args)
     wall = time.perf_counter() - start
-    return {"pass": verdict, "wall_s": wall, "peak_mb": _peak_mb(),
-            "floor_s": floor(fn, shapes) if engine == "gradcheck-cli" else None,
-            "batched_floor_s": batched_floor(fn, shapes) if engine == "gradcheck-cli" else None}
+    return {
+        "pass": verdict,
+        "wall_s": wall,
+        "peak_mb": _peak_mb(),
+        "floor_s": floor(fn, shapes) if engine == "gradcheck-cli" else None,
+        "batched_floor_s": batched_floor(fn, shapes) if engine == "gradcheck-cli" else None,
+    }
 
 
 def paired(case: str) -> dict:
@@ -171,8 +191,10 @@ def paired(case: str) -> dict:
             start = time.perf_counter()
             verdicts[engine] = _verdict(engine, fn, args)
             walls[engine].append(time.perf_counter() - start)
-    return {e: {"pass": verdicts[e], "wall_s": sorted(walls[e])[len(walls[e]) // 2], "peak_mb": _peak_mb(),
-                "floor_s": None} for e in PAIRED}
+    return {
+        e: {"pass": verdicts[e], "wall_s": sorted(walls[e])[len(walls[e]) // 2], "peak_mb": _peak_mb(), "floor_s": None}
+        for e in PAIRED
+    }
 
 
 def profile(case: str, fast: bool) -> None:
@@ -229,7 +251,7 @@ def batched_floor(fn: object, shapes: list) -> float:
                 k = min(256, 2 * a.numel() - k0)
                 batch = a.expand(k, *a.shape).clone()
                 batch.view(k, -1)[torch.arange(k), (k0 + torch.arange(k)) // 2] += 1e-6
-                torch.func.vmap(lambda xb, i=i: body([*args[:i], xb, *args[i + 1:]]))(batch)
+                torch.func.vmap(lambda xb, i=i: body([*args[:i], xb, *args[i + 1 :]]))(batch)
     out = fn.apply(*leaves)
     outs = out if isinstance(out, tuple) else (out,)
     for o in outs:
@@ -237,8 +259,11 @@ def batched_floor(fn: object, shapes: list) -> float:
             k = min(256, o.numel() - r0)
             one_hot = torch.zeros(k, o.numel(), dtype=o.dtype)
             one_hot[torch.arange(k), r0 + torch.arange(k)] = 1
-            torch.func.vmap(lambda g, o=o: torch.autograd.grad(o, leaves, g.view(o.shape), retain_graph=True,
-                                                          materialize_grads=True))(one_hot)
+            torch.func.vmap(
+                lambda g, o=o: torch.autograd.grad(
+                    o, leaves, g.view(o.shape), retain_graph=True, materialize_grads=True
+                )
+            )(one_hot)
     return time.perf_counter() - start
 
 
@@ -270,8 +295,13 @@ def measure(case: str) -> dict:
         ours["peak_mb"] = max(before["peak_mb"], after["peak_mb"])
     fast = child("--paired", case)
     pair = fast if "pass" not in fast else dict.fromkeys(PAIRED, fast)  # a failed child: both rows say so
-    return {"torch-slow": slow, "torch-fast": pair["torch-fast"], "gradcheck-cli": ours,
-            "gradcheck-cli --no-compress": plain, "gradcheck-cli --fast": pair["gradcheck-cli --fast"]}
+    return {
+        "torch-slow": slow,
+        "torch-fast": pair["torch-fast"],
+        "gradcheck-cli": ours,
+        "gradcheck-cli --no-compress": plain,
+        "gradcheck-cli --fast": pair["gradcheck-cli --fast"],
+    }
 
 
 def _ratio(wall: object, reference: object) -> str:
@@ -283,8 +313,10 @@ def fmt(value: object, spec: str) -> str:
 
 
 def main(quick: bool, only: str = "") -> None:
-    print(f"{'case':22} {'engine':27} {'verdict':>9} {'wall s':>8} {'peak MB':>8} {'vs torch slow':>14} "
-          f"{'vs torch fast':>14} {'vs 2N fwd':>10} {'vs floor':>9} {'vs plain':>9}")
+    print(
+        f"{'case':22} {'engine':27} {'verdict':>9} {'wall s':>8} {'peak MB':>8} {'vs torch slow':>14} "
+        f"{'vs torch fast':>14} {'vs 2N fwd':>10} {'vs floor':>9} {'vs plain':>9}"
+    )
     for case in [c for c in (QUICK if quick else CASES) if only in c]:
         rows = measure(case)
         for engine, row in rows.items():
@@ -293,15 +325,21 @@ def main(quick: bool, only: str = "") -> None:
             to_floor = _ratio(row["wall_s"], row.get("floor_s")) if ours else ""
             to_batched = _ratio(row["wall_s"], row.get("batched_floor_s")) if ours else ""
             to_plain = _ratio(row["wall_s"], rows["gradcheck-cli --no-compress"]["wall_s"]) if ours else ""
-            print(f"{case:22} {engine:27} {fmt(row['pass'], ''):>9} {fmt(row['wall_s'], '.3f'):>8} "
-                  f"{fmt(row['peak_mb'], '.0f'):>8} {ratios[0]:>14} {ratios[1]:>14} {to_floor:>10} "
-                  f"{to_batched:>9} {to_plain:>9}", flush=True)
-    print("vs 2N fwd: the default check against 2N forwards one at a time (N input elements); vs floor: against "
-          "the arithmetic floor of the uncompressed method (2N perturbed forwards and M one-hot backward calls, "
-          "batched through vmap); vs plain: against --no-compress; all timed in the same process")
+            print(
+                f"{case:22} {engine:27} {fmt(row['pass'], ''):>9} {fmt(row['wall_s'], '.3f'):>8} "
+                f"{fmt(row['peak_mb'], '.0f'):>8} {ratios[0]:>14} {ratios[1]:>14} {to_floor:>10} "
+                f"{to_batched:>9} {to_plain:>9}",
+                flush=True,
+            )
+    print(
+        "vs 2N fwd: the default check against 2N forwards one at a time (N input elements); vs floor: against "
+        "the arithmetic floor of the uncompressed method (2N perturbed forwards and M one-hot backward calls, "
+        "batched through vmap); vs plain: against --no-compress; all timed in the same process"
+    )
     if not quick and not only:  # the batch, cold-start and watch rows, in the same run
-        subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_batch.py"), "100", "--rounds", "3"],
-                       check=False)
+        subprocess.run(
+            [sys.executable, str(REPO / "benchmarks" / "bench_batch.py"), "100", "--rounds", "3"], check=False
+        )
         subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_watch.py"), "10"], check=False)
 
 

@@ -5,6 +5,7 @@ first round (worker start-up, torch import) is reported apart. Not a test: run i
 
     python benchmarks/bench_watch.py [EDITS]
 """
+
 from __future__ import annotations
 
 import os
@@ -57,9 +58,15 @@ def main() -> None:
         start = time.time()
         # Ctrl-C reaches the watch even where this benchmark was started in the background (a shell
         # starts those with SIGINT ignored, and the watch, as any program, keeps what it inherits)
-        proc = subprocess.Popen([sys.executable, "-m", "gradcheck_cli", "--watch", "specs", "-q", "--no-color"],
-                                cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gradcheck_cli", "--watch", "specs", "-q", "--no-color"],
+            cwd=project,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         assert proc.stdout is not None
         try:
             first = summary_line(proc.stdout)
@@ -79,8 +86,10 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 raise SystemExit("the watch did not stop within 30 s of Ctrl-C: stopped it; run it by hand") from None
-    print(f"re-check after a save: median {statistics.median(times):.3f} s, min {min(times):.3f} s, "
-          f"max {max(times):.3f} s over {len(times)} saves (target: under 0.3 s)")
+    print(
+        f"re-check after a save: median {statistics.median(times):.3f} s, min {min(times):.3f} s, "
+        f"max {max(times):.3f} s over {len(times)} saves (target: under 0.3 s)"
+    )
 
 
 if __name__ == "__main__":

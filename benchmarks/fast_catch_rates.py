@@ -10,6 +10,7 @@ catch a wrong element with a probability, so this counts. Not a test: run it by 
     python benchmarks/fast_catch_rates.py            # 100 seeds (about a minute here)
     python benchmarks/fast_catch_rates.py --seeds 20
 """
+
 from __future__ import annotations
 
 import sys

@@ -5,6 +5,7 @@ The library API is :func:`check` (its result is true only when it passed),
 the command line is ``gradcheck`` (see ``gradcheck --help``).
 Importing this package does not import torch.
 """
+
 from __future__ import annotations
 
 import os
@@ -101,16 +102,29 @@ def check(
     tolerance = Tolerance(eps, atol, rtol, nondet_tol, given, strict, ReferenceRule(**(reference_tolerance or {})))
     oracle = None
     if reference is not None or reference_backward is not None:
-        ref = None if reference is None else Target(
-            f"{getattr(reference, '__module__', '')}.{getattr(reference, '__qualname__', repr(reference))}", reference,
-            isinstance(reference, type) and issubclass(reference, torch.autograd.Function))
-        oracle = Oracle(getattr(torch, reference_dtype), ref, ref, reference_backward,
-                        ref.path if ref else None, getattr(reference_backward, "__qualname__", None))
+        ref = (
+            None
+            if reference is None
+            else Target(
+                f"{getattr(reference, '__module__', '')}.{getattr(reference, '__qualname__', repr(reference))}",
+                reference,
+                isinstance(reference, type) and issubclass(reference, torch.autograd.Function),
+            )
+        )
+        oracle = Oracle(
+            getattr(torch, reference_dtype),
+            ref,
+            ref,
+            reference_backward,
+            ref.path if ref else None,
+            getattr(reference_backward, "__qualname__", None),
+        )
     if max_memory is not None and memory_bytes is not None:
         raise ValueError("give max_memory (MB) or memory_bytes, not both")
     memory = max_memory * 2**20 if max_memory is not None else memory_bytes
-    opts = Options(tolerance, memory or MEMORY_BYTES, FAST_PROBES if fast and not probes else probes, repeat,
-                   compress=compress)
+    opts = Options(
+        tolerance, memory or MEMORY_BYTES, FAST_PROBES if fast and not probes else probes, repeat, compress=compress
+    )
 
     streams = Streams(seed)  # every draw of the checks, and the state every forward starts from
     given_values = [*args, *(kwargs or {}).values()]
@@ -118,10 +132,17 @@ def check(
     def on(where: Optional[str]) -> Any:
         """The arguments bound, moved to ``where`` first (a tensor passed twice stays one tensor)."""
         copies: dict[int, Any] = {}
-        values = given_values if where is None else [
-            copies.setdefault(id(v), v.detach().to(where).requires_grad_(v.requires_grad))
-            if isinstance(v, torch.Tensor) else v for v in given_values]
-        bound = bind(target, [(None, a) for a in values[: len(args)]], list(zip(kwargs or {}, values[len(args):])))
+        values = (
+            given_values
+            if where is None
+            else [
+                copies.setdefault(id(v), v.detach().to(where).requires_grad_(v.requires_grad))
+                if isinstance(v, torch.Tensor)
+                else v
+                for v in given_values
+            ]
+        )
+        bound = bind(target, [(None, a) for a in values[: len(args)]], list(zip(kwargs or {}, values[len(args) :])))
         bound.streams = streams
         return bound
 
@@ -129,16 +150,25 @@ def check(
         bound = on(device)
         here = [str(v.device) for v in bound.values if isinstance(v, torch.Tensor)]
         result.device = ",".join(sorted(set(here))) or "cpu"
-        ctx = CheckContext(target, bound, device or (here[0] if here else "cpu"), opts, tuple(devices), on,
-                           named=list(checks) != ["all"], oracle=oracle)
+        ctx = CheckContext(
+            target,
+            bound,
+            device or (here[0] if here else "cpu"),
+            opts,
+            tuple(devices),
+            on,
+            named=list(checks) != ["all"],
+            oracle=oracle,
+        )
         with vmap_fallback_quiet():
             result.checks.extend(runner.run_check(n, ctx) for n in names)
 
     return runner.guard(result, body)
 
 
-def assert_gradients(fn: Any, args: Sequence[Any], kwargs: Optional[dict[str, Any]] = None,
-                     **options: Any) -> CaseResult:
+def assert_gradients(
+    fn: Any, args: Sequence[Any], kwargs: Optional[dict[str, Any]] = None, **options: Any
+) -> CaseResult:
     """Like :func:`check` (same arguments and options), but raise AssertionError with the
     per-argument table unless every check passed (a skip or an error too: neither proves the
     gradients right). Returns the passing result, warnings included."""
@@ -190,20 +220,39 @@ def check_spec(
     from .spec import is_device, is_import_path, is_module_name
 
     targets = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]
-    bad = ([f"checks: unknown check {c!r}; known checks: {', '.join(NAMES)}, or 'all'"
-            for c in checks if c not in NAMES and list(checks) != ["all"]]
-           + [f"devices: expected cpu, cuda or cuda:N, got {d!r}" for d in devices if not is_device(d)]
-           + [f"imports: expected a module name like 'my_pkg.ops', got {m!r}" for m in imports if not is_module_name(m)]
-           + ([f"reference: expected an import path like 'pkg.mod:fn', got {reference!r}"]
-              if reference is not None and not is_import_path(reference) else []))
+    bad = (
+        [
+            f"checks: unknown check {c!r}; known checks: {', '.join(NAMES)}, or 'all'"
+            for c in checks
+            if c not in NAMES and list(checks) != ["all"]
+        ]
+        + [f"devices: expected cpu, cuda or cuda:N, got {d!r}" for d in devices if not is_device(d)]
+        + [f"imports: expected a module name like 'my_pkg.ops', got {m!r}" for m in imports if not is_module_name(m)]
+        + (
+            [f"reference: expected an import path like 'pkg.mod:fn', got {reference!r}"]
+            if reference is not None and not is_import_path(reference)
+            else []
+        )
+    )
     if bad:
         raise ValueError(bad[0])
     try:
         items = collect(targets, Path(specs_dir), [], [], select, f"select={select!r}")
     except TargetError as exc:
         raise ValueError(str(exc)) from exc
-    opts = plan.run_options(max_memory, seed, trials, tuple(devices), tuple(checks), FAST_PROBES if fast else probes,
-                            strict, reference, require_device, tuple(imports), compress=compress)
+    opts = plan.run_options(
+        max_memory,
+        seed,
+        trials,
+        tuple(devices),
+        tuple(checks),
+        FAST_PROBES if fast else probes,
+        strict,
+        reference,
+        require_device,
+        tuple(imports),
+        compress=compress,
+    )
     report = runner.run_all(items, opts)
     replay.attach(report.results, plan.expand(items, opts))
     return report

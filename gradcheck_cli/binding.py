@@ -5,6 +5,7 @@ parameters follow the arguments, so every check treats them like inputs. A ``lis
 argument is flat here, one value per leaf (``xs[0]``, ``feats.q``): the checks perturb and
 differentiate leaves, and ``Bound.arguments`` puts the lists and dicts back together for the call.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -89,9 +90,11 @@ class Bound:
                 name = self.names[_first(place)].rpartition("[")[0]
                 raise ValueError(f"expected a list of {len(place)} for '{name}', got {_what(value)}")
             if isinstance(place, dict) and not (isinstance(value, dict) and set(value) == set(place)):
-                raise ValueError(f"expected a dict with keys {', '.join(place)} for "
-                                 f"'{self.names[_first(place)].rpartition('.')[0]}', got {_what(value)}")
-            for k, p in (enumerate(place) if isinstance(place, list) else place.items()):
+                raise ValueError(
+                    f"expected a dict with keys {', '.join(place)} for "
+                    f"'{self.names[_first(place)].rpartition('.')[0]}', got {_what(value)}"
+                )
+            for k, p in enumerate(place) if isinstance(place, list) else place.items():
                 take(p, value[k])
 
         for place, value in zip(self.places, arguments):
@@ -109,8 +112,12 @@ class Bound:
         return getattr(entry, "shape", None) is not None
 
 
-def bind(target: Target, positional: list[tuple[Optional[str], Any]],
-         keywords: list[tuple[str, Any]], entries: Sequence[Optional[Arg]] = ()) -> Bound:
+def bind(
+    target: Target,
+    positional: list[tuple[Optional[str], Any]],
+    keywords: list[tuple[str, Any]],
+    entries: Sequence[Optional[Arg]] = (),
+) -> Bound:
     """Bind (spec name, value) pairs to the target's signature.
 
     For a Function every argument becomes positional (``apply`` takes no keywords): keyword
@@ -125,8 +132,11 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
     if params is not None and not any(p.kind is p.VAR_POSITIONAL for p in params):
         n_max = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
         if len(positional) > n_max:
-            raise BindError("inputs", f"{len(positional)} inputs given, but {target.path} takes {n_max} "
-                                      f"({', '.join(names[:n_max])}); remove the extra entries")
+            raise BindError(
+                "inputs",
+                f"{len(positional)} inputs given, but {target.path} takes {n_max} "
+                f"({', '.join(names[:n_max])}); remove the extra entries",
+            )
     if target.is_function:
         _refuse_tensor_containers(target, [v for _, v in positional] + [v for _, v in keywords], entries)
     values = [v for _, v in positional]
@@ -138,8 +148,16 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
             labels.append(name)
             indices.append(names.index(name) if name in names else len(indices))
             values.append(value)
-        bound = _flat(Bound(values, labels, indices, len(positional), [k for k, _ in keywords],
-                            [entry_of.get(i) for i in range(len(values))]))
+        bound = _flat(
+            Bound(
+                values,
+                labels,
+                indices,
+                len(positional),
+                [k for k, _ in keywords],
+                [entry_of.get(i) for i in range(len(values))],
+            )
+        )
         device = next((str(v.device) for v in bound.values if isinstance(v, torch.Tensor)), None)
         extra = target.extra_arguments(device)  # a module's parameters; none for other targets
         start = max([len([p for p in params or [] if p.kind not in VARIADIC])] + [i + 1 for i in indices])
@@ -164,8 +182,11 @@ def bind(target: Target, positional: list[tuple[Optional[str], Any]],
         else:
             default = params[pos].default if params else inspect.Parameter.empty
             if default is inspect.Parameter.empty:
-                raise BindError("inputs", f"'{names[pos]}' (position {pos}) of {target.path} has no default "
-                                          "and is not given: add it to `inputs` or `kwargs`")
+                raise BindError(
+                    "inputs",
+                    f"'{names[pos]}' (position {pos}) of {target.path} has no default "
+                    "and is not given: add it to `inputs` or `kwargs`",
+                )
             labels.append(names[pos])
             values.append(default)
         indices.append(pos)
@@ -217,11 +238,15 @@ def _refuse_tensor_containers(target: Target, values: list[Any], entries: Sequen
             continue
         if any(isinstance(v, torch.Tensor) for v in _leaf_values(value)):
             name, cls = entry.name or entry.key, target.path.replace(":", ".").split(".")[-1]
-            raise BindError(entry.key, (
-                f"{target.path} is an autograd.Function, whose apply() tracks only the tensors passed to it directly, "
-                f"not those inside a list or dict: '{name}' would get no gradient at all. Check a function that "
-                f"unpacks it instead, e.g. `def f(xs): return {cls}.apply(*xs)`, and name that function in "
-                "`function:`; for a literal list or dict, write `value: [...]`"))
+            raise BindError(
+                entry.key,
+                (
+                    f"{target.path} is an autograd.Function, whose apply() tracks only the tensors passed to it "
+                    f"directly, not those inside a list or dict: '{name}' would get no gradient at all. Check a "
+                    f"function that unpacks it instead, e.g. `def f(xs): return {cls}.apply(*xs)`, and name that "
+                    "function in `function:`; for a literal list or dict, write `value: [...]`"
+                ),
+            )
 
 
 def _leaf_values(value: Any) -> list[Any]:
@@ -246,8 +271,11 @@ def _check_keyword(target: Target, params: Optional[list[inspect.Parameter]], na
         raise BindError(key, f"{target.path} has no parameter '{name}'; its parameters are: {', '.join(names)}")
     pos = names.index(name)
     if params[pos].kind is params[pos].KEYWORD_ONLY and target.is_function:
-        raise BindError(key, f"'{name}' is keyword-only in forward(), but Function.apply passes arguments "
-                             "by position only: make it a positional parameter")
+        raise BindError(
+            key,
+            f"'{name}' is keyword-only in forward(), but Function.apply passes arguments "
+            "by position only: make it a positional parameter",
+        )
     if params[pos].kind in (params[pos].POSITIONAL_ONLY, params[pos].POSITIONAL_OR_KEYWORD) and pos < n_pos:
         raise BindError(key, f"'{name}' is given twice: by position (inputs[{pos}]) and in kwargs")
     return pos

@@ -2,6 +2,7 @@
 
 torch is imported only once there is something to check, so --help and --version stay fast.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,8 +45,10 @@ class DefaultGroup(click.Group):
         ``gradcheck --ch<TAB>``: the options of the group and of the default command."""
         if incomplete.startswith("-"):
             check = self.commands["check"]
-            return [*super().shell_complete(ctx, incomplete),
-                    *check.shell_complete(click.Context(check, info_name="check", parent=ctx), incomplete)]
+            return [
+                *super().shell_complete(ctx, incomplete),
+                *check.shell_complete(click.Context(check, info_name="check", parent=ctx), incomplete),
+            ]
         return [CompletionItem(incomplete, type="file"), *super().shell_complete(ctx, incomplete)]
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -78,8 +81,9 @@ class ConfiguredCommand(click.Command):
     """A command whose defaults come from [tool.gradcheck] of the nearest pyproject.toml (the command
     line wins: click's default map); the configuration is kept in ``ctx.meta[CONFIG]``."""
 
-    def make_context(self, info_name: Optional[str], args: list[str], parent: Optional[click.Context] = None,
-                     **extra: Any) -> click.Context:
+    def make_context(
+        self, info_name: Optional[str], args: list[str], parent: Optional[click.Context] = None, **extra: Any
+    ) -> click.Context:
         from .config import Config, ConfigError, load
 
         try:
@@ -95,11 +99,21 @@ class ConfiguredCommand(click.Command):
         return ctx
 
 
-@click.group(cls=DefaultGroup, context_settings={"help_option_names": ["-h", "--help"]},
-             epilog="Exit codes: 0 passed, 1 a check failed, 2 usage error, 3 a spec could not be checked, "
-                    "4 internal error. See `gradcheck check --help` for the options.")
-@click.option("-V", "--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
-              help="Show the version (and torch's) and exit.")
+@click.group(
+    cls=DefaultGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Exit codes: 0 passed, 1 a check failed, 2 usage error, 3 a spec could not be checked, "
+    "4 internal error. See `gradcheck check --help` for the options.",
+)
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version (and torch's) and exit.",
+)
 def cli() -> None:
     """Check the hand-written backward of custom torch.autograd.Functions against finite differences.
 
@@ -132,8 +146,9 @@ def _parse_timeout(ctx: click.Context, param: click.Parameter, value: str) -> Op
 def _check_junit(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
     """The JUnit file's folder must exist before the run, not be found missing after it."""
     if value is not None and not Path(value).resolve().parent.is_dir():
-        raise click.BadParameter(f"the folder {str(Path(value).parent)!r} does not exist; create it first "
-                                 f"(mkdir -p {Path(value).parent})")
+        raise click.BadParameter(
+            f"the folder {str(Path(value).parent)!r} does not exist; create it first (mkdir -p {Path(value).parent})"
+        )
     return value
 
 
@@ -164,8 +179,13 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    columns = (TextColumn("checking"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("{task.description}"))
+    columns = (
+        TextColumn("checking"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         job = bar.add_task("", total=total)
         yield lambda result: bar.update(job, advance=1, description=f"{result.status.value} {result.id}")
@@ -188,8 +208,10 @@ def _check_modules(ctx: click.Context, param: click.Parameter, value: tuple[str,
     return tuple(dict.fromkeys(value))
 
 
-IMPORT_HELP = ("Import this module before resolving the targets (e.g. the module whose @torch.library.custom_op "
-               "registers torch.ops.ns.op), as `import:` in every spec. Repeat for several.")
+IMPORT_HELP = (
+    "Import this module before resolving the targets (e.g. the module whose @torch.library.custom_op "
+    "registers torch.ops.ns.op), as `import:` in every spec. Repeat for several."
+)
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -216,103 +238,265 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 
 @cli.command("check", cls=ConfiguredCommand)
 @click.argument("targets", nargs=-1, type=click.Path())
-@click.option("-i", "--input", "inline", multiple=True, metavar="SHAPE[:DTYPE]|=VALUE",
-              help="An inline positional argument for a Function target: a shape like 20x20 (float64 "
-                   "normal values), 20x20:float32, scalar, or =VALUE for a non-tensor (=2.5, =null). Repeat.")
-@click.option("--kwarg", "kwargs", multiple=True, metavar="NAME=VALUE",
-              help="An inline keyword argument (a YAML value) for a Function target. Repeat.")
-@click.option("--specs", "specs_dir", default="specs", show_default=True, metavar="DIR",
-              help="Where to look for the specs of a Function named on the command line.")
-@click.option("-k", "select", metavar="EXPRESSION",
-              help="Only the case named EXPRESSION (path::case, as in the report) or, if none is, the cases it "
-                   "selects as pytest's -k: words joined by and, or, not and parentheses, each matching a case "
-                   "whose name or function contains it, case-insensitively (or matches it as a glob when it has "
-                   "* ? [).")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-              help="Report format on stdout.")
-@click.option("--junit-xml", "--junitxml", "junit_xml", type=click.Path(dir_okay=False), callback=_check_junit,
-              metavar="PATH",
-              help="Also write a JUnit XML report (one testcase per spec, case and device) to PATH.")
-@click.option("--junit-locations", is_flag=True,
-              help="Give each testcase file and line attributes (GitLab, action-junit-report read them; the "
-                   "Jenkins xUnit schema rejects them, so they are off by default).")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), callback=_check_junit, metavar="PATH",
-              help="Also write an HTML report to PATH: one self-contained page (no network) with the tables, a "
-                   "heatmap of the error of each mismatching argument, and the replay commands.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Worker processes (default: the number of cores). Results are the same and in the same "
-                   "order for any N.")
-@click.option("--timeout", callback=_parse_timeout, default=str(DEFAULT_TIMEOUT), show_default=True,
-              metavar="SECONDS", help="Stop a case that runs longer (an error result for that case alone); "
-                                      "0 or inf for no limit.")
-@click.option("-x", "--exitfirst", "--fail-fast", "fail_fast", is_flag=True,
-              help="Start no new case after the first failure or error (--maxfail 1).")
-@click.option("--maxfail", type=click.IntRange(min=0), default=0, metavar="N",
-              help="Start no new case after N failures or errors (0: no limit).")
-@click.option("--shard", callback=_parse_shard, metavar="I/N",
-              help="Check only shard I of N (1-based; stable across machines), for CI matrix jobs.")
-@click.option("--seed", type=click.IntRange(min=0, max=2**64 - 1), default=None,
-              help="Use this seed for every case (0 to 2**64 - 1; --trials' next seeds wrap around to 0).")
-@click.option("--trials", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
-              help="Check each case with N seeds (seed, seed+1, ...); the first seed that fails is reported.")
-@click.option("--device", "devices", multiple=True, callback=_check_devices, metavar="DEVICE",
-              help="Check on this device instead of the specs' (cpu, cuda, cuda:N). Repeat for several.")
-@click.option("--check", "checks", multiple=True, callback=_check_names, metavar="NAME",
-              shell_complete=lambda ctx, param, incomplete: [CompletionItem(n) for n in (*CHECKS, "all")
-                                                             if n.startswith(incomplete)],
-              help=f"Run this check instead of the specs' ({', '.join(CHECKS)}, or all). Repeat for several.")
-@click.option("--reference", callback=_check_reference, metavar="PKG.MOD:FN",
-              help="Compare with this reference implementation (same signature), as `reference:` in every spec; "
-                   "without --check (or the spec's `checks`), runs the reference check alone.")
+@click.option(
+    "-i",
+    "--input",
+    "inline",
+    multiple=True,
+    metavar="SHAPE[:DTYPE]|=VALUE",
+    help="An inline positional argument for a Function target: a shape like 20x20 (float64 "
+    "normal values), 20x20:float32, scalar, or =VALUE for a non-tensor (=2.5, =null). Repeat.",
+)
+@click.option(
+    "--kwarg",
+    "kwargs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An inline keyword argument (a YAML value) for a Function target. Repeat.",
+)
+@click.option(
+    "--specs",
+    "specs_dir",
+    default="specs",
+    show_default=True,
+    metavar="DIR",
+    help="Where to look for the specs of a Function named on the command line.",
+)
+@click.option(
+    "-k",
+    "select",
+    metavar="EXPRESSION",
+    help="Only the case named EXPRESSION (path::case, as in the report) or, if none is, the cases it "
+    "selects as pytest's -k: words joined by and, or, not and parentheses, each matching a case "
+    "whose name or function contains it, case-insensitively (or matches it as a glob when it has "
+    "* ? [).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True, help="Report format on stdout."
+)
+@click.option(
+    "--junit-xml",
+    "--junitxml",
+    "junit_xml",
+    type=click.Path(dir_okay=False),
+    callback=_check_junit,
+    metavar="PATH",
+    help="Also write a JUnit XML report (one testcase per spec, case and device) to PATH.",
+)
+@click.option(
+    "--junit-locations",
+    is_flag=True,
+    help="Give each testcase file and line attributes (GitLab, action-junit-report read them; the "
+    "Jenkins xUnit schema rejects them, so they are off by default).",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    callback=_check_junit,
+    metavar="PATH",
+    help="Also write an HTML report to PATH: one self-contained page (no network) with the tables, a "
+    "heatmap of the error of each mismatching argument, and the replay commands.",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Worker processes (default: the number of cores). Results are the same and in the same order for any N.",
+)
+@click.option(
+    "--timeout",
+    callback=_parse_timeout,
+    default=str(DEFAULT_TIMEOUT),
+    show_default=True,
+    metavar="SECONDS",
+    help="Stop a case that runs longer (an error result for that case alone); 0 or inf for no limit.",
+)
+@click.option(
+    "-x",
+    "--exitfirst",
+    "--fail-fast",
+    "fail_fast",
+    is_flag=True,
+    help="Start no new case after the first failure or error (--maxfail 1).",
+)
+@click.option(
+    "--maxfail",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="N",
+    help="Start no new case after N failures or errors (0: no limit).",
+)
+@click.option(
+    "--shard",
+    callback=_parse_shard,
+    metavar="I/N",
+    help="Check only shard I of N (1-based; stable across machines), for CI matrix jobs.",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0, max=2**64 - 1),
+    default=None,
+    help="Use this seed for every case (0 to 2**64 - 1; --trials' next seeds wrap around to 0).",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Check each case with N seeds (seed, seed+1, ...); the first seed that fails is reported.",
+)
+@click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    callback=_check_devices,
+    metavar="DEVICE",
+    help="Check on this device instead of the specs' (cpu, cuda, cuda:N). Repeat for several.",
+)
+@click.option(
+    "--check",
+    "checks",
+    multiple=True,
+    callback=_check_names,
+    metavar="NAME",
+    shell_complete=lambda ctx, param, incomplete: [
+        CompletionItem(n) for n in (*CHECKS, "all") if n.startswith(incomplete)
+    ],
+    help=f"Run this check instead of the specs' ({', '.join(CHECKS)}, or all). Repeat for several.",
+)
+@click.option(
+    "--reference",
+    callback=_check_reference,
+    metavar="PKG.MOD:FN",
+    help="Compare with this reference implementation (same signature), as `reference:` in every spec; "
+    "without --check (or the spec's `checks`), runs the reference check alone.",
+)
 @click.option("--import", "imports", multiple=True, callback=_check_modules, metavar="MODULE", help=IMPORT_HELP)
-@click.option("--strict", is_flag=True, help="Fail a gradient off by a constant factor within the tolerance "
-                                             "(e.g. 1.001x) when that is well beyond the finite differences' own "
-                                             "error (by default a warning); as `strict: true` in every spec.")
-@click.option("--require-device", is_flag=True,
-              help="An unavailable device is an error (exit 3) instead of a skip.")
-@click.option("--no-isolate", is_flag=True, help="Check in this process, one case after another (for "
-                                                 "debuggers); a crash in user code then ends the run.")
-@click.option("--fast", "probes", flag_value=FAST_PROBES, type=int,
-              help=f"Decide with {FAST_PROBES} random probes v^T J u per argument; compare element by element "
-                   f"the arguments where one fails (same as --probes {FAST_PROBES}).")
-@click.option("--probes", "probes", type=click.IntRange(min=0), default=0, metavar="N",
-              help="Decide with N random probes per argument first (0: element by element).")
-@click.option("--no-compress", is_flag=True,
-              help="Take every column of the numerical Jacobian on its own (no compressed finite differences): "
-                   "slower, the same verdicts; to compare the two.")
-@click.option("--max-memory", default=512, show_default=True, metavar="MB", type=click.IntRange(min=1),
-              help="Jacobian entries held in memory at once; larger checks recompute in blocks.")
-@click.option("--color/--no-color", default=None,
-              help="Colour the table, also into a pipe or a file (--color, e.g. for less -R), or never (default: "
-                   "NO_COLOR set: no; FORCE_COLOR set: yes; else when stdout is a terminal). json and github: never.")
-@click.option("-q", "--quiet", "verbosity", flag_value="quiet",
-              help="Show failures, errors and the summary only (the table format).")
-@click.option("-v", "--verbose", "verbosity", flag_value="verbose",
-              help="Show every case in full (the table format); by default a case that did not fail is one "
-                   "line, a failure is in full. The last of -q and -v wins.")
-@click.option("--tb", "tb", type=click.Choice(("short", "long", "line", "no")), default="short", show_default=True,
-              help="How an error in your code is traced (the table format), as pytest's --tb: short, every frame "
-                   "of your code; long, with the lines before each; line, the innermost frame; no, none.")
-@click.option("--watch", is_flag=True,
-              help="Check, then re-check the cases that a saved spec file or Python file they import affects, "
-                   "until Ctrl-C (one worker keeps torch and your modules loaded). Exit code: that of every "
-                   "watched case's latest result; 130 when stopped during a round.")
-@click.option("--show-config", is_flag=True,
-              help="Print the effective settings and where each comes from (the command line, [tool.gradcheck] "
-                   "in pyproject.toml, or the default), and exit.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Fail a gradient off by a constant factor within the tolerance "
+    "(e.g. 1.001x) when that is well beyond the finite differences' own "
+    "error (by default a warning); as `strict: true` in every spec.",
+)
+@click.option("--require-device", is_flag=True, help="An unavailable device is an error (exit 3) instead of a skip.")
+@click.option(
+    "--no-isolate",
+    is_flag=True,
+    help="Check in this process, one case after another (for debuggers); a crash in user code then ends the run.",
+)
+@click.option(
+    "--fast",
+    "probes",
+    flag_value=FAST_PROBES,
+    type=int,
+    help=f"Decide with {FAST_PROBES} random probes v^T J u per argument; compare element by element "
+    f"the arguments where one fails (same as --probes {FAST_PROBES}).",
+)
+@click.option(
+    "--probes",
+    "probes",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="N",
+    help="Decide with N random probes per argument first (0: element by element).",
+)
+@click.option(
+    "--no-compress",
+    is_flag=True,
+    help="Take every column of the numerical Jacobian on its own (no compressed finite differences): "
+    "slower, the same verdicts; to compare the two.",
+)
+@click.option(
+    "--max-memory",
+    default=512,
+    show_default=True,
+    metavar="MB",
+    type=click.IntRange(min=1),
+    help="Jacobian entries held in memory at once; larger checks recompute in blocks.",
+)
+@click.option(
+    "--color/--no-color",
+    default=None,
+    help="Colour the table, also into a pipe or a file (--color, e.g. for less -R), or never (default: "
+    "NO_COLOR set: no; FORCE_COLOR set: yes; else when stdout is a terminal). json and github: never.",
+)
+@click.option(
+    "-q",
+    "--quiet",
+    "verbosity",
+    flag_value="quiet",
+    help="Show failures, errors and the summary only (the table format).",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    "verbosity",
+    flag_value="verbose",
+    help="Show every case in full (the table format); by default a case that did not fail is one "
+    "line, a failure is in full. The last of -q and -v wins.",
+)
+@click.option(
+    "--tb",
+    "tb",
+    type=click.Choice(("short", "long", "line", "no")),
+    default="short",
+    show_default=True,
+    help="How an error in your code is traced (the table format), as pytest's --tb: short, every frame "
+    "of your code; long, with the lines before each; line, the innermost frame; no, none.",
+)
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Check, then re-check the cases that a saved spec file or Python file they import affects, "
+    "until Ctrl-C (one worker keeps torch and your modules loaded). Exit code: that of every "
+    "watched case's latest result; 130 when stopped during a round.",
+)
+@click.option(
+    "--show-config",
+    is_flag=True,
+    help="Print the effective settings and where each comes from (the command line, [tool.gradcheck] "
+    "in pyproject.toml, or the default), and exit.",
+)
 @click.pass_context
-def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, ...], kwargs: tuple[str, ...],
-              specs_dir: str,
-              select: Optional[str], fmt: str, junit_xml: Optional[str], junit_locations: bool,
-              html_path: Optional[str],
-              jobs: Optional[int],
-              timeout: Optional[float], fail_fast: bool, maxfail: int,
-              shard: Optional[tuple[int, int]], seed: Optional[int], trials: int, devices: tuple[str, ...],
-              checks: tuple[str, ...], reference: Optional[str], imports: tuple[str, ...], strict: bool,
-              require_device: bool,
-              no_isolate: bool, probes: int, no_compress: bool,
-              max_memory: int, color: Optional[bool], verbosity: Optional[str], tb: str, watch: bool,
-              show_config: bool) -> None:
+def check_cmd(
+    ctx: click.Context,
+    targets: tuple[str, ...],
+    inline: tuple[str, ...],
+    kwargs: tuple[str, ...],
+    specs_dir: str,
+    select: Optional[str],
+    fmt: str,
+    junit_xml: Optional[str],
+    junit_locations: bool,
+    html_path: Optional[str],
+    jobs: Optional[int],
+    timeout: Optional[float],
+    fail_fast: bool,
+    maxfail: int,
+    shard: Optional[tuple[int, int]],
+    seed: Optional[int],
+    trials: int,
+    devices: tuple[str, ...],
+    checks: tuple[str, ...],
+    reference: Optional[str],
+    imports: tuple[str, ...],
+    strict: bool,
+    require_device: bool,
+    no_isolate: bool,
+    probes: int,
+    no_compress: bool,
+    max_memory: int,
+    color: Optional[bool],
+    verbosity: Optional[str],
+    tb: str,
+    watch: bool,
+    show_config: bool,
+) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path.
 
     Defaults come from [tool.gradcheck] in the nearest pyproject.toml (see --show-config).
@@ -331,15 +515,20 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
         click.echo(describe(ctx.meta[CONFIG], ctx.params, given), nl=False)
         return
     if not targets:
-        raise click.UsageError("no TARGETS: give spec files, folders or import paths (e.g. gradcheck specs/), "
-                               "or set the default in pyproject.toml: [tool.gradcheck] paths = [\"specs\"]; "
-                               "gradcheck --help lists the commands", ctx)
+        raise click.UsageError(
+            "no TARGETS: give spec files, folders or import paths (e.g. gradcheck specs/), "
+            'or set the default in pyproject.toml: [tool.gradcheck] paths = ["specs"]; '
+            "gradcheck --help lists the commands",
+            ctx,
+        )
 
     if junit_locations and not junit_xml:
         raise click.UsageError("--junit-locations: give --junit-xml PATH too (the locations go into that file)")
     if watch and no_isolate:
-        raise click.UsageError("--watch checks in a worker process of its own (a module that cannot be imported "
-                               "twice needs a fresh one): leave out --no-isolate")
+        raise click.UsageError(
+            "--watch checks in a worker process of its own (a module that cannot be imported "
+            "twice needs a fresh one): leave out --no-isolate"
+        )
     from . import plan, pool, replay, reporters, session
 
     def collect() -> list[Item]:
@@ -351,16 +540,35 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
         items = collect()
     except TargetError as exc:
         raise click.UsageError(str(exc)) from exc
-    opts = plan.run_options(max_memory, seed, trials, devices, checks, probes, strict, reference, require_device,
-                            imports, compress=not no_compress)
+    opts = plan.run_options(
+        max_memory,
+        seed,
+        trials,
+        devices,
+        checks,
+        probes,
+        strict,
+        reference,
+        require_device,
+        imports,
+        compress=not no_compress,
+    )
     if fmt == "auto":
         fmt = reporters.choose_auto(os.environ)
     color = reporters.use_color(color, fmt, os.environ, sys.stdout.isatty())
 
     def write(report: Report, planned: list[Any]) -> None:
         """The report in the chosen format on stdout, and the files asked for."""
-        replay.attach(report.results, planned, [token for flag, values in (("-i", inline), ("--kwarg", kwargs))
-                                                for value in values for token in (flag, value)])
+        replay.attach(
+            report.results,
+            planned,
+            [
+                token
+                for flag, values in (("-i", inline), ("--kwarg", kwargs))
+                for value in values
+                for token in (flag, value)
+            ],
+        )
         # SIGINT and SIGTERM are ignored while the report is written: a report cut in half loses what finished
         # (a watch keeps every result: Ctrl-C there must stop it at once)
         ignored = {} if watch else {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
@@ -375,10 +583,14 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
     planned = plan.expand(items, opts)
     cores = pool.usable_cores()
     if jobs and jobs > cores and not no_isolate:
-        click.echo(f"gradcheck: -j {jobs}: using at most {cores} workers, one per usable core (a worker is a "
-                   "torch process that computes flat out; more would only compete for the cores)", err=True)
-    settings = session.BatchOptions(jobs=jobs or cores, timeout=timeout, maxfail=1 if fail_fast else maxfail,
-                                    isolate=not no_isolate)
+        click.echo(
+            f"gradcheck: -j {jobs}: using at most {cores} workers, one per usable core (a worker is a "
+            "torch process that computes flat out; more would only compete for the cores)",
+            err=True,
+        )
+    settings = session.BatchOptions(
+        jobs=jobs or cores, timeout=timeout, maxfail=1 if fail_fast else maxfail, isolate=not no_isolate
+    )
     reporters.get(fmt)  # imported while the workers start (rich, for the table), not after the last result
     with _progress(len(planned)) as on_result, _handling({signal.SIGTERM: _terminate}):
         report = session.execute(items, opts, settings, on_result)
@@ -386,8 +598,15 @@ def check_cmd(ctx: click.Context, targets: tuple[str, ...], inline: tuple[str, .
     sys.exit(report.exit_code())
 
 
-def _write(report: Report, fmt: str, color: bool, table: tuple[Optional[str], str], junit_xml: Optional[str],
-           junit_locations: bool, html_path: Optional[str]) -> None:
+def _write(
+    report: Report,
+    fmt: str,
+    color: bool,
+    table: tuple[Optional[str], str],
+    junit_xml: Optional[str],
+    junit_locations: bool,
+    html_path: Optional[str],
+) -> None:
     """The report in ``fmt`` on stdout, and the files asked for; ``table``: the table's verbosity (-q, -v)
     and traceback style (--tb)."""
     from . import reporters
@@ -430,9 +649,15 @@ def main(argv: Optional[list[str]] = None) -> Any:
 @click.argument("function")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the spec here (default: stdout).")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
-@click.option("--import", "imports", multiple=True, callback=_check_modules, metavar="MODULE",
-              help="Import this module first (it registers the op FUNCTION names); the spec gets `import:` too. "
-                   "Repeat for several.")
+@click.option(
+    "--import",
+    "imports",
+    multiple=True,
+    callback=_check_modules,
+    metavar="MODULE",
+    help="Import this module first (it registers the op FUNCTION names); the spec gets `import:` too. "
+    "Repeat for several.",
+)
 def init_cmd(function: str, output: Optional[str], force: bool, imports: tuple[str, ...]) -> None:
     """Write a spec skeleton for FUNCTION (pkg.mod.MyFunction, or a custom op torch.ops.ns.op) from its
     forward signature (an op's schema)."""
@@ -497,6 +722,9 @@ def validate_cmd(targets: tuple[str, ...]) -> None:
     for error in errors:
         click.echo(str(error))
     cases = len(items) - len(errors)
-    click.echo(f"gradcheck validate: {len(files)} file{'s' * (len(files) != 1)}, {cases} case{'s' * (cases != 1)} "
-               f"valid, {len(errors)} invalid document{'s' * (len(errors) != 1)}", err=True)
+    click.echo(
+        f"gradcheck validate: {len(files)} file{'s' * (len(files) != 1)}, {cases} case{'s' * (cases != 1)} "
+        f"valid, {len(errors)} invalid document{'s' * (len(errors) != 1)}",
+        err=True,
+    )
     sys.exit(ExitCode.NOT_CHECKED if errors else ExitCode.OK)

@@ -5,6 +5,7 @@ parameter whose default it replaces, and a parser from the file's value to the v
 line would give. The front end hands ``Config.defaults`` to click as the command's default map,
 so the command line wins over the file, and click records where each value came from.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -37,9 +38,9 @@ Parse = Callable[[Any, Path], Any]  # (the file's value, the file's folder) -> t
 
 @dataclass(frozen=True)
 class Setting:
-    key: str      # its name in [tool.gradcheck]: the long option's name
-    param: str    # the check command's parameter it gives the default of
-    option: str   # the command-line spelling, for messages and --show-config
+    key: str  # its name in [tool.gradcheck]: the long option's name
+    param: str  # the check command's parameter it gives the default of
+    option: str  # the command-line spelling, for messages and --show-config
     parse: Parse
 
 
@@ -48,6 +49,7 @@ def _integer(low: int) -> Parse:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"expected an integer >= {low}, got {_show(value)}")
         return value
+
     return parse
 
 
@@ -62,6 +64,7 @@ def _choice(choices: Sequence[str]) -> Parse:
         if value not in choices or not isinstance(value, str):
             raise ValueError(f"expected one of {', '.join(map(repr, choices))}, got {_show(value)}")
         return value
+
     return parse
 
 
@@ -74,10 +77,10 @@ def _timeout(value: Any, folder: Path) -> str:
 def _checks(value: Any, folder: Path) -> tuple[str, ...]:
     names = [value] if value == "all" else value
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"expected a list of check names or \"all\", got {_show(value)}")
+        raise ValueError(f'expected a list of check names or "all", got {_show(value)}')
     for name in names:
         if name not in (*CHECKS, "all"):
-            raise ValueError(f"unknown check {name!r}; known checks: {', '.join(CHECKS)}, or \"all\"")
+            raise ValueError(f'unknown check {name!r}; known checks: {", ".join(CHECKS)}, or "all"')
     return ("all",) if "all" in names else tuple(dict.fromkeys(names))
 
 
@@ -87,7 +90,7 @@ def _modules(value: Any, folder: Path) -> tuple[str, ...]:
 
     names = [value] if isinstance(value, str) else value
     if not isinstance(names, list) or not all(isinstance(n, str) and is_module_name(n) for n in names):
-        raise ValueError(f"expected a list of module names such as [\"pkg.ops\"], got {_show(value)}")
+        raise ValueError(f'expected a list of module names such as ["pkg.ops"], got {_show(value)}')
     return tuple(dict.fromkeys(names))
 
 
@@ -109,13 +112,13 @@ def _in_file(value: Any, folder: Path) -> Any:
 
 def _paths(value: Any, folder: Path) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
-        raise ValueError(f"expected a list of spec files or folders, e.g. [\"specs\"], got {_show(value)}")
+        raise ValueError(f'expected a list of spec files or folders, e.g. ["specs"], got {_show(value)}')
     return tuple(_relative(p, folder) for p in value)
 
 
 def _folder(value: Any, folder: Path) -> str:
     if not isinstance(value, str) or not value:
-        raise ValueError(f"expected a folder, e.g. \"specs\", got {_show(value)}")
+        raise ValueError(f'expected a folder, e.g. "specs", got {_show(value)}')
     if not (folder / value).is_dir():
         raise ValueError(f"{value!r} is not a folder (relative to the folder of {FILE}, {folder})")
     return _relative(value, folder)
@@ -162,7 +165,7 @@ class Config:
     """The settings of one pyproject.toml (or none: ``path`` None)."""
 
     path: Optional[Path] = None
-    values: dict[str, Any] = field(default_factory=dict)    # key -> the value as written in the file
+    values: dict[str, Any] = field(default_factory=dict)  # key -> the value as written in the file
     defaults: dict[str, Any] = field(default_factory=dict)  # parameter -> value: the check command's default map
 
     def source(self, param: str) -> str:
@@ -251,8 +254,11 @@ def load(start: Optional[Path] = None) -> Config:
     return parse(*found) if found else Config()
 
 
-UNSET = {"targets": "none: give TARGETS on the command line", "jobs": "one worker per usable core",
-         "checks": "each spec's own `checks`"}
+UNSET = {
+    "targets": "none: give TARGETS on the command line",
+    "jobs": "one worker per usable core",
+    "checks": "each spec's own `checks`",
+}
 
 
 def _toml(value: Any) -> str:
@@ -269,8 +275,11 @@ def _toml(value: Any) -> str:
 def describe(config: Config, params: Mapping[str, Any], given: Set[str]) -> str:
     """``--show-config``: each setting's effective value as a line of [tool.gradcheck] (valid TOML), and
     where it comes from. ``params`` are the check command's values, ``given`` those set on the command line."""
-    order = f"the command line wins over {config.path} {TABLE}, which wins over the defaults" if config.path else \
-        f"no {FILE} with {TABLE} at or above {Path.cwd()}: the command line wins over the defaults"
+    order = (
+        f"the command line wins over {config.path} {TABLE}, which wins over the defaults"
+        if config.path
+        else f"no {FILE} with {TABLE} at or above {Path.cwd()}: the command line wins over the defaults"
+    )
     lines = [f"# gradcheck's settings ({order})", TABLE]
     rows: list[tuple[str, str]] = []
     for setting in SETTINGS:
@@ -284,8 +293,11 @@ def describe(config: Config, params: Mapping[str, Any], given: Set[str]) -> str:
         key = "paths" if setting.param == "targets" else setting.key
         if config.path is not None and setting.param in ("targets", "specs_dir") and value not in (None, ()):
             value = _in_file(value, Path(config.path).parent)
-        text = f"{key} = {_toml(value)}" if value not in (None, ()) else \
-            f"# {key}: not set ({UNSET.get(setting.param, 'none')})"
+        text = (
+            f"{key} = {_toml(value)}"
+            if value not in (None, ())
+            else f"# {key}: not set ({UNSET.get(setting.param, 'none')})"
+        )
         if setting.param in given:
             source = f"command line ({setting.option})"
         elif setting.param in config.defaults:

@@ -5,6 +5,7 @@ It is called like a function. Its Python signature is ``(*args, **kwargs)``, so 
 (names, kinds, defaults) come from the op's schema instead, e.g.
 ``ns::op(Tensor x, Tensor? bias=None, float scale=1.) -> Tensor``.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -53,16 +54,18 @@ class OpTarget(Target):
         """Whether forward-mode AD can go through the op: torch's own ops have formulas, and an op
         implemented in PyTorch ops (CompositeImplicitAutograd) is differentiated through its body;
         ``register_autograd`` (or a C++ autograd kernel) gives a backward only."""
-        return (self.name.split("::")[0] in OWN_NAMESPACES
-                or torch._C._dispatch_has_kernel_for_dispatch_key(self.name, "CompositeImplicitAutograd"))
-
+        return self.name.split("::")[0] in OWN_NAMESPACES or torch._C._dispatch_has_kernel_for_dispatch_key(
+            self.name, "CompositeImplicitAutograd"
+        )
 
     @property
     def declares_vmap(self) -> bool:
         """Whether vmap has a batching rule for the op (``@torch.library.register_vmap``, torch's own, or a
         body in PyTorch ops); without one torch runs it once per batch element (its fallback)."""
-        return any(torch._C._dispatch_has_kernel_for_dispatch_key(self.name, key)
-                   for key in ("FuncTorchBatched", "CompositeImplicitAutograd"))
+        return any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(self.name, key)
+            for key in ("FuncTorchBatched", "CompositeImplicitAutograd")
+        )
 
 
 @contextmanager
@@ -93,7 +96,7 @@ def _spelled(text: str) -> str:
     """torch's ``Optional[T]`` and ``List[T]`` as the schema writes them: ``T?``, ``T[]``."""
     for outer, suffix in (("Optional[", "?"), ("List[", "[]")):
         if text.startswith(outer) and text.endswith("]"):
-            return _spelled(text[len(outer):-1]) + suffix
+            return _spelled(text[len(outer) : -1]) + suffix
     return text
 
 
@@ -119,20 +122,23 @@ def as_op(obj: Any, path: str) -> Optional[OpTarget]:
 
 def load_op(path: str) -> OpTarget:
     """``torch.ops.ns.op`` or ``torch.ops.ns.op.overload``, registered by a module imported before."""
-    parts = path.replace(":", ".")[len(TORCH_OPS):].split(".")
+    parts = path.replace(":", ".")[len(TORCH_OPS) :].split(".")
     if len(parts) not in (2, 3) or not all(parts):
         raise LoadError(f"'{path}' is not an op: write torch.ops.NAMESPACE.OP, or torch.ops.NAMESPACE.OP.OVERLOAD")
     namespace, op = parts[:2]
     try:
         packet = getattr(getattr(torch.ops, namespace), op)
     except (AttributeError, RuntimeError):
-        raise LoadError(f"no operator '{namespace}::{op}' is registered in this process: import the module that "
-                        "registers it (its @torch.library.custom_op or torch.library.define) before the check, "
-                        "with `import: [my_pkg.ops]` in the spec or --import my_pkg.ops on the command line") from None
+        raise LoadError(
+            f"no operator '{namespace}::{op}' is registered in this process: import the module that "
+            "registers it (its @torch.library.custom_op or torch.library.define) before the check, "
+            "with `import: [my_pkg.ops]` in the spec or --import my_pkg.ops on the command line"
+        ) from None
     if len(parts) == 3:
         if parts[2] not in packet.overloads():
-            raise LoadError(f"'{namespace}::{op}' has no overload '{parts[2]}'; its overloads: "
-                            f"{', '.join(packet.overloads())}")
+            raise LoadError(
+                f"'{namespace}::{op}' has no overload '{parts[2]}'; its overloads: {', '.join(packet.overloads())}"
+            )
         packet = getattr(packet, parts[2])
     found = as_op(packet, path)
     assert found is not None  # a packet or an overload

@@ -5,6 +5,7 @@ Read from the files alone (their ``import`` statements), so a file with a syntax
 that raises on import still has its place. The project is the current directory; installed packages
 (site-packages) and gradcheck-cli's own modules are not the user's code. No torch here.
 """
+
 from __future__ import annotations
 
 import ast
@@ -151,7 +152,7 @@ def _absolute(module: Optional[str], level: int, package: list[str]) -> Optional
         return module
     if level - 1 > len(package):
         return None
-    base = package[:len(package) - (level - 1)]
+    base = package[: len(package) - (level - 1)]
     return ".".join(base + ([module] if module else [])) or None
 
 

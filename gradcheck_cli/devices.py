@@ -1,4 +1,5 @@
 """Devices: whether one can be used here, and whether a check will fit in its memory."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -38,5 +39,7 @@ def memory_problem(values: list[Any], outputs: tuple[Any, ...], device: str, bat
     free, _ = torch.cuda.mem_get_info(torch.device(device))
     if need <= free:
         return None
-    return (f"this check needs about {need / 2**30:.2f} GiB on {device}, but only {free / 2**30:.2f} GiB "
-            "are free: use smaller shapes, or free GPU memory (another process may hold it)")
+    return (
+        f"this check needs about {need / 2**30:.2f} GiB on {device}, but only {free / 2**30:.2f} GiB "
+        "are free: use smaller shapes, or free GPU memory (another process may hold it)"
+    )

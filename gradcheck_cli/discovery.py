@@ -2,6 +2,7 @@
 
 No torch here: resolving targets only reads YAML.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -118,8 +119,14 @@ def _word(word: str) -> Test:
     return lambda words: any(word in w for w in words)
 
 
-def collect(targets: list[str], specs_dir: Path, inline: list[str], kwargs: list[str], select: str | None,
-            shown: str | None = None) -> list[Item]:
+def collect(
+    targets: list[str],
+    specs_dir: Path,
+    inline: list[str],
+    kwargs: list[str],
+    select: str | None,
+    shown: str | None = None,
+) -> list[Item]:
     """The targets' cases, those whose name contains ``select`` (named ``shown`` in the message,
     default ``-k SELECT``); TargetError when there is nothing to check."""
     items = resolve(targets, specs_dir, inline, kwargs)
@@ -131,8 +138,10 @@ def collect(targets: list[str], specs_dir: Path, inline: list[str], kwargs: list
         except ValueError as exc:
             raise TargetError(f"{shown or f'-k {select}'}: {exc}") from None
         if not items:
-            raise TargetError(f"{shown or f'-k {select}'}: it selects no case (matched against each case's name "
-                              "and function, case-insensitively)")
+            raise TargetError(
+                f"{shown or f'-k {select}'}: it selects no case (matched against each case's name "
+                "and function, case-insensitively)"
+            )
     return items
 
 
@@ -172,20 +181,25 @@ def _display(path: Path) -> str:
 
 def _for_function(function: str, specs_dir: Path, inline: list[str], kwargs: list[str]) -> list[Item]:
     if not is_import_path(function):
-        raise TargetError(f"'{function}' is neither a spec file, a directory, nor an import path like "
-                          "'pkg.mod.MyFunction'")
+        raise TargetError(
+            f"'{function}' is neither a spec file, a directory, nor an import path like 'pkg.mod.MyFunction'"
+        )
     if inline or kwargs:
         return [inline_case(function, inline, kwargs)]
     found: list[Item] = []
     if specs_dir.is_dir():
         for f in spec_files(specs_dir):
-            found += [c for c in load_file(_display(f))
-                      if isinstance(c, Case) and canonical(c.function) == canonical(function)]
+            found += [
+                c
+                for c in load_file(_display(f))
+                if isinstance(c, Case) and canonical(c.function) == canonical(function)
+            ]
     if not found:
         raise TargetError(
             f"no spec for '{function}' in {specs_dir}/ and no inline inputs. Either give input shapes "
             f"(gradcheck {function} -i 20x20 -i 30x20), point --specs at your spec folder, or write a spec "
-            f"(gradcheck init {function} -o {specs_dir}/{function.split('.')[-1].split(':')[-1].lower()}.yaml)")
+            f"(gradcheck init {function} -o {specs_dir}/{function.split('.')[-1].split(':')[-1].lower()}.yaml)"
+        )
     return found
 
 
@@ -215,8 +229,10 @@ def _inline_arg(text: str, option: str) -> Arg:
         elif re.fullmatch(r"\d+(x\d+)*", shape_text):
             entry = {"shape": [int(d) for d in shape_text.split("x")]}
         else:
-            raise TargetError(f"{option}: expected a shape like 20x20 (or 'scalar'), optionally with :DTYPE, "
-                              "or =VALUE for a non-tensor argument")
+            raise TargetError(
+                f"{option}: expected a shape like 20x20 (or 'scalar'), optionally with :DTYPE, "
+                "or =VALUE for a non-tensor argument"
+            )
         entry.update({"dtype": dtype} if dtype else {})
     try:
         return parse_argument(entry, option)

@@ -3,6 +3,7 @@
 Every exception here becomes one ``ErrorInfo`` of one case in the runner: bad data and broken
 user code are results, never crashes of the tool.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -19,8 +20,9 @@ from .state import GUARD
 class UserCodeError(Exception):
     """The user's code raised (forward, backward, jvp, a constructor): the case becomes an error result."""
 
-    def __init__(self, kind: ErrorKind, message: str, where: Optional[str] = None,
-                 frames: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, kind: ErrorKind, message: str, where: Optional[str] = None, frames: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.kind, self.where, self.frames = kind, where, frames  # frames: user_frames of what it raised
 
@@ -65,15 +67,18 @@ def user_frame(exc: BaseException) -> Optional[str]:
 def user_frames(exc: BaseException) -> tuple[str, ...]:
     """Every traceback frame of ``exc`` in the user's code, outermost first, as ``file:line in function
     (code)``: the traceback a report shows (--tb)."""
-    return tuple(f"{os.path.relpath(f.filename)}:{f.lineno} in {f.name}" + (f" ({f.line.strip()})" if f.line else "")
-                 for f in _user_frames(exc))
+    return tuple(
+        f"{os.path.relpath(f.filename)}:{f.lineno} in {f.name}" + (f" ({f.line.strip()})" if f.line else "")
+        for f in _user_frames(exc)
+    )
 
 
 def device_kind(exc: BaseException) -> Optional[ErrorKind]:
     """OUT_OF_MEMORY for an allocation that failed (GPU, or CPU: torch's allocator, or Python's), CUDA for
     other errors of the GPU (they leave its context unusable)."""
     if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or (
-            isinstance(exc, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(exc)):
+        isinstance(exc, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(exc)
+    ):
         return ErrorKind.OUT_OF_MEMORY
     if isinstance(exc, RuntimeError) and any(s in str(exc) for s in ("CUDA error", "CUBLAS_STATUS", "CUDNN_STATUS")):
         return ErrorKind.CUDA
@@ -90,5 +95,6 @@ def guarded(kind: ErrorKind, what: str, fn: Callable[..., Any], *args: Any, **kw
     except KeyboardInterrupt:  # Ctrl-C in this process: the run stops (an isolated worker never gets one)
         raise
     except BaseException as exc:
-        raise UserCodeError(device_kind(exc) or kind, f"{what} raised {type(exc).__name__}: {exc}",
-                            user_frame(exc), user_frames(exc)) from exc
+        raise UserCodeError(
+            device_kind(exc) or kind, f"{what} raised {type(exc).__name__}: {exc}", user_frame(exc), user_frames(exc)
+        ) from exc

@@ -4,6 +4,7 @@ After the checks of a case, each expected argument's row of each named check is 
 mismatch becomes XFAIL (exit 0), a mismatch that went away or changed its pattern becomes a FAIL that
 says so. Rows that were not compared (skip) and checks that could not run are left as they are.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -46,9 +47,12 @@ def validate(expect: Optional[Expect], names: list[str], checks: Sequence[str], 
             raise BindError(exp.key or f"{expect.key}.{exp.arg}", contradiction)
     for name in expect.checks:
         if name not in checks and (expect.checks_given or chosen):
-            raise BindError(f"{expect.key}.checks", f"{name} is not among the case's checks ({', '.join(checks)}): "
-                                                    f"add it to `checks:`, or name the checks whose rows the "
-                                                    f"expectation covers in `{expect.key}.checks`")
+            raise BindError(
+                f"{expect.key}.checks",
+                f"{name} is not among the case's checks ({', '.join(checks)}): "
+                f"add it to `checks:`, or name the checks whose rows the "
+                f"expectation covers in `{expect.key}.checks`",
+            )
 
 
 def _rows(check: CheckResult, arg: str) -> list[InputReport]:
@@ -60,8 +64,10 @@ def _judge(row: InputReport, exp: Expected, expect: Expect) -> Optional[str]:
     what = f"expected {exp} ({expect.reason})"
     if row.status is Status.PASS:
         row.status = Status.FAIL
-        row.reason = row.diagnosis = (f"{what}, but it passes now: the mismatch went away; remove it from "
-                                      f"`expect` (spec line {exp.line or expect.line or '?'})")
+        row.reason = row.diagnosis = (
+            f"{what}, but it passes now: the mismatch went away; remove it from "
+            f"`expect` (spec line {exp.line or expect.line or '?'})"
+        )
         return f"'{row.name}': {row.reason}"
     if row.status is not Status.FAIL or not row.mismatched:  # not compared, or backward's contract is broken
         return None

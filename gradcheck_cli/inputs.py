@@ -2,6 +2,7 @@
 
 Drawing on the CPU and then moving makes the same seed give the same values on every device.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -28,8 +29,9 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
-def build(case: Case, device: str, param_names: Sequence[str] = (), gen: Optional[torch.Generator] = None
-          ) -> tuple[list[tuple[Optional[str], Any]], list[tuple[str, Any]]]:
+def build(
+    case: Case, device: str, param_names: Sequence[str] = (), gen: Optional[torch.Generator] = None
+) -> tuple[list[tuple[Optional[str], Any]], list[tuple[str, Any]]]:
     """The positional and keyword arguments of ``case`` as (name, value) pairs, in order.
 
     ``same_as`` entries resolve to the very same tensor object as the argument they name;
@@ -61,9 +63,12 @@ def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dic
     if isinstance(arg, AliasArg):
         if arg.same_as not in by_name:
             known = ", ".join(by_name)
-            raise InputError(arg.key + ".same_as", f"no earlier argument named '{arg.same_as}' "
-                                                   f"({'earlier ones: ' + known if known else 'it is the first'}); "
-                                                   "name an earlier argument, or give it a `name:`")
+            raise InputError(
+                arg.key + ".same_as",
+                f"no earlier argument named '{arg.same_as}' "
+                f"({'earlier ones: ' + known if known else 'it is the first'}); "
+                "name an earlier argument, or give it a `name:`",
+            )
         return by_name[arg.same_as]
     if not isinstance(arg, TensorArg):
         return arg.value
@@ -71,8 +76,10 @@ def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dic
     t = _draw(arg, case, gen)
     rg = arg.requires_grad if arg.requires_grad is not None else (t.is_floating_point() or t.is_complex())
     if rg and not (t.is_floating_point() or t.is_complex()):
-        raise InputError(arg.key + ".requires_grad", f"{str(t.dtype)[6:]} tensors cannot require grad; "
-                                                     "use a floating or complex dtype, or drop requires_grad")
+        raise InputError(
+            arg.key + ".requires_grad",
+            f"{str(t.dtype)[6:]} tensors cannot require grad; use a floating or complex dtype, or drop requires_grad",
+        )
     if rg:
         refuse_nonfinite(t, arg, path)
     return t.to(device).requires_grad_(rg)
@@ -85,12 +92,18 @@ def refuse_nonfinite(t: torch.Tensor, arg: TensorArg, name: str) -> None:
     if found is None:
         return
     if arg.data is not None:
-        raise InputError(arg.key + ".data", f"'{name}': data holds {found} (as {str(t.dtype)[6:]}): {NONFINITE_WHY}; "
-                                            "use finite values (or `requires_grad: false` for a mask that is not "
-                                            "differentiated)")
+        raise InputError(
+            arg.key + ".data",
+            f"'{name}': data holds {found} (as {str(t.dtype)[6:]}): {NONFINITE_WHY}; "
+            "use finite values (or `requires_grad: false` for a mask that is not "
+            "differentiated)",
+        )
     params = "".join(f", {k} {v:g}" for k, v in arg.params).lstrip(",")
-    raise InputError(arg.key, f"'{name}': {arg.dist or 'normal'}{params} overflows {str(t.dtype)[6:]}: draws "
-                              f"{found}: {NONFINITE_WHY}; narrow the range")
+    raise InputError(
+        arg.key,
+        f"'{name}': {arg.dist or 'normal'}{params} overflows {str(t.dtype)[6:]}: draws "
+        f"{found}: {NONFINITE_WHY}; narrow the range",
+    )
 
 
 NONFINITE_WHY = "finite differences cannot be taken through NaN or inf"
@@ -129,14 +142,20 @@ def _tied(arg: TensorArg, by_name: dict[str, Any]) -> TensorArg:
         if not isinstance(value, torch.Tensor):
             known = ", ".join(k for k, v in by_name.items() if isinstance(v, torch.Tensor)) or "none"
             what = "is not a tensor" if other in by_name else "is not an earlier argument"
-            raise InputError(where, f"'{other}' {what}; a bound takes the size of an earlier tensor argument "
-                                    f"(the earlier tensors: {known})")
+            raise InputError(
+                where,
+                f"'{other}' {what}; a bound takes the size of an earlier tensor argument "
+                f"(the earlier tensors: {known})",
+            )
         if not -max(value.dim(), 1) <= dim < max(value.dim(), 1) or value.dim() == 0:
             raise InputError(f"{arg.key}.{bound}.dim", f"'{other}' has shape {list(value.shape)}: no dimension {dim}")
         params[bound] = float(value.shape[dim])
     if params["low"] >= params["high"]:
-        raise InputError(f"{arg.key}.high", f"expected high > low, got low={params['low']:g}, "
-                                            f"high={params['high']:g} (the size of '{arg.size_of[-1][1]}')")
+        raise InputError(
+            f"{arg.key}.high",
+            f"expected high > low, got low={params['low']:g}, "
+            f"high={params['high']:g} (the size of '{arg.size_of[-1][1]}')",
+        )
     return replace(arg, params=tuple(params.items()), size_of=())
 
 
@@ -157,8 +176,9 @@ def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
         try:
             return structured.DRAW[arg.dist](shape, params, arg.dim, gen).to(dtype)
         except (RuntimeError, TypeError, OverflowError) as exc:
-            raise InputError(arg.key + ".shape", f"cannot draw a tensor of shape {list(shape)}: "
-                                                 f"{str(exc).splitlines()[0]}") from exc
+            raise InputError(
+                arg.key + ".shape", f"cannot draw a tensor of shape {list(shape)}: {str(exc).splitlines()[0]}"
+            ) from exc
 
     def sample(n: tuple[int, ...]) -> torch.Tensor:
         if arg.dist == "randint":
@@ -172,21 +192,26 @@ def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
     return t.to(dtype)
 
 
-def _avoiding(sample: Callable[[tuple[int, ...]], torch.Tensor], shape: tuple[int, ...],
-              arg: TensorArg) -> torch.Tensor:
+def _avoiding(
+    sample: Callable[[tuple[int, ...]], torch.Tensor], shape: tuple[int, ...], arg: TensorArg
+) -> torch.Tensor:
     """``sample(shape)``, with the values that fall in an ``avoid`` interval drawn again."""
     try:
         t = sample(shape)
     except (RuntimeError, TypeError, OverflowError) as exc:  # a shape too large to allocate, or to index
-        raise InputError(arg.key + ".shape", f"cannot draw a tensor of shape {list(shape)}: "
-                                             f"{str(exc).splitlines()[0]}") from exc
+        raise InputError(
+            arg.key + ".shape", f"cannot draw a tensor of shape {list(shape)}: {str(exc).splitlines()[0]}"
+        ) from exc
     for _ in range(AVOID_TRIES):
         bad = _in_avoid(t, arg.avoid)
         if not bool(bad.any()):
             return t
         t[bad] = sample((int(bad.sum()),))
-    raise InputError(arg.key + ".avoid", f"could not draw values outside {list(map(list, arg.avoid))} "
-                                         f"in {AVOID_TRIES} tries; widen the distribution or narrow `avoid`")
+    raise InputError(
+        arg.key + ".avoid",
+        f"could not draw values outside {list(map(list, arg.avoid))} "
+        f"in {AVOID_TRIES} tries; widen the distribution or narrow `avoid`",
+    )
 
 
 def _in_avoid(t: torch.Tensor, avoid: tuple[tuple[float, float], ...]) -> torch.Tensor:

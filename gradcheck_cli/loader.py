@@ -4,6 +4,7 @@ and the modules a spec imports first (``import:``, ``--import``: they register o
 One precise message per failure: module not importable (with the user's real error), no such
 attribute, not callable, a Function without backward, a module without forward, an op not registered.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -40,13 +41,14 @@ def load(path: str) -> Target:
     obj = load_object(path)
     if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
         if obj.backward is torch.autograd.Function.backward:
-            raise LoadError(f"'{path}' is an autograd.Function without a backward(); define "
-                            "`@staticmethod def backward(ctx, *grad_outputs)`")
+            raise LoadError(
+                f"'{path}' is an autograd.Function without a backward(); define "
+                "`@staticmethod def backward(ctx, *grad_outputs)`"
+            )
         return Target(path, obj, True)
     if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
         if obj.forward is torch.nn.Module.forward:
-            raise LoadError(f"'{path}' is an nn.Module class without a forward(); define "
-                            "`def forward(self, ...)`")
+            raise LoadError(f"'{path}' is an nn.Module class without a forward(); define `def forward(self, ...)`")
         return ModuleTarget(path, obj, False)
     op = as_op(obj, path)  # what @torch.library.custom_op returns, or torch.ops.ns.op kept in a module
     if op is not None:
@@ -85,8 +87,10 @@ def load_callable(path: str, key: str) -> Callable[..., Any]:
     if isinstance(obj, type) and issubclass(obj, torch.autograd.Function):
         return obj.apply
     if isinstance(obj, type) or not callable(obj):
-        raise LoadError(f"'{path}' is {'a class' if isinstance(obj, type) else type(obj).__name__}, not a function "
-                        "of one tensor", key=key)
+        raise LoadError(
+            f"'{path}' is {'a class' if isinstance(obj, type) else type(obj).__name__}, not a function of one tensor",
+            key=key,
+        )
     return cast(Callable[..., Any], obj)
 
 
@@ -99,9 +103,11 @@ def _import(module_name: str, why: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name) and module_name[len(exc.name):][:1] in ("", "."):
-            raise LoadError(f"cannot import '{module_name}' ({why}): no module named '{exc.name}'; "
-                            "check the spelling, run from the project root, or install the package") from exc
+        if exc.name and module_name.startswith(exc.name) and module_name[len(exc.name) :][:1] in ("", "."):
+            raise LoadError(
+                f"cannot import '{module_name}' ({why}): no module named '{exc.name}'; "
+                "check the spelling, run from the project root, or install the package"
+            ) from exc
         raise LoadError(f"importing '{module_name}' failed: {type(exc).__name__}: {exc}", user_frame(exc)) from exc
     except SyntaxError as exc:
         where = f"{os.path.relpath(exc.filename)}:{exc.lineno}" if exc.filename else None

@@ -4,6 +4,7 @@ replaced, its parameters checked like arguments.
 The module is built once per case, deterministically from the spec's seed, and its parameters
 become extra arguments at the end of the bound ones, so every check treats them like inputs.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -71,9 +72,11 @@ class ModuleTarget(Target):
         if not self.mutated:
             return []
         names = ", ".join(f"'{n}'" for n in self.mutated)
-        return [f"forward mutates buffer{'s' * (len(self.mutated) != 1)} {names} (running statistics?): "
-                "it was put back after every call, so each call saw the buffers as the module was built and "
-                "the gradients are those of one call; `init: {mode: eval}` checks the module as used in inference"]
+        return [
+            f"forward mutates buffer{'s' * (len(self.mutated) != 1)} {names} (running statistics?): "
+            "it was put back after every call, so each call saw the buffers as the module was built and "
+            "the gradients are those of one call; `init: {mode: eval}` checks the module as used in inference"
+        ]
 
     def extra_arguments(self, device: Optional[str]) -> list[tuple[str, torch.Tensor]]:
         """The module's parameters on ``device`` as fresh leaves, named as in named_parameters()."""
@@ -93,8 +96,15 @@ class ModuleTarget(Target):
             self.copies[key] = (copy, parameter_slots(copy))
         return self.copies[key]
 
-    def build(self, args: Sequence[Any], kwargs: dict[str, Any], streams: Streams, dtype: str, device: str,
-              mode: Optional[str] = None) -> None:
+    def build(
+        self,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        streams: Streams,
+        dtype: str,
+        device: str,
+        mode: Optional[str] = None,
+    ) -> None:
         """Build the module from the spec's ``init``: deterministic from ``streams`` (the global RNG is
         forked, not disturbed), in ``dtype`` (floating parameters and buffers), on ``device``.
 
@@ -171,8 +181,7 @@ def parameter_slots(module: torch.nn.Module) -> Slots:
     return list(by_id.values())
 
 
-def call_with(module: torch.nn.Module, slots: Slots, params: list[Any], args: list[Any],
-              kwargs: dict[str, Any]) -> Any:
+def call_with(module: torch.nn.Module, slots: Slots, params: list[Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
     """``module(*args, **kwargs)`` with its parameters replaced by ``params`` for this call.
 
     What ``torch.func.functional_call`` does (tied parameters share one value), at a fraction
@@ -204,14 +213,16 @@ def _check_init(target: ModuleTarget, args: Sequence[Any], kwargs: dict[str, Any
             if k not in names:
                 close = difflib.get_close_matches(k, names, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
-                raise BindError(f"init.kwargs.{k}", f"{name} has no constructor parameter '{k}'{hint} "
-                                                    f"(the constructor is {listed})")
+                raise BindError(
+                    f"init.kwargs.{k}", f"{name} has no constructor parameter '{k}'{hint} (the constructor is {listed})"
+                )
     try:
         sig.bind(*args, **kwargs)
     except TypeError as exc:
         key = "init.args" if "positional" in str(exc) else "init"
-        raise BindError(key, f"the arguments do not fit {listed}: {exc}; "
-                             "give them in `init: {args: [...], kwargs: {...}}`") from exc
+        raise BindError(
+            key, f"the arguments do not fit {listed}: {exc}; give them in `init: {{args: [...], kwargs: {{...}}}}`"
+        ) from exc
 
 
 def _shown(p: inspect.Parameter) -> str:
@@ -220,15 +231,27 @@ def _shown(p: inspect.Parameter) -> str:
     return f"{star}{p.name}" + (f"={p.default!r}" if p.default is not p.empty else "")
 
 
-def init_target(target: Target, args: Sequence[Any], kwargs: dict[str, Any], streams: Streams, dtype: str,
-                device: str, mode: Optional[str] = None) -> None:
+def init_target(
+    target: Target,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    streams: Streams,
+    dtype: str,
+    device: str,
+    mode: Optional[str] = None,
+) -> None:
     """Build a module target from the spec's ``init`` (in ``mode`` train or eval, if given); for any
     other target, ``init`` is an error."""
     if isinstance(target, ModuleTarget):
         target.build(args, kwargs, streams, dtype, device, mode)
     elif mode is not None:
-        raise BindError("init.mode", f"{target.path} is not an nn.Module class: `init.mode` (train or eval) applies "
-                                     "to modules only; remove it")
+        raise BindError(
+            "init.mode",
+            f"{target.path} is not an nn.Module class: `init.mode` (train or eval) applies to modules only; remove it",
+        )
     elif args or kwargs:
-        raise BindError("init", f"{target.path} is not an nn.Module class: `init` (constructor "
-                                "arguments) applies to modules only; remove it")
+        raise BindError(
+            "init",
+            f"{target.path} is not an nn.Module class: `init` (constructor "
+            "arguments) applies to modules only; remove it",
+        )

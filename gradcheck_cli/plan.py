@@ -2,6 +2,7 @@
 
 No torch here, so the parent process of an isolated batch never imports it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -32,19 +33,38 @@ class RunOptions:
     compress: bool = True  # --no-compress: every numerical column on its own
 
 
-def run_options(max_memory_mb: Optional[int] = None, seed: Optional[int] = None, trials: int = 1,
-                devices: tuple[str, ...] = (), checks: tuple[str, ...] = (), probes: int = 0, strict: bool = False,
-                reference: Optional[str] = None, require_device: bool = False,
-                imports: tuple[str, ...] = (), compress: bool = True) -> RunOptions:
+def run_options(
+    max_memory_mb: Optional[int] = None,
+    seed: Optional[int] = None,
+    trials: int = 1,
+    devices: tuple[str, ...] = (),
+    checks: tuple[str, ...] = (),
+    probes: int = 0,
+    strict: bool = False,
+    reference: Optional[str] = None,
+    require_device: bool = False,
+    imports: tuple[str, ...] = (),
+    compress: bool = True,
+) -> RunOptions:
     """The RunOptions of the front ends' options (the command line's, the pytest plugin's): repeated devices
     and checks once each, ``checks == ("all",)`` for every check, nothing given for the specs' own."""
     from .checks import NAMES  # names only: no torch
 
     all_checks = tuple(checks) == ("all",)
-    return RunOptions(memory_bytes=max_memory_mb * 2**20 if max_memory_mb else None, seed=seed, trials=trials,
-                      devices=tuple(dict.fromkeys(devices)) or None, require_device=require_device, probes=probes,
-                      checks=(NAMES if all_checks else tuple(dict.fromkeys(checks))) or None, all_checks=all_checks,
-                      strict=strict, reference=reference, imports=tuple(imports), compress=compress)
+    return RunOptions(
+        memory_bytes=max_memory_mb * 2**20 if max_memory_mb else None,
+        seed=seed,
+        trials=trials,
+        devices=tuple(dict.fromkeys(devices)) or None,
+        require_device=require_device,
+        probes=probes,
+        checks=(NAMES if all_checks else tuple(dict.fromkeys(checks))) or None,
+        all_checks=all_checks,
+        strict=strict,
+        reference=reference,
+        imports=tuple(imports),
+        compress=compress,
+    )
 
 
 @dataclass(frozen=True)
@@ -71,8 +91,11 @@ def expand(items: list[Union[Case, SpecError]], opts: RunOptions) -> list[Union[
         case = case if opts.checks is None else replace(case, checks=opts.checks, all_checks=opts.all_checks)
         case = replace(case, tolerance=replace(case.tolerance, strict=True)) if opts.strict else case
         if opts.reference:  # as the key in the spec: without `checks` (or --check), the reference check
-            case = replace(case, reference=opts.reference,
-                           checks=case.checks if case.checks_given or opts.checks else ("reference",))
+            case = replace(
+                case,
+                reference=opts.reference,
+                checks=case.checks if case.checks_given or opts.checks else ("reference",),
+            )
         out += [Task(case, d, opts) for d in case.devices]
     return out
 
@@ -86,18 +109,24 @@ def declined(case: Case) -> dict[str, str]:
         return {}
     said = []
     if case.reference_backward:
-        said.append(f"the spec declares the gradient backward intends (`reference_backward: "
-                    f"{case.reference_backward}`), not the derivative on purpose, and the reference check compares "
-                    "backward with it")
+        said.append(
+            f"the spec declares the gradient backward intends (`reference_backward: "
+            f"{case.reference_backward}`), not the derivative on purpose, and the reference check compares "
+            "backward with it"
+        )
     if case.expect is not None and "backward" in case.expect.checks:
         at = f" at line {case.expect.line}" if case.expect.line else ""
-        said.append(f"the spec documents backward's mismatch with finite differences as intended (`expect:`{at}: "
-                    f"{case.expect.reason})")
+        said.append(
+            f"the spec documents backward's mismatch with finite differences as intended (`expect:`{at}: "
+            f"{case.expect.reason})"
+        )
     if not said:
         return {}
     also = "reference, backward" if case.reference_backward else "backward"
-    return {"backward": f"not judged by finite differences under `all`: {'; '.join(said)}; to judge backward by "
-                        f"finite differences, name it in the spec's `checks:` (e.g. `checks: [{also}]`)"}
+    return {
+        "backward": f"not judged by finite differences under `all`: {'; '.join(said)}; to judge backward by "
+        f"finite differences, name it in the spec's `checks:` (e.g. `checks: [{also}]`)"
+    }
 
 
 def shard(items: list[Union[Case, SpecError]], index: int, count: int) -> list[Union[Case, SpecError]]:
@@ -111,7 +140,7 @@ def shard(items: list[Union[Case, SpecError]], index: int, count: int) -> list[U
     cwd = Path.cwd().resolve()
     keys = [_place(i, cwd) for i in items]
     ranks = sorted(range(len(items)), key=keys.__getitem__)
-    mine = set(ranks[index - 1::count])
+    mine = set(ranks[index - 1 :: count])
     return [item for n, item in enumerate(items) if n in mine]
 
 
@@ -132,8 +161,16 @@ def task_id(task: Task) -> str:
 def new_result(task: Task, seed: Optional[int] = None) -> CaseResult:
     """An empty (passing) result for ``task``, to be filled by the checks."""
     case, seed = task.case, task.seed if seed is None else seed
-    return CaseResult(id=task_id(task), spec=case.path, case=case.label, function=case.function,
-                      device=task.device, seed=seed, status=Status.PASS, line=case.line)
+    return CaseResult(
+        id=task_id(task),
+        spec=case.path,
+        case=case.label,
+        function=case.function,
+        device=task.device,
+        seed=seed,
+        status=Status.PASS,
+        line=case.line,
+    )
 
 
 def failed_result(task: Task, kind: ErrorKind, message: str) -> CaseResult:
@@ -145,5 +182,14 @@ def failed_result(task: Task, kind: ErrorKind, message: str) -> CaseResult:
 
 def spec_error_result(exc: SpecError) -> CaseResult:
     """An unusable spec document as an error result of its own."""
-    return CaseResult(id=f"{exc.path}:{exc.line}" if exc.line else exc.path, spec=exc.path, case=None, function="",
-                      device="", seed=0, status=Status.ERROR, error=ErrorInfo(ErrorKind.SPEC, str(exc)), line=exc.line)
+    return CaseResult(
+        id=f"{exc.path}:{exc.line}" if exc.line else exc.path,
+        spec=exc.path,
+        case=None,
+        function="",
+        device="",
+        seed=0,
+        status=Status.ERROR,
+        error=ErrorInfo(ErrorKind.SPEC, str(exc)),
+        line=exc.line,
+    )

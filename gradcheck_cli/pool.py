@@ -8,6 +8,7 @@ and a replacement for one that crashed, starts in milliseconds, and two workers 
 torch at the same time. The server never runs a tensor operation, so no thread pool, CUDA context
 or autograd thread exists in it when it forks. Elsewhere each worker is spawned and imports torch.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -46,8 +47,11 @@ def keep_freed_memory() -> None:
 
 # what the fork server imports before it forks workers: torch, the checks, and what torch itself imports on
 # the first vmap (numerics.engine's backward calls do without torch.autograd.grad's sympy)
-PRELOAD = ["gradcheck_cli.runner", *(f"gradcheck_cli.checks.{module}" for module in REGISTRY.values()),
-           "torch._functorch.vmap"]
+PRELOAD = [
+    "gradcheck_cli.runner",
+    *(f"gradcheck_cli.checks.{module}" for module in REGISTRY.values()),
+    "torch._functorch.vmap",
+]
 
 
 def start_method() -> str:
@@ -119,6 +123,7 @@ def _die_with_parent(parent_alive: Connection) -> None:
     tell it, and the fork server (and multiprocessing's resource tracker) live as long as a worker holds
     their pipes. A thread waits for the end of ``parent_alive`` (the parent's death closes its write end);
     it waits in the kernel, so a case in a loop does not keep it from running."""
+
     def watch() -> None:
         with contextlib.suppress(EOFError, OSError):
             while True:
@@ -240,19 +245,27 @@ class _Worker:
 
 def _death(worker: _Worker) -> str:
     if worker.stray is not None:
-        return (f"a process the code under test started (pid {worker.stray}) came back into the worker checking "
-                "this case: code that forks must end its child with os._exit() (the child's checks were ignored)")
+        return (
+            f"a process the code under test started (pid {worker.stray}) came back into the worker checking "
+            "this case: code that forks must end its child with os._exit() (the child's checks were ignored)"
+        )
     exitcode = worker.proc.exitcode
     if exitcode is not None and exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
-        return (f"the worker process checking this case was killed by {name}"
-                + (" (a crash in native code)" if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT") else
-                   " (out of memory?)" if name == "SIGKILL" else ""))
-    return (f"the worker process checking this case exited with code {exitcode} before reporting: the code "
-            "under test ended the process (os._exit, or a fatal error)")
+        return f"the worker process checking this case was killed by {name}" + (
+            " (a crash in native code)"
+            if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
+            else " (out of memory?)"
+            if name == "SIGKILL"
+            else ""
+        )
+    return (
+        f"the worker process checking this case exited with code {exitcode} before reporting: the code "
+        "under test ended the process (os._exit, or a fatal error)"
+    )
 
 
 def usable_cores() -> int:
@@ -275,8 +288,13 @@ WAIT_MAX = 60.0  # the longest single wait: a huge --timeout (1e10) is waited fo
 class Pool:
     """Worker processes kept between runs (the pytest plugin checks one item at a time in them)."""
 
-    def __init__(self, workers: int, timeout: Optional[float] = None, threads: Optional[int] = None,
-                 timeout_option: str = "--timeout") -> None:
+    def __init__(
+        self,
+        workers: int,
+        timeout: Optional[float] = None,
+        threads: Optional[int] = None,
+        timeout_option: str = "--timeout",
+    ) -> None:
         self.size, self.timeout, self.timeout_option = max(1, workers), timeout, timeout_option
         self.threads = threads or max(1, usable_cores() // self.size)
         prepare()
@@ -342,10 +360,13 @@ class Pool:
                         failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker))
                     elif worker.overdue(timeout):
                         worker.stop()
-                        failure = failed_result(worker.task, ErrorKind.TIMEOUT,
-                                                f"timed out after {timeout:g} s ({self.timeout_option}; 0 for none): "
-                                                "stopped; an endless loop in forward or backward, or a limit too "
-                                                "small for this check?")
+                        failure = failed_result(
+                            worker.task,
+                            ErrorKind.TIMEOUT,
+                            f"timed out after {timeout:g} s ({self.timeout_option}; 0 for none): "
+                            "stopped; an endless loop in forward or backward, or a limit too "
+                            "small for this check?",
+                        )
                     else:
                         continue
                     failure.duration_s = worker.spent()
@@ -370,8 +391,9 @@ class Pool:
         self.workers = []
 
 
-def run(tasks: list[Task], jobs: int, timeout: Optional[float] = None,
-        maxfail: int = 0) -> Generator[tuple[int, CaseResult], None, None]:
+def run(
+    tasks: list[Task], jobs: int, timeout: Optional[float] = None, maxfail: int = 0
+) -> Generator[tuple[int, CaseResult], None, None]:
     """Check ``tasks`` in up to ``jobs`` fresh worker processes (``Pool.run``), and end them after."""
     pool = Pool(workers_for(jobs, len(tasks)), timeout)
     try:

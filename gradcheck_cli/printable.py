@@ -8,6 +8,7 @@ sequences as well (``"\\x1b[2J"`` clears the screen, ``"\\x1b]0;...\\x07"`` reti
 carriage return overwrites the line): text shown on a terminal (the table, the GitHub log, a
 result's repr) writes them as escapes, as JSON does; the JSON report keeps the text as it is.
 """
+
 from __future__ import annotations
 
 import enum

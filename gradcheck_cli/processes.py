@@ -3,6 +3,7 @@
 Read from /proc (Linux); where there is none, nothing is found and nothing is ended. No torch here:
 the pool's parent uses ``end_group`` too.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,7 +26,7 @@ def _table() -> dict[int, tuple[int, int]]:
             continue
         try:
             stat = _read(f"{PROC}/{name}/stat")
-            fields = stat[stat.rindex(b")") + 2:].split()  # after "pid (command) ": state, ppid, pgrp, ...
+            fields = stat[stat.rindex(b")") + 2 :].split()  # after "pid (command) ": state, ppid, pgrp, ...
             if fields[0] != b"Z":  # a zombie runs no more: it only waits to be reaped
                 table[int(name)] = (int(fields[1]), int(fields[2]))
         except (OSError, ValueError, IndexError):  # it ended meanwhile (an empty or cut read)

@@ -9,6 +9,7 @@ a collection error that hides the other specs.
 
 Importing this module, and collecting, read YAML only; torch is imported when a test runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,35 +40,92 @@ _STARTED = pytest.StashKey[float]()  # seconds the worker took to start, before 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gradcheck", "gradcheck-cli")
-    group.addoption("--gradcheck", action="store_true", default=False,
-                    help="collect gradcheck-cli spec files (*.yaml, *.yml) given as arguments as tests")
-    group.addoption("--gradcheck-timeout", type=_seconds, default=str(DEFAULT_TIMEOUT), metavar="SECONDS",
-                    help="stop a case that runs longer: it fails, the session goes on (default: "
-                         f"{DEFAULT_TIMEOUT}; 0 for none)")
-    group.addoption("--gradcheck-no-isolate", action="store_true", default=False,
-                    help="check in pytest's own process (for a debugger); by default each case runs in a worker "
-                         "process, so a crash or a hang in it fails that item alone")
-    group.addoption("--gradcheck-max-memory", type=_megabytes, default=DEFAULT_MAX_MEMORY_MB, metavar="MB",
-                    help="Jacobian entries held in memory at once by each check (default: "
-                         f"{DEFAULT_MAX_MEMORY_MB}); larger checks recompute in blocks")
+    group.addoption(
+        "--gradcheck",
+        action="store_true",
+        default=False,
+        help="collect gradcheck-cli spec files (*.yaml, *.yml) given as arguments as tests",
+    )
+    group.addoption(
+        "--gradcheck-timeout",
+        type=_seconds,
+        default=str(DEFAULT_TIMEOUT),
+        metavar="SECONDS",
+        help=f"stop a case that runs longer: it fails, the session goes on (default: {DEFAULT_TIMEOUT}; 0 for none)",
+    )
+    group.addoption(
+        "--gradcheck-no-isolate",
+        action="store_true",
+        default=False,
+        help="check in pytest's own process (for a debugger); by default each case runs in a worker "
+        "process, so a crash or a hang in it fails that item alone",
+    )
+    group.addoption(
+        "--gradcheck-max-memory",
+        type=_megabytes,
+        default=DEFAULT_MAX_MEMORY_MB,
+        metavar="MB",
+        help="Jacobian entries held in memory at once by each check (default: "
+        f"{DEFAULT_MAX_MEMORY_MB}); larger checks recompute in blocks",
+    )
     # the command line's options of the same names, mapped to RunOptions as it maps them (plan.run_options)
-    group.addoption("--gradcheck-fast", dest="gradcheck_probes", action="store_const", const=FAST_PROBES, default=0,
-                    help=f"decide with {FAST_PROBES} random probes per argument (as gradcheck --fast)")
-    group.addoption("--gradcheck-strict", action="store_true", default=False,
-                    help="fail a gradient off by a constant factor within the tolerance (as gradcheck --strict)")
-    group.addoption("--gradcheck-check", action="append", type=_check_name, default=[], metavar="NAME",
-                    help=f"run this check instead of the specs' ({', '.join(CHECKS)}, or all); repeat for several")
-    group.addoption("--gradcheck-seed", type=_seed, default=None, metavar="N",
-                    help="use this seed for every case (as gradcheck --seed)")
-    group.addoption("--gradcheck-trials", type=_positive, default=1, metavar="N",
-                    help="check each case with N seeds: seed, seed+1, ... (as gradcheck --trials)")
-    group.addoption("--gradcheck-device", action="append", type=_device, default=[], metavar="DEVICE",
-                    help="check on this device instead of the specs' (cpu, cuda, cuda:N); repeat for several")
-    parser.addini("gradcheck_paths", type="paths", default=[],
-                  help="gradcheck: the folders whose spec files are tests (default: every folder pytest walks); "
-                       "YAML elsewhere is not collected unless named on the command line")
-    parser.addini("gradcheck_pattern", type="args", default=list(DEFAULT_PATTERN),
-                  help="gradcheck: glob patterns of spec file names (default: *.yaml *.yml)")
+    group.addoption(
+        "--gradcheck-fast",
+        dest="gradcheck_probes",
+        action="store_const",
+        const=FAST_PROBES,
+        default=0,
+        help=f"decide with {FAST_PROBES} random probes per argument (as gradcheck --fast)",
+    )
+    group.addoption(
+        "--gradcheck-strict",
+        action="store_true",
+        default=False,
+        help="fail a gradient off by a constant factor within the tolerance (as gradcheck --strict)",
+    )
+    group.addoption(
+        "--gradcheck-check",
+        action="append",
+        type=_check_name,
+        default=[],
+        metavar="NAME",
+        help=f"run this check instead of the specs' ({', '.join(CHECKS)}, or all); repeat for several",
+    )
+    group.addoption(
+        "--gradcheck-seed",
+        type=_seed,
+        default=None,
+        metavar="N",
+        help="use this seed for every case (as gradcheck --seed)",
+    )
+    group.addoption(
+        "--gradcheck-trials",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="check each case with N seeds: seed, seed+1, ... (as gradcheck --trials)",
+    )
+    group.addoption(
+        "--gradcheck-device",
+        action="append",
+        type=_device,
+        default=[],
+        metavar="DEVICE",
+        help="check on this device instead of the specs' (cpu, cuda, cuda:N); repeat for several",
+    )
+    parser.addini(
+        "gradcheck_paths",
+        type="paths",
+        default=[],
+        help="gradcheck: the folders whose spec files are tests (default: every folder pytest walks); "
+        "YAML elsewhere is not collected unless named on the command line",
+    )
+    parser.addini(
+        "gradcheck_pattern",
+        type="args",
+        default=list(DEFAULT_PATTERN),
+        help="gradcheck: glob patterns of spec file names (default: *.yaml *.yml)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -105,10 +163,15 @@ def run_options(config: pytest.Config) -> RunOptions:
     from .plan import run_options as options
 
     checks = tuple(config.getoption("gradcheck_check"))
-    return options(config.getoption("gradcheck_max_memory"), config.getoption("gradcheck_seed"),
-                   config.getoption("gradcheck_trials"), tuple(config.getoption("gradcheck_device")),
-                   ("all",) if "all" in checks else checks, config.getoption("gradcheck_probes"),
-                   config.getoption("gradcheck_strict"))
+    return options(
+        config.getoption("gradcheck_max_memory"),
+        config.getoption("gradcheck_seed"),
+        config.getoption("gradcheck_trials"),
+        tuple(config.getoption("gradcheck_device")),
+        ("all",) if "all" in checks else checks,
+        config.getoption("gradcheck_probes"),
+        config.getoption("gradcheck_strict"),
+    )
 
 
 def _megabytes(text: str) -> int:
@@ -137,9 +200,12 @@ def _pool(config: pytest.Config) -> Pool:
         from .pool import Pool, usable_cores
 
         share = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-        pool = config.stash[_POOL] = Pool(1, config.getoption("gradcheck_timeout"),
-                                          threads=max(1, usable_cores() // max(1, share)),
-                                          timeout_option="--gradcheck-timeout")
+        pool = config.stash[_POOL] = Pool(
+            1,
+            config.getoption("gradcheck_timeout"),
+            threads=max(1, usable_cores() // max(1, share)),
+            timeout_option="--gradcheck-timeout",
+        )
     return pool
 
 
@@ -147,8 +213,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the worker before the first spec case runs, so that its start-up (torch's import, about 10 s
     on a busy machine) is not counted in that case's time; the terminal summary says how long it took."""
     config = session.config
-    if (config.getoption("collectonly") or config.getoption("gradcheck_no_isolate")
-            or not any(isinstance(item, CaseItem) for item in session.items)):
+    if (
+        config.getoption("collectonly")
+        or config.getoption("gradcheck_no_isolate")
+        or not any(isinstance(item, CaseItem) for item in session.items)
+    ):
         return
     config.stash[_STARTED] = _pool(config).warm()
 
@@ -156,8 +225,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     seconds = config.stash.get(_STARTED, None)
     if seconds is not None:
-        terminalreporter.write_line(f"gradcheck: the worker started in {seconds:.1f} s, before the first spec "
-                                    "case (not counted in its time)")
+        terminalreporter.write_line(
+            f"gradcheck: the worker started in {seconds:.1f} s, before the first spec case (not counted in its time)"
+        )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -201,8 +271,9 @@ def _names_a_function(file_path: Path) -> bool:
     for doc in docs:
         if isinstance(doc, dict):
             cases = doc.get("cases")
-            if "function" in doc or (isinstance(cases, list) and any(isinstance(c, dict) and "function" in c
-                                                                     for c in cases)):
+            if "function" in doc or (
+                isinstance(cases, list) and any(isinstance(c, dict) and "function" in c for c in cases)
+            ):
                 return True
     return False
 
@@ -304,8 +375,9 @@ class CaseItem(pytest.Item):
         from .results import Status, expected_reason
 
         # the case as the options change it (checks, strict, devices), as the command line plans it
-        (task,) = [t for t in expand([self.case], run_options(self.config))
-                   if isinstance(t, Task) and t.device == self.device]
+        (task,) = [
+            t for t in expand([self.case], run_options(self.config)) if isinstance(t, Task) and t.device == self.device
+        ]
         if self.config.getoption("gradcheck_no_isolate"):
             from .runner import run_task
 
@@ -338,10 +410,10 @@ class CaseItem(pytest.Item):
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, CheckFailed):
             result = excinfo.value.result
-            head = ("gradient check failed" if result.error is None
-                    else "could not be checked (status error)")
-            return (f"{head}: {result.id}\n\n{render_text(result)}"
-                    f"\n  rerun in pytest: pytest --gradcheck '{self.nodeid}'")
+            head = "gradient check failed" if result.error is None else "could not be checked (status error)"
+            return (
+                f"{head}: {result.id}\n\n{render_text(result)}\n  rerun in pytest: pytest --gradcheck '{self.nodeid}'"
+            )
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Path, Optional[int], str]:
@@ -380,6 +452,7 @@ def render_text(result: CaseResult) -> str:
     from .reporters.table import render_case
 
     buffer = io.StringIO()
-    render_case(result, Console(file=buffer, no_color=True, highlight=False, soft_wrap=False, width=1000,
-                                color_system=None))
+    render_case(
+        result, Console(file=buffer, no_color=True, highlight=False, soft_wrap=False, width=1000, color_system=None)
+    )
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines()).strip("\n")

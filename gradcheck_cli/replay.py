@@ -1,5 +1,6 @@
 """The command that checks one result's case again, made at the edge (the CLI, the pytest plugin):
 the core records what was checked; the front ends know what their users type."""
+
 from __future__ import annotations
 
 import shlex

@@ -2,6 +2,7 @@
 
 Everything here is plain data (numbers stay numbers); reporters only format it.
 """
+
 from __future__ import annotations
 
 import enum
@@ -202,8 +203,9 @@ class CheckResult:
     def __repr__(self) -> str:
         """Short: ``<CheckResult backward FAIL: gradient of 'weight' is 2x the numerical one>``."""
         why = " ".join(self.message.split())
-        return printable(f"<CheckResult {self.check} {self.status.name}{': ' if why else ''}{_clip(why, 100)}>",
-                         terminal=True)
+        return printable(
+            f"<CheckResult {self.check} {self.status.name}{': ' if why else ''}{_clip(why, 100)}>", terminal=True
+        )
 
 
 @dataclass
@@ -233,12 +235,17 @@ class CaseResult:
     def __repr__(self) -> str:
         """Short: the status, the id and why, e.g. ``<CaseResult FAIL mod.F: backward: gradient of 'x' ...>``."""
         failing = next((c for c in self.checks if c.status is self.status and c.message), None)
-        why = (f"{self.error.kind} error: {self.error.message}" if self.error is not None
-               else f"{failing.check}: {failing.message}" if failing is not None
-               else ", ".join(f"{c.check} {c.status}" for c in self.checks))
+        why = (
+            f"{self.error.kind} error: {self.error.message}"
+            if self.error is not None
+            else f"{failing.check}: {failing.message}"
+            if failing is not None
+            else ", ".join(f"{c.check} {c.status}" for c in self.checks)
+        )
         why = " ".join(why.split())
-        return printable(f"<CaseResult {self.status.name} {self.id}{': ' if why else ''}{_clip(why, 100)}>",
-                         terminal=True)
+        return printable(
+            f"<CaseResult {self.status.name} {self.id}{': ' if why else ''}{_clip(why, 100)}>", terminal=True
+        )
 
     def __rich__(self) -> Any:
         """The case as the table report shows it (rich, e.g. ``rich.print(result)`` or IPython with rich)."""
@@ -269,8 +276,18 @@ class CaseResult:
         return printable("\n".join(lines), terminal=True)
 
 
-COLUMNS = {"argument": "<", "shape": "<", "dtype": "<", "status": "<", "max abs err": ">", "max rel err": ">",
-           "worst at": "<", "mismatched": ">", "analytical / numerical": ">", "tolerance": "<"}  # title: alignment
+COLUMNS = {
+    "argument": "<",
+    "shape": "<",
+    "dtype": "<",
+    "status": "<",
+    "max abs err": ">",
+    "max rel err": ">",
+    "worst at": "<",
+    "mismatched": ">",
+    "analytical / numerical": ">",
+    "tolerance": "<",
+}  # title: alignment
 
 
 def titles(check: CheckResult) -> list[str]:
@@ -295,11 +312,18 @@ def cells(row: InputReport) -> list[str]:
     if row.worst_output and row.status in (Status.FAIL, Status.XFAIL):
         worst += f" ({row.worst_output})"
     via = f" (via {row.via})" if row.via else ""
-    return [row.name if row.role in ("output", "test") else f"{row.index}: {row.name}{via}",
-            "-" if row.role == "test" else str(row.shape), row.dtype, status,
-            num(row.max_abs_err), num(row.max_rel_err), worst, f"{row.mismatched} / {row.numel}" if compared else "-",
-            f"{num(row.analytical)} / {num(row.numerical)}" if row.analytical is not None else "-",
-            _tolerance(row) if compared else "-"]
+    return [
+        row.name if row.role in ("output", "test") else f"{row.index}: {row.name}{via}",
+        "-" if row.role == "test" else str(row.shape),
+        row.dtype,
+        status,
+        num(row.max_abs_err),
+        num(row.max_rel_err),
+        worst,
+        f"{row.mismatched} / {row.numel}" if compared else "-",
+        f"{num(row.analytical)} / {num(row.numerical)}" if row.analytical is not None else "-",
+        _tolerance(row) if compared else "-",
+    ]
 
 
 def _tolerance(row: InputReport) -> str:
@@ -311,8 +335,9 @@ def _tolerance(row: InputReport) -> str:
 
 def expected_reason(result: CaseResult) -> str:
     """Why the mismatches of a result are intended (the ``reason`` of ``expect:``), from its xfail rows."""
-    reasons = [row.reason for check in result.checks for row in check.inputs
-               if row.status is Status.XFAIL and row.reason]
+    reasons = [
+        row.reason for check in result.checks for row in check.inputs if row.status is Status.XFAIL and row.reason
+    ]
     return "; ".join(dict.fromkeys(reasons))
 
 
@@ -351,8 +376,9 @@ class Report:
     def __repr__(self) -> str:
         """Short: ``<Report 28 results: 27 passed, 1 failed, 0 errors, 0 skipped in 1.90s>``."""
         s = self.summary()
-        counts = ", ".join(f"{s[k]} {k}" for k in ("passed", "failed", "errors", "skipped", "xfailed")
-                           if s[k] or k != "xfailed")
+        counts = ", ".join(
+            f"{s[k]} {k}" for k in ("passed", "failed", "errors", "skipped", "xfailed") if s[k] or k != "xfailed"
+        )
         rest = f"; {s['not_run']} not run" if s["not_run"] else ""
         return f"<Report {s['total']} result{'s' * (s['total'] != 1)}: {counts}{rest} in {s['duration_s']:.2f}s>"
 

@@ -3,6 +3,7 @@ the spec validates a spec's `seed:` with SEEDS, the runner counts --trials' and 
 
 The random streams drawn from a seed are ``numerics.streams``.
 """
+
 from __future__ import annotations
 
 SEEDS = 2**64  # seeds are 0 <= seed < SEEDS, the range of torch.Generator.manual_seed

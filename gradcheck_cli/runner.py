@@ -1,4 +1,5 @@
 """Spec cases -> checks -> results. User errors become error results; nothing is lost."""
+
 from __future__ import annotations
 
 import os
@@ -77,8 +78,10 @@ def _trials(task: Task) -> CaseResult:
             break
         result = _resampled(task, seed_plus(task.seed, t))
         if result.status is not Status.PASS:
-            result.warnings.append(f"seed {seed_plus(task.seed, t)} (trial {t + 1} of {trials}) did not pass; "
-                                   f"seeds {task.seed}..{seed_plus(task.seed, t - 1)} passed")
+            result.warnings.append(
+                f"seed {seed_plus(task.seed, t)} (trial {t + 1} of {trials}) did not pass; "
+                f"seeds {task.seed}..{seed_plus(task.seed, t - 1)} passed"
+            )
     return result
 
 
@@ -100,8 +103,10 @@ def _resampled(task: Task, seed: int) -> CaseResult:
         at = [f"'{row.name}'" for check in result.checks for row in check.inputs if row.at_kinks and row.name in drawn]
         if not (task.case.resample and at) or k == RESAMPLES:
             return result
-        notes.append(f"seed {streams.seed} put {', '.join(dict.fromkeys(at))} on a kink, tie or domain edge: "
-                     f"drew again with seed {seed_plus(streams.seed, RESAMPLE_STRIDE)} (resample: true)")
+        notes.append(
+            f"seed {streams.seed} put {', '.join(dict.fromkeys(at))} on a kink, tie or domain edge: "
+            f"drew again with seed {seed_plus(streams.seed, RESAMPLE_STRIDE)} (resample: true)"
+        )
     raise AssertionError("unreachable: the last draw returns")
 
 
@@ -134,9 +139,15 @@ def guard(result: CaseResult, body: Callable[[CaseResult], None], where: str = "
         result.error = ErrorInfo(ErrorKind.DEVICE, str(exc))
     except Exception as exc:  # noqa: BLE001 - a bug of ours is still one result, not a crash
         kind = device_kind(exc)  # an asynchronous GPU error can surface anywhere after its kernel
-        result.error = (ErrorInfo(kind, f"{type(exc).__name__}: {exc}") if kind else
-                        ErrorInfo(ErrorKind.INTERNAL, f"internal error in gradcheck-cli: {type(exc).__name__}: {exc}",
-                                  "".join(traceback.format_exception(exc)[-3:]).strip()))
+        result.error = (
+            ErrorInfo(kind, f"{type(exc).__name__}: {exc}")
+            if kind
+            else ErrorInfo(
+                ErrorKind.INTERNAL,
+                f"internal error in gradcheck-cli: {type(exc).__name__}: {exc}",
+                "".join(traceback.format_exception(exc)[-3:]).strip(),
+            )
+        )
     result.status = Status.ERROR if result.error else overall([c.status for c in result.checks])
     result.duration_s = time.perf_counter() - start
     return result
@@ -165,18 +176,29 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     init_target(target, case.init_args, dict(case.init_kwargs), streams, case.dtype, device, case.init_mode)
     bound = bind_case(target, case, device, streams)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
-        raise BindError("inputs", f"no argument is a tensor that requires grad, so there is no gradient to check, "
-                                  f"and {case.function} was not called: give it a floating-point tensor argument "
-                                  "(`shape: [...]`, which requires grad by default). A spec names code to import "
-                                  "and run: review spec files as you review code")
+        raise BindError(
+            "inputs",
+            f"no argument is a tensor that requires grad, so there is no gradient to check, "
+            f"and {case.function} was not called: give it a floating-point tensor argument "
+            "(`shape: [...]`, which requires grad by default). A spec names code to import "
+            "and run: review spec files as you review code",
+        )
     chosen = case.checks_given and opts.checks is None  # the checks are the ones the spec's `checks:` lists
     expectations.validate(case.expect, bound.names, case.checks, chosen)
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
-    options = Options(case.tolerance, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat,
-                      case.compile.backend, opts.compress)
-    ctx = CheckContext(target, bound, device, options, case.devices,
-                       lambda other: bind_case(target, case, other, streams), named=not case.all_checks,
-                       oracle=oracle.load(case, target, device, streams) if "reference" in case.checks else None)
+    options = Options(
+        case.tolerance, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat, case.compile.backend, opts.compress
+    )
+    ctx = CheckContext(
+        target,
+        bound,
+        device,
+        options,
+        case.devices,
+        lambda other: bind_case(target, case, other, streams),
+        named=not case.all_checks,
+        oracle=oracle.load(case, target, device, streams) if "reference" in case.checks else None,
+    )
     declined = plan.declined(case)
     running = [name for name in case.checks if name not in declined]
     for name in case.checks:
@@ -190,8 +212,10 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
         result.checks.append(check)
     if bound.found_in_place:
-        result.warnings.append("forward changes an argument in place and returns it (ctx.mark_dirty): every check "
-                               "called it on copies of the arguments (`clone_inputs: true` in the spec says so)")
+        result.warnings.append(
+            "forward changes an argument in place and returns it (ctx.mark_dirty): every check "
+            "called it on copies of the arguments (`clone_inputs: true` in the spec says so)"
+        )
     result.warnings += target.notes()
     expectations.apply(result, case.expect, bound.names, chosen)  # before guard() combines the checks' statuses
 
@@ -221,8 +245,9 @@ def _import_effects(names: list[str], imported: set[str], effects: state.Snapsho
 def _modules(names: list[str]) -> list[str]:
     """The modules of ``names`` (module names, then the target's import path), once each."""
     function = names[-1]
-    return list(dict.fromkeys(names[:-1] + [function.partition(":")[0] if ":" in function
-                                            else function.rpartition(".")[0]]))
+    return list(
+        dict.fromkeys(names[:-1] + [function.partition(":")[0] if ":" in function else function.rpartition(".")[0]])
+    )
 
 
 def bind_case(target: Target, case: Case, device: str, streams: Streams) -> Bound:
@@ -236,18 +261,24 @@ def bind_case(target: Target, case: Case, device: str, streams: Streams) -> Boun
             bound.values[i] = value = loader.load_object(entry.imported, f"{entry.key}.value.import")
             found = inputs.nonfinite(value) if isinstance(value, torch.Tensor) and value.requires_grad else None
             if found:
-                raise BindError(f"{entry.key}.value.import", f"'{bound.names[i]}' requires grad and holds {found}: "
-                                                             f"{inputs.NONFINITE_WHY}; return finite values")
+                raise BindError(
+                    f"{entry.key}.value.import",
+                    f"'{bound.names[i]}' requires grad and holds {found}: {inputs.NONFINITE_WHY}; return finite values",
+                )
         if isinstance(entry, TensorArg) and entry.via:
             bound.via[i] = entry.via
-            bound.transforms[i] = (loader.load_callable(entry.param, f"{entry.key}.param") if entry.param
-                                   else symmetric_part)
+            bound.transforms[i] = (
+                loader.load_callable(entry.param, f"{entry.key}.param") if entry.param else symmetric_part
+            )
     bound.clone_inputs = True if case.clone_inputs else None  # None: the first forward finds out
     return bound
 
 
-def run_all(items: Iterable[Union[Case, SpecError]], opts: RunOptions = RunOptions(),
-            on_result: Optional[Callable[[CaseResult], None]] = None) -> Report:
+def run_all(
+    items: Iterable[Union[Case, SpecError]],
+    opts: RunOptions = RunOptions(),
+    on_result: Optional[Callable[[CaseResult], None]] = None,
+) -> Report:
     """Check every case on every device it lists, in order, in this process; spec errors become
     error results."""
     start = time.perf_counter()
@@ -258,5 +289,3 @@ def run_all(items: Iterable[Union[Case, SpecError]], opts: RunOptions = RunOptio
         if on_result:
             on_result(result)
     return Report(results, time.perf_counter() - start)
-
-

@@ -1,5 +1,6 @@
 """``gradcheck init``: a commented spec skeleton from a Function's forward signature
 (for an nn.Module class, from its constructor's too; for a custom op, from its schema)."""
+
 from __future__ import annotations
 
 import inspect
@@ -34,9 +35,12 @@ def skeleton(function: str, imports: Sequence[str] = ()) -> str:
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     for p in positional:
         if p.default is inspect.Parameter.empty:
-            lines += [f"  - name: {p.name}", f"    shape: {PLACEHOLDER_SHAPE}   # placeholder: set the real shape",
-                      "    # dist: normal             # or uniform (low, high), randint (low, high)",
-                      "    # avoid: [[-0.01, 0.01]]   # keep values away from kinks"]
+            lines += [
+                f"  - name: {p.name}",
+                f"    shape: {PLACEHOLDER_SHAPE}   # placeholder: set the real shape",
+                "    # dist: normal             # or uniform (low, high), randint (low, high)",
+                "    # avoid: [[-0.01, 0.01]]   # keep values away from kinks",
+            ]
         elif _literal(p.default):
             kwargs.append(p)
     if not any(p.default is inspect.Parameter.empty for p in positional):
@@ -98,8 +102,9 @@ def _op_lines(target: OpTarget) -> list[str]:
             kwargs.append(f"  {p.name}: {{{entry}}}   # {note}")
     lines = ["inputs:" if inputs else "inputs: []"] + inputs
     if kwargs:
-        lines += ["kwargs:   # arguments with defaults (and keyword-only ones); change a value to check another "
-                  "setting"] + kwargs
+        lines += [
+            "kwargs:   # arguments with defaults (and keyword-only ones); change a value to check another setting"
+        ] + kwargs
     return lines
 
 
@@ -117,8 +122,11 @@ def _init_lines(cls: type) -> list[str]:
         params = list(inspect.signature(cls).parameters.values())
     except (TypeError, ValueError):
         params = []
-    lines = [f"init:     # constructor arguments of {cls.__name__}; its parameters are checked as arguments too",
-             "  args: []", "  kwargs:"]
+    lines = [
+        f"init:     # constructor arguments of {cls.__name__}; its parameters are checked as arguments too",
+        "  args: []",
+        "  kwargs:",
+    ]
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue

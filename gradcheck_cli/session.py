@@ -2,6 +2,7 @@
 
 No torch here: with isolation (the default) only the workers import it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,8 +43,12 @@ class BatchOptions:
     isolate: bool = True
 
 
-def execute(items: list[Union[Case, SpecError]], opts: RunOptions, batch: BatchOptions,
-            on_result: Optional[Callable[[CaseResult], None]] = None) -> Report:
+def execute(
+    items: list[Union[Case, SpecError]],
+    opts: RunOptions,
+    batch: BatchOptions,
+    on_result: Optional[Callable[[CaseResult], None]] = None,
+) -> Report:
     """Check every item; the report lists results in item order whatever the number of workers.
 
     An interrupt (KeyboardInterrupt, ``Terminated``) stops the run: the workers and what they started
@@ -51,7 +56,8 @@ def execute(items: list[Union[Case, SpecError]], opts: RunOptions, batch: BatchO
     start = time.perf_counter()
     planned = plan.expand(items, opts)
     results: list[Optional[CaseResult]] = [
-        plan.spec_error_result(p) if isinstance(p, SpecError) else None for p in planned]
+        plan.spec_error_result(p) if isinstance(p, SpecError) else None for p in planned
+    ]
     for r in results:
         if r is not None and on_result:
             on_result(r)

@@ -8,6 +8,7 @@ Python expose (``snapshot``: every piece listed once, in ``_switches``), restore
 says what the case changed; what cannot be put back is named too, and marks this process as
 ``GUARD.tainted()`` so that a pool worker is replaced before its next case.
 """
+
 from __future__ import annotations
 
 import operator
@@ -32,8 +33,13 @@ from . import processes
 def _same(a: Any, b: Any) -> bool:
     """Equal values, tensors and arrays included (a NaN-free comparison is enough for these states)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
-                and a.dtype == b.dtype and torch.equal(a, b))
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and torch.equal(a, b)
+        )
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     try:
@@ -104,8 +110,11 @@ def _put_print_options(saved: tuple[Any, ...]) -> None:
 
 
 def _show_print_options(before: tuple[Any, ...], after: tuple[Any, ...]) -> str:
-    return " (" + ", ".join(f"{field} {old} -> {new}" for field, old, new in zip(_PRINT_FIELDS, before, after)
-                            if old != new) + ")"
+    return (
+        " ("
+        + ", ".join(f"{field} {old} -> {new}" for field, old, new in zip(_PRINT_FIELDS, before, after) if old != new)
+        + ")"
+    )
 
 
 def _cudnn() -> tuple[bool, bool, bool, bool]:
@@ -133,11 +142,15 @@ def _pop_to(length: Callable[[], int], pop: Callable[[], Any]) -> Callable[[int]
     def put(saved: int) -> None:
         while length() > saved:
             pop()
+
     return put
 
 
-_CLASSES = {"torch.Tensor": torch.Tensor, "torch.nn.Module": torch.nn.Module,
-            "torch.autograd.Function": torch.autograd.Function}
+_CLASSES = {
+    "torch.Tensor": torch.Tensor,
+    "torch.nn.Module": torch.nn.Module,
+    "torch.autograd.Function": torch.autograd.Function,
+}
 
 
 @dataclass(frozen=True)
@@ -155,7 +168,7 @@ class _Namespaces:
     def by_owner(self) -> dict[str, dict[str, Any]]:
         out, start = {}, 0
         for owner, size in zip(self.owners, self.sizes):
-            out[owner] = dict(zip(self.names[start:start + size], self.objects[start:start + size]))
+            out[owner] = dict(zip(self.names[start : start + size], self.objects[start : start + size]))
             start += size
         return out
 
@@ -166,12 +179,20 @@ _values = operator.methodcaller("values")  # of a module's dict and of a class's
 def _torch_namespaces() -> _Namespaces:
     """The namespace of torch's modules and main classes, by owner: what monkeypatching changes."""
     modules = list(sys.modules.items())
-    owners: dict[str, Any] = {name: module for name, module in modules
-                              if (name == "torch" or name.startswith("torch.")) and module is not None}
+    owners: dict[str, Any] = {
+        name: module
+        for name, module in modules
+        if (name == "torch" or name.startswith("torch.")) and module is not None
+    }
     owners.update(_CLASSES)
     spaces = [vars(obj) for obj in owners.values()]
-    return _Namespaces(tuple(owners), list(map(len, spaces)), list(chain.from_iterable(spaces)),
-                       list(chain.from_iterable(map(_values, spaces))), len(modules))
+    return _Namespaces(
+        tuple(owners),
+        list(map(len, spaces)),
+        list(chain.from_iterable(spaces)),
+        list(chain.from_iterable(map(_values, spaces))),
+        len(modules),
+    )
 
 
 def _namespaces_kept(before: _Namespaces) -> bool:
@@ -191,9 +212,9 @@ def _namespaces_kept(before: _Namespaces) -> bool:
         return True
     start = 0
     for owner, space, size in zip(before.owners, spaces, before.sizes):
-        objects = before.objects[start:start + size]
+        objects = before.objects[start : start + size]
         if not all(map(operator.is_, space.values(), objects)):
-            for name, old, new in zip(before.names[start:start + size], objects, space.values()):
+            for name, old, new in zip(before.names[start : start + size], objects, space.values()):
                 if new is not old and _patchable(owner, name, old) and not _wraps(new, old):
                     return False
         start += size
@@ -203,18 +224,25 @@ def _namespaces_kept(before: _Namespaces) -> bool:
 def _patchable(owner: str, name: str, value: Any) -> bool:
     """A function a user could monkeypatch; torch keeps caches and flags of its own in the other names
     (private module globals, plain data), which change as torch works."""
-    return ((owner in _CLASSES or not name.startswith("_")) and callable(value)
-            and not isinstance(value, ModuleType))
+    return (owner in _CLASSES or not name.startswith("_")) and callable(value) and not isinstance(value, ModuleType)
 
 
 def _replaced_names(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
     """Functions replaced in torch's namespaces, and functions added to its classes (they shadow inherited ones)."""
     missing = object()
-    replaced = [(owner, name) for owner, names in before.items() if not _same_namespace(names, after.get(owner))
-                for name, value in names.items()
-                if not _wraps(after.get(owner, {}).get(name, missing), value) and _patchable(owner, name, value)]
-    added = [(owner, name) for owner in _CLASSES for name, value in after[owner].items()
-             if name not in before[owner] and _patchable(owner, name, value)]
+    replaced = [
+        (owner, name)
+        for owner, names in before.items()
+        if not _same_namespace(names, after.get(owner))
+        for name, value in names.items()
+        if not _wraps(after.get(owner, {}).get(name, missing), value) and _patchable(owner, name, value)
+    ]
+    added = [
+        (owner, name)
+        for owner in _CLASSES
+        for name, value in after[owner].items()
+        if name not in before[owner] and _patchable(owner, name, value)
+    ]
     return replaced + added
 
 
@@ -222,8 +250,12 @@ def _same_namespace(before: dict[str, Any], after: Optional[dict[str, Any]]) -> 
     """The very same names bound to the very same objects, in the same order: nothing of this owner was
     replaced (the quick answer for nearly every owner, without a Python loop over its names; any difference
     is looked at name by name)."""
-    return (after is not None and len(before) == len(after) and all(map(operator.is_, before, after))
-            and all(map(operator.is_, before.values(), after.values())))
+    return (
+        after is not None
+        and len(before) == len(after)
+        and all(map(operator.is_, before, after))
+        and all(map(operator.is_, before.values(), after.values()))
+    )
 
 
 def _wraps(new: Any, old: Any) -> bool:
@@ -265,8 +297,9 @@ def _new_threads(before: set[Any], after: set[Any]) -> bool:
 
 
 def _handler(number: signal.Signals) -> Switch:
-    return Switch(f"the {number.name} handler", lambda: signal.getsignal(number),
-                  lambda handler: signal.signal(number, handler))
+    return Switch(
+        f"the {number.name} handler", lambda: signal.getsignal(number), lambda handler: signal.signal(number, handler)
+    )
 
 
 def _numpy_random() -> Optional[ModuleType]:
@@ -280,41 +313,76 @@ def _switches(only: Optional[tuple[str, ...]] = None) -> list[Switch]:
         Switch("torch.set_grad_enabled", torch.is_grad_enabled, torch._C._set_grad_enabled),
         Switch("torch.inference_mode", torch.is_inference_mode_enabled, None),
         Switch("torch.set_default_dtype", torch.get_default_dtype, torch.set_default_dtype),
-        Switch("torch.set_default_device", _default_device, torch.set_default_device,
-               show=lambda before, after: f" ({_device_name(before)} -> {_device_name(after)})"),
-        Switch("torch.use_deterministic_algorithms", _deterministic,
-               lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
+        Switch(
+            "torch.set_default_device",
+            _default_device,
+            torch.set_default_device,
+            show=lambda before, after: f" ({_device_name(before)} -> {_device_name(after)})",
+        ),
+        Switch(
+            "torch.use_deterministic_algorithms",
+            _deterministic,
+            lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
+        ),
         Switch("torch.autograd.set_detect_anomaly", _anomaly, lambda v: torch.autograd.set_detect_anomaly(*v)),
         Switch("torch.set_num_threads", torch.get_num_threads, torch.set_num_threads),
-        Switch("torch.set_float32_matmul_precision", torch.get_float32_matmul_precision,
-               torch.set_float32_matmul_precision),
+        Switch(
+            "torch.set_float32_matmul_precision", torch.get_float32_matmul_precision, torch.set_float32_matmul_precision
+        ),
         Switch("torch.set_warn_always", torch.is_warn_always_enabled, torch.set_warn_always),
         Switch("torch.set_flush_denormal", _flush_denormal, torch.set_flush_denormal),
         Switch("torch.set_printoptions", _print_options, _put_print_options, show=_show_print_options),
-        Switch("torch.set_autocast_enabled('cpu')", lambda: torch.is_autocast_enabled("cpu"),
-               lambda v: torch.set_autocast_enabled("cpu", v)),
+        Switch(
+            "torch.set_autocast_enabled('cpu')",
+            lambda: torch.is_autocast_enabled("cpu"),
+            lambda v: torch.set_autocast_enabled("cpu", v),
+        ),
         Switch("torch.backends.cudnn's flags", _cudnn, _put_cudnn),
-        Switch("torch.backends.cuda.matmul.allow_tf32", lambda: torch.backends.cuda.matmul.allow_tf32,
-               lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
-        Switch("a torch function mode left active", c._len_torch_function_stack,
-               _pop_to(c._len_torch_function_stack, c._pop_torch_function_stack)),
-        Switch("a torch dispatch mode left active", c._len_torch_dispatch_stack,
-               _pop_to(c._len_torch_dispatch_stack, lambda: c._pop_torch_dispatch_stack(None))),  # None: any key
-        Switch(_NAMESPACES, _torch_namespaces, _put_namespaces,
-               same=_same_namespaces, show=_show_replaced,
-               kept=_namespaces_kept),
+        Switch(
+            "torch.backends.cuda.matmul.allow_tf32",
+            lambda: torch.backends.cuda.matmul.allow_tf32,
+            lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v),
+        ),
+        Switch(
+            "a torch function mode left active",
+            c._len_torch_function_stack,
+            _pop_to(c._len_torch_function_stack, c._pop_torch_function_stack),
+        ),
+        Switch(
+            "a torch dispatch mode left active",
+            c._len_torch_dispatch_stack,
+            _pop_to(c._len_torch_dispatch_stack, lambda: c._pop_torch_dispatch_stack(None)),
+        ),  # None: any key
+        Switch(
+            _NAMESPACES,
+            _torch_namespaces,
+            _put_namespaces,
+            same=_same_namespaces,
+            show=_show_replaced,
+            kept=_namespaces_kept,
+        ),
         Switch("the working directory", os.getcwd, os.chdir),
         # torch's own modules set variables and filters when first imported: these two are put back quietly
         Switch("os.environ", lambda: dict(os.environ), _put_environ, quiet=True),
         Switch("the warning filters", lambda: list(warnings.filters), _put_warnings, quiet=True),
-        Switch("sys.path", lambda: list(sys.path), lambda v: sys.path.__setitem__(slice(None), v),
-               quiet=True),  # the loader puts the working directory on it
+        Switch(
+            "sys.path", lambda: list(sys.path), lambda v: sys.path.__setitem__(slice(None), v), quiet=True
+        ),  # the loader puts the working directory on it
         Switch("the recursion limit", sys.getrecursionlimit, sys.setrecursionlimit),
-        Switch("Python threads left running", lambda: set(threading.enumerate()), None, same=_new_threads,
-               show=lambda b, a: f" ({', '.join(sorted(t.name for t in a - b))})"),
-        Switch("processes left running", processes.started, lambda before: processes.end(processes.started() - before),
-               same=lambda before, after: after <= before,
-               show=lambda before, after: f" (pid {', '.join(map(str, sorted(after - before)))})"),
+        Switch(
+            "Python threads left running",
+            lambda: set(threading.enumerate()),
+            None,
+            same=_new_threads,
+            show=lambda b, a: f" ({', '.join(sorted(t.name for t in a - b))})",
+        ),
+        Switch(
+            "processes left running",
+            processes.started,
+            lambda before: processes.end(processes.started() - before),
+            same=lambda before, after: after <= before,
+            show=lambda before, after: f" (pid {', '.join(map(str, sorted(after - before)))})",
+        ),
         Switch("torch's global random state", torch.get_rng_state, torch.set_rng_state, quiet=True),
         Switch("random's global state", random.getstate, random.setstate, quiet=True, same=operator.eq),
     ]
@@ -324,8 +392,9 @@ def _switches(only: Optional[tuple[str, ...]] = None) -> list[Switch]:
     if numpy_random is not None:
         out.append(Switch("numpy's global random state", numpy_random.get_state, numpy_random.set_state, quiet=True))
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out.append(Switch("torch.cuda's random states", torch.cuda.get_rng_state_all, torch.cuda.set_rng_state_all,
-                          quiet=True))
+        out.append(
+            Switch("torch.cuda's random states", torch.cuda.get_rng_state_all, torch.cuda.set_rng_state_all, quiet=True)
+        )
     return out if only is None else [s for s in out if s.name in only]
 
 
@@ -360,8 +429,13 @@ Snapshot = list[tuple[Switch, Any]]
 # What a single call into user code may not leave changed, because gradcheck-cli's own computation
 # right after it depends on it (a default device of "meta" breaks the comparison): cheap to read,
 # put back after every call, and told once in the case's warnings.
-_PER_CALL = ("torch.set_grad_enabled", "torch.set_default_dtype", "torch.set_default_device",
-             "a torch function mode left active", "a torch dispatch mode left active")
+_PER_CALL = (
+    "torch.set_grad_enabled",
+    "torch.set_default_dtype",
+    "torch.set_default_device",
+    "a torch function mode left active",
+    "a torch dispatch mode left active",
+)
 _FUNCTION_STACK = getattr(torch._C, "_len_torch_function_stack", None)
 _DISPATCH_STACK = getattr(torch._C, "_len_torch_dispatch_stack", None)
 
@@ -371,8 +445,13 @@ def _per_call_quick() -> Optional[tuple[Any, ...]]:
     function mode is active and no default device is set (reading the default device through
     torch.get_default_device takes longer than the rest together). None otherwise."""
     context = getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None)
-    if (_FUNCTION_STACK is None or _DISPATCH_STACK is None or context is None
-            or getattr(context, "device_context", None) is not None or _FUNCTION_STACK()):
+    if (
+        _FUNCTION_STACK is None
+        or _DISPATCH_STACK is None
+        or context is None
+        or getattr(context, "device_context", None) is not None
+        or _FUNCTION_STACK()
+    ):
         return None  # (another torch, without these private readers: the full reading)
     return torch.is_grad_enabled(), torch.get_default_dtype(), None, 0, _DISPATCH_STACK()
 
@@ -467,19 +546,22 @@ class Guard:
         inside ``consecutive()``; the enclosing block's copy when they are still exactly that (a check after
         the case's set-up changed none of them), or without looking for a ``last`` block (see
         ``preserved``); else read anew. A torch module imported since a copy rules the copy out."""
-        if (confirmed is not None and self._consecutive and not self._outer
-                and confirmed.modules == len(sys.modules)):
+        if confirmed is not None and self._consecutive and not self._outer and confirmed.modules == len(sys.modules):
             return confirmed
         enclosing = self._outer[-1] if self._outer else None
-        if (isinstance(enclosing, _Namespaces) and enclosing.modules == len(sys.modules)
-                and (last or _namespaces_kept(enclosing))):
+        if (
+            isinstance(enclosing, _Namespaces)
+            and enclosing.modules == len(sys.modules)
+            and (last or _namespaces_kept(enclosing))
+        ):
             return enclosing
         return _read(_switches((_NAMESPACES,))[0])
 
     def _start(self, last: bool) -> Snapshot:
         confirmed = self._confirmed.pop() if self._confirmed else None
-        return [(s, self._namespaces_at_start(confirmed, last) if s.name == _NAMESPACES else _read(s))
-                for s in _switches()]
+        return [
+            (s, self._namespaces_at_start(confirmed, last) if s.name == _NAMESPACES else _read(s)) for s in _switches()
+        ]
 
     @contextmanager
     def preserved(self, notes: list[str], ends_with_block: bool = False, last: bool = False) -> Iterator[None]:
@@ -529,14 +611,20 @@ class Guard:
             elif not switch.quiet and words not in changed:  # (a single call's put-back may have told it already)
                 changed.append(words)
         if changed:
-            _note(notes, f"the code under test changed global state and left it changed: {'; '.join(changed)}. "
-                         "gradcheck-cli put it back after the case, so other cases do not see it; a Function "
-                         "should restore what it changes (use the context-manager forms)")
+            _note(
+                notes,
+                f"the code under test changed global state and left it changed: {'; '.join(changed)}. "
+                "gradcheck-cli put it back after the case, so other cases do not see it; a Function "
+                "should restore what it changes (use the context-manager forms)",
+            )
         if stuck:
             self._tainted.extend(stuck)
-            _note(notes, f"the code under test changed global state that cannot be put back: {'; '.join(stuck)}. "
-                         "Cases checked after it in the same process may be affected (isolated workers are "
-                         "replaced before their next case)")
+            _note(
+                notes,
+                f"the code under test changed global state that cannot be put back: {'; '.join(stuck)}. "
+                "Cases checked after it in the same process may be affected (isolated workers are "
+                "replaced before their next case)",
+            )
 
 
 class _KeptForCall:

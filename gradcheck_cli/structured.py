@@ -4,6 +4,7 @@ perturbation on the set (symmetric matrices).
 Every draw is float64 (int64 for permutations) on the CPU from the inputs' generator; the
 caller casts and moves it.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,5 +74,12 @@ def positive(shape: tuple[int, ...], params: dict[str, float], dim: int, gen: to
     return torch.exp(lo + (hi - lo) * _uniform(shape, gen))
 
 
-DRAW: dict[str, Draw] = {"symmetric": symmetric, "spd": spd, "orthogonal": orthogonal, "simplex": simplex,
-                         "sorted": sorted_, "permutation": permutation, "positive": positive}
+DRAW: dict[str, Draw] = {
+    "symmetric": symmetric,
+    "spd": spd,
+    "orthogonal": orthogonal,
+    "simplex": simplex,
+    "sorted": sorted_,
+    "permutation": permutation,
+    "positive": positive,
+}

@@ -3,6 +3,7 @@
 An ``nn.Module`` class is a ``ModuleTarget`` (nn_module.py): a Target that supplies its own call
 and extra arguments (its parameters).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -65,7 +66,7 @@ class Target:
         """Call with ``values``: the first ``n_positional`` positionally, then ``kw_names`` by keyword."""
         if self.is_function:
             return self.obj.apply(*values)
-        kwargs = dict(zip(kw_names, values[n_positional:n_positional + len(kw_names)]))
+        kwargs = dict(zip(kw_names, values[n_positional : n_positional + len(kw_names)]))
         return self.obj(*values[:n_positional], **kwargs)
 
     def extra_arguments(self, device: Optional[str]) -> list[tuple[str, torch.Tensor]]:

@@ -20,6 +20,7 @@ numbers can be held to where the spec sets nothing:
 dtype gets its own dtype's ``gradient`` limits where the spec did not set them), nondet_tol, and the
 rules of the reference and compile checks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -55,10 +56,18 @@ PRECISIONS: dict[str, Precision] = {  # by torch's name of the dtype
     "complex128": _FLOAT64,
     "float32": _FLOAT32,
     "complex64": _FLOAT32,
-    "float16": Precision(gradient=Limits(atol=1e-2, rtol=1e-2), eps=1e-2, same=Limits(atol=1e-5, rtol=1e-3),
-                             close=Limits(atol=1e-3, rtol=1e-3)),
-    "bfloat16": Precision(gradient=Limits(atol=5e-2, rtol=5e-2), eps=5e-2, same=Limits(atol=1e-5, rtol=1.6e-2),
-                              close=Limits(atol=1e-2, rtol=1.6e-2)),
+    "float16": Precision(
+        gradient=Limits(atol=1e-2, rtol=1e-2),
+        eps=1e-2,
+        same=Limits(atol=1e-5, rtol=1e-3),
+        close=Limits(atol=1e-3, rtol=1e-3),
+    ),
+    "bfloat16": Precision(
+        gradient=Limits(atol=5e-2, rtol=5e-2),
+        eps=5e-2,
+        same=Limits(atol=1e-5, rtol=1.6e-2),
+        close=Limits(atol=1e-2, rtol=1.6e-2),
+    ),
 }
 
 
@@ -132,5 +141,9 @@ class Tolerance:
             own = float(getattr(self, key))
             return own if key in self.given else max(own, value)
 
-        return replace(self, atol=pick("atol", low.gradient.atol), rtol=pick("rtol", low.gradient.rtol),
-                       eps=pick("eps", low.eps) if eps else self.eps)
+        return replace(
+            self,
+            atol=pick("atol", low.gradient.atol),
+            rtol=pick("rtol", low.gradient.rtol),
+            eps=pick("eps", low.eps) if eps else self.eps,
+        )

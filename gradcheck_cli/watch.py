@@ -6,6 +6,7 @@ depends on its spec document and on the project files its modules import (``depe
 module, and the project modules that import it, are imported afresh before the round
 (``watch_worker``); where that is not safe, a fresh worker checks the round. No torch here.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,9 +68,15 @@ class Watch:
     """The watch loop: ``collect()`` reads the targets' spec cases (TargetError: none usable now),
     ``listing()`` names the spec files the targets cover, ``show(report, planned)`` prints a round's report."""
 
-    def __init__(self, collect: Callable[[], list[Item]], listing: Callable[[], Iterable[str]], opts: RunOptions,
-                 show: Callable[[Report, list[Planned]], None], settings: Optional[Settings] = None,
-                 hooks: Optional[Hooks] = None) -> None:
+    def __init__(
+        self,
+        collect: Callable[[], list[Item]],
+        listing: Callable[[], Iterable[str]],
+        opts: RunOptions,
+        show: Callable[[Report, list[Planned]], None],
+        settings: Optional[Settings] = None,
+        hooks: Optional[Hooks] = None,
+    ) -> None:
         self.collect, self.listing, self.opts, self.show = collect, listing, opts, show
         self.settings, self.hooks = settings or Settings(), hooks or Hooks()
         self.entries: dict[str, Entry] = {}
@@ -219,8 +226,11 @@ class Watch:
                 old = self.entries.get(_key(p))
                 # a module that no longer imports (moved away, renamed): its file is still watched, so that
                 # its return (or a syntax error in it) is a round
-                kept = old.files if old is not None and result.error is not None and \
-                    result.error.kind is ErrorKind.IMPORT else frozenset()
+                kept = (
+                    old.files
+                    if old is not None and result.error is not None and result.error.kind is ErrorKind.IMPORT
+                    else frozenset()
+                )
                 self.entries[_key(p)] = Entry(p, result, files[_key(p)] | found | kept)
         except (KeyboardInterrupt, Terminated) as exc:
             if self.worker is not None:
@@ -235,8 +245,9 @@ class Watch:
 
     # -- what the user sees
 
-    def _header(self, changed: frozenset[str], due: list[Planned], total: int, fresh: Optional[str],
-                first: bool) -> None:
+    def _header(
+        self, changed: frozenset[str], due: list[Planned], total: int, fresh: Optional[str], first: bool
+    ) -> None:
         if self.settings.clear:
             self.settings.out.write(CLEAR)
             self.settings.out.flush()
@@ -247,13 +258,19 @@ class Watch:
 
     def _counts(self) -> str:
         s = self.state().summary()
-        words = {"passed": "passed", "failed": "failed", "errors": "error" + "s" * (s["errors"] != 1),
-                 "skipped": "skipped"}
+        words = {
+            "passed": "passed",
+            "failed": "failed",
+            "errors": "error" + "s" * (s["errors"] != 1),
+            "skipped": "skipped",
+        }
         parts = ", ".join(f"{s[k]} {word}" for k, word in words.items() if s[k])
         modules = len({f for e in self.entries.values() for f in e.files})
         specs = len({e.result.spec for e in self.entries.values()})
-        return (f"{len(self.entries)} case{'s' * (len(self.entries) != 1)}{f' ({parts})' if parts else ''} in "
-                f"{specs} spec file{'s' * (specs != 1)}, {modules} module{'s' * (modules != 1)}")
+        return (
+            f"{len(self.entries)} case{'s' * (len(self.entries) != 1)}{f' ({parts})' if parts else ''} in "
+            f"{specs} spec file{'s' * (specs != 1)}, {modules} module{'s' * (modules != 1)}"
+        )
 
     def _say(self, line: str) -> None:
         self.settings.out.flush()
@@ -295,9 +312,15 @@ def _shown(file: str) -> str:
         return file
 
 
-def watch_targets(collect: Callable[[], list[Item]], targets: Iterable[str], specs_dir: Path, opts: RunOptions,
-                  show: Callable[[Report, list[Planned]], None], timeout: Optional[float] = None,
-                  hooks: Optional[Hooks] = None) -> ExitCode:
+def watch_targets(
+    collect: Callable[[], list[Item]],
+    targets: Iterable[str],
+    specs_dir: Path,
+    opts: RunOptions,
+    show: Callable[[Report, list[Planned]], None],
+    timeout: Optional[float] = None,
+    hooks: Optional[Hooks] = None,
+) -> ExitCode:
     """The front end's call: watch the command line's targets (spec files, folders, import paths whose
     specs are in ``specs_dir``) until Ctrl-C; the terminal is cleared before each round when stdout is one."""
     from .pool import usable_cores

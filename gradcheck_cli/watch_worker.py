@@ -5,6 +5,7 @@ A module that cannot be imported twice in one process (a compiled extension, a m
 registers custom ops with torch.library) is named ``unsafe``: when it changes, the watch starts a
 fresh worker instead. The parent side (``Worker``) never imports torch.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,8 +25,10 @@ from .plan import Task, failed_result
 from .results import CaseResult, ErrorKind
 
 # a module that registers ops, or builds and loads C++ code, cannot simply run again in the same process
-UNSAFE_SOURCE = re.compile(rb"torch\.library|from torch import[^\n]*\blibrary\b|cpp_extension|load_inline|"
-                           rb"TORCH_LIBRARY|load_library")
+UNSAFE_SOURCE = re.compile(
+    rb"torch\.library|from torch import[^\n]*\blibrary\b|cpp_extension|load_inline|"
+    rb"TORCH_LIBRARY|load_library"
+)
 WAIT_STEP = 60.0  # the longest single wait for a result (no timeout: waited for in steps)
 
 
@@ -86,15 +89,18 @@ def unsafe_reason(module: Any, file: str) -> Optional[str]:
 
     if not file.endswith(".py"):
         return f"{os.path.relpath(file)} is a compiled extension, which cannot be loaded twice in one process"
-    registers = any(isinstance(v, torch.library.Library) or type(v).__name__ == "CustomOpDef"
-                    for v in list(vars(module).values()))
+    registers = any(
+        isinstance(v, torch.library.Library) or type(v).__name__ == "CustomOpDef" for v in list(vars(module).values())
+    )
     try:
         registers = registers or bool(UNSAFE_SOURCE.search(Path(file).read_bytes()))
     except OSError:
         pass
     if registers:
-        return (f"{os.path.relpath(file)} registers custom ops or loads C++ code (torch.library, cpp_extension), "
-                "which cannot be done twice in one process")
+        return (
+            f"{os.path.relpath(file)} registers custom ops or loads C++ code (torch.library, cpp_extension), "
+            "which cannot be done twice in one process"
+        )
     return None
 
 
@@ -177,16 +183,21 @@ class Worker:
             if self.proc.sentinel in ready:
                 return self._died(task, self._death())
             if timeout is not None and started is not None and time.monotonic() >= started + timeout:
-                return self._died(task, f"timed out after {timeout:g} s ({option}; 0 for none): stopped; an endless "
-                                        "loop in forward or backward, or a limit too small for this check?",
-                                  ErrorKind.TIMEOUT)
+                return self._died(
+                    task,
+                    f"timed out after {timeout:g} s ({option}; 0 for none): stopped; an endless "
+                    "loop in forward or backward, or a limit too small for this check?",
+                    ErrorKind.TIMEOUT,
+                )
 
     def _death(self) -> str:
         self.proc.join(timeout=2)
         code = self.proc.exitcode
         how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-        return (f"the worker process checking this case {how} before reporting (a crash in native code, "
-                "os._exit, or out of memory); a fresh worker checks the next case")
+        return (
+            f"the worker process checking this case {how} before reporting (a crash in native code, "
+            "os._exit, or out of memory); a fresh worker checks the next case"
+        )
 
     def _died(self, task: Task, message: str, kind: ErrorKind = ErrorKind.CRASH) -> Outcome:
         self.stop(force=True)

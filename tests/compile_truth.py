@@ -5,6 +5,7 @@ whose compiled gradient differs from eager's (it must fail them).
 Each entry is (name, spec text of the inputs and init); specs name the classes here as
 ``tests.compile_truth:NAME``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -200,8 +201,10 @@ RIGHT_IN_PLACE: list[tuple[str, str]] = [
     ("gradcheck_cli.examples.inplace:ScaleInPlace", "inputs: [{name: x, shape: [3, 4]}, {name: a, value: 3.0}]"),
     ("tests.compile_truth:SigmoidInPlace", SHAPE),
     ("tests.compile_truth:TanhInPlace", SHAPE),
-    ("tests.compile_truth:AddScaledInPlace",
-     "inputs: [{name: x, shape: [3, 4]}, {name: y, shape: [3, 4]}, {name: a, value: -2.0}]"),
+    (
+        "tests.compile_truth:AddScaledInPlace",
+        "inputs: [{name: x, shape: [3, 4]}, {name: y, shape: [3, 4]}, {name: a, value: -2.0}]",
+    ),
     ("tests.compile_truth:MulInPlace", "inputs: [{name: x, shape: [3, 4]}, {name: y, shape: [3, 4]}]"),
     ("tests.compile_truth:SquareInPlaceTwoOutputs", SHAPE),
 ]
@@ -217,10 +220,19 @@ RIGHT_STATEFUL: list[tuple[str, str]] = [
 ]
 # (function, spec text, words the compile check's message must hold)
 BROKEN: list[tuple[str, str, str]] = [
-    ("tests.compile_truth:RunningNorm1dInPlace", f"init: {{args: [4]}}\n{ROWS}",
-     "forward changes buffers 'running_mean', 'running_var' in place"),
-    ("gradcheck_cli.examples.compiled:RoundSTE", "inputs: [{name: x, shape: [4], std: 2.0}]",
-     "'x': compiled torch.func.vjp: its gradient is all zeros, eager's is not"),
-    ("tests.compile_truth:SinWithZeroBackward", SHAPE,
-     "'x': compiled torch.func.vjp: its gradient is not zero, eager's is"),
+    (
+        "tests.compile_truth:RunningNorm1dInPlace",
+        f"init: {{args: [4]}}\n{ROWS}",
+        "forward changes buffers 'running_mean', 'running_var' in place",
+    ),
+    (
+        "gradcheck_cli.examples.compiled:RoundSTE",
+        "inputs: [{name: x, shape: [4], std: 2.0}]",
+        "'x': compiled torch.func.vjp: its gradient is all zeros, eager's is not",
+    ),
+    (
+        "tests.compile_truth:SinWithZeroBackward",
+        SHAPE,
+        "'x': compiled torch.func.vjp: its gradient is not zero, eager's is",
+    ),
 ]

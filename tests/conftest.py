@@ -10,6 +10,7 @@ Under CI=true the hypothesis tests draw the same examples every run (profile "ci
 ``write_spec`` and ``user_module`` take source text that may be indented (it is dedented), so
 tests can write it inline.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
 # (no deadline and no too-slow check anywhere: on a busy 2-core machine an example's time says nothing
 # about the code)
 settings.register_profile("local", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci", derandomize=True, database=None, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile("ci" if os.environ.get("CI") else "local")
 
 
@@ -61,8 +63,9 @@ def no_default_device_left_set() -> Iterator[None]:
     context = getattr(getattr(torch, "_GLOBAL_DEVICE_CONTEXT", None), "device_context", None)
     if context is not None:
         torch.set_default_device(None)  # type: ignore[union-attr]
-        pytest.fail(f"the test left a default device set ({context.device}): put it back with "
-                    "torch.set_default_device(None)")
+        pytest.fail(
+            f"the test left a default device set ({context.device}): put it back with torch.set_default_device(None)"
+        )
 
 
 @pytest.fixture

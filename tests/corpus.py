@@ -15,6 +15,7 @@ inputs are drawn from the generator only and are kept away from kinks.
 the case (it is still a valid case for gradcheck-cli).  ``wrong_args`` names the
 ``forward`` parameters whose gradient is wrong (empty for correct cases).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -89,12 +90,7 @@ def _uniform(g: torch.Generator, *shape: int, lo: float, hi: float, grad: bool =
 
 
 def _away(
-    g: torch.Generator,
-    *shape: int,
-    kinks: tuple = (0.0,),
-    margin: float = 0.1,
-    lo: float = -2.0,
-    hi: float = 2.0,
+    g: torch.Generator, *shape: int, kinks: tuple = (0.0,), margin: float = 0.1, lo: float = -2.0, hi: float = 2.0
 ) -> torch.Tensor:
     """Uniform values in [lo, hi] pushed at least ``margin`` away from every kink."""
     t = lo + (hi - lo) * torch.rand(shape, generator=g, dtype=DT)
@@ -884,19 +880,10 @@ CORPUS: list[Case] = [
     Case("ok_logsumexp_dim_kwarg", LogSumExp, _x34, True, kwargs={"dim": 0}),
     Case("ok_softmax", Softmax, _x34, True),
     Case("ok_cumsum", Cumsum, lambda g: (_randn(g, 3, 4), 1), True),
-    Case(
-        "ok_kwargs_scale_power",
-        ScaleShiftPow,
-        lambda g: (_randn(g, 3, 4),),
-        True,
-        kwargs={"power": 3, "scale": 0.5},
-    ),
+    Case("ok_kwargs_scale_power", ScaleShiftPow, lambda g: (_randn(g, 3, 4),), True, kwargs={"power": 3, "scale": 0.5}),
     Case("ok_defaults_only", ScaleShiftPow, lambda g: (_randn(g, 3, 4),), True),
     Case(
-        "ok_nontensor_tuple_float_int_none",
-        PermutePow,
-        lambda g: (_randn(g, 2, 3, 4), (2, 0, 1), 0.7, 2, None),
-        True,
+        "ok_nontensor_tuple_float_int_none", PermutePow, lambda g: (_randn(g, 2, 3, 4), (2, 0, 1), 0.7, 2, None), True
     ),
     Case(
         "ok_nontensor_with_bias_tensor",
@@ -905,14 +892,7 @@ CORPUS: list[Case] = [
         True,
     ),
     Case("ok_two_float_outputs", MulAndSin, _two34, True),
-    Case(
-        "ok_int64_output_first",
-        ArgmaxFirstLogSumExp,
-        _x34,
-        True,
-        torch_can_judge=False,
-        torch_note=_INT_OUTPUT_NOTE,
-    ),
+    Case("ok_int64_output_first", ArgmaxFirstLogSumExp, _x34, True, torch_can_judge=False, torch_note=_INT_OUTPUT_NOTE),
     Case("ok_int64_output_last", LogSumExpThenArgmax, _x34, True),
     Case("ok_nondiff_output_first", MaskFirstHalfSquare, lambda g: (_mixed_signs(g, 3, 4),), True),
     Case("ok_setup_context", SetupContextMulExp, _two34, True),
@@ -920,13 +900,7 @@ CORPUS: list[Case] = [
     # ------------------------------------------------------------------- wrong
     Case("bad_exp_all_zeros", ExpAllZeroGrad, _x34, False, wrong_args=("x",)),
     Case("bad_sin_sign", SinSignError, _x34, False, wrong_args=("x",)),
-    Case(
-        "bad_tanh_1_01x",
-        TanhOnePercentOff,
-        lambda g: (_randn(g, 3, 4, scale=0.7),),
-        False,
-        wrong_args=("x",),
-    ),
+    Case("bad_tanh_1_01x", TanhOnePercentOff, lambda g: (_randn(g, 3, 4, scale=0.7),), False, wrong_args=("x",)),
     Case("bad_sigmoid_uses_input", SigmoidUsesInput, _x34, False, wrong_args=("x",)),
     Case("bad_square_forgot_2x", SquareForgotTwo, _x34, False, wrong_args=("x",)),
     Case("bad_sqrt_forgot_half", SqrtForgotHalf, _positive34, False, wrong_args=("x",)),
@@ -938,36 +912,12 @@ CORPUS: list[Case] = [
         False,
         wrong_args=("x",),
     ),
-    Case(
-        "bad_clamp_mask_missing_upper",
-        ClampMaskMissingUpper,
-        _clamp_args_with_overflow,
-        False,
-        wrong_args=("x",),
-    ),
+    Case("bad_clamp_mask_missing_upper", ClampMaskMissingUpper, _clamp_args_with_overflow, False, wrong_args=("x",)),
     Case("bad_mul_single_wrong_element", MulOneWrongElement, _two34, False, wrong_args=("x",)),
-    Case(
-        "bad_linear_wrong_weight_only",
-        LinearWrongWeightOnly,
-        _linear_args,
-        False,
-        wrong_args=("weight",),
-    ),
-    Case(
-        "bad_broadcast_mean_instead_of_sum",
-        BroadcastMeanInsteadOfSum,
-        _broadcast_args,
-        False,
-        wrong_args=("y",),
-    ),
+    Case("bad_linear_wrong_weight_only", LinearWrongWeightOnly, _linear_args, False, wrong_args=("weight",)),
+    Case("bad_broadcast_mean_instead_of_sum", BroadcastMeanInsteadOfSum, _broadcast_args, False, wrong_args=("y",)),
     Case("bad_input_without_grad_forgot_w", AffineForgotW, _affine_args, False, wrong_args=("x",)),
-    Case(
-        "bad_ignored_input_gets_grad",
-        IgnoresSecondInputButGradsIt,
-        _two34,
-        False,
-        wrong_args=("y",),
-    ),
+    Case("bad_ignored_input_gets_grad", IgnoresSecondInputButGradsIt, _two34, False, wrong_args=("y",)),
     Case("bad_0d_swapped_operand", ScalarsSwapped, _scalars, False, wrong_args=("a",)),
     Case(
         "bad_matmul_missing_transpose",
@@ -983,37 +933,13 @@ CORPUS: list[Case] = [
         False,
         wrong_args=("a",),
     ),
-    Case(
-        "bad_outer_transposed",
-        OuterTransposed,
-        lambda g: (_randn(g, 4), _randn(g, 4)),
-        False,
-        wrong_args=("u",),
-    ),
-    Case(
-        "bad_sum_wrong_dim_expand",
-        SumDimWrongExpand,
-        lambda g: (_randn(g, 4, 4), 1),
-        False,
-        wrong_args=("x",),
-    ),
-    Case(
-        "bad_mean_wrong_dim_divisor",
-        MeanDimWrongDivisor,
-        lambda g: (_randn(g, 3, 4), 1),
-        False,
-        wrong_args=("x",),
-    ),
+    Case("bad_outer_transposed", OuterTransposed, lambda g: (_randn(g, 4), _randn(g, 4)), False, wrong_args=("u",)),
+    Case("bad_sum_wrong_dim_expand", SumDimWrongExpand, lambda g: (_randn(g, 4, 4), 1), False, wrong_args=("x",)),
+    Case("bad_mean_wrong_dim_divisor", MeanDimWrongDivisor, lambda g: (_randn(g, 3, 4), 1), False, wrong_args=("x",)),
     Case("bad_norm_missing_division", NormMissingDivision, lambda g: (_randn(g, 6),), False, wrong_args=("x",)),
     Case("bad_logsumexp_unnormalized", LogSumExpUnnormalized, _x34, False, wrong_args=("x",)),
     Case("bad_softmax_diagonal_only", SoftmaxDiagonalOnly, _x34, False, wrong_args=("x",)),
-    Case(
-        "bad_cumsum_wrong_direction",
-        CumsumWrongDirection,
-        lambda g: (_randn(g, 3, 4), 1),
-        False,
-        wrong_args=("x",),
-    ),
+    Case("bad_cumsum_wrong_direction", CumsumWrongDirection, lambda g: (_randn(g, 3, 4), 1), False, wrong_args=("x",)),
     Case(
         "bad_kwargs_forgot_scale",
         ScaleShiftPowForgotScale,
@@ -1029,13 +955,7 @@ CORPUS: list[Case] = [
         False,
         wrong_args=("x",),
     ),
-    Case(
-        "bad_two_outputs_drops_second",
-        MulAndSinDropsSecond,
-        _two34,
-        False,
-        wrong_args=("x",),
-    ),
+    Case("bad_two_outputs_drops_second", MulAndSinDropsSecond, _two34, False, wrong_args=("x",)),
     Case(
         "bad_int64_output_first",
         ArgmaxFirstLogSumExpUnnormalized,
@@ -1073,4 +993,5 @@ def module_source(*functions: type) -> str:
     import inspect
 
     return "import torch\nfrom torch.autograd import Function\n\n\n" + "\n\n".join(
-        inspect.getsource(f) for f in functions)
+        inspect.getsource(f) for f in functions
+    )

@@ -6,6 +6,7 @@ registry names modules instead of importing them and imports nothing of the pack
 the check names (spec validation, ``gradcheck --help``) costs no torch and makes no cycle. A test
 ties the names to the spec schema's enum.
 """
+
 from __future__ import annotations
 
 import importlib

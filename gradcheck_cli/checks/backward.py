@@ -1,4 +1,5 @@
 """The ``backward`` check: backward's contract, then the Jacobian entry by entry, then determinism."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -45,8 +46,9 @@ def _check(ctx: CheckContext) -> CheckResult:
     tol = opts.tolerance
     gen = ctx.streams.generator(Stream.BACKWARD)
     start, reports, checked, result = begin(bound, "backward", "elementwise")
-    found = (contract.inspect(target, bound, gen, tol.nondet_tol, opts.repeat) if target.is_function
-             else contract.Findings())
+    found = (
+        contract.inspect(target, bound, gen, tol.nondet_tol, opts.repeat) if target.is_function else contract.Findings()
+    )
     result.warnings += found.warnings
     if found.fatal:
         for i in checked:
@@ -71,8 +73,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     # directly (apply's vmap machinery costs more than the forward of a 128 x 128 Linear layer)
     # (an in-place forward runs on copies, through apply)
     direct = not target.is_function or target.own_vmap or bool(bound.clone_inputs)
-    batched: Callable[[Sequence[Any]], Any] = (forward if direct
-                                               else lambda vals: target.body(bound.arguments(vals)))
+    batched: Callable[[Sequence[Any]], Any] = forward if direct else lambda vals: target.body(bound.arguments(vals))
     copies = found.copies if found.graph and found.copies is not None else fresh_leaves(bound.values, grad=False)
     plain, tols, notes = reference(forward, copies, bound.names, checked, tol)  # copies: what finite differences move
     if plain is None:  # half precision only: finite differences there measure rounding
@@ -83,42 +84,103 @@ def _check(ctx: CheckContext) -> CheckResult:
     # backward's contract call is one probe, as autograd passes its values on; a tensor passed twice
     # gets the sum of its two gradients from autograd, so not there
     tensors = [v for v in bound.values if isinstance(v, torch.Tensor)]
-    given = ((found.probe[0], [found.probe[1][i] for i in checked])
-             if found.probe and len({id(t) for t in tensors}) == len(tensors) else None)
+    given = (
+        (found.probe[0], [found.probe[1][i] for i in checked])
+        if found.probe and len({id(t) for t in tensors}) == len(tensors)
+        else None
+    )
     probing = backward if given is None else _through_node(found, outputs, positions, checked, backward)
     loosest = max(tols, key=lambda t: (t.atol, t.rtol), default=tol)  # backward's linearity: every argument's
     contract.in_use(found, target, bound, (leaves, outputs), positions, checked, probing, given, ctx.streams, loosest)
-    todo = (_probe(result, checked, bound, (forward, batched, probing, given), outputs, positions, grad_inputs,
-                   plain, plain_inputs, opts, tols) if opts.probes else list(range(len(checked))))
+    todo = (
+        _probe(
+            result,
+            checked,
+            bound,
+            (forward, batched, probing, given),
+            outputs,
+            positions,
+            grad_inputs,
+            plain,
+            plain_inputs,
+            opts,
+            tols,
+        )
+        if opts.probes
+        else list(range(len(checked)))
+    )
     # element by element: every argument, or under --fast those whose probes failed; one comparison per
     # tolerance, so that each argument is judged by its own dtype's
     spent = _Spent(work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions, fast=True))
     for group in by_tolerance(todo, tols):
         t = tols[group[0]]
-        layout, entries = compare(forward, outputs, positions, [grad_inputs[k] for k in group], plain,
-                                  [plain_inputs[k] for k in group], eps=t.eps, atol=t.atol, rtol=t.rtol,
-                                  memory_bytes=opts.memory_bytes, grad=backward, streams=ctx.streams, batched=batched,
-                                  budget=spent.next(), compress=opts.compress)
+        layout, entries = compare(
+            forward,
+            outputs,
+            positions,
+            [grad_inputs[k] for k in group],
+            plain,
+            [plain_inputs[k] for k in group],
+            eps=t.eps,
+            atol=t.atol,
+            rtol=t.rtol,
+            memory_bytes=opts.memory_bytes,
+            grad=backward,
+            streams=ctx.streams,
+            batched=batched,
+            budget=spent.next(),
+            compress=opts.compress,
+        )
         for k, entry in zip(group, entries):
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
-            unjudged = _reexamine(reports[i], entry, forward, plain, plain_inputs[k], positions, t,
-                                  partial(kinks.analytical_columns, backward, outputs, positions, grad_inputs[k],
-                                          memory_bytes=opts.memory_bytes),
-                                  _again(ctx, (forward, batched, backward), outputs, positions, plain,
-                                         grad_inputs[k], plain_inputs[k], i))
+            unjudged = _reexamine(
+                reports[i],
+                entry,
+                forward,
+                plain,
+                plain_inputs[k],
+                positions,
+                t,
+                partial(
+                    kinks.analytical_columns,
+                    backward,
+                    outputs,
+                    positions,
+                    grad_inputs[k],
+                    memory_bytes=opts.memory_bytes,
+                ),
+                _again(
+                    ctx, (forward, batched, backward), outputs, positions, plain, grad_inputs[k], plain_inputs[k], i
+                ),
+            )
             if unjudged and (ctx.oracle is not None or not ctx.named):
                 _not_judged(result, reports[i], ctx.oracle is not None)
             if reports[i].pattern is Pattern.SYSTEMATIC and t.strict:
-                _strict(reports[i], entry, forward, plain, plain_inputs[k], positions, projection(layout, ctx.streams),
-                        t.eps, ctx.streams)
-    nondeterministic = [] if found.repeated else _determinism(  # the contract compared its repeated calls
-        outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, opts.repeat)
+                _strict(
+                    reports[i],
+                    entry,
+                    forward,
+                    plain,
+                    plain_inputs[k],
+                    positions,
+                    projection(layout, ctx.streams),
+                    t.eps,
+                    ctx.streams,
+                )
+    nondeterministic = (
+        []
+        if found.repeated
+        else _determinism(  # the contract compared its repeated calls
+            outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, opts.repeat
+        )
+    )
     return _finish(result, found, nondeterministic, start)
 
 
-def _through_node(found: contract.Findings, outputs: tuple[Any, ...], positions: list[int], checked: list[int],
-                  backward: Vjp) -> Vjp:
+def _through_node(
+    found: contract.Findings, outputs: tuple[Any, ...], positions: list[int], checked: list[int], backward: Vjp
+) -> Vjp:
     """The probes' backward (``vjp``'s signature) through the contract's graph node, where its raw return is
     what autograd gives (``Findings.again``): the engine's bookkeeping left out. Other calls: ``backward``."""
     again = found.again
@@ -132,9 +194,19 @@ def _through_node(found: contract.Findings, outputs: tuple[Any, ...], positions:
     return through
 
 
-def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[Any, Any, Any, Any],
-           outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor], plain: list[Any],
-           plain_inputs: list[torch.Tensor], opts: Options, tols: list[Tolerance]) -> list[int]:
+def _probe(
+    result: CheckResult,
+    checked: list[int],
+    bound: Bound,
+    calls: tuple[Any, Any, Any, Any],
+    outputs: tuple[Any, ...],
+    positions: list[int],
+    grad_inputs: list[torch.Tensor],
+    plain: list[Any],
+    plain_inputs: list[torch.Tensor],
+    opts: Options,
+    tols: list[Tolerance],
+) -> list[int]:
     """The fast decision: the rows of the arguments whose probes all passed are filled; returned are
     the others (indices into ``checked``), to compare element by element. ``calls``: forward, the
     forward that vmap may batch (or None), backward, and (grad_outputs, gradients of the checked
@@ -144,31 +216,55 @@ def _probe(result: CheckResult, checked: list[int], bound: Bound, calls: tuple[A
     n_rows = sum(real_numel(outputs[p]) for p in positions)
     held = probes.footprint(opts.probes, n_rows, [real_numel(x) for x in plain_inputs])
     if held > opts.memory_bytes:
-        raise UserCodeError(ErrorKind.TOO_LARGE, (
-            f"the backward check was not started: {opts.probes:,} probes per argument hold about "
-            f"{held / 2**20:,.0f} MB of directions and products here, beyond --max-memory "
-            f"{opts.memory_bytes / 2**20:g} MB; use fewer probes (--fast's three decide; "
-            "an argument whose probe fails is compared element by element anyway), or a larger --max-memory"))
+        raise UserCodeError(
+            ErrorKind.TOO_LARGE,
+            (
+                f"the backward check was not started: {opts.probes:,} probes per argument hold about "
+                f"{held / 2**20:,.0f} MB of directions and products here, beyond --max-memory "
+                f"{opts.memory_bytes / 2**20:g} MB; use fewer probes (--fast's three decide; "
+                "an argument whose probe fails is compared element by element anyway), or a larger --max-memory"
+            ),
+        )
     stats: list[probes.ProbeStats] = [probes.ProbeStats()] * len(checked)
     for group in by_tolerance(list(range(len(checked))), tols):
         t = tols[group[0]]
         mine = [grad_inputs[k] for k in group]
         at_x = all(plain_inputs[k].dtype == grad_inputs[k].dtype for k in group)  # not taken in another dtype
-        decided = probes.decide(forward, outputs, positions, mine, plain, [plain_inputs[k] for k in group],
-                                eps=t.eps, atol=t.atol, rtol=t.rtol, probes=opts.probes, streams=bound.streams,
-                                grad=backward, batched=batched,
-                                given=None if given is None else (given[0], [given[1][k] for k in group]),
-                                at_x=at_x, memory_bytes=opts.memory_bytes)
+        decided = probes.decide(
+            forward,
+            outputs,
+            positions,
+            mine,
+            plain,
+            [plain_inputs[k] for k in group],
+            eps=t.eps,
+            atol=t.atol,
+            rtol=t.rtol,
+            probes=opts.probes,
+            streams=bound.streams,
+            grad=backward,
+            batched=batched,
+            given=None if given is None else (given[0], [given[1][k] for k in group]),
+            at_x=at_x,
+            memory_bytes=opts.memory_bytes,
+        )
         for k, s in zip(group, decided):
             stats[k] = s
             if not s.failed:
                 row = result.inputs[checked[k]]
                 row.max_abs_err, row.atol, row.rtol = s.max_abs, t.atol, t.rtol
                 row.analytical, row.numerical = s.analytical, s.numerical
-                over = ("" if not s.combined else f" over all {len(group)} arguments" if len(group) == len(checked)
-                        else f" over the {len(group)} arguments of this tolerance")
-                row.reason = (f"{s.probes} random probes v^T J u agree ({opts.probes} directions u{over} x "
-                              f"{probes.weightings(opts.probes)} weightings v)")
+                over = (
+                    ""
+                    if not s.combined
+                    else f" over all {len(group)} arguments"
+                    if len(group) == len(checked)
+                    else f" over the {len(group)} arguments of this tolerance"
+                )
+                row.reason = (
+                    f"{s.probes} random probes v^T J u agree ({opts.probes} directions u{over} x "
+                    f"{probes.weightings(opts.probes)} weightings v)"
+                )
     failed = [k for k, s in enumerate(stats) if s.failed]
     if failed:
         names = ", ".join(repr(bound.names[checked[k]]) for k in failed)
@@ -200,16 +296,27 @@ def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -
     (a skip under `checks: all`)."""
     if ctx.oracle is not None:
         return skip(result, f"{why}; the reference check judges it", start, row_reason="half precision only")
-    advice = ("; compare it with a plain PyTorch implementation instead: add `reference: pkg.mod:fn` (same "
-              "signature; it runs on float64 copies of the same inputs) and `checks: [reference]` to the spec, "
-              "or pass --reference pkg.mod:fn (README: Checking kernels and surrogate gradients)")
+    advice = (
+        "; compare it with a plain PyTorch implementation instead: add `reference: pkg.mod:fn` (same "
+        "signature; it runs on float64 copies of the same inputs) and `checks: [reference]` to the spec, "
+        "or pass --reference pkg.mod:fn (README: Checking kernels and surrogate gradients)"
+    )
     if not ctx.named:
         return skip(result, why + advice, start, row_reason="half precision only")
     raise UserCodeError(ErrorKind.SPEC, f"backward cannot be checked: {why}{advice}")
 
 
-def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: torch.Tensor,
-               positions: list[int], tol: Tolerance, columns: Columns, again: Optional[Again] = None) -> bool:
+def _reexamine(
+    row: InputReport,
+    entry: Entry,
+    forward: Any,
+    plain: list[Any],
+    x: torch.Tensor,
+    positions: list[int],
+    tol: Tolerance,
+    columns: Columns,
+    again: Optional[Again] = None,
+) -> bool:
     """Look again at the mismatching elements: one at a kink, a tie or a domain edge, where backward
     gives a one-sided derivative, or one whose finite differences lose to cancellation, where backward
     agrees with the estimate at the steps where they settle, is not a wrong gradient. The columns the
@@ -236,8 +343,18 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
         element = col // per
         if decided and element not in first and element not in verdicts:
             break
-        verdict = kinks.examine(forward, plain, x, col, tol.eps, positions, a_col, atol=tol.atol, rtol=tol.rtol,
-                                index_text=f"{row.name}{unravel(element, x.shape)}")
+        verdict = kinks.examine(
+            forward,
+            plain,
+            x,
+            col,
+            tol.eps,
+            positions,
+            a_col,
+            atol=tol.atol,
+            rtol=tol.rtol,
+            index_text=f"{row.name}{unravel(element, x.shape)}",
+        )
         if element not in verdicts or verdicts[element].explained:  # explained when all its parts are
             verdicts[element] = verdict
         decided = decided or not verdict.explained or verdict.kind == "precision"
@@ -260,10 +377,15 @@ def _reexamine(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x
         row.mismatched -= len(explained)
         diagnose(row, entry, tuple(x.shape))
     unexamined = len(worst) - len(verdicts)
-    notes = (wrong_at_kinks[:1]
-             + [f"{len(explained)} more mismatching {_where(at_kinks, unreliable)} (not counted)"] * bool(explained)
-             + [f"{unexamined} of the {row.mismatched} not looked at again for kinks or cancellation (one element "
-                "confirmed wrong decides the fail)"] * bool(unexamined and explained))
+    notes = (
+        wrong_at_kinks[:1]
+        + [f"{len(explained)} more mismatching {_where(at_kinks, unreliable)} (not counted)"] * bool(explained)
+        + [
+            f"{unexamined} of the {row.mismatched} not looked at again for kinks or cancellation (one element "
+            "confirmed wrong decides the fail)"
+        ]
+        * bool(unexamined and explained)
+    )
     row.diagnosis = "; ".join([d for d in [row.diagnosis, *notes] if d])
     return False
 
@@ -272,19 +394,23 @@ def _explained_text(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdic
     """What the explained elements of a row that passes are, with an example of each kind."""
     texts = []
     if at_kinks:
-        texts.append(f"{len(at_kinks)} element{'s' * (len(at_kinks) != 1)} at a kink, tie or domain edge, where "
-                     f"backward gives a one-sided derivative: {at_kinks[0].text}")
+        texts.append(
+            f"{len(at_kinks)} element{'s' * (len(at_kinks) != 1)} at a kink, tie or domain edge, where "
+            f"backward gives a one-sided derivative: {at_kinks[0].text}"
+        )
     if unreliable:
-        texts.append(f"{len(unreliable)} element{'s' * (len(unreliable) != 1)} where finite differences lose to "
-                     f"cancellation (not a wrong gradient): {unreliable[0].text}")
+        texts.append(
+            f"{len(unreliable)} element{'s' * (len(unreliable) != 1)} where finite differences lose to "
+            f"cancellation (not a wrong gradient): {unreliable[0].text}"
+        )
     return texts
 
 
 def _where(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdict]) -> str:
     """Where the explained elements of a failing row are, in words."""
-    parts = (["at a kink, tie or domain edge, where backward gives a one-sided derivative"] * bool(at_kinks)
-             + ["where finite differences lose to cancellation and backward agrees with them where they settle"]
-             * bool(unreliable))
+    parts = ["at a kink, tie or domain edge, where backward gives a one-sided derivative"] * bool(at_kinks) + [
+        "where finite differences lose to cancellation and backward agrees with them where they settle"
+    ] * bool(unreliable)
     return " or ".join(parts)
 
 
@@ -304,21 +430,27 @@ def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, 
         return False
     advised = None if half else precision.advice(median.step, tol.eps, tol.atol)
     if advised is None:
-        fix = ("give `reference: pkg.mod:fn` (a plain PyTorch implementation, run in float64) and `checks: "
-               "[reference]` (no larger step resolves it; README: Checking kernels and surrogate gradients)")
+        fix = (
+            "give `reference: pkg.mod:fn` (a plain PyTorch implementation, run in float64) and `checks: "
+            "[reference]` (no larger step resolves it; README: Checking kernels and surrogate gradients)"
+        )
     else:
         eps, atol = advised
         setting = f"eps: {_yaml_number(eps)}" + (f", atol: {_yaml_number(atol)}" if atol is not None else "")
-        fix = (f"set `tolerance: {{{setting}}}` in the spec (from Python: check(..., {setting.replace(': ', '=')})), "
-               "or give `reference:`")
+        fix = (
+            f"set `tolerance: {{{setting}}}` in the spec (from Python: check(..., {setting.replace(': ', '=')})), "
+            "or give `reference:`"
+        )
     row.at_kinks = 0
     wrong = [v for v in verdicts if not v.explained]  # beyond the rounding, or where it did not limit
     if not wrong or half:  # in half precision an element's samples may hide the grid: its "wrong" is rounding too
         row.pattern, row.ratio = Pattern.PRECISION, None
-        row.diagnosis = (f"finite differences cannot check it at eps={tol.eps:g}: forward computes in "
-                         f"{median.grid} or lower precision (its outputs change in steps of about {median.step:.2g}), "
-                         f"so they measure rounding, not the derivative (no verdict on backward); {fix}; "
-                         f"e.g. {median.text}")
+        row.diagnosis = (
+            f"finite differences cannot check it at eps={tol.eps:g}: forward computes in "
+            f"{median.grid} or lower precision (its outputs change in steps of about {median.step:.2g}), "
+            f"so they measure rounding, not the derivative (no verdict on backward); {fix}; "
+            f"e.g. {median.text}"
+        )
         return True
     closer = f"forward's precision limits finite differences at eps={tol.eps:g} too: to check closer, {fix}"
     row.diagnosis = "; ".join(d for d in [row.diagnosis, wrong[0].text, closer] if d)
@@ -345,27 +477,46 @@ def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, agai
         return False
     given = "the spec's" if {"atol", "rtol"} & set(tol.given) else grid or "float32"
     inside = f"{grid} or lower precision" if grid else "low precision"
-    what = (f"forward computes in {inside} inside, so finite differences at eps={tol.eps:g} "
-            f"measure rounding: judged at eps {eps:g} with {given} tolerances (atol {atol:g}, rtol {rtol:g})")
+    what = (
+        f"forward computes in {inside} inside, so finite differences at eps={tol.eps:g} "
+        f"measure rounding: judged at eps {eps:g} with {given} tolerances (atol {atol:g}, rtol {rtol:g})"
+    )
     if row.status is Status.PASS and tol.strict:  # agreeing at a step and tolerance the user did not choose
-        setting = ", ".join(f"{k}: {_yaml_number(v)}" for k, v, was in (("eps", eps, tol.eps), ("atol", atol, tol.atol),
-                                                                         ("rtol", rtol, tol.rtol)) if v != was)
+        setting = ", ".join(
+            f"{k}: {_yaml_number(v)}"
+            for k, v, was in (("eps", eps, tol.eps), ("atol", atol, tol.atol), ("rtol", rtol, tol.rtol))
+            if v != was
+        )
         row.status, row.pattern, row.ratio = Status.FAIL, Pattern.PRECISION, None
-        row.diagnosis = (f"{what}, it agrees; --strict does not count a check limited by forward's precision as a "
-                         f"pass: set `tolerance: {{{setting}}}` in the spec to choose that check, or give "
-                         "`reference: pkg.mod:fn` for a tighter one")
+        row.diagnosis = (
+            f"{what}, it agrees; --strict does not count a check limited by forward's precision as a "
+            f"pass: set `tolerance: {{{setting}}}` in the spec to choose that check, or give "
+            "`reference: pkg.mod:fn` for a tighter one"
+        )
     elif row.status is Status.PASS:
         row.pattern, row.ratio = Pattern.PRECISION, None  # a factor below rtol is float32 noise here
-        row.diagnosis = "; ".join([f"{what}; a relative error below about {rtol:g} cannot be seen this way; give "
-                                   "`reference: pkg.mod:fn` for a tighter check", *([row.reason] if row.at_kinks
-                                                                                     and row.reason else [])])
+        row.diagnosis = "; ".join(
+            [
+                f"{what}; a relative error below about {rtol:g} cannot be seen this way; give "
+                "`reference: pkg.mod:fn` for a tighter check",
+                *([row.reason] if row.at_kinks and row.reason else []),
+            ]
+        )
     else:
         row.diagnosis = f"{what}: {row.diagnosis or f'{row.mismatched} of {row.numel} elements out of tolerance'}"
     return True
 
 
-def _again(ctx: CheckContext, calls: tuple[Callable[[Sequence[Any]], Any], Any, Vjp], outputs: tuple[Any, ...],
-           positions: list[int], plain: list[Any], leaf: torch.Tensor, x: torch.Tensor, i: int) -> Again:
+def _again(
+    ctx: CheckContext,
+    calls: tuple[Callable[[Sequence[Any]], Any], Any, Vjp],
+    outputs: tuple[Any, ...],
+    positions: list[int],
+    plain: list[Any],
+    leaf: torch.Tensor,
+    x: torch.Tensor,
+    i: int,
+) -> Again:
     """How argument ``i`` (its leaf in the graph of ``outputs``, ``x`` its copy inside ``plain`` that
     finite differences move) is judged again at another tolerance: compared element by element as
     ``_check`` does (same layout, memory bound and budget), its row refilled and reexamined."""
@@ -373,12 +524,34 @@ def _again(ctx: CheckContext, calls: tuple[Callable[[Sequence[Any]], Any], Any, 
     opts = ctx.options
 
     def judge(row: InputReport, t: Tolerance) -> None:
-        layout, (entry,) = compare(forward, outputs, positions, [leaf], plain, [x], eps=t.eps, atol=t.atol,
-                                   rtol=t.rtol, memory_bytes=opts.memory_bytes, grad=backward, streams=ctx.streams,
-                                   batched=batched, budget=work_limit(ctx, "backward", [i], outputs, positions,
-                                                                      fast=True), compress=opts.compress)
-        fresh = InputReport(row.index, row.name, row.shape, row.dtype, Status.PASS, numel=row.numel, line=row.line,
-                            role=row.role, via=row.via)
+        layout, (entry,) = compare(
+            forward,
+            outputs,
+            positions,
+            [leaf],
+            plain,
+            [x],
+            eps=t.eps,
+            atol=t.atol,
+            rtol=t.rtol,
+            memory_bytes=opts.memory_bytes,
+            grad=backward,
+            streams=ctx.streams,
+            batched=batched,
+            budget=work_limit(ctx, "backward", [i], outputs, positions, fast=True),
+            compress=opts.compress,
+        )
+        fresh = InputReport(
+            row.index,
+            row.name,
+            row.shape,
+            row.dtype,
+            Status.PASS,
+            numel=row.numel,
+            line=row.line,
+            role=row.role,
+            via=row.via,
+        )
         fill_jacobian(fresh, entry, layout, ctx.bound.values[i], outputs)
         columns = partial(kinks.analytical_columns, backward, outputs, positions, leaf, memory_bytes=opts.memory_bytes)
         _reexamine(fresh, entry, forward, plain, x, positions, t, columns)  # no third judgement
@@ -394,8 +567,17 @@ def _yaml_number(v: float) -> str:
     return text if "e" not in text else f"{v:.1e}".replace("e-0", "e-").replace("e+0", "e+")
 
 
-def _strict(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: torch.Tensor, positions: list[int],
-            w: torch.Tensor, eps: float, streams: Streams) -> None:
+def _strict(
+    row: InputReport,
+    entry: Entry,
+    forward: Any,
+    plain: list[Any],
+    x: torch.Tensor,
+    positions: list[int],
+    w: torch.Tensor,
+    eps: float,
+    streams: Streams,
+) -> None:
     """--strict: a systematic factor r (within tolerance, constant everywhere) fails when |r - 1| is
     well beyond the finite differences' own error, estimated along one random direction u (from
     steps eps and eps/2, and the outputs' rounding), and the analytical u^T J^T w shows the same factor there."""
@@ -409,31 +591,45 @@ def _strict(row: InputReport, entry: Entry, forward: Any, plain: list[Any], x: t
     factor = ratio_text(row.ratio, entry.rtol)
     if off > STRICT_MARGIN * own:
         row.status = Status.FAIL
-        row.diagnosis = (f"analytical is {factor} numerical everywhere: within tolerance, but the finite "
-                         f"differences' own error is only about {own:.1g} (from steps eps and eps/2, and rounding), "
-                         f"so that is a systematic factor (a constant slightly off?); strict fails it")
+        row.diagnosis = (
+            f"analytical is {factor} numerical everywhere: within tolerance, but the finite "
+            f"differences' own error is only about {own:.1g} (from steps eps and eps/2, and rounding), "
+            f"so that is a systematic factor (a constant slightly off?); strict fails it"
+        )
     else:
-        row.diagnosis = (f"within tolerance, analytical is {factor} numerical everywhere; the finite differences' own "
-                         f"error (about {own:.1g}) could explain that, so strict lets it pass")
+        row.diagnosis = (
+            f"within tolerance, analytical is {factor} numerical everywhere; the finite differences' own "
+            f"error (about {own:.1g}) could explain that, so strict lets it pass"
+        )
 
 
-def _determinism(outputs: tuple[Any, ...], positions: list[int], inputs: list[torch.Tensor], names: list[str],
-                 gen: torch.Generator, nondet_tol: float, repeat: int) -> list[str]:
+def _determinism(
+    outputs: tuple[Any, ...],
+    positions: list[int],
+    inputs: list[torch.Tensor],
+    names: list[str],
+    gen: torch.Generator,
+    nondet_tol: float,
+    repeat: int,
+) -> list[str]:
     """Backward ``repeat`` times with the same signed random grad_output must agree within nondet_tol."""
     live = [outputs[p] for p in positions if outputs[p].requires_grad]
     if not live or not inputs:
         return []
     probes = [probe_like(o, gen) for o in live]
-    runs = [guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [p.clone() for p in probes])
-            for _ in range(repeat)]
+    runs = [
+        guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [p.clone() for p in probes]) for _ in range(repeat)
+    ]
     problems = []
     for name, first, *rest in zip(names, *runs):
         if first is None or any(g is None for g in rest):
             continue
         spread = max(contract.max_difference(first, g) for g in rest)
         if not spread <= nondet_tol:
-            problems.append(f"backward is not deterministic for '{name}': {repeat} calls with the same grad_output "
-                            f"differ by up to {spread:.3g}; {contract.nondet_hint(spread)}")
+            problems.append(
+                f"backward is not deterministic for '{name}': {repeat} calls with the same grad_output "
+                f"differ by up to {spread:.3g}; {contract.nondet_hint(spread)}"
+            )
     return problems
 
 
@@ -441,8 +637,11 @@ def _not_judged(result: CheckResult, row: InputReport, oracle: bool) -> None:
     """A row finite differences cannot judge (forward's precision, at any step): not checked, and
     why in the message, where the reference check judges it or the check runs under `checks: all`;
     named, it stays a fail that says what to do."""
-    words = (f"{row.diagnosis.split('; ')[0]}; the reference check judges it" if oracle and row.diagnosis
-             else f"{row.diagnosis} (a skip under `checks: all`; naming backward makes it a fail)")
+    words = (
+        f"{row.diagnosis.split('; ')[0]}; the reference check judges it"
+        if oracle and row.diagnosis
+        else f"{row.diagnosis} (a skip under `checks: all`; naming backward makes it a fail)"
+    )
     result.warnings.append(f"'{row.name}' not checked: {words}")
     row.status, row.reason, row.mismatched = Status.SKIP, NO_VERDICT, 0
 
@@ -461,8 +660,15 @@ def _finish(result: CheckResult, found: contract.Findings, more: list[str], star
             return f"gradient of '{r.name}': {r.diagnosis}"
         return f"gradient of '{r.name}' is wrong" if r.mismatched else None
 
-    return conclude(result, start, found.failures + more, wrong,
-                    lambda right: f"{len(right)} argument{'s' * (len(right) != 1)} checked, all within tolerance",
-                    nothing=("finite differences cannot judge it (forward's precision: see the warnings)"
-                             if any(r.reason == NO_VERDICT for r in result.inputs)
-                             else "no argument requires grad: nothing to compare"))
+    return conclude(
+        result,
+        start,
+        found.failures + more,
+        wrong,
+        lambda right: f"{len(right)} argument{'s' * (len(right) != 1)} checked, all within tolerance",
+        nothing=(
+            "finite differences cannot judge it (forward's precision: see the warnings)"
+            if any(r.reason == NO_VERDICT for r in result.inputs)
+            else "no argument requires grad: nothing to compare"
+        ),
+    )

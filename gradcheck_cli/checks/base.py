@@ -1,5 +1,6 @@
 """What every check gets and shares: its context (target, bound arguments, device, options),
 and calling the user's forward safely."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -68,8 +69,9 @@ class CheckContext:
         return self.bound.streams
 
 
-def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind = ErrorKind.FORWARD,
-                 what: str = "forward") -> Any:
+def call_forward(
+    target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind = ErrorKind.FORWARD, what: str = "forward"
+) -> Any:
     """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled
     ``kind`` / ``what`` (as in ``guarded``).
 
@@ -91,16 +93,25 @@ def call_forward(target: Target, bound: Bound, values: Sequence[Any], kind: Erro
     finally:
         bound.rng.release()
     if not isinstance(out, torch.Tensor) and not any(isinstance(o, torch.Tensor) for o in as_tuple(out)):
-        raise UserCodeError(ErrorKind.FORWARD, f"{what} returned {_returned(out)}, not a tensor or a tuple of tensors: "
-                                               "there is no output to differentiate (a missing `return`?)")
-    eight = [(p, o) for p, o in enumerate(as_tuple(out)) if isinstance(o, torch.Tensor) and o.is_floating_point()
-             and o.dtype.itemsize == 1]
+        raise UserCodeError(
+            ErrorKind.FORWARD,
+            f"{what} returned {_returned(out)}, not a tensor or a tuple of tensors: "
+            "there is no output to differentiate (a missing `return`?)",
+        )
+    eight = [
+        (p, o)
+        for p, o in enumerate(as_tuple(out))
+        if isinstance(o, torch.Tensor) and o.is_floating_point() and o.dtype.itemsize == 1
+    ]
     if eight:
         p, o = eight[0]
-        raise UserCodeError(ErrorKind.FORWARD, f"{what} returned a {str(o.dtype)[6:]} tensor (output {p}): 8-bit "
-                                               "floats step by an eighth or more of their value, so no gradient can be "
-                                               "judged through them; return the value before the cast to 8 bits (cast "
-                                               "outside the Function), or compare a wider kernel with `reference:`")
+        raise UserCodeError(
+            ErrorKind.FORWARD,
+            f"{what} returned a {str(o.dtype)[6:]} tensor (output {p}): 8-bit "
+            "floats step by an eighth or more of their value, so no gradient can be "
+            "judged through them; return the value before the cast to 8 bits (cast "
+            "outside the Function), or compare a wider kernel with `reference:`",
+        )
     return out
 
 
@@ -201,8 +212,14 @@ def refuse_if_too_big(ctx: CheckContext, outputs: tuple[Any, ...]) -> None:
         raise UserCodeError(ErrorKind.OUT_OF_MEMORY, refusal)
 
 
-def work_limit(ctx: CheckContext, check: str, checked: Sequence[int], outputs: tuple[Any, ...],
-               positions: Sequence[int], fast: bool = False) -> Callable[[int, int], None]:
+def work_limit(
+    ctx: CheckContext,
+    check: str,
+    checked: Sequence[int],
+    outputs: tuple[Any, ...],
+    positions: Sequence[int],
+    fast: bool = False,
+) -> Callable[[int, int], None]:
     """The ``budget`` of ``numerics.compare`` (``calls`` of forward and backward, ``passes`` over
     the analytical rows): an element-by-element comparison whose calls, each over all the
     arguments' and outputs' elements, come to more than WORK_LIMIT element visits would not finish
@@ -213,21 +230,31 @@ def work_limit(ctx: CheckContext, check: str, checked: Sequence[int], outputs: t
     size += sum(real_numel(o) for o in outputs if isinstance(o, torch.Tensor))
     shapes = ", ".join(f"'{bound.names[i]}' {list(bound.values[i].shape)}" for i in checked)
     outs = ", ".join(str(list(outputs[p].shape)) for p in positions)
-    remedy = ("use --fast (a few random probes v^T J u per argument, element by element only where one fails), "
-              "or smaller shapes in the spec" if fast else
-              f"give {check} smaller shapes (a case of its own in the spec), or leave it out for these shapes")
+    remedy = (
+        "use --fast (a few random probes v^T J u per argument, element by element only where one fails), "
+        "or smaller shapes in the spec"
+        if fast
+        else f"give {check} smaller shapes (a case of its own in the spec), or leave it out for these shapes"
+    )
 
     def budget(calls: int, passes: int) -> None:
         if calls * size <= WORK_LIMIT:
             return
-        memory = (f", as the analytical rows do not fit in --max-memory {ctx.options.memory_bytes / 2**20:g} MB and "
-                  f"are recomputed for each of {passes:,} blocks of columns (a larger --max-memory needs fewer)"
-                  if passes > 1 else "")
-        raise UserCodeError(ErrorKind.TOO_LARGE, (
-            f"the {check} check was not started: comparing {shapes} with output{'s' * (len(positions) != 1)} {outs} "
-            f"element by element takes about {calls:,} calls, each over {size:,} tensor elements{memory}: "
-            f"{calls * size:.1e} element visits, beyond the {WORK_LIMIT:.0e} that finish in reasonable time; "
-            f"{remedy}"))
+        memory = (
+            f", as the analytical rows do not fit in --max-memory {ctx.options.memory_bytes / 2**20:g} MB and "
+            f"are recomputed for each of {passes:,} blocks of columns (a larger --max-memory needs fewer)"
+            if passes > 1
+            else ""
+        )
+        raise UserCodeError(
+            ErrorKind.TOO_LARGE,
+            (
+                f"the {check} check was not started: comparing {shapes} with output{'s' * (len(positions) != 1)} "
+                f"{outs} element by element takes about {calls:,} calls, each over {size:,} tensor elements{memory}: "
+                f"{calls * size:.1e} element visits, beyond the {WORK_LIMIT:.0e} that finish in reasonable time; "
+                f"{remedy}"
+            ),
+        )
 
     return budget
 
@@ -241,6 +268,8 @@ def half_precision(bound: Bound, checked: list[int], order: str) -> Optional[str
         return None
     names = ", ".join(repr(bound.names[i]) for i in half)
     dtypes = " / ".join(sorted({str(bound.values[i].dtype)[6:] for i in half}))
-    return (f"{names} {'is' if len(half) == 1 else 'are'} {dtypes}: finite differences in half precision measure "
-            f"its rounding (about 1e-3 relative), not {order}, so they cannot judge it; the reference check "
-            "judges a half-precision kernel against a plain PyTorch implementation (`reference: pkg.mod:fn`)")
+    return (
+        f"{names} {'is' if len(half) == 1 else 'are'} {dtypes}: finite differences in half precision measure "
+        f"its rounding (about 1e-3 relative), not {order}, so they cannot judge it; the reference check "
+        "judges a half-precision kernel against a plain PyTorch implementation (`reference: pkg.mod:fn`)"
+    )

@@ -17,6 +17,7 @@ used correctly, that is torch's limit, not the Function's: the batch of grad_out
 ``is_grads_batched`` (torch's older vmap, the one torch.autograd.gradcheck uses) cannot run goes through
 torch.func.vmap over backward instead, and where neither can batch it the check skips naming the op.
 """
+
 from __future__ import annotations
 
 import re
@@ -44,38 +45,55 @@ MAX_DIMS = 64  # torch's limit on a tensor's dimensions
 JITTER = 0.01  # batch members 1.. of the inputs: the input times (1 + JITTER * noise)
 METHODS = ("forward", "backward", "setup_context", "vmap", "jvp")  # a Function's methods, to say which one failed
 IN_PLACE = ("being vmapped over but `self` not", "doesn't match the broadcast shape")  # torch's words for it
-BUFFER = ("writes batched values in place into a tensor it created itself (e.g. `out = torch.zeros_like(x); "
-          "out += grad` or `out[idx] = grad`)")
-BUFFER_FIX = ("that tensor has no batch dimension; compute the result out of place, or create the buffer from the "
-              "batched value (torch.zeros_like(grad), grad.new_zeros(...))")
-BATCHED_USES = ("batched gradients through it fail (torch.autograd.functional.jacobian(vectorize=True), "
-                "torch.func.vmap over backward, torch.autograd.gradcheck(check_batched_grad=True))")
+BUFFER = (
+    "writes batched values in place into a tensor it created itself (e.g. `out = torch.zeros_like(x); "
+    "out += grad` or `out[idx] = grad`)"
+)
+BUFFER_FIX = (
+    "that tensor has no batch dimension; compute the result out of place, or create the buffer from the "
+    "batched value (torch.zeros_like(grad), grad.new_zeros(...))"
+)
+BATCHED_USES = (
+    "batched gradients through it fail (torch.autograd.functional.jacobian(vectorize=True), "
+    "torch.func.vmap over backward, torch.autograd.gradcheck(check_batched_grad=True))"
+)
 UNDER_ALL = " (a warning under `checks: all`; naming batched makes it a fail)"
 NAMED = "; batched was named explicitly, so that fails (`checks: all` makes it a warning)"
 
 
 # What vmap's refusals mean, in the user's terms: (fragments of torch's message, explanation).
 REFUSALS = [
-    (("aten::item", ".item()", "_local_scalar_dense"),
-     "calls .item() (or float()/int() of a tensor): under vmap a tensor holds a whole batch of values, so "
-     "there is no single Python number; keep the value a tensor"),
-    (("is_nonzero", "data-dependent control flow"),
-     "uses a tensor's value in Python control flow (`if t:`, `while`, `and`/`or`, bool(t)): under vmap every "
-     "batch element may need a different branch; compute both and pick with torch.where"),
+    (
+        ("aten::item", ".item()", "_local_scalar_dense"),
+        "calls .item() (or float()/int() of a tensor): under vmap a tensor holds a whole batch of values, so "
+        "there is no single Python number; keep the value a tensor",
+    ),
+    (
+        ("is_nonzero", "data-dependent control flow"),
+        "uses a tensor's value in Python control flow (`if t:`, `while`, `and`/`or`, bool(t)): under vmap every "
+        "batch element may need a different branch; compute both and pick with torch.where",
+    ),
     (IN_PLACE, f"{BUFFER}: {BUFFER_FIX}"),
-    (("doesn't have storage", "data pointer"),
-     "reads a tensor's memory directly (.tolist(), .numpy(), a C/C++ extension): a batched tensor has no "
-     "storage of its own; use torch operations"),
-    (("doesn't correspond to a device",),
-     "builds a tensor from a batched one with torch.tensor(...) or .new_tensor(...): use clone() or torch "
-     "operations"),
-    ((".out;", "_out;"),
-     "writes into a preallocated tensor with out=...: use the out-of-place form (e.g. `torch.mul(a, b)`)"),
-    (("setup_context staticmethod",),
-     "calls an autograd.Function that does not support vmap: give it `generate_vmap_rule = True` with "
-     "forward(...) without ctx and a setup_context staticmethod, or a `vmap` staticmethod"),
-    (("randomness",),
-     "draws random numbers: vmap refuses that unless told how (torch.func.vmap(..., randomness=...))"),
+    (
+        ("doesn't have storage", "data pointer"),
+        "reads a tensor's memory directly (.tolist(), .numpy(), a C/C++ extension): a batched tensor has no "
+        "storage of its own; use torch operations",
+    ),
+    (
+        ("doesn't correspond to a device",),
+        "builds a tensor from a batched one with torch.tensor(...) or .new_tensor(...): use clone() or torch "
+        "operations",
+    ),
+    (
+        (".out;", "_out;"),
+        "writes into a preallocated tensor with out=...: use the out-of-place form (e.g. `torch.mul(a, b)`)",
+    ),
+    (
+        ("setup_context staticmethod",),
+        "calls an autograd.Function that does not support vmap: give it `generate_vmap_rule = True` with "
+        "forward(...) without ctx and a setup_context staticmethod, or a `vmap` staticmethod",
+    ),
+    (("randomness",), "draws random numbers: vmap refuses that unless told how (torch.func.vmap(..., randomness=...))"),
 ]
 
 
@@ -127,8 +145,10 @@ def untold(who: str, stage: str, exc: BaseException, outcome: str = "") -> str:
     text = str(inner).strip().splitlines()
     said = f"torch: {type(inner).__name__}: {(text[0] if text else '')[:200]}"
     at = f" at {where}" if where else ""
-    return (f"{stage} {outcome or 'cannot be checked here'}: it raised{at} where single calls did not, and the "
-            f"error does not say whether the code or torch's batching is at fault ({said})")
+    return (
+        f"{stage} {outcome or 'cannot be checked here'}: it raised{at} where single calls did not, and the "
+        f"error does not say whether the code or torch's batching is at fault ({said})"
+    )
 
 
 def _method(who: str, exc: BaseException) -> str:
@@ -211,13 +231,22 @@ def run(ctx: CheckContext) -> CheckResult:
     start, _, checked, result = begin(bound, "batched", "vmap")
     leaves, outputs, positions = graph_forward(target, bound)
     if not checked or not positions:
-        return skip(result, "no argument requires grad: nothing to batch" if not checked else
-                    "no output requires grad: there is no backward to batch", start)
+        return skip(
+            result,
+            "no argument requires grad: nothing to batch"
+            if not checked
+            else "no output requires grad: there is no backward to batch",
+            start,
+        )
     deepest = max((t.dim() for t in [leaves[i] for i in checked] + [outputs[p] for p in positions]), default=0)
     if deepest >= MAX_DIMS:  # torch's assert in its batching code, not a fault of the Function
-        return unsupported(result, f"vmap adds a batch dimension, and a tensor of this case already has {deepest} "
-                                   f"(torch allows at most {MAX_DIMS}): batched gradients cannot be checked here",
-                           start, ctx.named)
+        return unsupported(
+            result,
+            f"vmap adds a batch dimension, and a tensor of this case already has {deepest} "
+            f"(torch allows at most {MAX_DIMS}): batched gradients cannot be checked here",
+            start,
+            ctx.named,
+        )
     gen = ctx.streams.generator(Stream.BATCHED)
     found = Stacks()
     with warnings.catch_warnings():
@@ -226,23 +255,37 @@ def run(ctx: CheckContext) -> CheckResult:
         if target.declares_vmap:
             _vmapped_forward(target, bound, checked, positions, gen, found)
         elif target.is_function:
-            found.notes.append(f"forward not vmapped: {target.obj.__name__} declares no vmap support (add "
-                               "`generate_vmap_rule = True` with setup_context, or a `vmap` staticmethod, to use "
-                               "it under torch.func.vmap)")
+            found.notes.append(
+                f"forward not vmapped: {target.obj.__name__} declares no vmap support (add "
+                "`generate_vmap_rule = True` with setup_context, or a `vmap` staticmethod, to use "
+                "it under torch.func.vmap)"
+            )
     if isinstance(target, OpTarget) and not target.declares_vmap:
-        result.warnings.append(f"vmap has no batching rule for {target.name}: under torch.func.vmap torch runs it once "
-                               "per batch element (its fallback: right, but slow; torch's 'performance drop' warning "
-                               "for it is not printed); register one with @torch.library.register_vmap")
+        result.warnings.append(
+            f"vmap has no batching rule for {target.name}: under torch.func.vmap torch runs it once "
+            "per batch element (its fallback: right, but slow; torch's 'performance drop' warning "
+            "for it is not printed); register one with @torch.library.register_vmap"
+        )
     return _finish(result, start, bound, checked, found, opts.tolerance.nondet_tol, ctx.named)
 
 
-def _batched_grad_outputs(leaves: list[Any], outputs: tuple[Any, ...], positions: list[int], checked: list[int],
-                          gen: torch.Generator, found: Stacks) -> None:
+def _batched_grad_outputs(
+    leaves: list[Any],
+    outputs: tuple[Any, ...],
+    positions: list[int],
+    checked: list[int],
+    gen: torch.Generator,
+    found: Stacks,
+) -> None:
     """One backward with BATCH grad_outputs at once against BATCH separate backward calls."""
     live, inputs = [outputs[p] for p in positions], [leaves[i] for i in checked]
     stacks = [torch.stack([probe_like(o, gen) for _ in range(BATCH)]) for o in live]
-    loop = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [s[b].clone() for s in stacks]),
-                          inputs) for b in range(BATCH)]
+    loop = [
+        zeros_if_none(
+            guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [s[b].clone() for s in stacks]), inputs
+        )
+        for b in range(BATCH)
+    ]
     stage = "backward with a batch of grad_outputs (vmap over backward)"
     sent = [s.clone() for s in stacks]
     how = "one backward"
@@ -262,12 +305,20 @@ def _batched_grad_outputs(leaves: list[Any], outputs: tuple[Any, ...], positions
             else:
                 found.limits.append(untold("backward", stage, again))
             return
-        found.notes.append(untold("backward", "is_grads_batched (the vmap torch.autograd.gradcheck uses)", exc,
-                                  "cannot run it, so the batch went through torch.func.vmap over backward instead"))
+        found.notes.append(
+            untold(
+                "backward",
+                "is_grads_batched (the vmap torch.autograd.gradcheck uses)",
+                exc,
+                "cannot run it, so the batch went through torch.func.vmap over backward instead",
+            )
+        )
         how = "torch.func.vmap over backward"
     if any(not torch.equal(a, b) for a, b in zip(sent, stacks)):
-        found.problems.append("backward modified grad_output in place: under vmap the whole batch of grad_outputs "
-                              "is changed; clone it before changing it (`grad_output = grad_output.clone()`)")
+        found.problems.append(
+            "backward modified grad_output in place: under vmap the whole batch of grad_outputs "
+            "is changed; clone it before changing it (`grad_output = grad_output.clone()`)"
+        )
     want = [torch.stack(shards) for shards in zip(*loop)]
     found.add("batched grad_outputs", checked, zeros_if_none(got, inputs, (BATCH,)), want)
     found.agreed.append(f"{how} with {BATCH} grad_outputs = {BATCH} backward calls")
@@ -275,6 +326,7 @@ def _batched_grad_outputs(leaves: list[Any], outputs: tuple[Any, ...], positions
 
 def _func_vmapped_grad(live: list[Any], inputs: list[Any], stacks: list[torch.Tensor]) -> list[torch.Tensor]:
     """The batch of grad_outputs through torch.func.vmap over torch.autograd.grad of the graph built."""
+
     def one(*grads: torch.Tensor) -> tuple[torch.Tensor, ...]:
         got = torch.autograd.grad(live, inputs, grads, retain_graph=True, allow_unused=True)
         return tuple(zeros_if_none(got, inputs))
@@ -282,8 +334,9 @@ def _func_vmapped_grad(live: list[Any], inputs: list[Any], stacks: list[torch.Te
     return list(torch.func.vmap(one)(*stacks))
 
 
-def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions: list[int],
-                     gen: torch.Generator, found: Stacks) -> None:
+def _vmapped_forward(
+    target: Target, bound: Bound, checked: list[int], positions: list[int], gen: torch.Generator, found: Stacks
+) -> None:
     """torch.func.vmap over forward, and over forward + backward (the whole vjp), against loops."""
     plain = fresh_leaves(bound.values, grad=False)
     groups = {i: [j for j, v in enumerate(bound.values) if v is bound.values[i]] for i in checked}
@@ -316,13 +369,17 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
             continue
         want = torch.stack([x.detach() for x in w])
         if g.shape != want.shape:
-            found.problems.append(f"vmap over forward returned output {p} with shape {list(g.shape[1:])} per batch "
-                                  f"element, but forward returns {list(want.shape[1:])}{hint}")
+            found.problems.append(
+                f"vmap over forward returned output {p} with shape {list(g.shape[1:])} per batch "
+                f"element, but forward returns {list(want.shape[1:])}{hint}"
+            )
             return
         entry = agreement(g, want, same(g.dtype))
         if int(entry.bad.sum()):
-            found.problems.append(f"vmap over forward differs from a loop of forwards for output {p} (max abs err "
-                                  f"{entry.max_abs:.3g}, batch element {entry.worst_row}){hint}")
+            found.problems.append(
+                f"vmap over forward differs from a loop of forwards for output {p} (max abs err "
+                f"{entry.max_abs:.3g}, batch element {entry.worst_row}){hint}"
+            )
             return
     found.agreed.append(f"vmap over forward = {BATCH} forwards")
     if found.problems or found.hazards:  # backward already failed under vmap: vmapping it again says nothing new
@@ -330,7 +387,7 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
     cots = [torch.stack([probe_like(looped[0][p], gen) for _ in range(BATCH)]) for p in positions]
 
     def whole_vjp(*args: torch.Tensor) -> tuple[Any, ...]:
-        tensors, cot = args[: len(checked)], args[len(checked):]
+        tensors, cot = args[: len(checked)], args[len(checked) :]
         pull = torch.func.vjp(lambda *t: tuple(forward(*t)[p] for p in positions), *tensors)[1]
         return pull(tuple(cot))
 
@@ -339,8 +396,12 @@ def _vmapped_forward(target: Target, bound: Bound, checked: list[int], positions
     except Exception as exc:  # noqa: BLE001
         _refused(found, "forward or backward", "torch.func.vmap over forward and backward", exc)
         return
-    calls = [zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, [out[p] for p in positions], m,
-                                   [c[b] for c in cots]), m) for b, (m, out) in enumerate(zip(members, looped))]
+    calls = [
+        zeros_if_none(
+            guarded(ErrorKind.BACKWARD, "backward", vjp, [out[p] for p in positions], m, [c[b] for c in cots]), m
+        )
+        for b, (m, out) in enumerate(zip(members, looped))
+    ]
     found.add("vmap over forward and backward", checked, list(got), [torch.stack(s) for s in zip(*calls)])
     found.agreed.append(f"vmap over forward and backward = {BATCH} forward and backward calls")
 
@@ -363,12 +424,15 @@ def _jittered(value: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
 def _out_dims_hint(target: Target) -> str:
     if not target.own_vmap:
         return ""
-    return (": the `vmap` staticmethod must return out_dims that say where the batch dimension of each "
-            "output is (0 after moving it to the front), and compute every batch element like forward")
+    return (
+        ": the `vmap` staticmethod must return out_dims that say where the batch dimension of each "
+        "output is (0 after moving it to the front), and compute every batch element like forward"
+    )
 
 
-def _finish(result: CheckResult, start: float, bound: Bound, checked: list[int], found: Stacks,
-            nondet_tol: float, named: bool) -> CheckResult:
+def _finish(
+    result: CheckResult, start: float, bound: Bound, checked: list[int], found: Stacks, nondet_tol: float, named: bool
+) -> CheckResult:
     """Rows from the stacks, status and message from the rows, the problems and the hazards (a failure when
     the check was ``named``, else a warning)."""
     for i in checked:
@@ -377,18 +441,26 @@ def _finish(result: CheckResult, start: float, bound: Bound, checked: list[int],
             row.status, row.reason = Status.SKIP, "not compared: vmap failed (see the message)"
             continue
         got, want = torch.cat(found.got[i]), torch.cat(found.want[i])
-        fill(row, agreement(got, want, same(bound.values[i].dtype, nondet_tol)), bound.values[i],
-             lambda r: found.labels[r])
+        fill(
+            row,
+            agreement(got, want, same(bound.values[i].dtype, nondet_tol)),
+            bound.values[i],
+            lambda r: found.labels[r],
+        )
         row.reason = f"{len(found.labels)} batched results against as many separate calls"
 
     def wrong(r: InputReport) -> str:
-        return (f"the gradient of '{r.name}' differs when batched (max abs err {r.max_abs_err:.3g}, "
-                f"{r.worst_output}): backward must treat each grad_output on its own (no state kept "
-                "between calls, no in-place changes)")
+        return (
+            f"the gradient of '{r.name}' differs when batched (max abs err {r.max_abs_err:.3g}, "
+            f"{r.worst_output}): backward must treat each grad_output on its own (no state kept "
+            "between calls, no in-place changes)"
+        )
 
     def passed(right: list[InputReport]) -> str:
-        return (f"{', '.join(repr(r.name) for r in right)} agree{'s' * (len(right) == 1)} under vmap: "
-                f"{', '.join(found.agreed)}")
+        return (
+            f"{', '.join(repr(r.name) for r in right)} agree{'s' * (len(right) == 1)} under vmap: "
+            f"{', '.join(found.agreed)}"
+        )
 
     compared = bool(found.got)
     hazards = list(dict.fromkeys(found.hazards))
@@ -397,6 +469,13 @@ def _finish(result: CheckResult, start: float, bound: Bound, checked: list[int],
     if not named:
         result.warnings += hazards
     alone = not compared and not problems  # the hazards are then all the message says (a skip)
-    return conclude(result, start, problems, wrong, passed, name_right=False,
-                    nothing="; ".join(warned + found.limits) or None,
-                    notes=([] if alone else warned) + found.notes + (found.limits if compared else []))
+    return conclude(
+        result,
+        start,
+        problems,
+        wrong,
+        passed,
+        name_right=False,
+        nothing="; ".join(warned + found.limits) or None,
+        notes=([] if alone else warned) + found.notes + (found.limits if compared else []),
+    )

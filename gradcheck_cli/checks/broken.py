@@ -1,6 +1,7 @@
 """A check whose call of backward raised, because backward breaks its contract: the same fail as the
 backward check's, in its words (a case's verdict does not depend on which checks run). The runner
 asks ``instead_of_error`` for every check that raised, so no check needs to ask itself."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -21,8 +22,9 @@ def contract_failure(ctx: CheckContext, result: CheckResult, start: float) -> Op
     if not ctx.target.is_function:
         return None
     try:
-        found = contract.inspect(ctx.target, ctx.bound, ctx.streams.generator(Stream.BACKWARD),
-                                 ctx.tolerance.nondet_tol, 2)
+        found = contract.inspect(
+            ctx.target, ctx.bound, ctx.streams.generator(Stream.BACKWARD), ctx.tolerance.nondet_tol, 2
+        )
     except UserCodeError:
         return None
     if not found.fatal:

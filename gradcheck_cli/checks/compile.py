@@ -15,6 +15,7 @@ backend with its own RNG (inductor): that is a skip ("RNG differs"), not a wrong
 breaks are warnings, with their reasons. Eager and compiled runs get fresh leaves, and a module's buffers
 as built; a difference is reported only when a second run on fresh copies shows it again.
 """
+
 from __future__ import annotations
 
 import logging
@@ -45,8 +46,11 @@ from .verdict import begin, conclude, skip, unsupported
 
 VJP = "torch.func.vjp"
 # logger -> its level while compiling; fake_tensor's traceback of a failing fake kernel: the check's message says it
-QUIET = {"torch._dynamo": logging.ERROR, "torch._inductor": logging.ERROR,
-         "torch._subclasses.fake_tensor": logging.CRITICAL}
+QUIET = {
+    "torch._dynamo": logging.ERROR,
+    "torch._inductor": logging.ERROR,
+    "torch._subclasses.fake_tensor": logging.CRITICAL,
+}
 _PATCHED = ("__init__", "__setstate__", "___needs_generation_tag_patch")  # what dynamo patches on nn.Module
 _MISSING = object()
 _GUARD_PROFILE = "profile_guard_manager"  # torch._dynamo.guards times every guard it builds, for its logs
@@ -88,9 +92,11 @@ def run(ctx: CheckContext) -> CheckResult:
         second.message += "; confirmed by a second run on fresh copies"
         return second
     outcome = "agreed" if second.status is Status.PASS else f"ended {second.status.value} ({second.message})"
-    second.warnings.append(f"a first run under torch.compile differed from eager ({first.message}), a second run on "
-                           f"fresh copies (inputs, parameters and buffers as built, a fresh torch.compile) {outcome}: "
-                           "the difference is not reproducible, so it is not reported")
+    second.warnings.append(
+        f"a first run under torch.compile differed from eager ({first.message}), a second run on "
+        f"fresh copies (inputs, parameters and buffers as built, a fresh torch.compile) {outcome}: "
+        "the difference is not reproducible, so it is not reported"
+    )
     return second
 
 
@@ -113,45 +119,66 @@ def _attempt(ctx: CheckContext) -> CheckResult:
     plain = lambda *values: call(_copied(values) if bound.clone_inputs else values, n, kw)  # noqa: E731
     try:
         with _compiling(breaks):
-            compiled = side(_Calls(target.path, torch.compile(plain, backend=backend), target), bound, bound.values,
-                            checked, f"torch.compile(forward, backend={backend!r})")
+            compiled = side(
+                _Calls(target.path, torch.compile(plain, backend=backend), target),
+                bound,
+                bound.values,
+                checked,
+                f"torch.compile(forward, backend={backend!r})",
+            )
             outs = [output_row(p, compiled.outputs, eager.outputs, None, rule) for p in range(len(eager.outputs))]
             for r in outs:
                 r.diagnosis = _words(r, ["forward"]) if r.status is Status.FAIL else None
             if any(r.status is Status.FAIL for r in outs) and _random(target, bound, eager.outputs):
                 result.warnings += _break_notes(breaks)
-                return skip(result, f"RNG differs: forward draws random numbers (its outputs change with the seed) "
-                                    f"and the code torch.compile (backend {backend!r}) makes draws other ones, so its "
-                                    "outputs and gradients cannot be compared with eager's", start)
+                return skip(
+                    result,
+                    f"RNG differs: forward draws random numbers (its outputs change with the seed) "
+                    f"and the code torch.compile (backend {backend!r}) makes draws other ones, so its "
+                    "outputs and gradients cannot be compared with eager's",
+                    start,
+                )
             compiled.grads = gradients(compiled, probes, f"backward of torch.compile(forward, backend={backend!r})")
     except UserCodeError as exc:
         result.warnings += _break_notes(breaks)
-        return unsupported(result, f"torch.compile (backend {backend!r}) failed on it: {_first_line(exc)}", start,
-                           ctx.named)
+        return unsupported(
+            result, f"torch.compile (backend {backend!r}) failed on it: {_first_line(exc)}", start, ctx.named
+        )
     paths = ["backward"]
     via_vjp, vjp_note = _vjp_path(target, bound, checked, positions, probes, backend, eager.grads, breaks)
     if via_vjp is not None:
         paths.append(VJP)
     for k, i in enumerate(checked):
-        _against(rows[i], {"backward": compiled.grads[k], **({VJP: via_vjp[k]} if via_vjp else {})},
-                 eager.grads[k], rule)
+        _against(
+            rows[i], {"backward": compiled.grads[k], **({VJP: via_vjp[k]} if via_vjp else {})}, eager.grads[k], rule
+        )
     rows += outs
     result.mode = f"{backend}: {', '.join(paths)}"
     result.warnings += _break_notes(breaks)
     notes = [_buffer_hazard(changed)] if changed and any(r.status is Status.FAIL for r in rows) else []
     notes += [vjp_note] if vjp_note else []
-    return conclude(result, start, [], _wrong, lambda right: _passed(right, backend, paths), name_right=False,
-                    nothing="nothing to compare: no argument requires grad and no output", notes=notes)
+    return conclude(
+        result,
+        start,
+        [],
+        _wrong,
+        lambda right: _passed(right, backend, paths),
+        name_right=False,
+        nothing="nothing to compare: no argument requires grad and no output",
+        notes=notes,
+    )
 
 
 def _buffer_hazard(names: list[str]) -> str:
     """What a forward that changes buffers in place risks under torch.compile, and the fix."""
     shown = ", ".join(f"'{n}'" for n in names)
     many = len(names) != 1
-    return (f"forward changes buffer{'s' * many} {shown} in place: the backward torch.compile makes may read "
-            f"{'them' if many else 'it'} as forward left {'them' if many else 'it'}, eager's reads the values "
-            f"forward used; assign the new values instead (`self.{names[0].rpartition('.')[2]} = ...` under "
-            "torch.no_grad()), which compiled and eager code differentiate alike")
+    return (
+        f"forward changes buffer{'s' * many} {shown} in place: the backward torch.compile makes may read "
+        f"{'them' if many else 'it'} as forward left {'them' if many else 'it'}, eager's reads the values "
+        f"forward used; assign the new values instead (`self.{names[0].rpartition('.')[2]} = ...` under "
+        "torch.no_grad()), which compiled and eager code differentiate alike"
+    )
 
 
 @contextmanager
@@ -177,8 +204,9 @@ def _traced(target: Target) -> Callable[[Sequence[Any], int, list[str]], Any]:
         split = n_positional + len(kw_names)
         params = values[split:]
         module, slots = target.on(str(params[0].device) if params else None)
-        return call_with(module, slots, list(params), list(values[:n_positional]),
-                         dict(zip(kw_names, values[n_positional:split])))
+        return call_with(
+            module, slots, list(params), list(values[:n_positional]), dict(zip(kw_names, values[n_positional:split]))
+        )
 
     return call
 
@@ -201,9 +229,16 @@ def _copied(values: Sequence[Any]) -> list[Any]:
     return [copy(v) for v in values]
 
 
-def _vjp_path(target: Target, bound: Bound, checked: list[int], positions: list[int],
-              probes: dict[int, torch.Tensor], backend: str, want: list[torch.Tensor],
-              breaks: dict[str, int]) -> tuple[Any, str]:
+def _vjp_path(
+    target: Target,
+    bound: Bound,
+    checked: list[int],
+    positions: list[int],
+    probes: dict[int, torch.Tensor],
+    backend: str,
+    want: list[torch.Tensor],
+    breaks: dict[str, int],
+) -> tuple[Any, str]:
     """The gradients from ``torch.compile(torch.func.vjp(...))``, or None and why that path was not run
     (torch.func cannot run the target eagerly: an autograd.Function without ``setup_context``)."""
     if not checked or not positions:
@@ -284,16 +319,21 @@ def _passed(right: list[InputReport], backend: str, paths: list[str]) -> str:
     grads = sum(r.role != "output" for r in right)
     outs = len(right) - grads
     parts = [f"{k} {w}{'s' * (k != 1)}" for k, w in ((grads, "gradient"), (outs, "output")) if k]
-    return (f"{' and '.join(parts)} under torch.compile (backend {backend!r}; {', '.join(paths)}) "
-            f"{'agrees' if len(right) == 1 else 'agree'} with eager")
+    return (
+        f"{' and '.join(parts)} under torch.compile (backend {backend!r}; {', '.join(paths)}) "
+        f"{'agrees' if len(right) == 1 else 'agree'} with eager"
+    )
 
 
 def _random(target: Target, bound: Bound, outputs: tuple[Any, ...]) -> bool:
     """Whether forward draws random numbers: eager's outputs change when the RNG starts elsewhere."""
     other = replace(bound, rng=None, streams=Streams(seed_plus(bound.streams.seed, 1)))
     again = as_tuple(call_forward(target, other, fresh_leaves(bound.values)))
-    return any(is_float_tensor(a) and not torch.equal(a.detach(), b.detach())
-               for a, b in zip(again, outputs) if isinstance(b, torch.Tensor) and a.shape == b.shape)
+    return any(
+        is_float_tensor(a) and not torch.equal(a.detach(), b.detach())
+        for a, b in zip(again, outputs)
+        if isinstance(b, torch.Tensor) and a.shape == b.shape
+    )
 
 
 @contextmanager
@@ -363,13 +403,15 @@ def _break_notes(breaks: dict[str, int]) -> list[str]:
     total = sum(breaks.values())
     shown = "; ".join(_short(r) for r in list(breaks)[:BREAKS_SHOWN])
     more = f"; and {len(breaks) - BREAKS_SHOWN} more" if len(breaks) > BREAKS_SHOWN else ""
-    return [f"torch.compile broke the graph {total} time{'s' * (total != 1)} (each break runs eagerly between "
-            f"compiled pieces): {shown}{more}"]
+    return [
+        f"torch.compile broke the graph {total} time{'s' * (total != 1)} (each break runs eagerly between "
+        f"compiled pieces): {shown}{more}"
+    ]
 
 
 def _short(text: str, limit: int = 200) -> str:
     line = " ".join(text.split()).split(" Explanation:")[0]  # dynamo's reasons go on with advice
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _first_line(exc: BaseException) -> str:
@@ -388,4 +430,3 @@ def _unavailable() -> str:
     except RuntimeError as exc:
         return str(exc)
     return ""
-

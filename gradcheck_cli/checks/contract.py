@@ -6,6 +6,7 @@ broadcast dimensions, in-place changes) is seen as the user wrote it. ``in_use``
 autograd's use of backward needs of any target: linearity in grad_output, and undefined output
 gradients treated as zeros.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,26 +61,34 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     copies = fresh_leaves(leaves, grad=False)  # a tensor passed twice is one copy, as in ``leaves``
     before = [v if isinstance(v, torch.Tensor) else None for v in copies]
     outputs = as_tuple(call_forward(target, bound, leaves))
-    after_forward = [b if b is None or same_values(v.detach(), b) else v.detach().clone()  # copied again where changed
-                     for v, b in zip(leaves, before)]
+    after_forward = [
+        b if b is None or same_values(v.detach(), b) else v.detach().clone()  # copied again where changed
+        for v, b in zip(leaves, before)
+    ]
     for i, (b, a) in enumerate(zip(before, after_forward)):
         if b is not None and a is not None and a is not b:
-            found.fail(f"forward modified '{bound.names[i]}' in place without ctx.mark_dirty: work on a copy "
-                       f"(x = x.clone()), or mark it with ctx.mark_dirty({bound.names[i]}) and return it; autograd "
-                       "does not know of the change, and every finite difference would be taken on a changed "
-                       "input", fatal=True, arg=i)
+            found.fail(
+                f"forward modified '{bound.names[i]}' in place without ctx.mark_dirty: work on a copy "
+                f"(x = x.clone()), or mark it with ctx.mark_dirty({bound.names[i]}) and return it; autograd "
+                "does not know of the change, and every finite difference would be taken on a changed "
+                "input",
+                fatal=True,
+                arg=i,
+            )
     if found.fatal:
         return found
     found.graph = leaves, outputs  # node.apply below leaves the graph as it was (unless fatal)
     found.copies = copies
     node = next((o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
     if node is None or getattr(type(node), "_forward_cls", None) is not target.obj:
-        found.warnings.append("backward's raw return values could not be inspected: "
-                              "no output carries this Function's graph node")
+        found.warnings.append(
+            "backward's raw return values could not be inspected: no output carries this Function's graph node"
+        )
         return found
     grads_in = [
         (probe_like(o, gen) if is_float_tensor(o) and o.requires_grad else torch.zeros_like(o))
-        if isinstance(o, torch.Tensor) else None
+        if isinstance(o, torch.Tensor)
+        else None
         for o in outputs
     ]
     apply = node.apply  # type: ignore[attr-defined]  # a Function's node (BackwardCFunction) has apply
@@ -90,17 +99,31 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     _check_returned(first, leaves, bound, found)
     for i, (g, k) in enumerate(zip(grads_in, kept)):
         if g is not None and k is not None and not torch.equal(g, k):
-            found.fail(f"backward modified grad_output{f' {i}' if len(kept) > 1 else ''} in place: "
-                       "clone it before changing it (grad_output may be shared with other parts of the graph)")
+            found.fail(
+                f"backward modified grad_output{f' {i}' if len(kept) > 1 else ''} in place: "
+                "clone it before changing it (grad_output may be shared with other parts of the graph)"
+            )
     for i, (v, b) in enumerate(zip(leaves, after_forward)):
         if b is not None and not same_values(v.detach(), b):
-            found.fail(f"backward modified input '{bound.names[i]}' in place: work on a copy "
-                       "(autograd refuses a saved tensor that was changed, and the gradients are wrong)",
-                       fatal=True, arg=i)
+            found.fail(
+                f"backward modified input '{bound.names[i]}' in place: work on a copy "
+                "(autograd refuses a saved tensor that was changed, and the gradients are wrong)",
+                fatal=True,
+                arg=i,
+            )
     if not found.fatal:
         with torch.no_grad():
-            again = [_values(guarded(ErrorKind.BACKWARD, "backward (called again)", apply, *[
-                k.clone() if k is not None else None for k in kept])) for _ in range(repeat - 1)]
+            again = [
+                _values(
+                    guarded(
+                        ErrorKind.BACKWARD,
+                        "backward (called again)",
+                        apply,
+                        *[k.clone() if k is not None else None for k in kept],
+                    )
+                )
+                for _ in range(repeat - 1)
+            ]
         _check_repeat(first, again, bound, nondet_tol, found)
         found.repeated = True
     if not found.failures and not found.warnings:  # autograd would pass the returned values on as they are
@@ -109,9 +132,18 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     return found
 
 
-def in_use(found: Findings, target: Target, bound: Bound, graph: tuple[list[Any], tuple[Any, ...]],
-           positions: list[int], checked: list[int], backward: Vjp,
-           given: Optional[tuple[list[Any], list[Any]]], streams: Streams, tol: Tolerance) -> None:
+def in_use(
+    found: Findings,
+    target: Target,
+    bound: Bound,
+    graph: tuple[list[Any], tuple[Any, ...]],
+    positions: list[int],
+    checked: list[int],
+    backward: Vjp,
+    given: Optional[tuple[list[Any], list[Any]]],
+    streams: Streams,
+    tol: Tolerance,
+) -> None:
     """Backward as autograd uses it, on the check's graph (leaves, outputs; left as it was): linear in
     grad_output (see ``linearity``), and undefined output gradients (None after
     ``ctx.set_materialize_grads(False)``) treated as zeros, as the ``undefined_grad`` check and
@@ -123,8 +155,16 @@ def in_use(found: Findings, target: Target, bound: Bound, graph: tuple[list[Any]
     if not live or not checked:
         return
     dense = ([given[0][p] for p in positions], given[1]) if given is not None else None
-    message, bad = linearity.examine(backward, live, positions, [leaves[i] for i in checked],
-                                     [bound.names[i] for i in checked], dense, streams.generator(Stream.LINEARITY), tol)
+    message, bad = linearity.examine(
+        backward,
+        live,
+        positions,
+        [leaves[i] for i in checked],
+        [bound.names[i] for i in checked],
+        dense,
+        streams.generator(Stream.LINEARITY),
+        tol,
+    )
     if message:
         found.failures.append(message)
         found.bad_args.update(checked[k] for k in bad)
@@ -152,37 +192,58 @@ def _check_returned(grads: tuple[Any, ...], leaves: list[Any], bound: Bound, fou
     n_in, names = len(leaves), bound.names
     if len(grads) < n_in or any(g is not None for g in grads[n_in:]):
         listed = ", ".join(names)
-        found.fail(f"backward returned {len(grads)} gradient{'s' * (len(grads) != 1)}, but forward takes "
-                   f"{n_in} input{'s' * (n_in != 1)} ({listed}): return one per input, None for those "
-                   "without a gradient", fatal=True)
+        found.fail(
+            f"backward returned {len(grads)} gradient{'s' * (len(grads) != 1)}, but forward takes "
+            f"{n_in} input{'s' * (n_in != 1)} ({listed}): return one per input, None for those "
+            "without a gradient",
+            fatal=True,
+        )
         return
     for i, (v, g) in enumerate(zip(leaves, grads)):
         name = names[i]
         if not isinstance(v, torch.Tensor):
             if g is not None:
-                found.fail(f"backward returned a gradient for '{name}', which is not a tensor "
-                           f"({type(v).__name__}): return None in position {i}", fatal=True, arg=i)
+                found.fail(
+                    f"backward returned a gradient for '{name}', which is not a tensor "
+                    f"({type(v).__name__}): return None in position {i}",
+                    fatal=True,
+                    arg=i,
+                )
             continue
         if g is None or not v.requires_grad:
             continue
         if not isinstance(g, torch.Tensor):
-            found.fail(f"backward returned a {type(g).__name__} for '{name}': return a tensor or None",
-                       fatal=True, arg=i)
+            found.fail(
+                f"backward returned a {type(g).__name__} for '{name}': return a tensor or None", fatal=True, arg=i
+            )
             continue
         if g.shape != v.shape:
             if _expandable(v.shape, g.shape):
-                found.warnings.append(f"backward returned shape {list(g.shape)} for '{name}' of shape "
-                                      f"{list(v.shape)}; autograd sums it down, but returning the input's "
-                                      "shape is clearer")
+                found.warnings.append(
+                    f"backward returned shape {list(g.shape)} for '{name}' of shape "
+                    f"{list(v.shape)}; autograd sums it down, but returning the input's "
+                    "shape is clearer"
+                )
             else:
-                found.fail(f"backward returned shape {list(g.shape)} for '{name}' of shape {list(v.shape)}: "
-                           "a gradient has its input's shape", fatal=True, arg=i)
+                found.fail(
+                    f"backward returned shape {list(g.shape)} for '{name}' of shape {list(v.shape)}: "
+                    "a gradient has its input's shape",
+                    fatal=True,
+                    arg=i,
+                )
         if g.device != v.device:
-            found.fail(f"backward returned the gradient of '{name}' on {g.device}, but '{name}' is on "
-                       f"{v.device}: create it on the input's device", fatal=True, arg=i)
+            found.fail(
+                f"backward returned the gradient of '{name}' on {g.device}, but '{name}' is on "
+                f"{v.device}: create it on the input's device",
+                fatal=True,
+                arg=i,
+            )
         elif g.dtype != v.dtype:
-            found.fail(f"backward returned a {str(g.dtype)[6:]} gradient for {str(v.dtype)[6:]} '{name}': "
-                       "autograd casts it silently, losing precision; compute it in the input's dtype", arg=i)
+            found.fail(
+                f"backward returned a {str(g.dtype)[6:]} gradient for {str(v.dtype)[6:]} '{name}': "
+                "autograd casts it silently, losing precision; compute it in the input's dtype",
+                arg=i,
+            )
 
 
 def _expandable(shape: torch.Size, to: torch.Size) -> bool:
@@ -192,17 +253,21 @@ def _expandable(shape: torch.Size, to: torch.Size) -> bool:
         return False
 
 
-def _check_repeat(first: tuple[Any, ...], again: list[tuple[Any, ...]], bound: Bound, nondet_tol: float,
-                  found: Findings) -> None:
+def _check_repeat(
+    first: tuple[Any, ...], again: list[tuple[Any, ...]], bound: Bound, nondet_tol: float, found: Findings
+) -> None:
     for i, a in enumerate(first):
         others = [o[i] for o in again if i < len(o) and isinstance(o[i], torch.Tensor)]
         if not isinstance(a, torch.Tensor) or any(b.shape != a.shape for b in others):
             continue
         spread = max((max_difference(a, b) for b in others), default=0.0)
         if not spread <= nondet_tol:
-            found.fail(f"backward returned different values for '{bound.names[i]}' when called {len(again) + 1} "
-                       f"times with the same grad_output (max difference {spread:.3g}): it keeps or changes state "
-                       f"between calls, or is nondeterministic; {nondet_hint(spread)}", arg=i)
+            found.fail(
+                f"backward returned different values for '{bound.names[i]}' when called {len(again) + 1} "
+                f"times with the same grad_output (max difference {spread:.3g}): it keeps or changes state "
+                f"between calls, or is nondeterministic; {nondet_hint(spread)}",
+                arg=i,
+            )
 
 
 def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -221,8 +286,11 @@ def max_difference(a: torch.Tensor, b: torch.Tensor) -> float:
     the same grad_output; 0 where they are equal, NaN where NaN (a backward that returns NaN every
     time is deterministic: the check of its values says what is wrong)."""
     a, b = strided(a), strided(b)
-    if a.numel() == 0 or a.dtype == b.dtype and (
-            torch.equal(a, b) or bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))):
+    if (
+        a.numel() == 0
+        or a.dtype == b.dtype
+        and (torch.equal(a, b) or bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)))
+    ):
         return 0.0
     return float((a.detach() - b.detach()).abs().max())
 

@@ -1,5 +1,6 @@
 """The ``device_consistency`` check: the gradients on this device against those on the first
 device the spec lists, for the same inputs (drawn again from the seed) and the same grad_output."""
+
 from __future__ import annotations
 
 import time
@@ -32,8 +33,10 @@ def gradients(target: Target, bound: Bound) -> tuple[tuple[Any, ...], list[Optio
     grads = guarded(ErrorKind.BACKWARD, "backward", vjp, live, wanted, probes) if live and wanted else ()
     by_id = {id(v): g for v, g in zip(wanted, grads)}
     cpu = [by_id.get(id(v)) if isinstance(v, torch.Tensor) else None for v in leaves]
-    return (tuple(o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs),
-            [g.detach().cpu() if g is not None else None for g in cpu])
+    return (
+        tuple(o.detach().cpu() if isinstance(o, torch.Tensor) else o for o in outputs),
+        [g.detach().cpu() if g is not None else None for g in cpu],
+    )
 
 
 def run(ctx: CheckContext) -> CheckResult:
@@ -59,28 +62,39 @@ def run(ctx: CheckContext) -> CheckResult:
         forward = _forward_note(outs_here, outs_ref, tol.atol, tol.rtol)
         result.status = Status.FAIL if wrong or forward else Status.PASS
         pair = f"{ctx.device} vs {reference}"
-        result.message = (f"{pair}: gradients of {', '.join(repr(n) for n in wrong)} differ" if wrong
-                          else f"{pair}: gradients agree within atol {tol.atol:g}, rtol {tol.rtol:g}")
+        result.message = (
+            f"{pair}: gradients of {', '.join(repr(n) for n in wrong)} differ"
+            if wrong
+            else f"{pair}: gradients agree within atol {tol.atol:g}, rtol {tol.rtol:g}"
+        )
         result.message += forward
     result.duration_s = time.perf_counter() - start
     return result
 
 
-def _row(i: int, bound: Bound, a: Optional[torch.Tensor], b: Optional[torch.Tensor], atol: float,
-         rtol: float) -> InputReport:
+def _row(
+    i: int, bound: Bound, a: Optional[torch.Tensor], b: Optional[torch.Tensor], atol: float, rtol: float
+) -> InputReport:
     """Argument i's gradient here (``a``) against the reference device's (``b``, in the numerical role)."""
     v = bound.values[i]
     if not isinstance(v, torch.Tensor) or not v.requires_grad:
-        return InputReport(bound.indices[i], bound.names[i], list(getattr(v, "shape", [])),
-                           str(getattr(v, "dtype", type(v).__name__)).replace("torch.", ""), Status.SKIP,
-                           reason="no gradient to compare", line=bound.line(i))
+        return InputReport(
+            bound.indices[i],
+            bound.names[i],
+            list(getattr(v, "shape", [])),
+            str(getattr(v, "dtype", type(v).__name__)).replace("torch.", ""),
+            Status.SKIP,
+            reason="no gradient to compare",
+            line=bound.line(i),
+        )
 
     def column(g: Optional[torch.Tensor]) -> torch.Tensor:
         return columns((torch.zeros(v.shape, dtype=v.dtype) if g is None else g).unsqueeze(0))
 
     entry = statistics(column(a), column(b), atol, rtol)
-    row = InputReport(bound.indices[i], bound.names[i], list(v.shape), dtype_name(v), Status.PASS, numel=v.numel(),
-                      line=bound.line(i))
+    row = InputReport(
+        bound.indices[i], bound.names[i], list(v.shape), dtype_name(v), Status.PASS, numel=v.numel(), line=bound.line(i)
+    )
     fill(row, entry, v, lambda _: None)
     # the element closest to failing is named even when every element agrees
     row.worst_index = unravel(entry.worst_col // (2 if v.is_complex() else 1), v.shape) if v.numel() else None
@@ -89,6 +103,9 @@ def _row(i: int, bound: Bound, a: Optional[torch.Tensor], b: Optional[torch.Tens
 
 
 def _forward_note(here: tuple[Any, ...], ref: tuple[Any, ...], atol: float, rtol: float) -> str:
-    bad = [i for i, (a, b) in enumerate(zip(here, ref))
-           if is_float_tensor(a) and is_float_tensor(b) and not torch.allclose(a, b.to(a.dtype), rtol, atol)]
+    bad = [
+        i
+        for i, (a, b) in enumerate(zip(here, ref))
+        if is_float_tensor(a) and is_float_tensor(b) and not torch.allclose(a, b.to(a.dtype), rtol, atol)
+    ]
     return f"; forward output {', '.join(map(str, bad))} differs between the devices too" if bad else ""

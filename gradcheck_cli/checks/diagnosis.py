@@ -1,6 +1,7 @@
 """What the numbers show, as data (a Pattern and a ratio) and in words: constant ratios, sign
 flips, zeros (of a whole side, or a gradient where the outputs do not depend on some elements), a
 transpose, the complex conjugate convention, a few bad elements."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,9 +33,12 @@ class Diagnosis:
         row.pattern, row.diagnosis, row.ratio = self.pattern, self.text, self.ratio
 
 
-CONJUGATE = Diagnosis(Pattern.CONJUGATE, "backward uses the conjugate convention: it returns grad_output * f'(z) "
-                      "where PyTorch expects grad_output * conj(f'(z)) (the conjugate Wirtinger derivative); "
-                      "conjugate it")
+CONJUGATE = Diagnosis(
+    Pattern.CONJUGATE,
+    "backward uses the conjugate convention: it returns grad_output * f'(z) "
+    "where PyTorch expects grad_output * conj(f'(z)) (the conjugate Wirtinger derivative); "
+    "conjugate it",
+)
 
 
 def ratio_text(r: float, rtol: float = 1e-3) -> str:
@@ -51,7 +55,7 @@ def constant_ratio(entry: Entry) -> Optional[float]:
     r = entry.sum_an / entry.sum_nn
     # least-squares residual |a - r n|^2 relative to |a|^2
     residual = (entry.sum_aa - 2 * r * entry.sum_an + r * r * entry.sum_nn) / entry.sum_aa
-    return r if residual < max(CONSTANT_RATIO_RESIDUAL, entry.rtol ** 2) else None  # constant within tolerance
+    return r if residual < max(CONSTANT_RATIO_RESIDUAL, entry.rtol**2) else None  # constant within tolerance
 
 
 def explains(entry: Entry, r: float) -> bool:
@@ -75,8 +79,12 @@ def systematic(entry: Entry, threshold: float) -> Optional[Diagnosis]:
     r = constant_ratio(entry)
     if r is None or abs(r - 1) <= threshold:
         return None
-    return Diagnosis(Pattern.SYSTEMATIC, f"within tolerance, but analytical is {ratio_text(r, entry.rtol)} numerical "
-                     "everywhere: a systematic factor (a constant slightly off?); tighten rtol to fail on it", r)
+    return Diagnosis(
+        Pattern.SYSTEMATIC,
+        f"within tolerance, but analytical is {ratio_text(r, entry.rtol)} numerical "
+        "everywhere: a systematic factor (a constant slightly off?); tighten rtol to fail on it",
+        r,
+    )
 
 
 def conjugate(entry: Entry, imag_rows: torch.Tensor, complex_input: bool) -> bool:
@@ -110,42 +118,64 @@ def _prod(shape: tuple[int, ...]) -> int:
     return out
 
 
-def describe(entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] = (), name: str = "",
-             output: Optional[str] = None) -> Optional[Diagnosis]:
+def describe(
+    entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] = (), name: str = "", output: Optional[str] = None
+) -> Optional[Diagnosis]:
     """The pattern of a failing argument, or None when nothing is wrong. ``name``: the argument's, and
     ``output``: where the worst entry is among the outputs (for the words)."""
     if entry.nonfinite:
-        return Diagnosis(Pattern.NONFINITE, f"{entry.nonfinite} Jacobian entries are NaN or infinite: the function or "
-                         "its backward produces non-finite values at these inputs")
+        return Diagnosis(
+            Pattern.NONFINITE,
+            f"{entry.nonfinite} Jacobian entries are NaN or infinite: the function or "
+            "its backward produces non-finite values at these inputs",
+        )
     if not mismatched:
         return None
     if entry.sum_aa == 0 and entry.sum_nn > 0:
-        return Diagnosis(Pattern.ZERO_ANALYTICAL, "analytical gradient is all zeros: backward returns zeros or None "
-                         "for it (a missing return, a detached result, or the wrong position in the returned tuple?)")
+        return Diagnosis(
+            Pattern.ZERO_ANALYTICAL,
+            "analytical gradient is all zeros: backward returns zeros or None "
+            "for it (a missing return, a detached result, or the wrong position in the returned tuple?)",
+        )
     if entry.sum_nn <= (entry.atol * ROUNDING) ** 2 and entry.sum_aa > 0:
-        return Diagnosis(Pattern.ZERO_NUMERICAL, "the outputs do not depend on it (numerical gradient zero, up to "
-                         "rounding), but backward returns a non-zero gradient")
+        return Diagnosis(
+            Pattern.ZERO_NUMERICAL,
+            "the outputs do not depend on it (numerical gradient zero, up to "
+            "rounding), but backward returns a non-zero gradient",
+        )
     at = f" at {output}" if output else ""
     if entry.wrong and entry.wrong_at_zero == entry.wrong:  # every wrong entry: numerical 0, analytical not
         if not bool((entry.bad & entry.live).any()):  # and the outputs depend on none of those elements
-            return Diagnosis(Pattern.ZERO_NUMERICAL, f"analytical is non-zero at {_elements(mismatched)} the outputs "
-                             f"do not depend on (e.g. {_worst(entry, shape, name)})")
-        return Diagnosis(Pattern.ZERO_NUMERICAL, f"analytical is non-zero where the outputs do not depend on "
-                         f"{name or 'the argument'}: at {entry.wrong} Jacobian entries of {_elements(mismatched)} "
-                         f"(e.g. {_worst(entry, shape, name, at)})")
+            return Diagnosis(
+                Pattern.ZERO_NUMERICAL,
+                f"analytical is non-zero at {_elements(mismatched)} the outputs "
+                f"do not depend on (e.g. {_worst(entry, shape, name)})",
+            )
+        return Diagnosis(
+            Pattern.ZERO_NUMERICAL,
+            f"analytical is non-zero where the outputs do not depend on "
+            f"{name or 'the argument'}: at {entry.wrong} Jacobian entries of {_elements(mismatched)} "
+            f"(e.g. {_worst(entry, shape, name, at)})",
+        )
     r = constant_ratio(entry)
     if r is not None and explains(entry, r):
         if abs(r + 1) < max(1e-3, entry.rtol):
             return Diagnosis(Pattern.SIGN_FLIP, "sign flipped: analytical = -numerical", r)
         return Diagnosis(Pattern.CONSTANT_RATIO, f"analytical is {ratio_text(r, entry.rtol)} numerical", r)
     if transposed(entry, shape):
-        return Diagnosis(Pattern.TRANSPOSED, "analytical is the numerical gradient transposed (last two dims "
-                         "swapped): a missing or extra .t()?")
+        return Diagnosis(
+            Pattern.TRANSPOSED,
+            "analytical is the numerical gradient transposed (last two dims swapped): a missing or extra .t()?",
+        )
     if mismatched < numel:
-        return Diagnosis(Pattern.SOME_ELEMENTS, f"{mismatched} of {numel} elements are wrong, the others match "
-                         f"(worst {_worst(entry, shape, name, at)})")
-    return Diagnosis(Pattern.NO_PATTERN, "wrong everywhere, with no constant ratio or sign flip "
-                     f"(worst {_worst(entry, shape, name, at)})")
+        return Diagnosis(
+            Pattern.SOME_ELEMENTS,
+            f"{mismatched} of {numel} elements are wrong, the others match (worst {_worst(entry, shape, name, at)})",
+        )
+    return Diagnosis(
+        Pattern.NO_PATTERN,
+        f"wrong everywhere, with no constant ratio or sign flip (worst {_worst(entry, shape, name, at)})",
+    )
 
 
 def _elements(n: int) -> str:

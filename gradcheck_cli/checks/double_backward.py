@@ -6,6 +6,7 @@ entry with ``numerics.compare``, so its analytical Jacobian is backward differen
 (``create_graph=True``) and its numerical one is central differences of backward. The
 grad_outputs v are random (seeded from the spec's seed) and are arguments of G too, as in torch.
 """
+
 from __future__ import annotations
 
 from dataclasses import fields, replace
@@ -36,15 +37,21 @@ from .verdict import begin, conclude, label, labels, reword, skip, unsupported
 
 FULL_BITS = 0.7853981633974483  # pi / 4: 53 significant bits
 ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
-ONCE_SKIP = ("backward is marked @once_differentiable: it cannot be differentiated, so there is no second "
-             "derivative to check; to support double backward, remove the decorator and write backward "
-             "with differentiable torch ops")
-UNDIFFERENTIABLE = ("write backward with differentiable torch operations (no .numpy(), .item(), out=, or in-place "
-                    "writes into tensors that require grad), or mark it @once_differentiable if it has no second "
-                    "derivative")
-DETACHED = ("a value backward uses was taken outside autograd (a tensor computed in forward and saved, "
-            "as forward runs without autograd; or .detach(), .data, numpy, torch.no_grad()): compute what "
-            "backward needs inside backward, with differentiable torch ops on the saved inputs and outputs")
+ONCE_SKIP = (
+    "backward is marked @once_differentiable: it cannot be differentiated, so there is no second "
+    "derivative to check; to support double backward, remove the decorator and write backward "
+    "with differentiable torch ops"
+)
+UNDIFFERENTIABLE = (
+    "write backward with differentiable torch operations (no .numpy(), .item(), out=, or in-place "
+    "writes into tensors that require grad), or mark it @once_differentiable if it has no second "
+    "derivative"
+)
+DETACHED = (
+    "a value backward uses was taken outside autograd (a tensor computed in forward and saved, "
+    "as forward runs without autograd; or .detach(), .data, numpy, torch.no_grad()): compute what "
+    "backward needs inside backward, with differentiable torch ops on the saved inputs and outputs"
+)
 
 
 def run(ctx: CheckContext) -> CheckResult:
@@ -59,8 +66,12 @@ def run(ctx: CheckContext) -> CheckResult:
     leaves, outputs, live = graph_forward(target, bound)
     refuse_if_too_big(ctx, outputs)
     if not live:
-        return skip(result, "no output is differentiable (none is a floating-point tensor that requires "
-                            "grad): there is no backward to differentiate", start)
+        return skip(
+            result,
+            "no output is differentiable (none is a floating-point tensor that requires "
+            "grad): there is no backward to differentiate",
+            start,
+        )
     gen = ctx.streams.generator(Stream.DOUBLE_BACKWARD)
     # probes with every bit of their dtype: where backward scales them by 0 or 1 (relu), values of 17 bits
     # would look like a coarse grid to the second look (numerics.precision)
@@ -76,22 +87,33 @@ def run(ctx: CheckContext) -> CheckResult:
         # raises as well where backward itself is broken: the runner makes a broken contract backward's fail
         grad_of(leaves + [v.detach() for v in v_leaves])
         at = f" at {exc.where}" if exc.where else ""
-        hazard = (f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
-                  f"{UNDIFFERENTIABLE}")
+        hazard = (
+            f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; {UNDIFFERENTIABLE}"
+        )
         if ctx.named:
             return skip(result, hazard, start, Status.FAIL, "backward could not be differentiated")
         result.warnings.append(hazard)  # a correct first-order backward may be so: a warning under `all`
-        return skip(result, f"{hazard} (a warning under `checks: all`; naming double_backward makes it a fail)", start,
-                    row_reason="backward could not be differentiated")
+        return skip(
+            result,
+            f"{hazard} (a warning under `checks: all`; naming double_backward makes it a fail)",
+            start,
+            row_reason="backward could not be differentiated",
+        )
     if any(_once_differentiable(g) for g in grads):
         return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     copies = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
     rows = [reports[i] for i in checked] + _grad_output_rows(outputs, live, len(bound.values))
-    result.inputs = reports + rows[len(checked):]
+    result.inputs = reports + rows[len(checked) :]
     moved = checked + list(range(n, n + len(vs)))  # what finite differences move: arguments, grad_outputs
-    plain, tols, notes = reference(grad_of, copies, list(bound.names) + [r.name for r in rows[len(checked):]], moved,
-                                   tol, "the second derivative",
-                                   "the numerical second derivative comes from forward and backward")
+    plain, tols, notes = reference(
+        grad_of,
+        copies,
+        list(bound.names) + [r.name for r in rows[len(checked) :]],
+        moved,
+        tol,
+        "the second derivative",
+        "the numerical second derivative comes from forward and backward",
+    )
     assert plain is not None  # half precision skipped above
     result.warnings += notes
     second = lambda *args: guarded(ErrorKind.BACKWARD, "backward, differentiated,", vjp, *args)  # noqa: E731
@@ -103,10 +125,22 @@ def run(ctx: CheckContext) -> CheckResult:
     try:
         for group in by_tolerance(range(len(rows)), tols):
             t = tols[group[0]]
-            layout, found = compare(grad_of, grads, positions, [analytic[k] for k in group], plain,
-                                    [plain[moved[k]] for k in group], eps=t.eps, atol=t.atol, rtol=t.rtol,
-                                    memory_bytes=opts.memory_bytes, grad=second, streams=ctx.streams, budget=budget,
-                                    compress=opts.compress)
+            layout, found = compare(
+                grad_of,
+                grads,
+                positions,
+                [analytic[k] for k in group],
+                plain,
+                [plain[moved[k]] for k in group],
+                eps=t.eps,
+                atol=t.atol,
+                rtol=t.rtol,
+                memory_bytes=opts.memory_bytes,
+                grad=second,
+                streams=ctx.streams,
+                budget=budget,
+                compress=opts.compress,
+            )
             for k, entry in zip(group, found):
                 layouts[k], entries[k] = layout, entry
     except UserCodeError as exc:
@@ -134,28 +168,65 @@ class _Judge:
     """The second look at a failing row (``second_look``): G's kinks, domain edges and rounding; where the
     Function computes in low precision inside, the row judged again at a larger step."""
 
-    def __init__(self, grad_of: Callable[..., tuple[Any, ...]], grads: tuple[Any, ...], plain: list[Any],
-                 x: torch.Tensor, leaf: torch.Tensor, second: Vjp, opts: Any, tol: Tolerance, streams: Streams) -> None:
+    def __init__(
+        self,
+        grad_of: Callable[..., tuple[Any, ...]],
+        grads: tuple[Any, ...],
+        plain: list[Any],
+        x: torch.Tensor,
+        leaf: torch.Tensor,
+        second: Vjp,
+        opts: Any,
+        tol: Tolerance,
+        streams: Streams,
+    ) -> None:
         self.grad_of, self.grads, self.plain, self.x, self.leaf = grad_of, grads, plain, x, leaf
         self.second, self.opts, self.tol, self.streams = second, opts, tol, streams
         self.positions = list(range(len(grads)))
 
     def column(self, col: int) -> torch.Tensor:
         """The analytical column of real element ``col``."""
-        return next(iter(kinks.analytical_columns(self.second, self.grads, self.positions, self.leaf, [col], {},
-                                                  self.opts.memory_bytes)))[1]
+        return next(
+            iter(
+                kinks.analytical_columns(
+                    self.second, self.grads, self.positions, self.leaf, [col], {}, self.opts.memory_bytes
+                )
+            )
+        )[1]
 
     def compare(self, t: Tolerance) -> tuple[Any, Entry]:
         """The row compared again, element by element, at tolerance ``t``."""
-        layout, (entry,) = compare(self.grad_of, self.grads, self.positions, [self.leaf], self.plain, [self.x],
-                                   eps=t.eps, atol=t.atol, rtol=t.rtol, memory_bytes=self.opts.memory_bytes,
-                                   grad=self.second, streams=self.streams, compress=self.opts.compress)
+        layout, (entry,) = compare(
+            self.grad_of,
+            self.grads,
+            self.positions,
+            [self.leaf],
+            self.plain,
+            [self.x],
+            eps=t.eps,
+            atol=t.atol,
+            rtol=t.rtol,
+            memory_bytes=self.opts.memory_bytes,
+            grad=self.second,
+            streams=self.streams,
+            compress=self.opts.compress,
+        )
         return layout, entry
 
     def look(self, row: InputReport, entry: Entry, low: str) -> Look:
         """``row``'s mismatches looked at again; the row rewritten where they are explained."""
-        look = look_again(row, entry, self.grad_of, self.plain, self.x, self.positions, self.tol, self.column,
-                          "backward, differentiated,", low)
+        look = look_again(
+            row,
+            entry,
+            self.grad_of,
+            self.plain,
+            self.x,
+            self.positions,
+            self.tol,
+            self.column,
+            "backward, differentiated,",
+            low,
+        )
         if look.kind == EXPLAINED:
             row.status, row.mismatched, row.diagnosis, row.ratio = Status.PASS, 0, None, None
             row.pattern, row.at_kinks, row.reason = Pattern.KINK, look.count, look.text
@@ -172,14 +243,25 @@ class _Judge:
         with those numbers."""
         t = replace(self.tol.at_least(torch.float32), eps=look.eps)
         layout, entry = self.compare(t)
-        fresh = InputReport(row.index, row.name, row.shape, row.dtype, Status.PASS, numel=row.numel, line=row.line,
-                            role=row.role, via=row.via)
+        fresh = InputReport(
+            row.index,
+            row.name,
+            row.shape,
+            row.dtype,
+            Status.PASS,
+            numel=row.numel,
+            line=row.line,
+            role=row.role,
+            via=row.via,
+        )
         fill_jacobian(fresh, entry, layout, self.leaf, self.grads)
         for f in fields(InputReport):
             setattr(row, f.name, getattr(fresh, f.name))
-        what = (f"the Function computes in {low or 'float32'} or lower precision inside, so finite differences at "
-                f"eps={self.tol.eps:g} measure rounding: judged at eps {t.eps:g} with float32 tolerances (atol "
-                f"{t.atol:g}, rtol {t.rtol:g})")
+        what = (
+            f"the Function computes in {low or 'float32'} or lower precision inside, so finite differences at "
+            f"eps={self.tol.eps:g} measure rounding: judged at eps {t.eps:g} with float32 tolerances (atol "
+            f"{t.atol:g}, rtol {t.rtol:g})"
+        )
         if row.status is Status.PASS:
             row.pattern, row.ratio = Pattern.PRECISION, None
             row.reason = f"{what}; a relative error below about {t.rtol:g} cannot be seen this way"
@@ -188,8 +270,15 @@ class _Judge:
         return Look(WRONG, row.diagnosis)
 
 
-def _verdict(ctx: CheckContext, result: CheckResult, rows: list[InputReport], looks: dict[str, Look],
-             notes: list[str], omit: set[str], start: float) -> CheckResult:
+def _verdict(
+    ctx: CheckContext,
+    result: CheckResult,
+    rows: list[InputReport],
+    looks: dict[str, Look],
+    notes: list[str],
+    omit: set[str],
+    start: float,
+) -> CheckResult:
     """The check's status from its rows: a wrong second derivative fails everywhere; a backward that is not
     differentiable, or whose derivative autograd makes NaN at a domain edge, is a hazard (a warning under
     `checks: all`, a fail when named); where finite differences measure rounding there is no verdict (a
@@ -206,23 +295,47 @@ def _verdict(ctx: CheckContext, result: CheckResult, rows: list[InputReport], lo
         return "zeros" if r.pattern is Pattern.ZERO_ANALYTICAL or r.name in omit else WRONG
 
     if failing and all(kind(r) != WRONG for r in failing) and not ctx.named:
-        hazards = [h for h in [_not_differentiable([r for r in failing if kind(r) == "zeros"]),
-                               *[r.diagnosis for r in failing if kind(r) == NONFINITE][:1]] if h]
+        hazards = [
+            h
+            for h in [
+                _not_differentiable([r for r in failing if kind(r) == "zeros"]),
+                *[r.diagnosis for r in failing if kind(r) == NONFINITE][:1],
+            ]
+            if h
+        ]
         imprecise = [f"{label(r)}: {r.diagnosis}" for r in failing if kind(r) == PRECISION]
         result.warnings += hazards
         for r in failing:
-            r.status, r.reason = Status.SKIP, ("not judged: finite differences measure rounding" if kind(r) == PRECISION
-                                               else "backward is not differentiable with respect to it"
-                                               if kind(r) == "zeros" else "NaN or infinite second derivative")
-        return skip(result, "; ".join(hazards + imprecise) + (
-            " (a warning under `checks: all`; naming double_backward makes it a fail)" if hazards else
-            " (a skip under `checks: all`; naming double_backward makes it a fail)"), start)
-    named = (["this check was named explicitly, so what it cannot judge fails (`checks: all` skips it)"]
-             if any(kind(r) in (PRECISION, NONFINITE) for r in failing) else [])
+            r.status, r.reason = (
+                Status.SKIP,
+                (
+                    "not judged: finite differences measure rounding"
+                    if kind(r) == PRECISION
+                    else "backward is not differentiable with respect to it"
+                    if kind(r) == "zeros"
+                    else "NaN or infinite second derivative"
+                ),
+            )
+        return skip(
+            result,
+            "; ".join(hazards + imprecise)
+            + (
+                " (a warning under `checks: all`; naming double_backward makes it a fail)"
+                if hazards
+                else " (a skip under `checks: all`; naming double_backward makes it a fail)"
+            ),
+            start,
+        )
+    named = (
+        ["this check was named explicitly, so what it cannot judge fails (`checks: all` skips it)"]
+        if any(kind(r) in (PRECISION, NONFINITE) for r in failing)
+        else []
+    )
     # named: a backward that is not differentiable fails in the words `checks: all` warns with
     hazard = _not_differentiable([r for r in failing if kind(r) == "zeros"])
-    problems = [f"{hazard}; this check was named explicitly, so that fails (`checks: all` makes it a warning)"
-                ] * bool(hazard) + notes
+    problems = [f"{hazard}; this check was named explicitly, so that fails (`checks: all` makes it a warning)"] * bool(
+        hazard
+    ) + notes
 
     def wrong(r: InputReport) -> Optional[str]:
         if r.name in omit or kind(r) == "zeros":
@@ -232,13 +345,20 @@ def _verdict(ctx: CheckContext, result: CheckResult, rows: list[InputReport], lo
         what = f"the derivative of backward with respect to {label(r)} is wrong"
         return f"{what}: {r.diagnosis}" if r.diagnosis else what
 
-    return conclude(result, start, problems, wrong,
-                    lambda right: f"backward differentiated with respect to {labels(right)}: all within tolerance",
-                    advice=DETACHED, notes=named)
+    return conclude(
+        result,
+        start,
+        problems,
+        wrong,
+        lambda right: f"backward differentiated with respect to {labels(right)}: all within tolerance",
+        advice=DETACHED,
+        notes=named,
+    )
 
 
-def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads: tuple[Any, ...],
-              names: list[str]) -> tuple[list[str], set[str]]:
+def _detached(
+    rows: list[InputReport], entries: list[Entry], layout: Any, grads: tuple[Any, ...], names: list[str]
+) -> tuple[list[str], set[str]]:
     """A note when mismatches lie in a gradient that backward computed outside autograd altogether,
     and the rows it explains (all-zero rows whose worst entry is in such a gradient): the message
     says it once instead of once per row (the table still shows each row's diagnosis)."""
@@ -247,9 +367,11 @@ def _detached(rows: list[InputReport], entries: list[Entry], layout: Any, grads:
     if not detached:
         return [], set()
     omit = {r.name for r, e in zip(rows, entries) if r.name in where and where[r.name] in detached and e.sum_aa == 0}
-    return [f"backward is not differentiable: the gradient it returns for "
-            f"{', '.join(repr(names[k]) for k in detached)} does not require grad, so all its derivatives come "
-            "out zero (numerically they are not)"], omit
+    return [
+        f"backward is not differentiable: the gradient it returns for "
+        f"{', '.join(repr(names[k]) for k in detached)} does not require grad, so all its derivatives come "
+        "out zero (numerically they are not)"
+    ], omit
 
 
 def _not_differentiable(failing: list[InputReport]) -> Optional[str]:
@@ -258,10 +380,12 @@ def _not_differentiable(failing: list[InputReport]) -> Optional[str]:
     backward that uses a value computed outside autograd does); None when there are none."""
     if not failing:
         return None
-    return (f"backward is not differentiable with respect to {labels(failing)} and not marked @once_differentiable: "
-            "second derivatives through it (double backward, Hessian-vector products, gradient penalties) come out "
-            "silently zero or partial; mark it @once_differentiable, or compute what backward uses inside backward "
-            "with differentiable torch ops")
+    return (
+        f"backward is not differentiable with respect to {labels(failing)} and not marked @once_differentiable: "
+        "second derivatives through it (double backward, Hessian-vector products, gradient penalties) come out "
+        "silently zero or partial; mark it @once_differentiable, or compute what backward uses inside backward "
+        "with differentiable torch ops"
+    )
 
 
 def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Callable[..., tuple[Any, ...]]:
@@ -282,9 +406,16 @@ def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Call
                 args = [leaf if a is values[i] else a for a in args]  # keep aliases (same_as) aliased
         with torch.enable_grad():
             outs = as_tuple(call_forward(target, bound, args))
-            grads = guarded(ErrorKind.BACKWARD, "backward", engine.grad, [outs[p] for p in live],
-                            [args[i] for i in checked], list(values[n:]), create_graph=create_graph,
-                            allow_unused=True)
+            grads = guarded(
+                ErrorKind.BACKWARD,
+                "backward",
+                engine.grad,
+                [outs[p] for p in live],
+                [args[i] for i in checked],
+                list(values[n:]),
+                create_graph=create_graph,
+                allow_unused=True,
+            )
         return tuple(strided(g) if g is not None else torch.zeros_like(args[i]) for g, i in zip(grads, checked))
 
     return call
@@ -297,8 +428,17 @@ def _once_differentiable(grad: torch.Tensor) -> bool:
 
 def _grad_output_rows(outputs: tuple[Any, ...], live: list[int], first_index: int) -> list[InputReport]:
     """One row per random grad_output, numbered after the arguments (it has no line in the spec)."""
-    return [InputReport(first_index + k, f"grad_output {p}", list(outputs[p].shape), str(outputs[p].dtype)[6:],
-                        Status.PASS, numel=outputs[p].numel()) for k, p in enumerate(live)]
+    return [
+        InputReport(
+            first_index + k,
+            f"grad_output {p}",
+            list(outputs[p].shape),
+            str(outputs[p].dtype)[6:],
+            Status.PASS,
+            numel=outputs[p].numel(),
+        )
+        for k, p in enumerate(live)
+    ]
 
 
 def _name_worst_output(row: InputReport, entry: Entry, layout: Any, names: list[str]) -> None:
@@ -307,4 +447,4 @@ def _name_worst_output(row: InputReport, entry: Entry, layout: Any, names: list[
         pos = layout.row_location(entry.worst_row)[2]
         prefix = f"output {pos}"
         if row.worst_output.startswith(prefix):
-            row.worst_output = f"gradient of '{names[pos]}'" + row.worst_output[len(prefix):]
+            row.worst_output = f"gradient of '{names[pos]}'" + row.worst_output[len(prefix) :]

@@ -6,6 +6,7 @@ the column J e_j, and two perturbed forwards give the central difference column.
 folded into ``numerics.Entry`` in chunks (C x M, as ``numerics.compare`` does), so memory stays
 O(chunk x outputs), never N x M. Plain callables are checked through forward AD of torch ops.
 """
+
 from __future__ import annotations
 
 import re
@@ -46,15 +47,24 @@ def run(ctx: CheckContext) -> CheckResult:
     start, reports, checked, result = begin(bound, "forward_ad", "elementwise")
     if target.is_function and target.obj.jvp is torch.autograd.Function.jvp:
         name = target.obj.__name__
-        return unsupported(result, f"{name} defines no jvp(): forward-mode AD is not supported; to support it, "
-                                   "define `@staticmethod def jvp(ctx, *tangents)` and save what it needs with "
-                                   "ctx.save_for_forward(...)", start, ctx.named)
+        return unsupported(
+            result,
+            f"{name} defines no jvp(): forward-mode AD is not supported; to support it, "
+            "define `@staticmethod def jvp(ctx, *tangents)` and save what it needs with "
+            "ctx.save_for_forward(...)",
+            start,
+            ctx.named,
+        )
     if isinstance(target, OpTarget) and not target.forward_ad_rule():
-        return unsupported(result, f"the custom op {target.name} has no forward-AD rule: register_autograd gives "
-                                   "it a backward only, so forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) "
-                                   "cannot go through it; to support it, implement the op in PyTorch ops "
-                                   "(CompositeImplicitAutograd) or call it through an autograd.Function with a jvp",
-                           start, ctx.named)
+        return unsupported(
+            result,
+            f"the custom op {target.name} has no forward-AD rule: register_autograd gives "
+            "it a backward only, so forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) "
+            "cannot go through it; to support it, implement the op in PyTorch ops "
+            "(CompositeImplicitAutograd) or call it through an autograd.Function with a jvp",
+            start,
+            ctx.named,
+        )
     if not checked:
         return skip(result, "no argument requires grad: there is no tangent to push forward", start)
     half = half_precision(bound, checked, "the derivative")
@@ -64,12 +74,17 @@ def run(ctx: CheckContext) -> CheckResult:
     refuse_if_too_big(ctx, outputs)
     positions = differentiable(outputs)
     if not positions:
-        return skip(result, "no output is differentiable (none is a floating-point tensor that requires grad): "
-                            "there is no tangent to compare", start)
+        return skip(
+            result,
+            "no output is differentiable (none is a floating-point tensor that requires grad): "
+            "there is no tangent to compare",
+            start,
+        )
     plain = fresh_leaves(bound.values, grad=False)
     forward = lambda vals: call_forward(target, bound, vals)  # noqa: E731
-    upcast, tols, notes = reference(forward, plain, bound.names, checked, ctx.tolerance, "jvp",
-                                    "the numerical tangent comes from forward")
+    upcast, tols, notes = reference(
+        forward, plain, bound.names, checked, ctx.tolerance, "jvp", "the numerical tangent comes from forward"
+    )
     assert upcast is not None  # half precision skipped above
     result.warnings += notes
     budget = work_limit(ctx, "forward_ad", checked, outputs, positions)
@@ -88,11 +103,24 @@ def run(ctx: CheckContext) -> CheckResult:
     for k, (i, entry) in enumerate(zip(checked, entries)):
         row = reports[i]
         fill_jacobian(row, entry, layout, bound.values[i], outputs)
-        reword(entry, row, f"a term for '{row.name}' is missing from jvp's tangent, or jvp does "
-                           "not use its tangent argument", "jvp")
+        reword(
+            entry,
+            row,
+            f"a term for '{row.name}' is missing from jvp's tangent, or jvp does not use its tangent argument",
+            "jvp",
+        )
         if row.status is Status.FAIL and row.mismatched:
-            look = look_again(row, entry, forward, upcast, upcast[i], positions, tols[k],
-                              partial(_jvp_column, jvp, plain, plain[i], positions=positions), "jvp")
+            look = look_again(
+                row,
+                entry,
+                forward,
+                upcast,
+                upcast[i],
+                positions,
+                tols[k],
+                partial(_jvp_column, jvp, plain, plain[i], positions=positions),
+                "jvp",
+            )
             if look.kind == PRECISION and look.eps:
                 t = replace(tols[k].at_least(torch.float32), eps=look.eps)
                 again, (fresh,) = _compare(ctx, (plain, upcast), [i], [t], outputs, positions, budget)
@@ -109,22 +137,39 @@ def run(ctx: CheckContext) -> CheckResult:
             result.warnings.append(f"'{row.name}': {row.reason}")
     failing = [r for r in reports if r.status is Status.FAIL]
     if failing and all(r.name in imprecise for r in failing):  # no verdict: finite differences measure rounding
-        return unsupported(result, "; ".join(f"'{r.name}': {r.diagnosis}" for r in failing), start, ctx.named,
-                           "not judged: finite differences measure rounding")
+        return unsupported(
+            result,
+            "; ".join(f"'{r.name}': {r.diagnosis}" for r in failing),
+            start,
+            ctx.named,
+            "not judged: finite differences measure rounding",
+        )
     return conclude(result, start, [], _wrong, lambda right: f"{CHECKED} {labels(right)}: all within tolerance")
 
 
-def _refill(row: InputReport, entry: Entry, layout: Any, value: torch.Tensor, outputs: tuple[Any, ...],
-            t: Tolerance, eps: float) -> None:
+def _refill(
+    row: InputReport, entry: Entry, layout: Any, value: torch.Tensor, outputs: tuple[Any, ...], t: Tolerance, eps: float
+) -> None:
     """``row`` judged again at ``t`` (float32's tolerances at a larger step, where the Function computes in
     float32 inside): a pass with a warning, or a fail with those numbers."""
-    fresh = InputReport(row.index, row.name, row.shape, row.dtype, Status.PASS, numel=row.numel, line=row.line,
-                        role=row.role, via=row.via)
+    fresh = InputReport(
+        row.index,
+        row.name,
+        row.shape,
+        row.dtype,
+        Status.PASS,
+        numel=row.numel,
+        line=row.line,
+        role=row.role,
+        via=row.via,
+    )
     fill_jacobian(fresh, entry, layout, value, outputs)
     for f in fields(InputReport):
         setattr(row, f.name, getattr(fresh, f.name))
-    what = (f"the Function computes in float32 or lower precision inside, so finite differences at eps={eps:g} "
-            f"measure rounding: judged at eps {t.eps:g} with float32 tolerances (atol {t.atol:g}, rtol {t.rtol:g})")
+    what = (
+        f"the Function computes in float32 or lower precision inside, so finite differences at eps={eps:g} "
+        f"measure rounding: judged at eps {t.eps:g} with float32 tolerances (atol {t.atol:g}, rtol {t.rtol:g})"
+    )
     if row.status is Status.PASS:
         row.pattern, row.ratio = Pattern.PRECISION, None
         row.reason = f"{what}; a relative error below about {t.rtol:g} cannot be seen this way"
@@ -137,9 +182,15 @@ def _wrong(row: InputReport) -> str:
     return f"{what}: {row.diagnosis}" if row.diagnosis else what
 
 
-def _compare(ctx: CheckContext, values: tuple[list[Any], list[Any]], checked: list[int], tols: list[Tolerance],
-             outputs: tuple[Any, ...], positions: list[int],
-             budget: Callable[[int, int], None]) -> tuple[Any, list[Entry]]:
+def _compare(
+    ctx: CheckContext,
+    values: tuple[list[Any], list[Any]],
+    checked: list[int],
+    tols: list[Tolerance],
+    outputs: tuple[Any, ...],
+    positions: list[int],
+    budget: Callable[[int, int], None],
+) -> tuple[Any, list[Entry]]:
     """Fold jvp columns and central difference columns into one Entry per checked argument (``values``: the
     arguments jvp runs on, and those finite differences move: float64 copies of low-precision ones; ``tols``:
     each argument's tolerance); ``budget`` is told the calls first (see ``numerics.compare``)."""
@@ -150,8 +201,10 @@ def _compare(ctx: CheckContext, values: tuple[list[Any], list[Any]], checked: li
     budget(3 * layout.n_cols, 1)  # a dual-number forward and two perturbed forwards per column
     probe = signed_uniform((layout.n_rows,), ctx.streams.generator(Stream.FORWARD_AD))
     keep = opts.memory_bytes // 16 // max(1, len(inputs))  # mismatching columns kept whole, per argument
-    entries = [Entry(layout.col_starts[k + 1] - layout.col_starts[k], t.atol, t.rtol, keep_bytes=keep)
-               for k, t in enumerate(tols)]
+    entries = [
+        Entry(layout.col_starts[k + 1] - layout.col_starts[k], t.atol, t.rtol, keep_bytes=keep)
+        for k, t in enumerate(tols)
+    ]
     chunk = max(1, opts.memory_bytes // 8 // 8 // max(1, layout.n_rows))  # columns held at once (both sides)
     jvp = _jvp_call(ctx)
     forward = lambda vals: call_forward(ctx.target, ctx.bound, vals)  # noqa: E731
@@ -177,13 +230,16 @@ def _real(t: torch.Tensor) -> torch.Tensor:
 
 def _flat(tensors: list[Optional[torch.Tensor]], like: list[torch.Tensor]) -> torch.Tensor:
     """Realified float64 concatenation on the CPU; a missing tangent (None) is zeros of its output's size."""
-    parts = [real_flat((t if t is not None else torch.zeros_like(o)).detach().contiguous()).to("cpu", torch.float64)
-             for t, o in zip(tensors, like)]
+    parts = [
+        real_flat((t if t is not None else torch.zeros_like(o)).detach().contiguous()).to("cpu", torch.float64)
+        for t, o in zip(tensors, like)
+    ]
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def _jvp_column(jvp: Callable[[list[Any]], Any], values: list[Any], t: torch.Tensor, col: int,
-                positions: list[int]) -> torch.Tensor:
+def _jvp_column(
+    jvp: Callable[[list[Any]], Any], values: list[Any], t: torch.Tensor, col: int, positions: list[int]
+) -> torch.Tensor:
     """J e_col: one forward on a dual number whose tangent is 1 at real element ``col`` of ``t``."""
     tangent = torch.zeros_like(t)
     _real(tangent)[tuple(unravel(col, _real(t).shape))] = 1
@@ -204,41 +260,57 @@ _UNSUPPORTED = re.compile(r"Trying to use forward AD with (.*?) that does not su
 _NO_JVP = "You must implement the jvp function"
 
 
-def _named_mistake(exc: UserCodeError, target: Target, bound: Any, values: list[Any],
-                   checked: list[int]) -> Optional[tuple[Status, str]]:
+def _named_mistake(
+    exc: UserCodeError, target: Target, bound: Any, values: list[Any], checked: list[int]
+) -> Optional[tuple[Status, str]]:
     """A known error from forward-mode AD as (status, message in the user's terms), or None."""
     cause = exc.__cause__
     text = str(cause) if cause is not None else str(exc)
     at = f" at {exc.where}" if exc.where else ""
     if _NO_JVP in text:
-        return Status.SKIP, ("forward-mode AD is not supported: an autograd.Function it calls defines no jvp()"
-                             f"{at}; define `@staticmethod def jvp(ctx, *tangents)` there")
+        return Status.SKIP, (
+            "forward-mode AD is not supported: an autograd.Function it calls defines no jvp()"
+            f"{at}; define `@staticmethod def jvp(ctx, *tangents)` there"
+        )
     m = _UNSUPPORTED.search(text)
     if m:
         return Status.SKIP, f"forward-mode AD is not supported: torch has no forward-mode formula for {m.group(1)}"
     m = _COUNT.search(text)
     if m:
         want, got = m.groups()
-        return Status.FAIL, (f"jvp returned {got} tangents, but forward returns {want} output{'s' * (want != '1')}: "
-                             "return one tangent per output of forward, in order (None for an output that is "
-                             "not differentiable)")
+        return Status.FAIL, (
+            f"jvp returned {got} tangents, but forward returns {want} output{'s' * (want != '1')}: "
+            "return one tangent per output of forward, in order (None for an output that is "
+            "not differentiable)"
+        )
     m = _SIZE.search(text)
     if m:
-        return Status.FAIL, (f"jvp returned a tangent of shape {m.group(2)} for an output of shape {m.group(1)}: "
-                             "each tangent has the shape of its output")
+        return Status.FAIL, (
+            f"jvp returned a tangent of shape {m.group(2)} for an output of shape {m.group(1)}: "
+            "each tangent has the shape of its output"
+        )
     m = _NONDIFF.search(text)
     if m:
-        return Status.FAIL, (f"jvp returned a tangent for output {m.group(1)}, which is not differentiable "
-                             "(an integer output or one marked non-differentiable): return None at that position")
+        return Status.FAIL, (
+            f"jvp returned a tangent for output {m.group(1)}, which is not differentiable "
+            "(an integer output or one marked non-differentiable): return None at that position"
+        )
     if _NONE in text:
-        return Status.FAIL, ("jvp returned None (or a non-floating-point tensor) as the tangent of a "
-                             "differentiable output: return a tangent tensor for every differentiable output")
-    if target.is_function and isinstance(cause, (ValueError, IndexError)) and _reads_empty_saved(target, bound, values,
-                                                                                                  checked):
-        return Status.FAIL, ("jvp reads ctx.saved_tensors, but forward saved its tensors with ctx.save_for_backward "
-                             "only; in jvp, ctx.saved_tensors holds only what ctx.save_for_forward(...) kept "
-                             f"(nothing here), so it failed with {type(cause).__name__}: {cause}{at}; also call "
-                             "ctx.save_for_forward(...) with the tensors jvp needs, in forward or setup_context")
+        return Status.FAIL, (
+            "jvp returned None (or a non-floating-point tensor) as the tangent of a "
+            "differentiable output: return a tangent tensor for every differentiable output"
+        )
+    if (
+        target.is_function
+        and isinstance(cause, (ValueError, IndexError))
+        and _reads_empty_saved(target, bound, values, checked)
+    ):
+        return Status.FAIL, (
+            "jvp reads ctx.saved_tensors, but forward saved its tensors with ctx.save_for_backward "
+            "only; in jvp, ctx.saved_tensors holds only what ctx.save_for_forward(...) kept "
+            f"(nothing here), so it failed with {type(cause).__name__}: {cause}{at}; also call "
+            "ctx.save_for_forward(...) with the tensors jvp needs, in forward or setup_context"
+        )
     return None
 
 

@@ -13,6 +13,7 @@ what the Jacobian comparison accepts (atol at the size of the grad_output, rtol 
 and by the rounding of the calls in the gradients' dtype: their sum is the tolerance. Two backward
 calls besides g's, which backward's contract call gives.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,9 +31,16 @@ TF32_EPS = 2.0**-10  # float32 products on a GPU may be taken in TF32 (10 bits)
 BF16_EPS = 2.0**-7  # torch.set_float32_matmul_precision("medium") may take them in bfloat16
 
 
-def examine(backward: Vjp, live: list[torch.Tensor], positions: list[int], inputs: list[torch.Tensor],
-            names: list[str], given: Optional[tuple[list[Any], list[Any]]], gen: torch.Generator,
-            tol: Tolerance) -> tuple[Optional[str], list[int]]:
+def examine(
+    backward: Vjp,
+    live: list[torch.Tensor],
+    positions: list[int],
+    inputs: list[torch.Tensor],
+    names: list[str],
+    given: Optional[tuple[list[Any], list[Any]]],
+    gen: torch.Generator,
+    tol: Tolerance,
+) -> tuple[Optional[str], list[int]]:
     """Whether ``backward`` (``vjp``'s signature) is linear in grad_output: the message of a failure (None
     if none) and the indices into ``inputs`` whose gradients broke it. ``live``: the differentiable outputs
     (at ``positions`` among forward's); ``given``: a dense grad_output per live output and the gradients
@@ -68,15 +76,18 @@ def examine(backward: Vjp, live: list[torch.Tensor], positions: list[int], input
     said = [phrase.format(f"{'s' * (len(args) > 1)} of {', '.join(args)}") for phrase, args in phrases.items()]
     where = ", ".join(places)
     which = "a one-hot grad_output" + (" for each output" if len(places) > 1 else "")
-    return (f"backward is not linear in grad_output: for {which} ({where}) it returns {'; '.join(said)} "
-            "(implied: backward(g + one-hot) - backward(g), g dense and random); autograd adds and scales "
-            "grad_outputs, and the Jacobian is read off one-hot rows, so backward must be linear in grad_output: "
-            "look for code that depends on grad_output's values (a test of its sparsity or size, a clamp, a "
-            "normalisation)"), bad
+    return (
+        f"backward is not linear in grad_output: for {which} ({where}) it returns {'; '.join(said)} "
+        "(implied: backward(g + one-hot) - backward(g), g dense and random); autograd adds and scales "
+        "grad_outputs, and the Jacobian is read off one-hot rows, so backward must be linear in grad_output: "
+        "look for code that depends on grad_output's values (a test of its sparsity or size, a clamp, a "
+        "normalisation)"
+    ), bad
 
 
-def _compare(x: torch.Tensor, at_hot: Any, at_sum: Any, at_dense: Any, size: float, terms: int,
-             tol: Tolerance) -> Optional[str]:
+def _compare(
+    x: torch.Tensor, at_hot: Any, at_sum: Any, at_dense: Any, size: float, terms: int, tol: Tolerance
+) -> Optional[str]:
     """What ``at_hot`` is against the gradient of ``x`` that linearity implies (``at_sum - at_dense``), in
     words with a ``{}`` for " of 'x'" (where it differs beyond the tolerance); None where it does not, or
     cannot be compared."""
@@ -88,12 +99,18 @@ def _compare(x: torch.Tensor, at_hot: Any, at_sum: Any, at_dense: Any, size: flo
     if not magnitude.numel() or not bool(torch.isfinite(magnitude).all()):  # non-finite: the Jacobian says it
         return None
     implied = s - d
-    eps = max(_eps([x.dtype] + [g.dtype for g in (at_hot, at_sum, at_dense) if isinstance(g, torch.Tensor)],
-                   x.device), _computed_in([a, s, d]))
+    eps = max(
+        _eps([x.dtype] + [g.dtype for g in (at_hot, at_sum, at_dense) if isinstance(g, torch.Tensor)], x.device),
+        _computed_in([a, s, d]),
+    )
     # each gradient as the Jacobian comparison accepts it, plus the calls' rounding (relative to the largest
     # value, as a sum of up to `terms` products cancels) and their nondeterminism
-    limit = (tol.atol * 3 * size + tol.rtol * magnitude + ROUNDING * eps * math.sqrt(terms) * float(magnitude.max())
-             + 3 * tol.nondet_tol * max(1.0, size))
+    limit = (
+        tol.atol * 3 * size
+        + tol.rtol * magnitude
+        + ROUNDING * eps * math.sqrt(terms) * float(magnitude.max())
+        + 3 * tol.nondet_tol * max(1.0, size)
+    )
     err = (a - implied).abs()
     if not bool((err > limit).any()):
         return None
@@ -107,8 +124,10 @@ def _compare(x: torch.Tensor, at_hot: Any, at_sum: Any, at_dense: Any, size: flo
         return f"{r:.3g}x the gradient{{}} that dense grad_outputs imply"
     worst = int(torch.argmax(err - limit))
     at = list(unravel(worst, tuple(x.shape)))
-    return (f"a gradient{{}} off by up to {float(err.max()):.3g} from what dense grad_outputs imply (at {at}: "
-            f"{_number(a.reshape(-1)[worst])} where they imply {_number(implied.reshape(-1)[worst])})")
+    return (
+        f"a gradient{{}} off by up to {float(err.max()):.3g} from what dense grad_outputs imply (at {at}: "
+        f"{_number(a.reshape(-1)[worst])} where they imply {_number(implied.reshape(-1)[worst])})"
+    )
 
 
 def _dense(g: Any, x: torch.Tensor) -> Optional[torch.Tensor]:
@@ -157,7 +176,10 @@ def _eps(dtypes: list[torch.dtype], device: torch.device) -> float:
         precision = torch.get_float32_matmul_precision()
         if precision == "medium":
             eps = max(eps, BF16_EPS)
-        elif precision == "high" or device.type == "cuda" and (torch.backends.cuda.matmul.allow_tf32
-                                                                or torch.backends.cudnn.allow_tf32):
+        elif (
+            precision == "high"
+            or device.type == "cuda"
+            and (torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
+        ):
             eps = max(eps, TF32_EPS)
     return eps

@@ -16,6 +16,7 @@ argument's gradient (module parameters included), each by the rule of ``toleranc
 The default is ``relative`` where the target runs in a lower precision than the reference, else
 ``allclose`` (a baseline of a float64 target against a float64 reference is 0).
 """
+
 from __future__ import annotations
 
 import math
@@ -44,9 +45,12 @@ def run(ctx: CheckContext) -> CheckResult:
     start, rows, checked, result = begin(bound, "reference", None)
     if oracle is None:
         if ctx.named:
-            raise BindError("checks", "the reference check needs a reference: give the spec `reference: pkg.mod:fn` "
-                                      "(a plain PyTorch implementation with the same signature) or "
-                                      "`reference_backward: pkg.mod:fn` (the intended gradients), or --reference")
+            raise BindError(
+                "checks",
+                "the reference check needs a reference: give the spec `reference: pkg.mod:fn` "
+                "(a plain PyTorch implementation with the same signature) or "
+                "`reference_backward: pkg.mod:fn` (the intended gradients), or --reference",
+            )
         return skip(result, "no `reference:` or `reference_backward:` given", start)
     target = side(ctx.target, bound, bound.values, checked, "forward")
     positions = differentiable(target.outputs)
@@ -62,16 +66,32 @@ def run(ctx: CheckContext) -> CheckResult:
         compare(rows[i], target.grads[k], high.grads[k], low.grads[k] if low else None, rule, "gradient")
     notes: list[str] = []
     if oracle.forward is not None:
-        rows += [output_row(p, target.outputs, high.outputs, low.outputs if low else None, rule)
-                 for p in range(len(target.outputs))]
+        rows += [
+            output_row(p, target.outputs, high.outputs, low.outputs if low else None, rule)
+            for p in range(len(target.outputs))
+        ]
     else:
         notes.append("forward's outputs not compared (no `reference:`, only `reference_backward:`)")
-    return conclude(result, start, [], _wrong, lambda right: _passed(right, rule, oracle), name_right=False,
-                    nothing="nothing to compare: no argument requires grad and no output", notes=notes)
+    return conclude(
+        result,
+        start,
+        [],
+        _wrong,
+        lambda right: _passed(right, rule, oracle),
+        name_right=False,
+        nothing="nothing to compare: no argument requires grad and no output",
+        notes=notes,
+    )
 
 
-def _reference(oracle: Oracle, bound: Bound, checked: list[int], probes: dict[int, torch.Tensor],
-               like: tuple[Any, ...], dtype: Optional[torch.dtype]) -> Side:
+def _reference(
+    oracle: Oracle,
+    bound: Bound,
+    checked: list[int],
+    probes: dict[int, torch.Tensor],
+    like: tuple[Any, ...],
+    dtype: Optional[torch.dtype],
+) -> Side:
     """The reference side on the inputs in ``dtype`` (None: as they are, the target's dtype): the
     reference's outputs (if it has a forward), and the gradients from ``reference_backward`` where
     given, else through the reference's graph."""
@@ -87,22 +107,36 @@ def _reference(oracle: Oracle, bound: Bound, checked: list[int], probes: dict[in
     if oracle.backward is None:
         cut = [p for p in probes if is_float_tensor(ref.outputs[p]) and not ref.outputs[p].requires_grad]
         if cut and ref.leaves:
-            raise UserCodeError(REF, (
-                f"output {cut[0]} of the reference {oracle.forward_path} does not require grad, so it gives no "
-                "gradient to compare with (a .detach(), torch.no_grad() or a non-differentiable op inside?); "
-                "make it differentiable, or give the intended gradients with `reference_backward:`"))
+            raise UserCodeError(
+                REF,
+                (
+                    f"output {cut[0]} of the reference {oracle.forward_path} does not require grad, so it gives no "
+                    "gradient to compare with (a .detach(), torch.no_grad() or a non-differentiable op inside?); "
+                    "make it differentiable, or give the intended gradients with `reference_backward:`"
+                ),
+            )
         ref.grads = gradients(ref, probes, f"backward of the reference {oracle.forward_path} (in {written})", REF)
         return ref
-    zeros = _upcast([torch.zeros_like(o.detach()) if is_float_tensor(o) else None for o in like], dtype) if dtype \
+    zeros = (
+        _upcast([torch.zeros_like(o.detach()) if is_float_tensor(o) else None for o in like], dtype)
+        if dtype
         else [torch.zeros_like(o.detach()) if is_float_tensor(o) else None for o in like]
+    )
     grad_outputs = tuple(probes.get(p, z) for p, z in enumerate(zeros))
-    ref.grads = _intended(oracle, bound, values, checked, grad_outputs, f"reference_backward "
-                           f"{oracle.backward_path} (in {written})")
+    ref.grads = _intended(
+        oracle, bound, values, checked, grad_outputs, f"reference_backward {oracle.backward_path} (in {written})"
+    )
     return ref
 
 
-def _intended(oracle: Oracle, bound: Bound, values: list[Any], checked: list[int],
-              grad_outputs: tuple[Optional[torch.Tensor], ...], what: str) -> list[torch.Tensor]:
+def _intended(
+    oracle: Oracle,
+    bound: Bound,
+    values: list[Any],
+    checked: list[int],
+    grad_outputs: tuple[Optional[torch.Tensor], ...],
+    what: str,
+) -> list[torch.Tensor]:
     """``reference_backward(inputs, grad_outputs)``: one gradient per argument (None: zeros), as a
     backward returns them; grad_outputs has one entry per output (zeros where none flows, None for
     a non-floating output). A ``list:`` or ``dict:`` argument comes as a list or dict, and takes a
@@ -115,18 +149,25 @@ def _intended(oracle: Oracle, bound: Bound, values: list[Any], checked: list[int
         try:
             grads = bound.flatten(grads)
         except ValueError as exc:
-            raise BindError("reference_backward", f"the gradients {oracle.backward_path} returned: {exc}; return those "
-                                                  "of a list or dict argument as a list or dict like it") from None
+            raise BindError(
+                "reference_backward",
+                f"the gradients {oracle.backward_path} returned: {exc}; return those "
+                "of a list or dict argument as a list or dict like it",
+            ) from None
     elif grads is not None and bound.places:
         grads = None  # a count that is not the call's
     values = bound.flatten(plain)
     if grads is None or len(grads) != len(values):
-        got = (f"{len(out)} value{'s' * (len(out) != 1)}" if isinstance(out, (tuple, list))
-               else f"a {type(out).__name__}")
+        got = (
+            f"{len(out)} value{'s' * (len(out) != 1)}" if isinstance(out, (tuple, list)) else f"a {type(out).__name__}"
+        )
         lists = " (a list or dict of gradients for a `list:` or `dict:` argument)" if bound.places else ""
-        raise BindError("reference_backward", f"{oracle.backward_path} returned {got} for {len(plain)} "
-                        f"argument{'s' * (len(plain) != 1)} ({', '.join(bound.names)}): return one gradient per "
-                        f"argument{lists}, in order (None where there is none), as a backward does")
+        raise BindError(
+            "reference_backward",
+            f"{oracle.backward_path} returned {got} for {len(plain)} "
+            f"argument{'s' * (len(plain) != 1)} ({', '.join(bound.names)}): return one gradient per "
+            f"argument{lists}, in order (None where there is none), as a backward does",
+        )
     result: list[torch.Tensor] = []
     for i in checked:
         g, v = grads[i], values[i]
@@ -136,9 +177,12 @@ def _intended(oracle: Oracle, bound: Bound, values: list[Any], checked: list[int
             shape = list(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
             raise UserCodeError(REF, f"{what} returned {shape} for '{bound.names[i]}', which has shape {list(v.shape)}")
         elif not g.is_floating_point() and not g.is_complex() or g.is_complex() != v.is_complex():
-            raise UserCodeError(REF, f"{what} returned a {str(g.dtype)[6:]} gradient for '{bound.names[i]}', which is "
-                                     f"{str(v.dtype)[6:]}: return a gradient of the argument's kind (floating or "
-                                     "complex)")
+            raise UserCodeError(
+                REF,
+                f"{what} returned a {str(g.dtype)[6:]} gradient for '{bound.names[i]}', which is "
+                f"{str(v.dtype)[6:]}: return a gradient of the argument's kind (floating or "
+                "complex)",
+            )
         else:
             result.append(g.detach())
     return result
@@ -168,38 +212,52 @@ def _same_structure(got: tuple[Any, ...], want: tuple[Any, ...], path: str) -> N
     """The reference returns as many outputs as the target, each tensor of the same shape, and of the same
     kind (floating, complex) where the target's is floating or complex."""
     if len(got) != len(want):
-        raise UserCodeError(REF, f"the reference {path} returned {len(got)} output{'s' * (len(got) != 1)}, the "
-                                 f"target {len(want)}: they must match")
+        raise UserCodeError(
+            REF,
+            f"the reference {path} returned {len(got)} output{'s' * (len(got) != 1)}, the "
+            f"target {len(want)}: they must match",
+        )
     for p, (g, w) in enumerate(zip(got, want)):
         if isinstance(w, torch.Tensor) and (not isinstance(g, torch.Tensor) or g.shape != w.shape):
             shape = list(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-            raise UserCodeError(REF, f"output {p} of the reference {path} is {shape}, the target's is "
-                                     f"{list(w.shape)}: they must match")
+            raise UserCodeError(
+                REF, f"output {p} of the reference {path} is {shape}, the target's is {list(w.shape)}: they must match"
+            )
         if is_float_tensor(w) and (not is_float_tensor(g) or g.is_complex() != w.is_complex()):
-            raise UserCodeError(REF, f"output {p} of the reference {path} is {str(g.dtype)[6:]}, the target's is "
-                                     f"{str(w.dtype)[6:]}: a reference returns values of the same kind (floating or "
-                                     "complex) to compare with")
+            raise UserCodeError(
+                REF,
+                f"output {p} of the reference {path} is {str(g.dtype)[6:]}, the target's is "
+                f"{str(w.dtype)[6:]}: a reference returns values of the same kind (floating or "
+                "complex) to compare with",
+            )
 
 
 def _finite(ref: Side, target: Side, oracle: Oracle, names: list[str]) -> None:
     """A reference whose outputs or gradients are NaN or infinite where the target's are finite cannot
     judge it: an error about the reference (equal non-finite values agree, and the target's own
     non-finite values are its failure, found by the comparison)."""
-    pairs = [(f"output {p} of the reference {oracle.forward_path}", r, t)
-             for p, (r, t) in enumerate(zip(ref.outputs, target.outputs)) if is_float_tensor(r) and is_float_tensor(t)]
+    pairs = [
+        (f"output {p} of the reference {oracle.forward_path}", r, t)
+        for p, (r, t) in enumerate(zip(ref.outputs, target.outputs))
+        if is_float_tensor(r) and is_float_tensor(t)
+    ]
     path = oracle.backward_path or f"backward of the reference {oracle.forward_path}"
     pairs += [(f"the gradient of '{name}' from {path}", r, t) for name, r, t in zip(names, ref.grads, target.grads)]
     for what, r, t in pairs:
         bad = ~torch.isfinite(r.detach()) & torch.isfinite(t.detach()).to(r.device)
         if bool(bad.any()):
             at = unravel(int(bad.reshape(-1).nonzero()[0]), tuple(r.shape))
-            raise UserCodeError(REF, f"{what} is NaN or infinite at {list(at)} where the target's is finite "
-                                     f"({int(bad.sum())} of {r.numel()} values): a reference must be finite there to "
-                                     "judge the target; check it on these inputs, or draw other inputs")
+            raise UserCodeError(
+                REF,
+                f"{what} is NaN or infinite at {list(at)} where the target's is finite "
+                f"({int(bad.sum())} of {r.numel()} values): a reference must be finite there to "
+                "judge the target; check it on these inputs, or draw other inputs",
+            )
 
 
-def _rule(given: ReferenceRule, bound: Bound, checked: list[int], outputs: tuple[Any, ...],
-          dtype: torch.dtype) -> ReferenceRule:
+def _rule(
+    given: ReferenceRule, bound: Bound, checked: list[int], outputs: tuple[Any, ...], dtype: torch.dtype
+) -> ReferenceRule:
     """The rule with its default: relative where the target runs in a lower precision than the reference."""
     if given.rule is not None:
         return given
@@ -214,8 +272,10 @@ def _wrong(row: InputReport) -> Optional[str]:
     words = row.diagnosis or "differs from the reference's"
     if row.factor is not None and row.baseline_err is not None and row.max_abs_err is not None:
         times = row.max_abs_err / row.baseline_err if row.baseline_err else math.inf
-        words += (f" (max error {row.max_abs_err:.3g}, {times:.3g}x the reference's own {row.baseline_err:.3g} in "
-                  f"{row.dtype}; at most {row.factor:g}x allowed)")
+        words += (
+            f" (max error {row.max_abs_err:.3g}, {times:.3g}x the reference's own {row.baseline_err:.3g} in "
+            f"{row.dtype}; at most {row.factor:g}x allowed)"
+        )
     return f"{subject}: {words}"
 
 
@@ -225,10 +285,12 @@ def _passed(right: list[InputReport], rule: ReferenceRule, oracle: Oracle) -> st
     parts = [f"{n} {w}{'s' * (n != 1)}" for n, w in ((grads, "gradient"), (outs, "output")) if n]
     verb = "agrees" if len(right) == 1 else "agree"
     side = oracle.forward_path or oracle.backward_path
-    how = (f"within {rule.factor:g}x the reference's own error in the target's dtype" if rule.rule == "relative"
-           else "within atol/rtol")
+    how = (
+        f"within {rule.factor:g}x the reference's own error in the target's dtype"
+        if rule.rule == "relative"
+        else "within atol/rtol"
+    )
     worst = [r.max_abs_err / r.baseline_err for r in right if r.baseline_err and r.max_abs_err is not None]
-    return (f"{' and '.join(parts)} {verb} with {side} ({rule.rule}: {how}"
-            + (f"; worst {max(worst):.2g}x)" if worst else ")"))
-
-
+    return f"{' and '.join(parts)} {verb} with {side} ({rule.rule}: {how}" + (
+        f"; worst {max(worst):.2g}x)" if worst else ")"
+    )

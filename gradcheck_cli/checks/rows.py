@@ -1,5 +1,6 @@
 """An argument's row: one per argument before anything is compared, which ones are compared,
 and the one filler that turns comparison statistics into the row."""
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,14 @@ def skeleton(bound: Bound) -> list[InputReport]:
         if isinstance(v, torch.Tensor):
             row = InputReport(index, name, list(v.shape), dtype_name(v), Status.PASS, numel=v.numel())
         else:
-            row = InputReport(index, name, [], type(v).__name__, Status.SKIP,  # shape [] = not a tensor
-                              reason=f"not a tensor ({short(v)})")
+            row = InputReport(
+                index,
+                name,
+                [],
+                type(v).__name__,
+                Status.SKIP,  # shape [] = not a tensor
+                reason=f"not a tensor ({short(v)})",
+            )
         row.line = bound.line(i)
         row.via = bound.via.get(i)
         rows.append(row)
@@ -71,8 +78,13 @@ def mismatched(entry: Entry, value: torch.Tensor) -> int:
     return int(per_element(entry.bad, value.is_complex()).sum())
 
 
-def locate(row: InputReport, bad: torch.Tensor, error: torch.Tensor, shape: tuple[int, ...],
-           sides: Optional[tuple[torch.Tensor, torch.Tensor, str]] = None) -> None:
+def locate(
+    row: InputReport,
+    bad: torch.Tensor,
+    error: torch.Tensor,
+    shape: tuple[int, ...],
+    sides: Optional[tuple[torch.Tensor, torch.Tensor, str]] = None,
+) -> None:
     """Where a mismatching row's mismatches are: its first mismatching multi-indices (``bad``, one per
     element) and its error map (``error``, one per element); ``sides``: both sides per element and what
     they are, kept where the map is not downsampled."""
@@ -85,8 +97,14 @@ def locate(row: InputReport, bad: torch.Tensor, error: torch.Tensor, shape: tupl
     row.error_map = picture
 
 
-def fill(row: InputReport, entry: Entry, value: torch.Tensor, where: Callable[[int], Optional[str]],
-         parts: bool = False, sides: bool = False) -> None:
+def fill(
+    row: InputReport,
+    entry: Entry,
+    value: torch.Tensor,
+    where: Callable[[int], Optional[str]],
+    parts: bool = False,
+    sides: bool = False,
+) -> None:
     """Put ``entry``'s statistics in ``row`` (of argument ``value``); ``where(r)`` names the output
     row r of the compared Jacobian (or leading index r of two compared stacks), and with ``parts``
     a complex argument's worst entry names its real or imaginary part. A row with a mismatch fails,
@@ -107,12 +125,18 @@ def fill(row: InputReport, entry: Entry, value: torch.Tensor, where: Callable[[i
     if row.mismatched:
         row.status = Status.FAIL
         shape, complex_ = tuple(value.shape), value.is_complex()
-        locate(row, per_element(entry.bad, complex_), per_element(entry.err, complex_), shape,
-               (entry.proj_a, entry.proj_n, SIDES) if sides and not complex_ else None)
+        locate(
+            row,
+            per_element(entry.bad, complex_),
+            per_element(entry.err, complex_),
+            shape,
+            (entry.proj_a, entry.proj_n, SIDES) if sides and not complex_ else None,
+        )
 
 
-def fill_jacobian(row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor,
-                  outputs: tuple[Any, ...]) -> None:
+def fill_jacobian(
+    row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, outputs: tuple[Any, ...]
+) -> None:
     """The argument's row from its Jacobian's statistics, with the pattern of a mismatch or, for a
     passing argument, of a systematic factor the tolerance hides."""
     fill(row, entry, value, output_at(layout, outputs), parts=True, sides=True)
@@ -126,7 +150,6 @@ def fill_jacobian(row: InputReport, entry: Entry, layout: Layout, value: torch.T
         found = systematic(entry, SYSTEMATIC.get(value.dtype, 1e-4))
         if found:
             found.put(row)
-
 
 
 def output_at(layout: Layout, outputs: tuple[Any, ...]) -> Callable[[int], str]:
@@ -144,11 +167,18 @@ def output_at(layout: Layout, outputs: tuple[Any, ...]) -> Callable[[int], str]:
 
 def imaginary_rows(layout: Layout, outputs: tuple[Any, ...]) -> torch.Tensor:
     """For each row of the layout: whether it is the imaginary part of a complex output element."""
-    return torch.cat([torch.arange(real_numel(outputs[p])) % 2 == 1 if outputs[p].is_complex() else
-                      torch.zeros(real_numel(outputs[p]), dtype=torch.bool) for p in layout.outputs])
+    return torch.cat(
+        [
+            torch.arange(real_numel(outputs[p])) % 2 == 1
+            if outputs[p].is_complex()
+            else torch.zeros(real_numel(outputs[p]), dtype=torch.bool)
+            for p in layout.outputs
+        ]
+    )
 
 
 # --------------------------------------------------------------- two computations of the same values
+
 
 def columns(t: torch.Tensor) -> torch.Tensor:
     """``[M, *shape]`` -> float64 ``[real elements, M]``: a row per real element, as Entry.update takes them."""
@@ -174,5 +204,7 @@ def agreement(got: torch.Tensor, want: torch.Tensor, limits: Limits) -> Entry:
 
 def zeros_if_none(grads: Any, like: list[torch.Tensor], lead: tuple[int, ...] = ()) -> list[torch.Tensor]:
     """Gradients with None (an unused input) replaced by zeros of shape ``lead + input's shape``."""
-    return [g if g is not None else torch.zeros(lead + tuple(t.shape), dtype=t.dtype, device=t.device)
-            for g, t in zip(grads, like)]
+    return [
+        g if g is not None else torch.zeros(lead + tuple(t.shape), dtype=t.dtype, device=t.device)
+        for g, t in zip(grads, like)
+    ]

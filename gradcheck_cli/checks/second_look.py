@@ -2,6 +2,7 @@
 forward_ad), as backward takes one (``numerics.kinks``): a kink, tie or domain edge of the function
 the finite differences move, or its rounding (it computes in float32 inside), is not a wrong derivative.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -34,22 +35,34 @@ class Look:
     eps: float = 0.0  # PRECISION: a step at which finite differences resolve the derivative (0: none)
 
 
-def inside(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torch.Tensor, positions: Sequence[int],
-           eps: float) -> str:
+def inside(
+    call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torch.Tensor, positions: Sequence[int], eps: float
+) -> str:
     """The float format a function computes in inside ('float32', 'bfloat16', ...), told by its outputs at
     ``positions`` near ``values`` (``x``, inside them, moved along every element at once and put back) fitting
     in fewer significant bits than float64's; '' where they do not (see ``numerics.precision``)."""
     u = torch.ones(x.shape, dtype=x.dtype, device=x.device)
-    samples = [call_moved(call, values, Step(x, h * u), lambda outputs: outputs_vector(outputs, positions).cpu())
-               for h in (0.0, *(k * eps for k in precision.OFFSETS))]
+    samples = [
+        call_moved(call, values, Step(x, h * u), lambda outputs: outputs_vector(outputs, positions).cpu())
+        for h in (0.0, *(k * eps for k in precision.OFFSETS))
+    ]
     step, bits = precision.resolution(torch.stack(samples))
     moving = (torch.stack(samples) != samples[0]).any(0) & (step > 0)
     return precision.grid_name(int(bits[moving].max())) if bool(moving.any()) else ""
 
 
-def look_again(row: InputReport, entry: Entry, call: Callable[[Sequence[Any]], Any], values: Sequence[Any],
-               x: torch.Tensor, positions: Sequence[int], tol: Tolerance,
-               column: Callable[[int], torch.Tensor], derivative: str, low: str = "") -> Look:
+def look_again(
+    row: InputReport,
+    entry: Entry,
+    call: Callable[[Sequence[Any]], Any],
+    values: Sequence[Any],
+    x: torch.Tensor,
+    positions: Sequence[int],
+    tol: Tolerance,
+    column: Callable[[int], torch.Tensor],
+    derivative: str,
+    low: str = "",
+) -> Look:
     """Examine ``row``'s mismatching elements, those the comparison kept first, worst first, until one is
     confirmed wrong. ``call`` is the function finite differences moved (``x`` inside ``values``: it is
     moved in place and put back), ``column(col)`` the analytical column of real element ``col`` where the
@@ -73,8 +86,9 @@ def look_again(row: InputReport, entry: Entry, call: Callable[[Sequence[Any]], A
             continue
         a_col = kept[col] if col in kept else column(col)
         where = f"{row.name}{unravel(col // per, x.shape)}"
-        verdict = kinks.examine(call, values, x, col, tol.eps, positions, a_col, atol=tol.atol, rtol=tol.rtol,
-                                index_text=where)
+        verdict = kinks.examine(
+            call, values, x, col, tol.eps, positions, a_col, atol=tol.atol, rtol=tol.rtol, index_text=where
+        )
         if verdict.kind == "precision":
             return _imprecise(verdict, tol, derivative) if verdict.explained else Look(WRONG, verdict.text)
         # in a Function that computes in low precision inside, rounding looks like a kink or noise too
@@ -90,21 +104,41 @@ def look_again(row: InputReport, entry: Entry, call: Callable[[Sequence[Any]], A
         return Look(WRONG, verdict.text if verdict.kind != "smooth" else "")  # a smooth one: the row's words stand
     if nonfinite:
         more = f" (and {len(nonfinite) - 1} more)" if len(nonfinite) > 1 else ""
-        return Look(NONFINITE, (
-            f"{derivative} gives NaN or infinite values at {nonfinite[0]}{more}, where the values it differentiates "
-            "are finite and change smoothly (left and right differences agree): an operation there is at the edge "
-            "of its domain (a square root or fractional power of 0, log or division by 0), whose infinite derivative "
-            "autograd multiplies by zero"), len(explained))
+        return Look(
+            NONFINITE,
+            (
+                f"{derivative} gives NaN or infinite values at {nonfinite[0]}{more}, where the values it "
+                "differentiates are finite and change smoothly (left and right differences agree): an operation "
+                "there is at the edge of its domain (a square root or fractional power of 0, log or division by 0), "
+                "whose infinite derivative autograd multiplies by zero"
+            ),
+            len(explained),
+        )
     first = explained[0]
-    kind = ("at a kink, tie or domain edge, where the finite differences need a one-sided derivative"
-            if first.kind != "cancellation" else "where finite differences lose to cancellation")
-    return Look(EXPLAINED, f"{len(explained)} element{'s' * (len(explained) != 1)} {kind}: {first.text}; "
-                           f"{kinks.resample_hint(row.name)}", len(explained))
+    kind = (
+        "at a kink, tie or domain edge, where the finite differences need a one-sided derivative"
+        if first.kind != "cancellation"
+        else "where finite differences lose to cancellation"
+    )
+    return Look(
+        EXPLAINED,
+        f"{len(explained)} element{'s' * (len(explained) != 1)} {kind}: {first.text}; {kinks.resample_hint(row.name)}",
+        len(explained),
+    )
 
 
-def _coarser(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torch.Tensor, col: int,
-             positions: Sequence[int], tol: Tolerance, a_col: torch.Tensor, derivative: str, low: str,
-             text: str) -> Look:
+def _coarser(
+    call: Callable[[Sequence[Any]], Any],
+    values: Sequence[Any],
+    x: torch.Tensor,
+    col: int,
+    positions: Sequence[int],
+    tol: Tolerance,
+    a_col: torch.Tensor,
+    derivative: str,
+    low: str,
+    text: str,
+) -> Look:
     """An element off at eps in a Function that computes in ``low`` precision inside: PRECISION with the
     larger step of ``precision.STEPS`` where its central difference agrees with ``a_col`` at float32's
     tolerances, else WRONG with the numbers at the largest step."""
@@ -115,14 +149,21 @@ def _coarser(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: tor
     for eps in steps:
         n = central_difference(call, values, x, col, eps, positions)
         if bool(within(a, n, loose.atol, loose.rtol).all()):
-            return Look(PRECISION, f"the Function computes in {low} or lower precision inside, so finite "
-                                   f"differences at eps={tol.eps:g} measure rounding ({text})", eps=eps)
+            return Look(
+                PRECISION,
+                f"the Function computes in {low} or lower precision inside, so finite "
+                f"differences at eps={tol.eps:g} measure rounding ({text})",
+                eps=eps,
+            )
     if not steps:
         return Look(WRONG, text)
     m = int(torch.argmax((a - n).abs() / limit(n.abs(), loose.atol, loose.rtol)))
-    return Look(WRONG, f"{text}; the Function computes in {low} or lower precision inside, but judged again at eps "
-                       f"{steps[-1]:g} with {low} tolerances (atol {loose.atol:g}, rtol {loose.rtol:g}) {derivative} "
-                       f"gives {float(a[m]):.4g} where finite differences give {float(n[m]):.4g}")
+    return Look(
+        WRONG,
+        f"{text}; the Function computes in {low} or lower precision inside, but judged again at eps "
+        f"{steps[-1]:g} with {low} tolerances (atol {loose.atol:g}, rtol {loose.rtol:g}) {derivative} "
+        f"gives {float(a[m]):.4g} where finite differences give {float(n[m]):.4g}",
+    )
 
 
 def _imprecise(verdict: kinks.Verdict, tol: Tolerance, derivative: str) -> Look:
@@ -137,7 +178,12 @@ def _imprecise(verdict: kinks.Verdict, tol: Tolerance, derivative: str) -> Look:
         fix = f"a case with `tolerance: {{{setting}}}` may resolve it"
     inside = f"{verdict.grid} or lower precision" if verdict.grid else "low precision"
     again = precision.rejudge_eps(verdict.step, tol.eps, tol.at_least(torch.float32).atol)
-    return Look(PRECISION, eps=again or 0.0, text=(
-        f"finite differences cannot judge {derivative} at eps={tol.eps:g}: the function computes in {inside} inside "
-        f"(its values change in steps of about {verdict.step:.2g}), so they measure rounding, not the derivative "
-        f"(no verdict); {fix}; e.g. {verdict.text}"))
+    return Look(
+        PRECISION,
+        eps=again or 0.0,
+        text=(
+            f"finite differences cannot judge {derivative} at eps={tol.eps:g}: the function computes in {inside} "
+            f"inside (its values change in steps of about {verdict.step:.2g}), so they measure rounding, not the "
+            f"derivative (no verdict); {fix}; e.g. {verdict.text}"
+        ),
+    )

@@ -3,6 +3,7 @@ forward, one backward for a shared grad_output) against the other's, by rule ``r
 ``allclose`` (see ``spec.ReferenceRule``), into a row with its error, baseline and pattern. The
 reference check compares the target with a reference implementation, the compile check compiled
 code with eager."""
+
 from __future__ import annotations
 
 import math
@@ -33,20 +34,25 @@ class Side:
     grads: list[torch.Tensor] = field(default_factory=list)
 
 
-def side(fn: Target, bound: Bound, values: Sequence[Any], checked: list[int], what: str,
-         kind: ErrorKind = ErrorKind.FORWARD) -> Side:
+def side(
+    fn: Target, bound: Bound, values: Sequence[Any], checked: list[int], what: str, kind: ErrorKind = ErrorKind.FORWARD
+) -> Side:
     """``fn``'s outputs on fresh leaves of ``values`` (gradients to come); its errors are of ``kind``."""
     leaves = fresh_leaves(list(values))
     outputs = as_tuple(call_forward(fn, bound, leaves, kind, what=what))
     return Side(outputs, [leaves[i] for i in checked])
 
 
-def gradients(side: Side, probes: dict[int, torch.Tensor], what: str,
-              kind: ErrorKind = ErrorKind.BACKWARD) -> list[torch.Tensor]:
+def gradients(
+    side: Side, probes: dict[int, torch.Tensor], what: str, kind: ErrorKind = ErrorKind.BACKWARD
+) -> list[torch.Tensor]:
     """The checked arguments' gradients for grad_outputs ``probes`` (output position -> probe),
     zeros where unused; errors of backward are of ``kind``."""
-    live = [(side.outputs[p], g.to(side.outputs[p].dtype)) for p, g in probes.items()
-            if is_float_tensor(side.outputs[p]) and side.outputs[p].requires_grad]
+    live = [
+        (side.outputs[p], g.to(side.outputs[p].dtype))
+        for p, g in probes.items()
+        if is_float_tensor(side.outputs[p]) and side.outputs[p].requires_grad
+    ]
     if not live or not side.leaves:
         return [torch.zeros_like(x) for x in side.leaves]
     grads = guarded(kind, what, vjp, [o for o, _ in live], side.leaves, [g for _, g in live])
@@ -57,8 +63,9 @@ def eps(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps
 
 
-def compare(row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Optional[torch.Tensor],
-             rule: ReferenceRule, what: str) -> None:
+def compare(
+    row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Optional[torch.Tensor], rule: ReferenceRule, what: str
+) -> None:
     """Fill ``row`` with the target's ``got`` against the reference's ``want`` (and, for rule
     relative, the reference's own ``own`` in the target's dtype). Elementwise, in float64 on the CPU
     (complex as pairs of reals); equal non-finite values agree."""
@@ -104,11 +111,13 @@ def compare(row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Option
     if row.mismatched:
         row.status = Status.FAIL
         shape, complex_ = tuple(got.shape), got.is_complex()
-        sides = ("the gradients for one random grad_output" if what == "gradient" else "the outputs") + \
-            ": the target's, the reference's"
+        sides = (
+            "the gradients for one random grad_output" if what == "gradient" else "the outputs"
+        ) + ": the target's, the reference's"
         error = diff.masked_fill(broken, math.inf) if broken.numel() else diff
-        locate(row, per_element(bad, complex_), per_element(error, complex_), shape,
-               None if complex_ else (a, n, sides))
+        locate(
+            row, per_element(bad, complex_), per_element(error, complex_), shape, None if complex_ else (a, n, sides)
+        )
         tol_t = tol if isinstance(tol, torch.Tensor) else torch.full_like(diff, tol)
         _pattern(a, n, tol_t, int(broken.sum()), row.mismatched, row.numel, what).put(row)
         if row.pattern in (Pattern.SOME_ELEMENTS, Pattern.NO_PATTERN):
@@ -128,8 +137,10 @@ def _coarser(rel: torch.Tensor, dtype: torch.dtype) -> Optional[str]:
     if abs(math.log(typical / (eps(low) / 4))) > math.log(4):
         return None
     name = str(low).replace("torch.", "")
-    return (f"its typical relative error {typical:.1g} is {name}'s rounding: does it compute in {name} inside? "
-            f"Check it in {name} (`dtype: {name}`), where the reference's own error sets the bar")
+    return (
+        f"its typical relative error {typical:.1g} is {name}'s rounding: does it compute in {name} inside? "
+        f"Check it in {name} (`dtype: {name}`), where the reference's own error sets the bar"
+    )
 
 
 def real_dtype(t: torch.Tensor) -> torch.dtype:
@@ -146,8 +157,9 @@ def _max_abs(t: torch.Tensor) -> float:
     return float(t.abs().max()) if t.numel() else 0.0
 
 
-def _pattern(a: torch.Tensor, n: torch.Tensor, tol: torch.Tensor, nonfinite: int, mismatched: int, numel: int,
-             what: str) -> Diagnosis:
+def _pattern(
+    a: torch.Tensor, n: torch.Tensor, tol: torch.Tensor, nonfinite: int, mismatched: int, numel: int, what: str
+) -> Diagnosis:
     """What a mismatch of ``a`` (the target's ``what``) against ``n`` (the reference's) shows:
     non-finite values, all zeros, a constant factor up to what the rule allows, a few elements, or nothing."""
     mine, theirs = f"the target's {what}", "the reference's"
@@ -155,8 +167,12 @@ def _pattern(a: torch.Tensor, n: torch.Tensor, tol: torch.Tensor, nonfinite: int
         return Diagnosis(Pattern.NONFINITE, f"{nonfinite} values are NaN or infinite on one side only")
     aa, nn, an = float(a @ a), float(n @ n), float(a @ n)
     if aa == 0 and nn > 0:
-        culprit = ("backward returns zeros or None for it (a missing return, a detached result, or the wrong "
-                   "position in the returned tuple?)" if what == "gradient" else "forward returns zeros")
+        culprit = (
+            "backward returns zeros or None for it (a missing return, a detached result, or the wrong "
+            "position in the returned tuple?)"
+            if what == "gradient"
+            else "forward returns zeros"
+        )
         return Diagnosis(Pattern.ZERO_ANALYTICAL, f"{mine} is all zeros, {theirs} is not: {culprit}")
     if nn == 0 and aa > 0:
         return Diagnosis(Pattern.ZERO_NUMERICAL, f"{theirs} {what} is all zeros, {mine} is not")
@@ -168,20 +184,28 @@ def _pattern(a: torch.Tensor, n: torch.Tensor, tol: torch.Tensor, nonfinite: int
             return Diagnosis(Pattern.SIGN_FLIP, f"sign flipped: {mine} = -{theirs}", r)
         return Diagnosis(Pattern.CONSTANT_RATIO, f"{mine} is {ratio_text(r, 1e-2)} {theirs}", r)
     if mismatched < numel:
-        return Diagnosis(Pattern.SOME_ELEMENTS, f"{mismatched} of {numel} elements differ from {theirs}, "
-                                                "the others match")
+        return Diagnosis(
+            Pattern.SOME_ELEMENTS, f"{mismatched} of {numel} elements differ from {theirs}, the others match"
+        )
     return Diagnosis(Pattern.NO_PATTERN, f"differs from {theirs} everywhere, with no constant ratio or sign flip")
 
 
-def output_row(p: int, got: tuple[Any, ...], want: tuple[Any, ...], own: Optional[tuple[Any, ...]],
-                rule: ReferenceRule) -> InputReport:
+def output_row(
+    p: int, got: tuple[Any, ...], want: tuple[Any, ...], own: Optional[tuple[Any, ...]], rule: ReferenceRule
+) -> InputReport:
     """Forward output ``p`` of the target against the reference's."""
     o = got[p]
     name = "output" if len(got) == 1 else f"output[{p}]"
     if not is_float_tensor(o):
-        return InputReport(p, name, list(getattr(o, "shape", [])), dtype_name(o) if isinstance(o, torch.Tensor)
-                           else type(o).__name__, Status.SKIP, reason="not a floating-point output (not compared)",
-                           role="output")
+        return InputReport(
+            p,
+            name,
+            list(getattr(o, "shape", [])),
+            dtype_name(o) if isinstance(o, torch.Tensor) else type(o).__name__,
+            Status.SKIP,
+            reason="not a floating-point output (not compared)",
+            role="output",
+        )
     row = InputReport(p, name, list(o.shape), dtype_name(o), Status.PASS, numel=o.numel(), role="output")
     compare(row, o, want[p], own[p] if own else None, rule, "output")
     return row

@@ -14,6 +14,7 @@ the graph node's ``apply`` directly would hand None even to Functions that get z
 A backward that raises on None is a failure with a message that says how to handle it.
 The default ``backward`` check runs the same situations (``situations``, ``findings``), on its own graph.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -48,11 +49,22 @@ def run(ctx: CheckContext) -> CheckResult:
     target, bound, opts = ctx.target, ctx.bound, ctx.options
     start, rows, checked, result = begin(bound, "undefined_grad", "undefined")
     leaves, outputs, positions = graph_forward(target, bound)
-    reason = ("no argument requires grad: nothing to check" if not checked else
-              "no output requires grad: backward is never called" if not positions else
-              None if _make_undefined() else "this version of torch cannot make an undefined gradient")
-    seen = None if reason else situations(target, bound.names, leaves, outputs, positions, checked, ctx.streams,
-                                             opts.tolerance.nondet_tol)
+    reason = (
+        "no argument requires grad: nothing to check"
+        if not checked
+        else "no output requires grad: backward is never called"
+        if not positions
+        else None
+        if _make_undefined()
+        else "this version of torch cannot make an undefined gradient"
+    )
+    seen = (
+        None
+        if reason
+        else situations(
+            target, bound.names, leaves, outputs, positions, checked, ctx.streams, opts.tolerance.nondet_tol
+        )
+    )
     if seen is None:
         return skip(result, reason or "", start)
     for i in seen.nonzero:
@@ -62,8 +74,12 @@ def run(ctx: CheckContext) -> CheckResult:
             rows[i].status, rows[i].reason = Status.SKIP, "not compared: backward raised (see the message)"
             continue
         limits = same(bound.values[i].dtype, opts.tolerance.nondet_tol)
-        fill(rows[i], agreement(torch.cat(seen.got[i]), torch.cat(seen.want[i]), limits), bound.values[i],
-             lambda r: seen.labels[r])
+        fill(
+            rows[i],
+            agreement(torch.cat(seen.got[i]), torch.cat(seen.want[i]), limits),
+            bound.values[i],
+            lambda r: seen.labels[r],
+        )
         rows[i].reason = rows[i].reason or f"{len(seen.labels)} situation(s) against explicit zero grad_outputs"
     return _finish(result, start, seen.problems, seen.labels)
 
@@ -82,8 +98,16 @@ class Situations:
     nonzero: set[int] = field(default_factory=set)
 
 
-def situations(target: Target, arg_names: list[str], leaves: list[Any], outputs: tuple[Any, ...], positions: list[int],
-               checked: list[int], streams: Streams, nondet_tol: float = 0.0) -> Optional[Situations]:
+def situations(
+    target: Target,
+    arg_names: list[str],
+    leaves: list[Any],
+    outputs: tuple[Any, ...],
+    positions: list[int],
+    checked: list[int],
+    streams: Streams,
+    nondet_tol: float = 0.0,
+) -> Optional[Situations]:
     """Backward through the graph of ``outputs`` (forward on ``leaves``, named ``arg_names``; the graph is
     kept) in each of ``scenarios``, for the arguments at ``checked``; None where torch cannot make an
     undefined gradient. With every output's gradient undefined, a gradient must be zero (within
@@ -112,8 +136,9 @@ def situations(target: Target, arg_names: list[str], leaves: list[Any], outputs:
                 seen.problems.append(_crash(exc, undefined, names, len(live)))
             crashes.setdefault(key, []).append(undefined)
             continue
-        ref = zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [g.clone() for g in grads]),
-                            inputs)
+        ref = zeros_if_none(
+            guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, [g.clone() for g in grads]), inputs
+        )
         seen.labels.append(_situation(undefined, names, len(live)))
         for i, r, w in zip(checked, zeros_if_none([strided(g) if g is not None else g for g in res], inputs), ref):
             seen.got[i].append(r.detach().unsqueeze(0))
@@ -121,14 +146,17 @@ def situations(target: Target, arg_names: list[str], leaves: list[Any], outputs:
             if not defined and not bool((r.abs() <= nondet_tol).all()):
                 seen.problems.append(_nonzero(arg_names[i], r))
                 seen.nonzero.add(i)
-    seen.problems += [f"backward also raised {kind} with the "
-                      f"{', '.join(_situation(u, names, len(live)) for u in more[1:])}"
-                      for (kind, _), more in crashes.items() if len(more) > 1]
+    seen.problems += [
+        f"backward also raised {kind} with the {', '.join(_situation(u, names, len(live)) for u in more[1:])}"
+        for (kind, _), more in crashes.items()
+        if len(more) > 1
+    ]
     return seen
 
 
-def findings(seen: Situations, arg_names: list[str], values: list[Any],
-             nondet_tol: float) -> tuple[list[str], set[int]]:
+def findings(
+    seen: Situations, arg_names: list[str], values: list[Any], nondet_tol: float
+) -> tuple[list[str], set[int]]:
     """What ``seen`` shows wrong, as the backward check says it: the messages, and the arguments whose
     gradient is wrong (a nonzero gradient with every output's gradient undefined, or one that differs from
     that of explicit zeros)."""
@@ -149,8 +177,10 @@ def _make_undefined() -> Optional[Callable[[], Any]]:
 
 
 def _differs(name: str, situation: str, max_abs: float) -> str:
-    return (f"the gradient of '{name}' with the {situation} differs from the one with an explicit zero gradient "
-            f"instead (max abs err {max_abs:.3g}): backward must treat an undefined (None) gradient as zero")
+    return (
+        f"the gradient of '{name}' with the {situation} differs from the one with an explicit zero gradient "
+        f"instead (max abs err {max_abs:.3g}): backward must treat an undefined (None) gradient as zero"
+    )
 
 
 def _grad_names(target: Target, n: int) -> list[Optional[str]]:
@@ -179,18 +209,25 @@ def _crash(exc: BaseException, undefined: list[int], names: list[Optional[str]],
     """What a backward that raised with undefined gradients should do instead."""
     where = user_frame(exc)
     first = next((names[p] for p in undefined if names[p]), None)
-    when = ("the gradients of every output are undefined (None)" if len(undefined) == n_live and n_live > 1 else
-            f"the gradient of {_outputs(undefined, names)} is undefined (None)")
-    return (f"backward raised {type(exc).__name__} when {when}{f' at {where}' if where else ''}: with "
-            "ctx.set_materialize_grads(False) backward receives None for outputs that were not used; handle it "
-            f"(e.g. `if {first or 'grad_output'} is not None:`) ({type(exc).__name__}: {str(exc)[:150]})")
+    when = (
+        "the gradients of every output are undefined (None)"
+        if len(undefined) == n_live and n_live > 1
+        else f"the gradient of {_outputs(undefined, names)} is undefined (None)"
+    )
+    return (
+        f"backward raised {type(exc).__name__} when {when}{f' at {where}' if where else ''}: with "
+        "ctx.set_materialize_grads(False) backward receives None for outputs that were not used; handle it "
+        f"(e.g. `if {first or 'grad_output'} is not None:`) ({type(exc).__name__}: {str(exc)[:150]})"
+    )
 
 
 def _nonzero(name: str, grad: torch.Tensor) -> str:
     size = float(grad.detach().abs().max()) if grad.numel() else 0.0
-    return (f"with every output's gradient undefined, backward returned a nonzero gradient for '{name}' (max "
-            f"|value| {size:.3g}): a gradient must be zero when grad_output is; a term that does not depend on "
-            "grad_output (e.g. a penalty added in backward) belongs in forward or the loss")
+    return (
+        f"with every output's gradient undefined, backward returned a nonzero gradient for '{name}' (max "
+        f"|value| {size:.3g}): a gradient must be zero when grad_output is; a term that does not depend on "
+        "grad_output (e.g. a penalty added in backward) belongs in forward or the loss"
+    )
 
 
 def _finish(result: CheckResult, start: float, problems: list[str], labels: list[str]) -> CheckResult:

@@ -1,4 +1,5 @@
 """A check's verdict: its start, a skip, and the one builder of its status and message from its rows."""
+
 from __future__ import annotations
 
 import time
@@ -38,8 +39,9 @@ def labels(rows: list[InputReport]) -> str:
     return ", ".join(label(r) for r in rows)
 
 
-def skip(result: CheckResult, reason: str, start: float, status: Status = Status.SKIP,
-         row_reason: str = "see the message") -> CheckResult:
+def skip(
+    result: CheckResult, reason: str, start: float, status: Status = Status.SKIP, row_reason: str = "see the message"
+) -> CheckResult:
     """The check does not apply (SKIP), or failed before any comparison (FAIL): the reason is the
     message, and rows not yet marked say they were not checked (never a silent pass)."""
     for row in result.inputs:
@@ -50,8 +52,9 @@ def skip(result: CheckResult, reason: str, start: float, status: Status = Status
     return result
 
 
-def unsupported(result: CheckResult, reason: str, start: float, named: bool,
-                row_reason: str = "see the message") -> CheckResult:
+def unsupported(
+    result: CheckResult, reason: str, start: float, named: bool, row_reason: str = "see the message"
+) -> CheckResult:
     """The Function cannot support this check (no jvp, @once_differentiable): a FAIL when the check
     was named explicitly, so CI never goes green on a property that was asked for, and a SKIP under
     ``checks: all`` (every applicable check)."""
@@ -60,9 +63,18 @@ def unsupported(result: CheckResult, reason: str, start: float, named: bool,
     return skip(result, reason, start, Status.FAIL if named else Status.SKIP, row_reason)
 
 
-def conclude(result: CheckResult, start: float, problems: list[str], wrong: Callable[[InputReport], Optional[str]],
-             passed: Callable[[list[InputReport]], str], *, name_right: bool = True, advice: str = "",
-             nothing: Optional[str] = None, notes: Optional[list[str]] = None) -> CheckResult:
+def conclude(
+    result: CheckResult,
+    start: float,
+    problems: list[str],
+    wrong: Callable[[InputReport], Optional[str]],
+    passed: Callable[[list[InputReport]], str],
+    *,
+    name_right: bool = True,
+    advice: str = "",
+    nothing: Optional[str] = None,
+    notes: Optional[list[str]] = None,
+) -> CheckResult:
     """Status and one-line message of a check from its rows: the ``problems`` found besides the
     rows, a sentence per failing row (``wrong(row)``, None to say nothing more), which rows are
     right (``name_right``), and ``advice`` once when an analytical side is all zeros; when nothing
@@ -97,6 +109,8 @@ def reword(entry: Entry, row: InputReport, all_zeros: str, derivative: str) -> N
         row.diagnosis = f"analytical is all zeros, numerical is not: {all_zeros}"
         row.pattern = Pattern.ZERO_ANALYTICAL
     elif entry.sum_nn == 0 and entry.sum_aa > 0:
-        row.diagnosis = (f"numerical is zero (the values do not change with {label(row)}), but {derivative} "
-                         "gives a non-zero derivative")
+        row.diagnosis = (
+            f"numerical is zero (the values do not change with {label(row)}), but {derivative} "
+            "gives a non-zero derivative"
+        )
         row.pattern = Pattern.ZERO_NUMERICAL

@@ -1,4 +1,5 @@
 """Deliberately broken Functions, each with one realistic mistake in backward (for broken-specs/)."""
+
 from __future__ import annotations
 
 from typing import Any, Optional

@@ -6,6 +6,7 @@ transform differentiates ``round`` instead of calling the Function's backward). 
 right under both; ``Dropout`` draws random numbers (inductor's RNG draws other ones than eager);
 ``LogItem`` breaks the graph (``.item()``).
 """
+
 from __future__ import annotations
 
 from typing import Any

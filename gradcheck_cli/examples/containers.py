@@ -14,6 +14,7 @@ that works on a list is reached through a function that unpacks the list (``weig
   ``scale * (x_0 + 2 x_1 + 3 x_2 + ...)``, gradients by ``register_autograd``.
 - ``ListMix``: an nn.Module whose forward takes a list: ``tanh(sum_i w_i x_i)``.
 """
+
 from typing import Any
 
 import torch
@@ -51,7 +52,7 @@ class WeightedCatSecondSlice(WeightedCat):
         weights, *xs = ctx.saved_tensors
         parts = list(grad.split([x.shape[0] for x in xs]))
         grad_weights = torch.stack([(p * x).sum() for p, x in zip(parts, xs)])
-        parts[1] = grad[:xs[1].shape[0]]  # should start after the first tensor's rows
+        parts[1] = grad[: xs[1].shape[0]]  # should start after the first tensor's rows
         return (grad_weights, *(w * p for w, p in zip(weights, parts)))
 
 

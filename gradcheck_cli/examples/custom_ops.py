@@ -16,6 +16,7 @@ with ``import: [gradcheck_cli.examples.custom_ops]``, or as ``gradcheck_cli.exam
 - ``double_and_count``: ``2 x``, and adds one to its ``calls`` counter in place although the op
   declares no mutation (``mutates_args=()``): gradcheck passes, opcheck's test_schema catches it.
 """
+
 from typing import Any, Optional
 
 import torch

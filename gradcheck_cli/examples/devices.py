@@ -1,4 +1,5 @@
 """Device-agnostic example Functions: torch ops only, so they run on the CPU and on CUDA alike."""
+
 from __future__ import annotations
 
 from typing import Any

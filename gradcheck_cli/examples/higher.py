@@ -7,6 +7,7 @@ would carry no graph), and it is not marked ``@once_differentiable``. ``jvp`` re
 ``ctx.save_for_forward`` kept (in jvp, ``ctx.saved_tensors`` holds only that) and takes one
 tangent per argument forward was called with (a default for arguments that may be left out).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional

@@ -4,6 +4,7 @@ Called on a leaf that requires grad, autograd refuses them ("a leaf Variable tha
 being used in an in-place operation"); gradcheck calls them on copies of the arguments (detected, or
 ``clone_inputs: true``), so they are checked like any other Function.
 """
+
 from __future__ import annotations
 
 from typing import Any

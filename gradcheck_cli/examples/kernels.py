@@ -13,6 +13,7 @@
 The broken variants (a 4%-wrong kernel backward, a clipped straight-through estimator) are in
 ``broken.py``.
 """
+
 from __future__ import annotations
 
 import math

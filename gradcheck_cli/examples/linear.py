@@ -1,4 +1,5 @@
 """Linear layer ``y = x W^T + b`` as in PyTorch's "Extending PyTorch" tutorial."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -19,9 +20,7 @@ class LinearFunction(torch.autograd.Function):
         return output
 
     @staticmethod
-    def backward(
-        ctx: Any, grad_output: Tensor
-    ) -> tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
+    def backward(ctx: Any, grad_output: Tensor) -> tuple[Optional[Tensor], Optional[Tensor], Optional[Tensor]]:
         input, weight, bias = ctx.saved_tensors
         grad_input = grad_weight = grad_bias = None
         if ctx.needs_input_grad[0]:

@@ -1,4 +1,5 @@
 """Max-pooling Functions: one with a non-differentiable int64 output, one built on max_pool1d."""
+
 from __future__ import annotations
 
 from typing import Any, Optional

@@ -4,6 +4,7 @@
 parameters (named as in ``named_parameters()``: ``weight``, ``bias``, ``hidden.weight``) like
 those of forward's arguments.
 """
+
 from __future__ import annotations
 
 import math

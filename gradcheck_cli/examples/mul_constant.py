@@ -1,4 +1,5 @@
 """Multiplication of a tensor by a non-tensor (Python float) constant."""
+
 from __future__ import annotations
 
 from typing import Any

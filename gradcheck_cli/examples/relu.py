@@ -1,4 +1,5 @@
 """The classic ReLU example."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -11,6 +11,7 @@ that torch.compile makes may read a buffer changed in place as forward left it, 
 reads the values forward used (torch 2.13 does, aot_eager and inductor alike), and the compiled gradient
 then differs from eager's. Assigning new tensors leaves the ones forward used untouched.
 """
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@
 finite-difference forward draw the same mask; ``torch.autograd.gradcheck`` does not, and
 fails even the correct one.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,6 +1,7 @@
 """Functions whose inputs live on a set, or are containers or callables: a Cholesky factor of an
 SPD matrix, interpolation on sorted knots, entropy on the probability simplex, rows gathered by
 indices bounded by another argument's size; a checkpoint that takes the function it recomputes."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -28,8 +29,9 @@ class Cholesky(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> Tensor:
         (chol,) = ctx.saved_tensors
         p = _phi(chol.mT @ grad)
-        s = torch.linalg.solve_triangular(chol.mT, torch.linalg.solve_triangular(chol.mT, p, upper=True, left=True).mT,
-                                          upper=True, left=True).mT  # L^-T P L^-1
+        s = torch.linalg.solve_triangular(
+            chol.mT, torch.linalg.solve_triangular(chol.mT, p, upper=True, left=True).mT, upper=True, left=True
+        ).mT  # L^-T P L^-1
         return 0.5 * (s + s.mT)
 
 
@@ -40,8 +42,9 @@ class CholeskyNoHalf(Cholesky):
     def backward(ctx: Any, grad: Tensor) -> Tensor:
         (chol,) = ctx.saved_tensors
         p = (chol.mT @ grad).tril()
-        s = torch.linalg.solve_triangular(chol.mT, torch.linalg.solve_triangular(chol.mT, p, upper=True, left=True).mT,
-                                          upper=True, left=True).mT
+        s = torch.linalg.solve_triangular(
+            chol.mT, torch.linalg.solve_triangular(chol.mT, p, upper=True, left=True).mT, upper=True, left=True
+        ).mT
         return 0.5 * (s + s.mT)
 
 

@@ -1,4 +1,5 @@
 """Functions written in other styles the loader must handle: ``setup_context`` and keyword args."""
+
 from __future__ import annotations
 
 from typing import Any

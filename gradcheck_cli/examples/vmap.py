@@ -5,6 +5,7 @@ Function whose backward is vmap-safe, ``generate_vmap_rule = True`` with ``setup
 a hand-written ``vmap`` staticmethod, and a two-output Function that handles the None
 gradients it gets after ``ctx.set_materialize_grads(False)``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional

@@ -20,6 +20,7 @@ device is moved there (``.to("cpu")``) where it enters one.
 
 This module re-exports the names the checks use.
 """
+
 from __future__ import annotations
 
 from .differences import Step, call_moved, central_difference, elements
@@ -29,6 +30,18 @@ from .realify import as_tuple, is_float_tensor, real_flat, real_numel, unravel, 
 from .stats import Entry
 
 __all__ = [
-    "Entry", "Layout", "Step", "as_tuple", "call_moved", "central_difference", "compare", "elements",
-    "is_float_tensor", "make_layout", "real_flat", "real_numel", "unravel", "vjp",
+    "Entry",
+    "Layout",
+    "Step",
+    "as_tuple",
+    "call_moved",
+    "central_difference",
+    "compare",
+    "elements",
+    "is_float_tensor",
+    "make_layout",
+    "real_flat",
+    "real_numel",
+    "unravel",
+    "vjp",
 ]

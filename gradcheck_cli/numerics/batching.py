@@ -6,6 +6,7 @@ through ``torch.func.vmap``. Batching changes the speed, never the numbers: a ba
 used only where it gives what single calls give (``same``), and any failure to batch means single
 calls (``quietly``). Pure torch.
 """
+
 from __future__ import annotations
 
 import inspect

@@ -1,6 +1,7 @@
 """Colouring the columns of a sparse Jacobian: structurally orthogonal columns (no analytical row in common,
 Curtis, Powell and Reid 1974) share a colour, and each colour is one group of compressed finite differences
 (see ``compressed``). Pure torch and NumPy."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -8,6 +8,7 @@ Function's forward body when it declares no vmap support). The first batched sta
 with single calls on a few columns; any difference or error turns batching off for the rest of the
 check. Pure torch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -26,8 +27,9 @@ class Columns:
     place and restored), batching decided once. ``batched``: the same forward in a form
     torch.func.vmap may batch (None: none may be)."""
 
-    def __init__(self, call: Call, values: list[Any], layout: Layout, eps: float, batched: Call | None,
-                 memory_bytes: int) -> None:
+    def __init__(
+        self, call: Call, values: list[Any], layout: Layout, eps: float, batched: Call | None, memory_bytes: int
+    ) -> None:
         self.call, self.values, self.layout, self.eps = call, values, layout, eps
         self.memory_bytes = memory_bytes  # a stage of columns holds at most its share (see ``batching``)
         self.batched = batched  # the forward that vmap batches (None: none may be)
@@ -52,8 +54,9 @@ class Columns:
 
     def _column_stage(self, stage: list[tuple[int, int, int]], out: torch.Tensor) -> None:
         """A stage of columns into ``out`` (not yet divided by 2 eps): batched, or two calls each."""
-        tried = try_batched(self.batched_cols, lambda: self._batched_columns(stage, out),
-                            lambda cols: self._columns_agree(stage, cols))
+        tried = try_batched(
+            self.batched_cols, lambda: self._batched_columns(stage, out), lambda cols: self._columns_agree(stage, cols)
+        )
         batched, self.batched_cols = tried
         if batched is not None:
             return

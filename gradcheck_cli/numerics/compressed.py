@@ -53,6 +53,7 @@ The cost: 4 forwards per SPREAD piece (2 + 2K per RANDOM group, K of 2 to 6), 2 
 whose moves do not agree; a Linear layer's n x n weight, n x n input and bias take 2n + 1 pieces, an
 elementwise function of G elements ceil(G / widest(d)). Pure torch and NumPy.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -194,8 +195,15 @@ class Groups:
     """The groups of one check's numerical columns, each evaluated and accepted or not (see the module's rule);
     ``fold`` gives an ``Entry`` the numerical columns of a span, from the groups or made one by one."""
 
-    def __init__(self, columns: Columns, store: SparseRows, atol: float, rtol: float, gen: torch.Generator,
-                 outputs: list[torch.Tensor]) -> None:
+    def __init__(
+        self,
+        columns: Columns,
+        store: SparseRows,
+        atol: float,
+        rtol: float,
+        gen: torch.Generator,
+        outputs: list[torch.Tensor],
+    ) -> None:
         self.columns, self.store, self.layout = columns, store, columns.layout
         self.atol, self.rtol = atol, rtol
         found = colour(store, self.layout.n_rows)
@@ -214,8 +222,11 @@ class Groups:
         self.spread = spread(self.colours, self.n_groups, gen) if self.coloured else torch.ones(n, dtype=torch.float64)
         self.weightings = [weights(n, gen) for _ in range(self.k)]
         self.curved_weightings = [weights(n, gen) for _ in range(MOST)]  # for groups whose moves do not agree
-        self.x0 = torch.cat([real_view(x.detach()).reshape(-1).to("cpu", torch.float64) for x in self.layout.inputs]
-                            ) if self.layout.inputs else torch.zeros(0, dtype=torch.float64)
+        self.x0 = (
+            torch.cat([real_view(x.detach()).reshape(-1).to("cpu", torch.float64) for x in self.layout.inputs])
+            if self.layout.inputs
+            else torch.zeros(0, dtype=torch.float64)
+        )
         self.factors: dict[int, torch.Tensor] = {}  # per move (id of its weights; -1: unit), see ``_factor``
         self.batched: bool | None = None if columns.batched else False
         self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
@@ -268,8 +279,11 @@ class Groups:
         than the columns one by one."""
         first = 0
         while True:
-            failed = [k for k in range(first, len(self.members))
-                      if not self.ok[k] and self.kinds[k] != DOUBT and len(self.members[k]) > LEAF]
+            failed = [
+                k
+                for k in range(first, len(self.members))
+                if not self.ok[k] and self.kinds[k] != DOUBT and len(self.members[k]) > LEAF
+            ]
             if not failed:
                 return
             first = len(self.members)
@@ -287,8 +301,9 @@ class Groups:
         ok = torch.zeros(g - first, dtype=torch.bool)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
         size = stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES)
-        self.why += ["in doubt: no weighting reaches its bound" if self.kinds[k] == DOUBT else ""
-                     for k in range(first, g)]
+        self.why += [
+            "in doubt: no weighting reaches its bound" if self.kinds[k] == DOUBT else "" for k in range(first, g)
+        ]
         k0 = first
         with torch.no_grad():
             while k0 < g:  # a run of groups of one kind at a time (not evaluated: the groups in doubt)
@@ -306,9 +321,17 @@ class Groups:
         key = -1 if w is None else id(w)
         if key not in self.factors:
             starts = self.layout.col_starts
-            self.factors[key] = torch.cat([step_factors(
-                self.x0[starts[i] : starts[i + 1]], real_view(x.detach()).dtype, self.columns.eps,
-                None if w is None else w[starts[i] : starts[i + 1]]) for i, x in enumerate(self.layout.inputs)])
+            self.factors[key] = torch.cat(
+                [
+                    step_factors(
+                        self.x0[starts[i] : starts[i + 1]],
+                        real_view(x.detach()).dtype,
+                        self.columns.eps,
+                        None if w is None else w[starts[i] : starts[i + 1]],
+                    )
+                    for i, x in enumerate(self.layout.inputs)
+                ]
+            )
         return self.factors[key]
 
     def _accepted(self, k0: int, k1: int, moves: list[torch.Tensor | None], quotients: torch.Tensor) -> torch.Tensor:
@@ -384,8 +407,10 @@ class Groups:
         """Per group of a stage whose moves do not agree at some entry (``far``), whether K_c curved
         weightings (fresh: independent of those that were apart) are within the tolerance, zero elsewhere and
         on the curvature line at every entry. None is offered where its bound needs more than MOST."""
-        kc = [needed(curved_chance(float(self.d[self.members[k0 + k]].max()))) + 1 if bool(far[k]) else 0
-              for k in range(k1 - k0)]
+        kc = [
+            needed(curved_chance(float(self.d[self.members[k0 + k]].max()))) + 1 if bool(far[k]) else 0
+            for k in range(k1 - k0)
+        ]
         offered = torch.tensor([0 < c <= MOST for c in kc], dtype=torch.bool)
         self._tell(k0, far & ~offered, "its moves disagree (its curvature bound needs more weightings than MOST)")
         if not bool(offered.any()):
@@ -399,10 +424,10 @@ class Groups:
             scaled.append(moved / wj)
             gaps.append(moved * self._factor(w).index_select(0, at.col) - base)
             a.append(wj * wj - 1)
-        checks = [("its curved moves are not within the tolerance",
-                   at.groups(~self.within_tolerance(at.want, scaled))),
-                  ("its moves disagree, off the curvature line",
-                   at.groups(~self.on_curvature_line(gaps, a, at.limits)))]
+        checks = [
+            ("its curved moves are not within the tolerance", at.groups(~self.within_tolerance(at.want, scaled))),
+            ("its moves disagree, off the curvature line", at.groups(~self.on_curvature_line(gaps, a, at.limits))),
+        ]
         if at.rows_left:
             checks.append(("its curved moves are not zero elsewhere", self.zero_elsewhere(quotients, at, scaled)))
         good = far & offered
@@ -435,11 +460,18 @@ class Groups:
                 first, last = self.store.starts[p], self.store.starts[q]
                 spans = self.store.bounds[(p // chunk + 1) * chunk : q : chunk] - first
                 n = self.numerical[first:last]
-                if not entry.update_agreed(self.store.vals[first:last], n, (q - p, self.layout.n_rows), p - lo,
-                                           partial(self._place, p), spans=spans):
+                if not entry.update_agreed(
+                    self.store.vals[first:last],
+                    n,
+                    (q - p, self.layout.n_rows),
+                    p - lo,
+                    partial(self._place, p),
+                    spans=spans,
+                ):
                     c, r, v = self.store.entries(p, q)
-                    entry.update_entries(c, r, v, n, (q - p, self.layout.n_rows), p - lo, probe, spans=spans,
-                                         extras=False)
+                    entry.update_entries(
+                        c, r, v, n, (q - p, self.layout.n_rows), p - lo, probe, spans=spans, extras=False
+                    )
                 entry.defer(partial(self._extras, p, q, n, p - lo, probe))
             if k is not None:
                 c0 = min(hi, (k + 1) * chunk)
@@ -481,8 +513,9 @@ class Groups:
     def _stage(self, k0: int, k1: int, moves: list[torch.Tensor | None]) -> torch.Tensor:
         """Groups k0..k1's quotients (moves x groups x rows) for each of ``moves`` (None: every element by
         eps; else by eps times its weight there): batched, or two single calls per group and move."""
-        got, self.batched = try_batched(self.batched, partial(self._batched, k0, k1, moves),
-                                        partial(self._groups_agree, k0, moves))
+        got, self.batched = try_batched(
+            self.batched, partial(self._batched, k0, k1, moves), partial(self._groups_agree, k0, moves)
+        )
         if got is not None:
             return got
         return torch.stack([torch.stack([self._single(k, weights) for k in range(k0, k1)]) for weights in moves])

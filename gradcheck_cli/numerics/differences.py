@@ -7,6 +7,7 @@ is moved in place, inside the values the call takes, so that a tensor passed as 
 moves in both places as in the user's own call, and it is put back bit-exactly after every call,
 also when the call raises. Pure torch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -84,8 +85,12 @@ def elements(x: torch.Tensor) -> Callable[[int], Element]:
     """Real element j of ``x`` as an ``Element``, for each j: x flattened row-major, a complex
     element as its real then its imaginary part; any strides."""
     real = torch.view_as_real(x) if x.is_complex() else x
-    if (real.device.type == "cpu" and real.is_contiguous() and real.dtype in (torch.float64, torch.float32)
-            and not real.requires_grad):
+    if (
+        real.device.type == "cpu"
+        and real.is_contiguous()
+        and real.dtype in (torch.float64, torch.float32)
+        and not real.requires_grad
+    ):
         flat = real.numpy().reshape(-1)  # a NumPy view: cheap element writes
         return lambda j: Element(flat, j)
     ref = element_ref(x)
@@ -112,8 +117,14 @@ class Step:
             self.real.copy_(self.orig)
 
 
-def difference_into(row: torch.Tensor, call: Call, values: Sequence[Any], element: Element, eps: float,
-                    segments: Sequence[tuple[int, int, int]]) -> None:
+def difference_into(
+    row: torch.Tensor,
+    call: Call,
+    values: Sequence[Any],
+    element: Element,
+    eps: float,
+    segments: Sequence[tuple[int, int, int]],
+) -> None:
     """``row`` = f(x + eps e_j) - f(x - eps e_j), not yet divided by 2 eps, for ``element`` j of an
     argument x in ``values``: the realified outputs at ``segments`` ((position, first row, end
     row) in ``row``, float64), written straight into ``row``."""
@@ -121,8 +132,9 @@ def difference_into(row: torch.Tensor, call: Call, values: Sequence[Any], elemen
     call_moved(call, values, element.to(eps), lambda outputs: _into(row, outputs, segments, True))
 
 
-def _into(row: torch.Tensor, outputs: tuple[Any, ...], segments: Sequence[tuple[int, int, int]],
-          subtract: bool) -> None:
+def _into(
+    row: torch.Tensor, outputs: tuple[Any, ...], segments: Sequence[tuple[int, int, int]], subtract: bool
+) -> None:
     """The realified outputs into their segments of ``row`` (moved to its device, the CPU), or, with
     ``subtract``, minus what is there."""
     for p, lo, hi in segments:
@@ -134,8 +146,9 @@ def _into(row: torch.Tensor, outputs: tuple[Any, ...], segments: Sequence[tuple[
             seg.copy_(flat)
 
 
-def central_difference(call: Call, values: Sequence[Any], x: torch.Tensor, j: int, eps: float,
-                       positions: Sequence[int]) -> torch.Tensor:
+def central_difference(
+    call: Call, values: Sequence[Any], x: torch.Tensor, j: int, eps: float, positions: Sequence[int]
+) -> torch.Tensor:
     """(f(x + eps e_j) - f(x - eps e_j)) / 2 eps: a column of the numerical Jacobian, the realified
     float64 outputs at ``positions`` (on the CPU), real element ``j`` of ``x`` (a tensor in
     ``values``) moved in place and put back."""

@@ -10,6 +10,7 @@ same. Anything else (a grad_output that is None, a size that differs, a symbolic
 subclass with ``__torch_function__``, nested tensors, gradient edges, a torch without the engine
 function) goes to ``torch.autograd.grad`` itself, with its own messages.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -23,18 +24,38 @@ Tensors = Union[torch.Tensor, Sequence[torch.Tensor]]
 _run_backward: Optional[Callable[..., tuple[Any, ...]]] = getattr(torch.autograd.graph, "_engine_run_backward", None)
 
 
-def grad(outputs: Tensors, inputs: Tensors, grad_outputs: Optional[Tensors] = None,
-         retain_graph: Optional[bool] = None, create_graph: bool = False, allow_unused: Optional[bool] = None,
-         is_grads_batched: bool = False, materialize_grads: bool = False) -> tuple[Any, ...]:
+def grad(
+    outputs: Tensors,
+    inputs: Tensors,
+    grad_outputs: Optional[Tensors] = None,
+    retain_graph: Optional[bool] = None,
+    create_graph: bool = False,
+    allow_unused: Optional[bool] = None,
+    is_grads_batched: bool = False,
+    materialize_grads: bool = False,
+) -> tuple[Any, ...]:
     """``torch.autograd.grad(outputs, inputs, grad_outputs, ...)``: the same gradients, the same errors."""
     outs = (outputs,) if isinstance(outputs, torch.Tensor) else tuple(outputs)
     ins = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     grads = (grad_outputs,) if isinstance(grad_outputs, torch.Tensor) else tuple(grad_outputs or ())
-    if (_run_backward is None or not ins or (materialize_grads and allow_unused is False)
-            or not _plain(outs, ins, grads, is_grads_batched)):
-        return tuple(torch.autograd.grad(outputs, inputs, grad_outputs, retain_graph=retain_graph,
-                                         create_graph=create_graph, allow_unused=allow_unused,
-                                         is_grads_batched=is_grads_batched, materialize_grads=materialize_grads))
+    if (
+        _run_backward is None
+        or not ins
+        or (materialize_grads and allow_unused is False)
+        or not _plain(outs, ins, grads, is_grads_batched)
+    ):
+        return tuple(
+            torch.autograd.grad(
+                outputs,
+                inputs,
+                grad_outputs,
+                retain_graph=retain_graph,
+                create_graph=create_graph,
+                allow_unused=allow_unused,
+                is_grads_batched=is_grads_batched,
+                materialize_grads=materialize_grads,
+            )
+        )
     unused = materialize_grads if allow_unused is None else allow_unused
     keep = create_graph if retain_graph is None else retain_graph
     run = _run_backward

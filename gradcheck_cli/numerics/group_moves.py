@@ -1,6 +1,7 @@
 """The moves of a group of compressed finite differences (see ``compressed``): its elements moved at once,
 by +-eps each or by +-eps times weights (spread within each group, or random), and the steps those moves
 really take. Pure torch and NumPy."""
+
 from __future__ import annotations
 
 import math

@@ -6,6 +6,7 @@ convention (the gradient of a real loss L w.r.t. z = a + ib is dL/da + i dL/db) 
 vector-Jacobian product of the realified function is exactly the realified gradient, so one
 comparison serves real and complex functions alike. Pure torch.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -27,8 +28,18 @@ class Jacobians(Rows, Columns):
     """Analytical rows and numerical columns of one check, over one layout, with batching decided
     once for each side."""
 
-    def __init__(self, call: Call, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
-                 values: list[Any], layout: Layout, eps: float, batched: Call | None, memory_bytes: int) -> None:
+    def __init__(
+        self,
+        call: Call,
+        grad: Vjp,
+        outputs: list[torch.Tensor],
+        grad_inputs: list[torch.Tensor],
+        values: list[Any],
+        layout: Layout,
+        eps: float,
+        batched: Call | None,
+        memory_bytes: int,
+    ) -> None:
         Rows.__init__(self, grad, outputs, grad_inputs, layout, memory_bytes)
         Columns.__init__(self, call, values, layout, eps, batched, memory_bytes)
 
@@ -88,8 +99,9 @@ def compare(
     by one where the group's check does not accept them.
     """
     layout = make_layout(plain_inputs, outputs, positions)
-    jac = Jacobians(call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps,
-                    batched, memory_bytes)
+    jac = Jacobians(
+        call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps, batched, memory_bytes
+    )
     probe = projection(layout, streams)
     keep = memory_bytes // 16 // max(1, len(plain_inputs))  # mismatching columns kept whole, per argument
     entries = [Entry(real_numel(t), atol, rtol, keep_bytes=keep) for t in plain_inputs]
@@ -111,8 +123,11 @@ def compare(
     # whole: grouping's fixed costs (its own backward calls, the colouring, a forward per group and
     # move) are more than the few batched calls it could save (12 inputs of 4 x 4, a Linear layer of 12
     # features: CHANGELOG has the measurements)
-    small = (layout.n_rows * layout.n_cols <= SMALL and 2 * layout.n_cols <= WHOLE_STAGES * COL_STAGE
-             and layout.n_rows <= ROW_STAGE)
+    small = (
+        layout.n_rows * layout.n_cols <= SMALL
+        and 2 * layout.n_cols <= WHOLE_STAGES * COL_STAGE
+        and layout.n_rows <= ROW_STAGE
+    )
     compress = compress and not small
     grouping = compress and RowGroups.applies(jac)
     # first the compressed check at its cheapest: every output's elements in one backward call (an
@@ -128,8 +143,9 @@ def compare(
     else:
         budget(2 * layout.n_cols + layout.n_rows, 1)
         if store is None:  # the diagonals, else one-hot rows
-            store = (RowGroups(jac, streams.generator(Stream.ROW_GROUPS), most, tried=True).store() if grouping
-                     else None) or (None if small else jac.sparse_rows(most, early=fits))
+            store = (
+                RowGroups(jac, streams.generator(Stream.ROW_GROUPS), most, tried=True).store() if grouping else None
+            ) or (None if small else jac.sparse_rows(most, early=fits))
         if store is None and block < layout.n_cols:
             passes = -(-layout.n_cols // block)  # after the pass that looked for the non-zero entries
             budget(2 * layout.n_cols + (passes + 1) * layout.n_rows, passes)

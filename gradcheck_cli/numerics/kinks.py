@@ -48,6 +48,7 @@ analytical columns of elements whose columns the comparison did not keep, a batc
 pass of backward calls per batch), so that a caller can look at the worst first and stop as soon
 as one element is confirmed wrong.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -95,8 +96,14 @@ class _Side:
 class _Element:
     """f as a function of one real element of ``x``, which is restored bit-exactly after every call."""
 
-    def __init__(self, call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torch.Tensor, j: int,
-                 positions: Sequence[int]) -> None:
+    def __init__(
+        self,
+        call: Callable[[Sequence[Any]], Any],
+        values: Sequence[Any],
+        x: torch.Tensor,
+        j: int,
+        positions: Sequence[int],
+    ) -> None:
         self.call, self.values, self.positions = call, values, list(positions)
         self.element = elements(x)(j)
         self.x0 = self.element.x0
@@ -132,9 +139,19 @@ class _Element:
         return ""
 
 
-def examine(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torch.Tensor, j: int, eps: float,
-            positions: Sequence[int], analytical: torch.Tensor, *, atol: float, rtol: float,
-            index_text: str) -> Verdict:
+def examine(
+    call: Callable[[Sequence[Any]], Any],
+    values: Sequence[Any],
+    x: torch.Tensor,
+    j: int,
+    eps: float,
+    positions: Sequence[int],
+    analytical: torch.Tensor,
+    *,
+    atol: float,
+    rtol: float,
+    index_text: str,
+) -> Verdict:
     """Say whether the mismatch of ``analytical`` (d outputs / d real element ``j`` of ``x``) is
     explained by a kink, a tie or a domain edge at x, or is a wrong gradient.
 
@@ -155,8 +172,11 @@ def examine(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torc
         return Verdict("smooth", False, f"{what}: no output entries to compare")
     if not bool(torch.isfinite(y0).all()):
         m = int((~torch.isfinite(y0)).nonzero()[0])
-        return Verdict("domain_edge", False, f"{what}: f(x){f.entry(m)} is not finite ({_num(float(y0[m]))}), "
-                                             "so no derivative can be checked there")
+        return Verdict(
+            "domain_edge",
+            False,
+            f"{what}: f(x){f.entry(m)} is not finite ({_num(float(y0[m]))}), so no derivative can be checked there",
+        )
     minus, plus = f(-eps), f(eps)
     if not (_finite(minus) and _finite(plus)):
         return _domain_edge(f, what, y0, a, eps, minus, plus, atol, rtol)
@@ -168,14 +188,23 @@ def examine(call: Callable[[Sequence[Any]], Any], values: Sequence[Any], x: torc
         central = (left + right) / 2
         m = _worst(a, central, limit(central.abs(), atol, rtol))
         return _cancellation(f, what, a, eps, minus, plus, atol, rtol) or Verdict(
-            "smooth", False, f"{what} is not at a kink or domain edge{f.entry(m)}: the left and right differences "
-                             f"agree on {_num(central[m])}, backward gives {_num(a[m])}")
+            "smooth",
+            False,
+            f"{what} is not at a kink or domain edge{f.entry(m)}: the left and right differences "
+            f"agree on {_num(central[m])}, backward gives {_num(a[m])}",
+        )
     return _kink(f, what, y0, a, eps, minus, plus, atol, rtol)
 
 
-def analytical_columns(grad: Vjp, outputs: Sequence[Any], positions: Sequence[int], x: torch.Tensor,
-                       order: Iterable[int], kept: Mapping[int, torch.Tensor],
-                       memory_bytes: int) -> Iterator[tuple[int, torch.Tensor]]:
+def analytical_columns(
+    grad: Vjp,
+    outputs: Sequence[Any],
+    positions: Sequence[int],
+    x: torch.Tensor,
+    order: Iterable[int],
+    kept: Mapping[int, torch.Tensor],
+    memory_bytes: int,
+) -> Iterator[tuple[int, torch.Tensor]]:
     """(column, analytical column) for the real columns ``order`` of d outputs / d ``x``, in that order,
     lazily: a column in ``kept`` as it is, the others a batch at a time, each batch one pass of
     backward calls over one-hot grad_outputs (``grad`` is ``vjp``'s signature; ``x`` requires grad
@@ -219,12 +248,23 @@ def _columns(rows: Rows, live: list[Any], cols: list[int], n_rows: int) -> torch
 
 def resample_hint(name: str) -> str:
     """One line of advice for an argument whose values sit at kinks or domain edges."""
-    return (f"keep '{name}' away from kinks and domain edges: add `avoid: [[lo, hi]]` around them to the "
-            f"argument '{name}' in the spec (e.g. `avoid: [[-0.001, 0.001]]` for a kink at 0), or `resample: true`")
+    return (
+        f"keep '{name}' away from kinks and domain edges: add `avoid: [[lo, hi]]` around them to the "
+        f"argument '{name}' in the spec (e.g. `avoid: [[-0.001, 0.001]]` for a kink at 0), or `resample: true`"
+    )
 
 
-def _precision(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float, minus: Point,
-               plus: Point, atol: float, rtol: float) -> Verdict | None:
+def _precision(
+    f: _Element,
+    what: str,
+    y0: torch.Tensor,
+    a: torch.Tensor,
+    eps: float,
+    minus: Point,
+    plus: Point,
+    atol: float,
+    rtol: float,
+) -> Verdict | None:
     """A "precision" verdict where the outputs change in steps too coarse for a central difference
     at eps to meet the tolerance; else None, with ``f.floor`` set so that no one-sided step goes
     below where the rounding reaches a quarter of atol."""
@@ -246,20 +286,34 @@ def _precision(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: f
         return None
     m = int(torch.argmax(torch.where(limited, rounding / tol, -1.0)))
     grid = precision.grid_name(int(bits[m]))
-    head = (f"{what}: forward's output{f.entry(m)} fits in {int(bits[m])} significant bits ({grid} or lower "
-            f"precision) and changes in steps of {_num(step[m])}, so its central difference at eps={_num(eps)} is "
-            f"good only to +-{_num(rounding[m])}")
+    head = (
+        f"{what}: forward's output{f.entry(m)} fits in {int(bits[m])} significant bits ({grid} or lower "
+        f"precision) and changes in steps of {_num(step[m])}, so its central difference at eps={_num(eps)} is "
+        f"good only to +-{_num(rounding[m])}"
+    )
     wrong = (off > tol + 2 * rounding) & (off > tol)
     if bool(wrong.any()):
         w = int(torch.argmax(torch.where(wrong, off / (tol + 2 * rounding), -1.0)))
-        return Verdict("precision", False, f"{head}; yet backward gives {_num(a[w])}{f.entry(w)} where it is "
-                                           f"{_num(central[w])}, further off than that", float(step[m]), grid)
-    return Verdict("precision", True, f"{head} (the tolerance is {_num(tol[m])}): backward gives {_num(a[m])}, "
-                                      f"within that of {_num(central[m])}", float(step[m]), grid)
+        return Verdict(
+            "precision",
+            False,
+            f"{head}; yet backward gives {_num(a[w])}{f.entry(w)} where it is "
+            f"{_num(central[w])}, further off than that",
+            float(step[m]),
+            grid,
+        )
+    return Verdict(
+        "precision",
+        True,
+        f"{head} (the tolerance is {_num(tol[m])}): backward gives {_num(a[m])}, within that of {_num(central[m])}",
+        float(step[m]),
+        grid,
+    )
 
 
-def _cancellation(f: _Element, what: str, a: torch.Tensor, eps: float, minus: Point, plus: Point,
-                  atol: float, rtol: float) -> Verdict | None:
+def _cancellation(
+    f: _Element, what: str, a: torch.Tensor, eps: float, minus: Point, plus: Point, atol: float, rtol: float
+) -> Verdict | None:
     """A "cancellation" verdict where the central difference at eps is shown unreliable by those at
     smaller and larger steps (see the module's docstring for the rule); else None."""
     estimates: dict[int, tuple[float, torch.Tensor]] = {0: (eps, _central(minus, plus))}
@@ -277,8 +331,9 @@ def _cancellation(f: _Element, what: str, a: torch.Tensor, eps: float, minus: Po
     if not all(bool(torch.isfinite(d).all()) for d in ds):
         return None
     # three neighbouring steps above eps whose estimates agree: the plateau (in units of the tolerance)
-    gaps = [float(((u - v).abs() / limit(torch.maximum(u.abs(), v.abs()), atol, rtol)).max())
-            for u, v in zip(ds, ds[1:])]
+    gaps = [
+        float(((u - v).abs() / limit(torch.maximum(u.abs(), v.abs()), atol, rtol)).max()) for u, v in zip(ds, ds[1:])
+    ]
     i = min(range(len(STEPS) - 2), key=lambda i: max(gaps[i], gaps[i + 1]))
     if not 4 * max(gaps[i], gaps[i + 1]) <= 1:
         return None  # never settles: noise or a jump, the central difference stands
@@ -290,16 +345,19 @@ def _cancellation(f: _Element, what: str, a: torch.Tensor, eps: float, minus: Po
     if not bool(shown.any()):
         return None
     m = int(torch.argmax(torch.where(shown, moved / tol, -1.0)))
-    head = (f"finite differences unreliable at {what}{f.entry(m)} (cancellation: the estimate moves by "
-            f"{_num(moved[m])} between steps {_num(eps)} and {_num(estimates[STEPS[i + 1]][0])}, and is off by "
-            f"{_num((at(-1) - d)[m].abs())} at step {_num(estimates[-1][0])}); at steps "
-            f"{_num(estimates[STEPS[i]][0])} to {_num(estimates[STEPS[i + 2]][0])} it settles on {_num(d[m])}")
+    head = (
+        f"finite differences unreliable at {what}{f.entry(m)} (cancellation: the estimate moves by "
+        f"{_num(moved[m])} between steps {_num(eps)} and {_num(estimates[STEPS[i + 1]][0])}, and is off by "
+        f"{_num((at(-1) - d)[m].abs())} at step {_num(estimates[-1][0])}); at steps "
+        f"{_num(estimates[STEPS[i]][0])} to {_num(estimates[STEPS[i + 2]][0])} it settles on {_num(d[m])}"
+    )
     off = torch.nan_to_num((a - d).abs(), nan=torch.inf)
     wrong = off > tol + gap
     if bool(wrong.any()):
         w = int(torch.argmax(torch.where(wrong, off / (tol + gap), -1.0)))
-        return Verdict("cancellation", False, f"{head}; yet backward gives {_num(a[w])}{f.entry(w)} where it is "
-                                              f"{_num(d[w])}")
+        return Verdict(
+            "cancellation", False, f"{head}; yet backward gives {_num(a[w])}{f.entry(w)} where it is {_num(d[w])}"
+        )
     return Verdict("cancellation", True, f"{head}, backward gives {_num(a[m])}")
 
 
@@ -307,8 +365,17 @@ def _central(minus: Point, plus: Point) -> torch.Tensor:
     return (plus[1] - minus[1]) / (plus[0] - minus[0])
 
 
-def _domain_edge(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float, minus: Point,
-                 plus: Point, atol: float, rtol: float) -> Verdict:
+def _domain_edge(
+    f: _Element,
+    what: str,
+    y0: torch.Tensor,
+    a: torch.Tensor,
+    eps: float,
+    minus: Point,
+    plus: Point,
+    atol: float,
+    rtol: float,
+) -> Verdict:
     """A step left the domain: judge with the one-sided derivative of the side that stayed inside."""
     gone = " and ".join(f"f(x {sign} eps)" for sign, p in (("-", minus), ("+", plus)) if not _finite(p))
     head = f"{what} is at the edge of the domain: {gone} {'are' if ' and ' in gone else 'is'} not finite"
@@ -318,43 +385,75 @@ def _domain_edge(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps:
     name = "right" if s > 0 else "left"
     side = _settle(f, y0, s, eps, first, atol, rtol)
     if side is None:
-        return Verdict("domain_edge", False, f"{head}; the one-sided differences from the {name} do not settle as "
-                                             "the step shrinks (the derivative may be infinite there)")
+        return Verdict(
+            "domain_edge",
+            False,
+            f"{head}; the one-sided differences from the {name} do not settle as "
+            "the step shrinks (the derivative may be infinite there)",
+        )
     tol = limit(side.d.abs(), atol, rtol) + side.gap
     m = _worst(a, side.d, tol)
     ok = bool(((a - side.d).abs() <= tol).all())
-    return Verdict("domain_edge", ok, f"{head}; the one-sided derivative from the {name}{f.entry(m)} is "
-                                      f"{_num(side.d[m])}, backward gives {_num(a[m])}")
+    return Verdict(
+        "domain_edge",
+        ok,
+        f"{head}; the one-sided derivative from the {name}{f.entry(m)} is "
+        f"{_num(side.d[m])}, backward gives {_num(a[m])}",
+    )
 
 
-def _kink(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float, minus: Point, plus: Point,
-          atol: float, rtol: float) -> Verdict:
+def _kink(
+    f: _Element,
+    what: str,
+    y0: torch.Tensor,
+    a: torch.Tensor,
+    eps: float,
+    minus: Point,
+    plus: Point,
+    atol: float,
+    rtol: float,
+) -> Verdict:
     """Left and right differences at eps disagree: settle each side with smaller steps and compare."""
     left = _settle(f, y0, -1, eps, minus, atol, rtol)
     right = _settle(f, y0, 1, eps, plus, atol, rtol)
     if left is None and right is None:  # rounding, noise or a jump: cancellation may tell
         return _cancellation(f, what, a, eps, minus, plus, atol, rtol) or Verdict(
-            "smooth", False, f"{what}: the one-sided differences do not settle as the step shrinks (noise or a "
-                             "jump); the central difference stands")
+            "smooth",
+            False,
+            f"{what}: the one-sided differences do not settle as the step shrinks (noise or a "
+            "jump); the central difference stands",
+        )
     if left is None or right is None:
         side, name, other = (right, "right", "left") if left is None else (left, "left", "right")
         assert side is not None  # both None returned above
         tol = limit(side.d.abs(), atol, rtol) + side.gap
         m = _worst(a, side.d, tol)
         ok = bool(((a - side.d).abs() <= tol).all())
-        return Verdict("kink", ok, f"{what} is at a jump or kink{f.entry(m)}: the {other} differences do not "
-                                   f"settle; the {name} derivative is {_num(side.d[m])}, backward gives {_num(a[m])}")
+        return Verdict(
+            "kink",
+            ok,
+            f"{what} is at a jump or kink{f.entry(m)}: the {other} differences do not "
+            f"settle; the {name} derivative is {_num(side.d[m])}, backward gives {_num(a[m])}",
+        )
     tol = limit(torch.maximum(left.d.abs(), right.d.abs()), atol, rtol)
     if _agree(left.d, right.d, atol, rtol):
         d = (left.d + right.d) / 2
         tol = tol + torch.maximum(left.gap, right.gap) + (left.d - right.d).abs() / 2
         m = _worst(a, d, tol)
         if bool(((a - d).abs() <= tol).all()):
-            return Verdict("kink", True, f"{what} is within eps of a kink (or of curvature too strong for this eps)"
-                                         f"{f.entry(m)}: with smaller steps both sides give {_num(d[m])}, "
-                                         f"backward gives {_num(a[m])}")
-        return Verdict("smooth", False, f"{what} is not at a kink{f.entry(m)}: the left and right derivatives "
-                                        f"agree on {_num(d[m])}, backward gives {_num(a[m])}")
+            return Verdict(
+                "kink",
+                True,
+                f"{what} is within eps of a kink (or of curvature too strong for this eps)"
+                f"{f.entry(m)}: with smaller steps both sides give {_num(d[m])}, "
+                f"backward gives {_num(a[m])}",
+            )
+        return Verdict(
+            "smooth",
+            False,
+            f"{what} is not at a kink{f.entry(m)}: the left and right derivatives "
+            f"agree on {_num(d[m])}, backward gives {_num(a[m])}",
+        )
     tol = tol + torch.maximum(left.gap, right.gap)
     lo, hi = torch.minimum(left.d, right.d) - tol, torch.maximum(left.d, right.d) + tol
     # a subgradient: anything between the two one-sided derivatives (any convex combination at a tie)
@@ -362,12 +461,15 @@ def _kink(f: _Element, what: str, y0: torch.Tensor, a: torch.Tensor, eps: float,
     outside = torch.where(torch.isnan(a), torch.inf, outside)
     ok = bool((outside == 0).all())
     m = int(torch.argmax((left.d - right.d).abs() / tol)) if ok else int(torch.argmax(outside / tol))
-    return Verdict("kink", ok, f"{what} is a kink or tie{f.entry(m)}: one-sided derivatives {_num(left.d[m])} "
-                               f"and {_num(right.d[m])}, backward gives {_num(a[m])}")
+    return Verdict(
+        "kink",
+        ok,
+        f"{what} is a kink or tie{f.entry(m)}: one-sided derivatives {_num(left.d[m])} "
+        f"and {_num(right.d[m])}, backward gives {_num(a[m])}",
+    )
 
 
-def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, atol: float,
-            rtol: float) -> _Side | None:
+def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, atol: float, rtol: float) -> _Side | None:
     """The one-sided derivative on side ``s``, halving the step until two estimates agree; None if never."""
     points = (first, f(2 * s * eps))  # (near, far): offsets h and 2h
     previous: torch.Tensor | None = None

@@ -3,6 +3,7 @@
 The Jacobian is of the realified function (see ``realify``): a column per real element of the
 checked arguments, a row per real element of the compared outputs. Pure torch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,6 @@
 """Where an argument's mismatches are: its first mismatching multi-indices, and a small 2-D map of its
 per-element error (pictures of the error). Pure torch."""
+
 from __future__ import annotations
 
 import math
@@ -33,16 +34,18 @@ def view_2d(shape: Sequence[int]) -> tuple[int, int]:
     return math.prod(shape[:-1]), shape[-1]
 
 
-def downsample(values: torch.Tensor, shape: Sequence[int], cells: int,
-               side: int = 256) -> tuple[torch.Tensor, tuple[int, int]]:
+def downsample(
+    values: torch.Tensor, shape: Sequence[int], cells: int, side: int = 256
+) -> tuple[torch.Tensor, tuple[int, int]]:
     """``values`` (one per element of ``shape``) as its 2-D view, each cell the max over a block of
     elements, with at most ``cells`` cells and, unless it is one row (a 1-d argument, drawn wrapped), ``side``
     cells a side; and the block's (height, width). Blocks grow by halving the longer side, so a long thin
     argument stays long and thin."""
     rows, cols = view_2d(shape)
     bh = bw = 1
-    while (math.ceil(rows / bh) * math.ceil(cols / bw) > cells
-           or (rows > 1 and max(math.ceil(rows / bh), math.ceil(cols / bw)) > side)):
+    while math.ceil(rows / bh) * math.ceil(cols / bw) > cells or (
+        rows > 1 and max(math.ceil(rows / bh), math.ceil(cols / bw)) > side
+    ):
         if math.ceil(rows / bh) >= math.ceil(cols / bw):
             bh *= 2
         else:

@@ -17,6 +17,7 @@ differences would find them, but in floating point it also finds false steps in 
 
 Pure torch, no I/O.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,7 @@ import torch
 from .differences import Step, call_moved
 from .realify import Call, outputs_vector
 
-OFFSETS = (-1.0, 1.0, 0.5**0.5, -(1 / 3) ** 0.5)  # sample points x + k eps: no two in a ratio of small integers
+OFFSETS = (-1.0, 1.0, 0.5**0.5, -((1 / 3) ** 0.5))  # sample points x + k eps: no two in a ratio of small integers
 MIN_BITS, MAX_BITS = 8, 30  # significant bits that tell a grid (bfloat16 has 8, float16 11, float32 24)
 GRIDS = ((8, "bfloat16"), (11, "float16"), (24, "float32"))
 STEPS = (1e-3, 1e-2)  # the steps at which a forward that computes in low precision is judged again
@@ -93,8 +94,15 @@ def rejudge_eps(step: float, eps: float, atol: float) -> float | None:
     return next((s for s in above if step / (2 * s) <= atol / WELL_BELOW), above[-1] if above else None)
 
 
-def directional(call: Call, values: Sequence[Any], x: torch.Tensor, u: torch.Tensor, eps: float,
-                positions: Sequence[int], w: torch.Tensor) -> tuple[float, float]:
+def directional(
+    call: Call,
+    values: Sequence[Any],
+    x: torch.Tensor,
+    u: torch.Tensor,
+    eps: float,
+    positions: Sequence[int],
+    w: torch.Tensor,
+) -> tuple[float, float]:
     """(d, err): d = w^T (f(x + eps u) - f(x - eps u)) / 2 eps, the central difference along
     direction ``u`` (one value per real element of ``x``, a tensor inside ``values``, moved in
     place and put back) of the realified outputs at ``positions`` weighted by ``w``; and an

@@ -27,6 +27,7 @@ comparison, which gives the verdict. So the tolerance can be tight: atol |u|_2 |
 (atol + rtol |n| for unit probes), where torch's fast mode inflates atol by (sum u)(sum v),
 about sqrt(N M), and lets wrong gradients pass. Pure torch, no I/O.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,16 +40,7 @@ from typing import Any
 import torch
 
 from ..tolerance import limit
-from .batching import (
-    BATCH_BYTES,
-    Batches,
-    argument_groups,
-    copies,
-    same,
-    stage_budget,
-    try_batched,
-    vmapped,
-)
+from .batching import BATCH_BYTES, Batches, argument_groups, copies, same, stage_budget, try_batched, vmapped
 from .differences import Step, call_moved
 from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp
 from .streams import Stream, Streams, signed_uniform
@@ -83,10 +75,23 @@ def footprint(probes: int, n_rows: int, sizes: Sequence[int]) -> int:
 
 
 def decide(
-    call: Call, outputs: tuple[Any, ...], positions: list[int], grad_inputs: list[torch.Tensor],
-    plain_values: list[Any], plain_inputs: list[torch.Tensor], *, eps: float, atol: float, rtol: float,
-    probes: int, streams: Streams, grad: Vjp = vjp, batched: Call | None = None,
-    given: tuple[list[Any], list[Any]] | None = None, at_x: bool = False, memory_bytes: int = BATCH_BYTES * 8,
+    call: Call,
+    outputs: tuple[Any, ...],
+    positions: list[int],
+    grad_inputs: list[torch.Tensor],
+    plain_values: list[Any],
+    plain_inputs: list[torch.Tensor],
+    *,
+    eps: float,
+    atol: float,
+    rtol: float,
+    probes: int,
+    streams: Streams,
+    grad: Vjp = vjp,
+    batched: Call | None = None,
+    given: tuple[list[Any], list[Any]] | None = None,
+    at_x: bool = False,
+    memory_bytes: int = BATCH_BYTES * 8,
 ) -> list[ProbeStats]:
     """Probe every argument with ``probes`` directions u and ``weightings(probes)`` weightings v:
     |a - n| <= atol + rtol |n| for each pair (unit u and v).
@@ -131,12 +136,29 @@ def decide(
     if n_rows and len(sizes) > 1:
         weights = _weights(grads, sizes, atol, rtol)
         if weights is not None:  # one direction over all the arguments: 2 forwards per direction, not per argument
-            decided = _combined(call, batched, plain_values, plain_inputs, us, weights, analytical, eps, positions,
-                                vs, centre, budget, atol, rtol)
+            decided = _combined(
+                call,
+                batched,
+                plain_values,
+                plain_inputs,
+                us,
+                weights,
+                analytical,
+                eps,
+                positions,
+                vs,
+                centre,
+                budget,
+                atol,
+                rtol,
+            )
             if decided is not None:
                 return decided
-    numerical = (_numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre, budget)
-                 if n_rows else torch.zeros(len(sizes), probes, n_v, dtype=torch.float64))
+    numerical = (
+        _numerical(call, batched, plain_values, plain_inputs, us, eps, positions, vs, centre, budget)
+        if n_rows
+        else torch.zeros(len(sizes), probes, n_v, dtype=torch.float64)
+    )
     return _stats(analytical.view(len(sizes), -1), numerical.view(len(sizes), -1), atol, rtol)
 
 
@@ -165,10 +187,22 @@ def _weights(grads: list[list[torch.Tensor | None]], sizes: list[int], atol: flo
     return weights
 
 
-def _combined(call: Call, batched: Call | None, values: list[Any], inputs: list[torch.Tensor],
-              us: list[torch.Tensor], weights: list[float], analytical: torch.Tensor, eps: float,
-              positions: list[int], vs: torch.Tensor, centre: torch.Tensor | None, budget: int, atol: float,
-              rtol: float) -> list[ProbeStats] | None:
+def _combined(
+    call: Call,
+    batched: Call | None,
+    values: list[Any],
+    inputs: list[torch.Tensor],
+    us: list[torch.Tensor],
+    weights: list[float],
+    analytical: torch.Tensor,
+    eps: float,
+    positions: list[int],
+    vs: torch.Tensor,
+    centre: torch.Tensor | None,
+    budget: int,
+    atol: float,
+    rtol: float,
+) -> list[ProbeStats] | None:
     """The probes of every argument at once: direction a is argument i's unit direction u_ia times
     ``weights[i]`` for every i, made a unit vector, so its 2 forwards move all the arguments (as
     torch's fast mode moves one argument). The weights make each argument move the outputs about
@@ -184,24 +218,41 @@ def _combined(call: Call, batched: Call | None, values: list[Any], inputs: list[
     return None if stats.failed else [replace(stats, combined=True) for _ in inputs]
 
 
-def _numerical_all(call: Call, batched: Call | None, values: list[Any], inputs: list[torch.Tensor],
-                   parts: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor,
-                   centre: torch.Tensor | None, budget: int) -> torch.Tensor:
+def _numerical_all(
+    call: Call,
+    batched: Call | None,
+    values: list[Any],
+    inputs: list[torch.Tensor],
+    parts: list[torch.Tensor],
+    eps: float,
+    positions: list[int],
+    vs: torch.Tensor,
+    centre: torch.Tensor | None,
+    budget: int,
+) -> torch.Tensor:
     """v_b^T (f(x + eps u_a) - f(x - eps u_a)) / 2 eps for directions u_a over all the arguments
     (argument i moved by row a of ``parts[i]``): directions x weightings. One vmapped forward where
     ``batched`` gives the single calls' outputs (checked by one single call, see ``_agrees``) and it
     fits in ``budget`` bytes, else two forwards per direction."""
     n_u = len(parts[0])
     if batched is not None and _bytes(n_u, sum(real_numel(x) for x in inputs), len(vs[0])) <= budget:
+
         def agrees(got: tuple[torch.Tensor, torch.Tensor] | None) -> bool:
             assert got is not None  # try_batched verifies a result it got
             here = centre
             if here is None:
                 with torch.no_grad():
                     here = outputs_vector(as_tuple(call(values)), positions).cpu().view(1, -1)
-            return bool(call_moved(call, values, _Steps(inputs, [eps * p[0] for p in parts]),  # read before put back
-                                   lambda outputs: _agrees(got[1], n_u, here, outputs_vector(outputs, positions,
-                                                                                              copy=False).cpu(), eps)))
+            return bool(
+                call_moved(
+                    call,
+                    values,
+                    _Steps(inputs, [eps * p[0] for p in parts]),  # read before put back
+                    lambda outputs: _agrees(
+                        got[1], n_u, here, outputs_vector(outputs, positions, copy=False).cpu(), eps
+                    ),
+                )
+            )
 
         def batch() -> tuple[torch.Tensor, torch.Tensor]:
             return _all_moved_at_once(batched, values, inputs, parts, eps, positions, vs)
@@ -211,8 +262,15 @@ def _numerical_all(call: Call, batched: Call | None, values: list[Any], inputs: 
             return done[0]
     out = torch.empty(n_u, len(vs), dtype=torch.float64)
     for a in range(n_u):
-        minus, plus = (call_moved(call, values, _Steps(inputs, [sign * eps * p[a] for p in parts]),
-                                  lambda outputs: outputs_vector(outputs, positions).cpu()) for sign in (-1.0, 1.0))
+        minus, plus = (
+            call_moved(
+                call,
+                values,
+                _Steps(inputs, [sign * eps * p[a] for p in parts]),
+                lambda outputs: outputs_vector(outputs, positions).cpu(),
+            )
+            for sign in (-1.0, 1.0)
+        )
         out[a] = vs @ (plus - minus) / (2 * eps)
     return out
 
@@ -222,8 +280,15 @@ def _bytes(n_u: int, elements: int, n_rows: int) -> int:
     return 2 * n_u * (elements + n_rows) * 8
 
 
-def _all_moved_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], parts: list[torch.Tensor],
-                       eps: float, positions: list[int], vs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _all_moved_at_once(
+    batched: Call,
+    values: list[Any],
+    inputs: list[torch.Tensor],
+    parts: list[torch.Tensor],
+    eps: float,
+    positions: list[int],
+    vs: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``_numerical_all`` from one vmapped forward, and its rows: row a moves every argument i by
     -eps ``parts[i][a]``, row D + a by +eps ``parts[i][a]`` (D directions)."""
     n_u = len(parts[0])
@@ -282,8 +347,13 @@ def _stats(analytical: torch.Tensor, numerical: torch.Tensor, atol: float, rtol:
     return out
 
 
-def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tensor],
-              grad_inputs: list[torch.Tensor], v: torch.Tensor) -> Sequence[Any]:
+def _backward(
+    grad: Vjp,
+    diff_outputs: list[torch.Tensor],
+    live: list[torch.Tensor],
+    grad_inputs: list[torch.Tensor],
+    v: torch.Tensor,
+) -> Sequence[Any]:
     """J^T v for the realified outputs weighted by ``v``: one backward (None where an argument is unused)."""
     if not live:
         return [None] * len(grad_inputs)
@@ -300,9 +370,18 @@ def _backward(grad: Vjp, diff_outputs: list[torch.Tensor], live: list[torch.Tens
     return grad(live, grad_inputs, [g for g, o in zip(grad_outs, diff_outputs) if o.requires_grad])
 
 
-def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list[torch.Tensor],
-               us: list[torch.Tensor], eps: float, positions: list[int], vs: torch.Tensor,
-               centre: torch.Tensor | None = None, budget: int | None = None) -> torch.Tensor:
+def _numerical(
+    call: Call,
+    batched: Call | None,
+    values: list[Any],
+    inputs: list[torch.Tensor],
+    us: list[torch.Tensor],
+    eps: float,
+    positions: list[int],
+    vs: torch.Tensor,
+    centre: torch.Tensor | None = None,
+    budget: int | None = None,
+) -> torch.Tensor:
     """v_b^T (f(x_i + eps u_ia) - f(x_i - eps u_ia)) / 2 eps for every argument i, direction a
     (row a of ``us[i]``) and weighting b (row b of ``vs``): arguments x directions x weightings.
     One vmapped forward per group of arguments where ``batched`` gives the single calls' outputs
@@ -323,8 +402,9 @@ def _numerical(call: Call, batched: Call | None, values: list[Any], inputs: list
 
     if batched is not None:  # arguments batched in groups, each group verified, until one is not
         for group in argument_groups(inputs, n_u, len(vs[0]), BATCH_BYTES if budget is None else budget):
-            batch = partial(_all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps,
-                            positions, vs)
+            batch = partial(
+                _all_at_once, batched, values, [inputs[i] for i in group], [us[i] for i in group], eps, positions, vs
+            )
             got, _ = try_batched(None, batch, partial(agrees, group))
             if got is None:
                 break
@@ -348,8 +428,15 @@ def _agrees(rows: torch.Tensor, n_u: int, centre: torch.Tensor, plus: torch.Tens
     return torch.equal(row, plus) or same((row - centre[0]) / eps, (plus - centre[0]) / eps)  # equal: equal quotients
 
 
-def _all_at_once(batched: Call, values: list[Any], inputs: list[torch.Tensor], us: list[torch.Tensor],
-                 eps: float, positions: list[int], vs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _all_at_once(
+    batched: Call,
+    values: list[Any],
+    inputs: list[torch.Tensor],
+    us: list[torch.Tensor],
+    eps: float,
+    positions: list[int],
+    vs: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``_numerical`` of ``inputs`` from one vmapped forward, and the forward's rows: row
     (2 D i + a) perturbs argument i by -eps u_ia, row (2 D i + D + a) by +eps u_ia (D directions),
     every other argument as it is."""
@@ -387,12 +474,19 @@ def one_thread_below_grain(elements: int) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _perturbed(call: Call, values: list[Any], x: torch.Tensor, step: torch.Tensor, positions: list[int],
-               read: Callable[[torch.Tensor], Any] | None = None) -> Any:
+def _perturbed(
+    call: Call,
+    values: list[Any],
+    x: torch.Tensor,
+    step: torch.Tensor,
+    positions: list[int],
+    read: Callable[[torch.Tensor], Any] | None = None,
+) -> Any:
     """The realified outputs (a copy) of one single call with ``x`` moved by ``step`` in place, then
     restored; or ``read`` of them (not a copy), before x is put back."""
     if read is not None:
-        return call_moved(call, values, Step(x, step), lambda outputs: read(outputs_vector(outputs, positions,
-                                                                                          copy=False).cpu()))
+        return call_moved(
+            call, values, Step(x, step), lambda outputs: read(outputs_vector(outputs, positions, copy=False).cpu())
+        )
     # a copy, made before x is put back: an output may be a view of x
     return call_moved(call, values, Step(x, step), lambda outputs: outputs_vector(outputs, positions).cpu())

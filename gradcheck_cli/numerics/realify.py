@@ -3,6 +3,7 @@
 Complex tensors are handled as pairs of reals ("realified"): a complex element is (re, im).
 Pure torch, no I/O.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -17,8 +18,9 @@ Vjp = Callable[..., tuple[Any, ...]]  # signature of torch.autograd.grad
 Flat = TypeVar("Flat", int, torch.Tensor)  # one flat position, or a tensor of them
 
 
-def vjp(outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
-        grad_outputs: Sequence[torch.Tensor]) -> tuple[Any, ...]:
+def vjp(
+    outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], grad_outputs: Sequence[torch.Tensor]
+) -> tuple[Any, ...]:
     """Vector-Jacobian product through the graph (kept for more calls); None for unused inputs.
     Values only: a gradient that requires grad (backward computed it with grad mode on, or returned
     a parameter) is detached, as the tool only reads it."""
@@ -84,6 +86,5 @@ def outputs_vector(outputs: tuple[Any, ...], positions: Sequence[int], copy: boo
     ``copy=False``, a view of the output where there is only one and it is float64."""
     if not positions:
         return torch.zeros(0, dtype=torch.float64)
-    parts = [real_view(o.detach()).reshape(-1).to(torch.float64)
-             for o in (outputs[p] for p in positions)]
+    parts = [real_view(o.detach()).reshape(-1).to(torch.float64) for o in (outputs[p] for p in positions)]
     return parts[0] if len(parts) == 1 and not copy else torch.cat(parts)

@@ -20,6 +20,7 @@ are made: when most diagonals are taken one-hot, or the output's gradients are n
 ratios would not be exact enough to name rows), the caller makes the one-hot pass instead
 (``rows.Rows.sparse_rows``). Pure torch.
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,9 @@ CALLS = 3  # backward calls per group: unit, weights w, weights w'
 class RowGroups:
     """The analytical Jacobian's non-zero entries from grouped backward calls (see the module)."""
 
-    def __init__(self, rows: Rows, gen: torch.Generator, limit: int, at_once: bool = False,
-                 tried: bool = False) -> None:
+    def __init__(
+        self, rows: Rows, gen: torch.Generator, limit: int, at_once: bool = False, tried: bool = False
+    ) -> None:
         """``at_once``: only the guess of every element of an output in one group (``store`` is None
         where it fails for an output); ``tried``: that guess failed before, start with the diagonals."""
         self.rows, self.layout, self.limit = rows, rows.layout, limit
@@ -202,4 +204,3 @@ class RowGroups:
             if self.count > self.limit:
                 return False
         return True
-

@@ -9,6 +9,7 @@ calls on a few rows; any difference or error turns batching off for the rest of 
 the Jacobian is sparse, its non-zero entries can be kept instead of the dense rows (``SparseRows``).
 Pure torch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -52,14 +53,16 @@ class SparseRows:
 class Rows:
     """Analytical rows of one check's Jacobian, by backward calls through ``grad``, batching decided once."""
 
-    def __init__(self, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor],
-                 layout: Layout, memory_bytes: int) -> None:
+    def __init__(
+        self, grad: Vjp, outputs: list[torch.Tensor], grad_inputs: list[torch.Tensor], layout: Layout, memory_bytes: int
+    ) -> None:
         self.grad, self.outputs, self.grad_inputs, self.layout = grad, outputs, grad_inputs, layout
         self.memory_bytes = memory_bytes
         self.live = [o for o in outputs if o.requires_grad]
         # a row of a stage: its one-hot grad_outputs, and the gradients as backward gives them and in float64
-        row_bytes = (sum(o.numel() * o.element_size() for o in self.live)
-                     + sum(x.numel() * x.element_size() + 8 * real_numel(x) for x in grad_inputs))
+        row_bytes = sum(o.numel() * o.element_size() for o in self.live) + sum(
+            x.numel() * x.element_size() + 8 * real_numel(x) for x in grad_inputs
+        )
         self.stage = stage_size(ROW_STAGE, row_bytes, memory_bytes)  # rows per batched backward
         self.wanted = list(range(len(grad_inputs)))  # the arguments whose gradients the rows need
         self.batched_rows: bool | None = None if self.live else False  # None: not tried yet
@@ -107,9 +110,11 @@ class Rows:
         self.wanted = list(range(len(self.grad_inputs)))
         # on copies: a backward that writes its grad_output (a contract failure) leaves ``grad_outs`` as they
         # are for the single calls that verify the batch or stand in for it
-        got, self.batched_products = try_batched(self.batched_products,
-                                                 lambda: self._vmapped([g.clone() for g in grad_outs]),
-                                                 partial(self._products_agree, grad_outs))
+        got, self.batched_products = try_batched(
+            self.batched_products,
+            lambda: self._vmapped([g.clone() for g in grad_outs]),
+            partial(self._products_agree, grad_outs),
+        )
         if got is None:
             got = self._single_products(grad_outs, range(len(grad_outs[0])))
         return torch.cat(got, dim=1)
@@ -120,9 +125,15 @@ class Rows:
         return all(same(g[picks], s) for g, s in zip(batched, self._single_products(grad_outs, picks)))
 
     def _single_products(self, grad_outs: list[torch.Tensor], picks: Sequence[int]) -> list[torch.Tensor]:
-        rows = [[g.clone() for g in self._flat_grads(self.grad(self.live, self._wanted_inputs(),
-                                                                 [g[b].clone() for g in grad_outs]), 1)]
-                for b in picks]
+        rows = [
+            [
+                g.clone()
+                for g in self._flat_grads(
+                    self.grad(self.live, self._wanted_inputs(), [g[b].clone() for g in grad_outs]), 1
+                )
+            ]
+            for b in picks
+        ]
         return [torch.cat(parts) for parts in zip(*rows)]
 
     def _vmapped(self, grad_outs: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -146,8 +157,9 @@ class Rows:
 
     def _row_stage(self, out: torch.Tensor, j0: int, j1: int) -> list[torch.Tensor]:
         """Rows j0..j1 of output ``out``: for each wanted argument, its real gradients (rows x numel)."""
-        tried = try_batched(self.batched_rows, lambda: self._batched_rows(out, j0, j1),
-                            lambda rows: self._rows_agree(rows, out, j0, j1))
+        tried = try_batched(
+            self.batched_rows, lambda: self._batched_rows(out, j0, j1), lambda rows: self._rows_agree(rows, out, j0, j1)
+        )
         batched, self.batched_rows = tried
         return batched if batched is not None else self._single_rows(out, j0, j1)
 
@@ -159,9 +171,12 @@ class Rows:
 
     def _flat_grads(self, grads: tuple[Any, ...], batch: int) -> list[torch.Tensor]:
         """The gradients as float64 rows (batch x real numel) on the CPU, where the Jacobians are held."""
-        return [torch.zeros(batch, real_numel(x), dtype=torch.float64) if g is None else
-                real_view(g.detach()).reshape(batch, -1).to("cpu", torch.float64)
-                for g, x in zip(grads, self._wanted_inputs())]
+        return [
+            torch.zeros(batch, real_numel(x), dtype=torch.float64)
+            if g is None
+            else real_view(g.detach()).reshape(batch, -1).to("cpu", torch.float64)
+            for g, x in zip(grads, self._wanted_inputs())
+        ]
 
     def _wanted_inputs(self) -> list[torch.Tensor]:
         return [self.grad_inputs[i] for i in self.wanted]

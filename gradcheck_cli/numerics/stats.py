@@ -4,6 +4,7 @@ Pure torch. Both Jacobians are of the realified function (see ``realify``), so o
 serves real and complex functions alike. An ``Entry`` folds in one block of columns of both
 sides at a time, so no more than a block is ever held.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,9 @@ class KeptColumns(Sequence[Column]):
         if self._kept and self.nbytes + size > limit:
             return False
         at = nonzero.nonzero().view(-1) if sparse else None
-        self._kept.append((col, len(a), at, a[at] if at is not None else a.clone(),
-                           n[at] if at is not None else n.clone()))
+        self._kept.append(
+            (col, len(a), at, a[at] if at is not None else a.clone(), n[at] if at is not None else n.clone())
+        )
         self.nbytes += size
         return True
 
@@ -156,8 +158,9 @@ class Entry:
         else:
             self._fold(a.reshape(-1), n.reshape(-1), None, n.shape, col0, column, lambda k: n[k])
 
-    def update_sparse(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, n: torch.Tensor, col0: int,
-                      probe: torch.Tensor) -> None:
+    def update_sparse(
+        self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, n: torch.Tensor, col0: int, probe: torch.Tensor
+    ) -> None:
         """``update`` with the analytical columns given as their non-zero entries: column (within
         ``n``), row and value, by column then row. The numerical columns ``n`` are read there and
         only counted elsewhere (where they are non-zero too, those entries are looked up), so no
@@ -173,10 +176,19 @@ class Entry:
             av, nv = torch.cat([av, av.new_zeros(len(oc))])[order], torch.cat([nv, n[oc, orow]])[order]
         self.update_entries(c, r, av, nv, n.shape, col0, probe, lambda k: n[k])
 
-    def update_entries(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor,
-                       shape: tuple[int, ...], col0: int, probe: torch.Tensor,
-                       n_column: Callable[[int], torch.Tensor] | None = None, spans: Sequence[int] | torch.Tensor = (),
-                       extras: bool = True) -> None:
+    def update_entries(
+        self,
+        c: torch.Tensor,
+        r: torch.Tensor,
+        av: torch.Tensor,
+        nv: torch.Tensor,
+        shape: tuple[int, ...],
+        col0: int,
+        probe: torch.Tensor,
+        n_column: Callable[[int], torch.Tensor] | None = None,
+        spans: Sequence[int] | torch.Tensor = (),
+        extras: bool = True,
+    ) -> None:
         """``update`` with both sides given as their entries that are not zero on both: column
         (within the block of ``shape``: columns x rows), row, analytical and numerical value, by
         column then row; ``n_column``: a numerical column of the block, whole (default: ``nv``
@@ -192,12 +204,20 @@ class Entry:
             def dense(k: int) -> torch.Tensor:
                 mine = c == k
                 return torch.zeros(n_rows, dtype=torch.float64).index_put_((r[mine],), values[mine])
+
             return dense
 
         self._fold(av, nv, (c, r), shape, col0, column(av), n_column or column(nv), spans, extras)
 
-    def update_agreed(self, av: torch.Tensor, nv: torch.Tensor, shape: tuple[int, int], col0: int,
-                      locate: Callable[[int], tuple[int, int]], spans: Sequence[int] | torch.Tensor = ()) -> bool:
+    def update_agreed(
+        self,
+        av: torch.Tensor,
+        nv: torch.Tensor,
+        shape: tuple[int, int],
+        col0: int,
+        locate: Callable[[int], tuple[int, int]],
+        spans: Sequence[int] | torch.Tensor = (),
+    ) -> bool:
         """``update_entries`` with ``extras=False``, of entries the caller knows agree: each within
         atol + rtol |n| by this very comparison (a compressed group's, accepted by it), so none is bad
         and no column is kept. ``locate(k)``: entry k's column (within the block) and row, asked of the
@@ -207,20 +227,47 @@ class Entry:
         differences = _differences(av, nv)
         if differences.broken is not None:
             return False
-        self._fold(av, nv, None, shape, col0, _no_column, _no_column, spans, extras=False, locate=locate,
-                   differences=differences)
+        self._fold(
+            av,
+            nv,
+            None,
+            shape,
+            col0,
+            _no_column,
+            _no_column,
+            spans,
+            extras=False,
+            locate=locate,
+            differences=differences,
+        )
         return True
 
-    def add_extras(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor, n_cols: int,
-                   col0: int, probe: torch.Tensor) -> None:
+    def add_extras(
+        self,
+        c: torch.Tensor,
+        r: torch.Tensor,
+        av: torch.Tensor,
+        nv: torch.Tensor,
+        n_cols: int,
+        col0: int,
+        probe: torch.Tensor,
+    ) -> None:
         """The per-column errors and the probe's projections of entries given to ``update_entries`` with
         ``extras=False`` (the same arguments): what it would have made of them."""
         self._project(c, r, av, nv, n_cols, col0, probe)
         _, _, diff, broken, _ = _differences(av, nv)
         self._column_errors(diff, broken, (c, r), n_cols, 0, col0)
 
-    def _project(self, c: torch.Tensor, r: torch.Tensor, av: torch.Tensor, nv: torch.Tensor, n_cols: int,
-                 col0: int, probe: torch.Tensor) -> None:
+    def _project(
+        self,
+        c: torch.Tensor,
+        r: torch.Tensor,
+        av: torch.Tensor,
+        nv: torch.Tensor,
+        n_cols: int,
+        col0: int,
+        probe: torch.Tensor,
+    ) -> None:
         """u^T J of both sides for columns col0..col0+n_cols, from their entries (by column)."""
         cols = slice(col0, col0 + n_cols)
         u = probe.index_select(0, r)
@@ -228,12 +275,20 @@ class Entry:
         self._proj_a[cols] = torch.segment_reduce(av * u, "sum", lengths=lengths)  # (faster than index_add_)
         self._proj_n[cols] = torch.segment_reduce(u.mul_(nv), "sum", lengths=lengths)
 
-    def _fold(self, av: torch.Tensor, nv: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
-              shape: tuple[int, ...], col0: int, a_column: Callable[[int], torch.Tensor],
-              n_column: Callable[[int], torch.Tensor], spans: Sequence[int] | torch.Tensor = (), extras: bool = True,
-              locate: Callable[[int], tuple[int, int]] | None = None,
-              differences: Differences | None = None,
-              ) -> None:
+    def _fold(
+        self,
+        av: torch.Tensor,
+        nv: torch.Tensor,
+        at: tuple[torch.Tensor, ...] | None,
+        shape: tuple[int, ...],
+        col0: int,
+        a_column: Callable[[int], torch.Tensor],
+        n_column: Callable[[int], torch.Tensor],
+        spans: Sequence[int] | torch.Tensor = (),
+        extras: bool = True,
+        locate: Callable[[int], tuple[int, int]] | None = None,
+        differences: Differences | None = None,
+    ) -> None:
         """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
         those at (column, row) indices ``at``; the block is ``shape`` (columns x rows);
         ``a_column``, ``n_column``: an analytical, a numerical column of the block, whole; ``extras``
@@ -260,8 +315,11 @@ class Entry:
             wrong = diff > tol  # not |a - n| <= atol + rtol |n| (as torch.allclose): every value is finite here
             if broken is not None:
                 wrong.logical_or_(broken)
-            bad = (wrong.view(n_cols, n_rows).any(1) if at is None else
-                   torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True))
+            bad = (
+                wrong.view(n_cols, n_rows).any(1)
+                if at is None
+                else torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True)
+            )
             if bool(bad.any()):
                 self._mismatches(wrong, n_abs, at, bad, n_cols, n_rows, col0)
                 # a wrong entry's relative error counts, infinite where its numerical value is 0 (not non-finite ones)
@@ -298,20 +356,38 @@ class Entry:
         so_far = torch.tensor([[self.sum_an, self.sum_nn, self.sum_aa]], dtype=torch.float64)
         self.sum_an, self.sum_nn, self.sum_aa = torch.cat((so_far, parts)).cumsum(0)[-1].tolist()
 
-    def _mismatches(self, wrong: torch.Tensor, n_abs: torch.Tensor, at: tuple[torch.Tensor, ...] | None,
-                    bad: torch.Tensor, n_cols: int, n_rows: int, col0: int) -> None:
+    def _mismatches(
+        self,
+        wrong: torch.Tensor,
+        n_abs: torch.Tensor,
+        at: tuple[torch.Tensor, ...] | None,
+        bad: torch.Tensor,
+        n_cols: int,
+        n_rows: int,
+        col0: int,
+    ) -> None:
         """Count the entries ``wrong`` of a block with mismatching columns ``bad``, and those of them whose
         numerical value (``n_abs``, absolute) is ~0; mark the mismatching columns with a numerical entry beyond
         rounding in ``live`` (a block's columns come whole, so a column not marked has none)."""
         live = n_abs > self.atol * NEAR_ZERO
         self.wrong += int(wrong.sum())
         self.wrong_at_zero += int((wrong & ~live).sum())
-        per = (live.view(n_cols, n_rows).any(1) if at is None else
-               torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][live], True))
+        per = (
+            live.view(n_cols, n_rows).any(1)
+            if at is None
+            else torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][live], True)
+        )
         self.live[col0 : col0 + n_cols] |= per.logical_and_(bad)
 
-    def _column_errors(self, diff: torch.Tensor, broken: torch.Tensor | None, at: tuple[torch.Tensor, ...] | None,
-                       n_cols: int, n_rows: int, col0: int) -> None:
+    def _column_errors(
+        self,
+        diff: torch.Tensor,
+        broken: torch.Tensor | None,
+        at: tuple[torch.Tensor, ...] | None,
+        n_cols: int,
+        n_rows: int,
+        col0: int,
+    ) -> None:
         """Fold the entries' errors ``diff`` (non-finite ones: ``broken``) into ``err``, per column."""
         if not diff.numel():
             return

@@ -5,6 +5,7 @@ independent of the stream the inputs are drawn from, so adding a draw to one che
 another check's numbers. ``Streams`` is one attempt's seed, made once by the runner and handed
 down: whoever draws asks it for a generator by the stream's name. Pure torch.
 """
+
 from __future__ import annotations
 
 import enum
@@ -86,10 +87,12 @@ class RngFork:
         the user's state now is what is put back."""
         seed = streams.seed
         devices = sorted({v.get_device() for v in values if isinstance(v, torch.Tensor) and v.is_cuda})
-        return cls(_seeded_state(seed),
-                   [(d, torch.Generator(f"cuda:{d}").manual_seed(seed).get_state()) for d in devices],
-                   torch.default_generator.get_state(),
-                   [(d, torch.cuda.default_generators[d].get_state()) for d in devices])
+        return cls(
+            _seeded_state(seed),
+            [(d, torch.Generator(f"cuda:{d}").manual_seed(seed).get_state()) for d in devices],
+            torch.default_generator.get_state(),
+            [(d, torch.cuda.default_generators[d].get_state()) for d in devices],
+        )
 
     def restore(self) -> None:
         """Set the state every forward starts from."""

@@ -1,4 +1,5 @@
 """Reporters: each turns a finished Report into text on a stream. One registry feeds --format."""
+
 from __future__ import annotations
 
 import codecs

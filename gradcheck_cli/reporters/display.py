@@ -1,6 +1,7 @@
 """How a result shows itself in a notebook or with rich (``__rich__``, ``_repr_html_``): registers the
 table and HTML reporters' drawings with the result model, which imports no reporter. The library API,
 the edge that hands results out, imports this module."""
+
 from __future__ import annotations
 
 from typing import Any, Optional

@@ -7,6 +7,7 @@ user's ``.py`` file that raised. Each case's table sits in a ``::group::`` (fold
 ``step_summary`` is the Markdown the command line appends to ``$GITHUB_STEP_SUMMARY``.
 See https://docs.github.com/actions/reference/workflow-commands-for-github-actions.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,9 @@ def escape_property(text: str) -> str:
     return escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def command(kind: str, message: str, file: Optional[str] = None, line: Optional[int] = None,
-            title: Optional[str] = None) -> str:
+def command(
+    kind: str, message: str, file: Optional[str] = None, line: Optional[int] = None, title: Optional[str] = None
+) -> str:
     """One workflow command line, e.g. ``::error file=a.yaml,line=3,title=T::message``.
 
     ``line`` is given only together with ``file`` (a line of no file means nothing to GitHub).
@@ -47,8 +49,7 @@ def command(kind: str, message: str, file: Optional[str] = None, line: Optional[
 
 
 def _failing_rows(result: CaseResult) -> list[tuple[CheckResult, InputReport]]:
-    return [(c, row) for c in result.checks if c.status is Status.FAIL for row in c.inputs
-            if row.status is Status.FAIL]
+    return [(c, row) for c in result.checks if c.status is Status.FAIL for row in c.inputs if row.status is Status.FAIL]
 
 
 def _row_text(row: InputReport) -> str:
@@ -124,11 +125,25 @@ def commands(report: Report) -> list[str]:
             out.append(command("error", message, file, result.line, title))
             at = user_location(result.error.where if result.error else None)
             if at is not None and result.error is not None:  # and at the user's line that raised
-                out.append(command("error", f"{kind} error: {result.error.message}\nwhile checking {result.id}",
-                                   at[0], at[1], title))
+                out.append(
+                    command(
+                        "error",
+                        f"{kind} error: {result.error.message}\nwhile checking {result.id}",
+                        at[0],
+                        at[1],
+                        title,
+                    )
+                )
         elif result.status is Status.XFAIL:
-            out.append(command("notice", f"expected failure: {expected_reason(result)}", file, result.line,
-                               f"gradcheck xfail: {result.id}"))
+            out.append(
+                command(
+                    "notice",
+                    f"expected failure: {expected_reason(result)}",
+                    file,
+                    result.line,
+                    f"gradcheck xfail: {result.id}",
+                )
+            )
         warnings = [f"{c.check}: {w}" for c in result.checks for w in c.warnings] + result.warnings
         out += [command("warning", w, file, result.line, f"gradcheck warning: {result.id}") for w in warnings]
     return out
@@ -183,9 +198,16 @@ def step_summary(report: Report) -> str:
             for row in rows:
                 pattern = row.pattern.value if row.pattern else ""
                 words = row.diagnosis or row.reason or ""
-                failures.append([_cell(result.id), _cell(check.check), _cell(f"{row.index}: {row.name}"),
-                                 _cell(f"{pattern}: {words}" if pattern and words else pattern or words),
-                                 _cell(num(row.ratio)) if row.ratio is not None else "", replay])
+                failures.append(
+                    [
+                        _cell(result.id),
+                        _cell(check.check),
+                        _cell(f"{row.index}: {row.name}"),
+                        _cell(f"{pattern}: {words}" if pattern and words else pattern or words),
+                        _cell(num(row.ratio)) if row.ratio is not None else "",
+                        replay,
+                    ]
+                )
             if not rows:  # a contract problem, not an argument's values
                 failures.append([_cell(result.id), _cell(check.check), "", _cell(check.message), "", replay])
     if failures:
@@ -195,8 +217,12 @@ def step_summary(report: Report) -> str:
     errors = [r for r in report.results if r.status is Status.ERROR and r.error is not None]
     if errors:
         lines += ["| case | error | replay |", "|---|---|---|"]
-        lines += [f"| {_cell(r.id)} | {_cell(f'{r.error.kind} error: {r.error.message}')} | "
-                  f"{_code(r.replay) if r.replay else ''} |" for r in errors if r.error is not None]
+        lines += [
+            f"| {_cell(r.id)} | {_cell(f'{r.error.kind} error: {r.error.message}')} | "
+            f"{_code(r.replay) if r.replay else ''} |"
+            for r in errors
+            if r.error is not None
+        ]
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 

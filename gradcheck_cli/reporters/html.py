@@ -2,6 +2,7 @@
 no web fonts). Per case and check: the per-argument table; per mismatching argument: a heatmap of
 |analytical - numerical| over its elements and, when small, the two sides next to each other; the replay
 command. A passing case folds to one line. ``fragment`` is the same without the page (Jupyter)."""
+
 from __future__ import annotations
 
 import math
@@ -64,40 +65,47 @@ def page(report: Report) -> str:
     """The whole page: a head, the summary, then every result."""
     failed = sum(r.status in (Status.FAIL, Status.ERROR) for r in report.results)
     title = f"gradcheck report: {len(report.results)} results, {failed} failed or errors"
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            f"<title>{escape(title)}</title>\n</head>\n<body>\n{fragment(report.results, report)}\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{escape(title)}</title>\n</head>\n<body>\n{fragment(report.results, report)}\n</body>\n</html>\n"
+    )
 
 
 def fragment(results: list[CaseResult], report: Optional[Report] = None) -> str:
     """The report's body in one ``div`` with its own style: the summary (given ``report``) and ``results``."""
-    parts = [f"<div class=\"gradcheck-report\"><style>{CSS}</style>"]
+    parts = [f'<div class="gradcheck-report"><style>{CSS}</style>']
     if report is not None:
-        parts.append(f"<h1>gradcheck-cli report</h1><div class=\"summary\">{escape(summary_line(report).plain)}"
-                     f" <span class=\"dim\">(gradcheck-cli {__version__}, torch {torch_version()})</span></div>")
+        parts.append(
+            f'<h1>gradcheck-cli report</h1><div class="summary">{escape(summary_line(report).plain)}'
+            f' <span class="dim">(gradcheck-cli {__version__}, torch {torch_version()})</span></div>'
+        )
     parts += [_case(printable(r)) for r in results]
     return "\n".join(parts) + "</div>"
 
 
 def _case(result: CaseResult) -> str:
     status = result.status.value
-    head = (f"<span class=\"badge {status}\">{status.upper()}</span>{escape(result.id)}"
-            f" <span class=\"dim\">{escape(result.function)} &middot; seed {result.seed} &middot; "
-            f"{result.duration_s:.2f}s</span>")
+    head = (
+        f'<span class="badge {status}">{status.upper()}</span>{escape(result.id)}'
+        f' <span class="dim">{escape(result.function)} &middot; seed {result.seed} &middot; '
+        f"{result.duration_s:.2f}s</span>"
+    )
     body: list[str] = []
     if result.error:
-        body.append(f"<div class=\"message\">{escape(f'{result.error.kind} error: {result.error.message}')}</div>")
+        body.append(f'<div class="message">{escape(f"{result.error.kind} error: {result.error.message}")}</div>')
         if result.error.where:
-            body.append(f"<div class=\"dim\">at {escape(result.error.where)}</div>")
+            body.append(f'<div class="dim">at {escape(result.error.where)}</div>')
     for check in result.checks:
         body.append(_check(check))
-    body += [f"<div class=\"warning\">warning: {escape(w)}</div>" for w in result.warnings]
+    body += [f'<div class="warning">warning: {escape(w)}</div>' for w in result.warnings]
     if result.replay and result.status in (Status.FAIL, Status.ERROR):
-        body.append(f"<div>replay:</div><pre class=\"replay\"><code>{escape(result.replay)}</code></pre>")
+        body.append(f'<div>replay:</div><pre class="replay"><code>{escape(result.replay)}</code></pre>')
     if result.status in (Status.PASS, Status.SKIP, Status.XFAIL) and not result.error:
-        return (f"<section class=\"case\"><details><summary class=\"head\">{head}</summary>{''.join(body)}"
-                "</details></section>")
-    return f"<section class=\"case\"><div class=\"head\">{head}</div>{''.join(body)}</section>"
+        return (
+            f'<section class="case"><details><summary class="head">{head}</summary>{"".join(body)}</details></section>'
+        )
+    return f'<section class="case"><div class="head">{head}</div>{"".join(body)}</section>'
 
 
 def _check(check: CheckResult) -> str:
@@ -105,8 +113,8 @@ def _check(check: CheckResult) -> str:
     if check.inputs:
         out.append(_table(check))
     if check.message:
-        out.append(f"<div class=\"message\">{escape(f'{check.check}: {check.message}')}</div>")
-    out += [f"<div class=\"warning\">warning: {escape(w)}</div>" for w in check.warnings]
+        out.append(f'<div class="message">{escape(f"{check.check}: {check.message}")}</div>')
+    out += [f'<div class="warning">warning: {escape(w)}</div>' for w in check.warnings]
     out += [_argument(check, row) for row in check.inputs if row.error_map is not None]
     return "".join(out)
 
@@ -118,10 +126,10 @@ def _table(check: CheckResult) -> str:
     for row in check.inputs:
         tds = []
         for text, align in zip(cells(row), COLUMNS.values()):
-            tds.append(f"<td class=\"num\">{escape(text)}</td>" if align == ">" else f"<td>{escape(text)}</td>")
-        tds[3] = tds[3].replace("<td>", f"<td class=\"status st-{row.status.value}\">", 1)
+            tds.append(f'<td class="num">{escape(text)}</td>' if align == ">" else f"<td>{escape(text)}</td>")
+        tds[3] = tds[3].replace("<td>", f'<td class="status st-{row.status.value}">', 1)
         rows.append(f"<tr>{''.join(tds)}</tr>")
-    return f"<div class=\"scroll\"><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
 
 
 def _argument(check: CheckResult, row: InputReport) -> str:
@@ -130,27 +138,38 @@ def _argument(check: CheckResult, row: InputReport) -> str:
     assert picture is not None
     label = row.name if row.role in ("output", "test") else f"{row.index}: {row.name}"
     count = f"{row.mismatched} of {row.numel} element{'s' * (row.numel != 1)} mismatch" if row.mismatched else ""
-    down = (f"; each cell is the max over {picture.block[0]} x {picture.block[1]} elements"
-            if picture.block != [1, 1] else "")
+    down = (
+        f"; each cell is the max over {picture.block[0]} x {picture.block[1]} elements"
+        if picture.block != [1, 1]
+        else ""
+    )
     other = "reference" if check.check == "reference" else "numerical"
     mine = "target" if check.check == "reference" else "analytical"
     outlined = "; outlined: out of tolerance" if _marked(row, picture) else ""
-    figures = [_figure(_svg(picture, picture.error, row, "heat"),
-                       f"|{mine} - {other}| (max over the outputs){down}{outlined}")]
+    figures = [
+        _figure(_svg(picture, picture.error, row, "heat"), f"|{mine} - {other}| (max over the outputs){down}{outlined}")
+    ]
     if picture.analytical is not None and picture.numerical is not None:
         scale = max((abs(v) for v in picture.analytical + picture.numerical if math.isfinite(v)), default=0.0)
-        figures += [_figure(_svg(picture, picture.analytical, row, "side", scale), f"{mine}: {picture.sides}"),
-                    _figure(_svg(picture, picture.numerical, row, "side", scale), f"{other}")]
+        figures += [
+            _figure(_svg(picture, picture.analytical, row, "side", scale), f"{mine}: {picture.sides}"),
+            _figure(_svg(picture, picture.numerical, row, "side", scale), f"{other}"),
+        ]
     indices = ""
     if row.mismatched_indices:
         shown = ", ".join(str(ix) for ix in row.mismatched_indices[:SHOWN_INDICES])
-        more = f", ... ({len(row.mismatched_indices)} listed in the JSON report, of {row.mismatched})" \
-            if (row.mismatched or 0) > SHOWN_INDICES else ""
-        indices = f"<div class=\"indices\">mismatching: {escape(shown + more)}</div>"
-    diagnosis = f"<div class=\"message\">{escape(row.diagnosis)}</div>" if row.diagnosis else ""
-    return (f"<section class=\"argument\"><h4>{escape(check.check)} &middot; {escape(label)} "
-            f"{escape(str(row.shape))} <span class=\"dim\">{escape(count)}</span></h4>{diagnosis}"
-            f"<div class=\"maps\">{''.join(figures)}</div>{indices}</section>")
+        more = (
+            f", ... ({len(row.mismatched_indices)} listed in the JSON report, of {row.mismatched})"
+            if (row.mismatched or 0) > SHOWN_INDICES
+            else ""
+        )
+        indices = f'<div class="indices">mismatching: {escape(shown + more)}</div>'
+    diagnosis = f'<div class="message">{escape(row.diagnosis)}</div>' if row.diagnosis else ""
+    return (
+        f'<section class="argument"><h4>{escape(check.check)} &middot; {escape(label)} '
+        f'{escape(str(row.shape))} <span class="dim">{escape(count)}</span></h4>{diagnosis}'
+        f'<div class="maps">{"".join(figures)}</div>{indices}</section>'
+    )
 
 
 def _figure(svg: str, caption: str) -> str:
@@ -174,18 +193,26 @@ def _svg(picture: ErrorMap, values: list[float], row: InputReport, kind: str, sc
         r, c = divmod(k, w)
         y, x = divmod(c, WRAP) if wrap else (r, c)
         fill = _heat(value, top) if kind == "heat" else _diverging(value, top)
-        stroke = " stroke=\"#000\" stroke-width=\"1\"" if (r, c) in marked and kind == "heat" else ""
-        rects.append(f"<rect x=\"{x * cw:.6g}\" y=\"{y * ch:.6g}\" width=\"{cw:.6g}\" height=\"{ch:.6g}\" "
-                     f"fill=\"{fill}\"{stroke}><title>{escape(_where(picture, row, r, c))}: {_number(value)}"
-                     "</title></rect>")
+        stroke = ' stroke="#000" stroke-width="1"' if (r, c) in marked and kind == "heat" else ""
+        rects.append(
+            f'<rect x="{x * cw:.6g}" y="{y * ch:.6g}" width="{cw:.6g}" height="{ch:.6g}" '
+            f'fill="{fill}"{stroke}><title>{escape(_where(picture, row, r, c))}: {_number(value)}'
+            "</title></rect>"
+        )
     width, height = shown_w * cw, shown_h * ch
-    frame = (f"<rect x=\"0\" y=\"0\" width=\"{width:.6g}\" height=\"{height:.6g}\" fill=\"none\" "
-             "stroke=\"#8c959f\" stroke-width=\"0.5\"/>")
-    legend = (f"<text x=\"0\" y=\"{height + 14:.6g}\" font-size=\"11\">"
-              + (f"0 .. {_number(top)}" if kind == "heat" else f"-{_number(top)} .. {_number(top)}")
-              + (f" (wrapped every {WRAP})" if wrap else "") + "</text>")
-    return (f"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{max(width, 160):.6g}\" "
-            f"height=\"{height + 18:.6g}\" role=\"img\">{''.join(rects)}{frame}{legend}</svg>")
+    frame = (
+        f'<rect x="0" y="0" width="{width:.6g}" height="{height:.6g}" fill="none" stroke="#8c959f" stroke-width="0.5"/>'
+    )
+    legend = (
+        f'<text x="0" y="{height + 14:.6g}" font-size="11">'
+        + (f"0 .. {_number(top)}" if kind == "heat" else f"-{_number(top)} .. {_number(top)}")
+        + (f" (wrapped every {WRAP})" if wrap else "")
+        + "</text>"
+    )
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{max(width, 160):.6g}" '
+        f'height="{height + 18:.6g}" role="img">{"".join(rects)}{frame}{legend}</svg>'
+    )
 
 
 def _marked(row: InputReport, picture: ErrorMap) -> set[tuple[int, int]]:

@@ -1,4 +1,5 @@
 """JSON report, schema_version 1 (see the contract)."""
+
 from __future__ import annotations
 
 import importlib.metadata

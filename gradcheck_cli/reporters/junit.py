@@ -9,6 +9,7 @@ pytest's ``xunit2`` output follows), which has no ``file``/``line`` attributes o
 ``locations=True`` (``--junit-locations``) adds them for tools that read them (GitLab's file
 column, action-junit-report, junitparser), as pytest's ``xunit1`` output does.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -54,7 +55,7 @@ def node_id(result: CaseResult) -> str:
         path = "/".join(p for p in PurePosixPath(path.replace("\\", "/")).parts if p not in ("/", ".", ".."))
     if result.case is None:  # a spec that could not be read: the plugin's spec_error item
         return f"{path}::spec_error[line {result.line}]" if result.line else f"{path}::spec_error"
-    rest = result.id[len(result.spec or ""):] if result.spec and result.id.startswith(result.spec) else ""
+    rest = result.id[len(result.spec or "") :] if result.spec and result.id.startswith(result.spec) else ""
     if rest.startswith("#"):  # the id of a case in a file of several documents: path#N::case[device]
         rest = "::" + rest
     return path + (rest if rest.startswith("::") else f"::{result.case}[{result.device}]")
@@ -103,8 +104,11 @@ def _testcase(suite: ET.Element, result: CaseResult, locations: bool) -> None:
             attrs["line"] = str(result.line)
     case = _child(suite, "testcase", **attrs)
     if result.status is Status.FAIL:
-        messages = [f"{c.check}: {c.message}" if c.message else f"{c.check} failed"
-                    for c in result.checks if c.status is Status.FAIL]
+        messages = [
+            f"{c.check}: {c.message}" if c.message else f"{c.check} failed"
+            for c in result.checks
+            if c.status is Status.FAIL
+        ]
         _child(case, "failure", table.case_text(result), message="; ".join(messages) or "failed", type="gradcheck.fail")
     elif result.status is Status.ERROR:
         kind = result.error.kind if result.error else "unknown"
@@ -125,17 +129,23 @@ def properties(report: Report) -> dict[str, str]:
     """The suite's ``<properties>``: the versions, and the seeds, devices and functions of its cases
     (each distinct value once, in result order). The Jenkins schema has no properties on a testcase; a
     case's own seed and function are in its failure text, its device in its name."""
+
     def distinct(values: list[str]) -> str:
         return ", ".join(dict.fromkeys(v for v in values if v))
 
     checked = [r for r in report.results if r.case is not None]
-    return {"gradcheck-cli": __version__, "torch": torch_version(),
-            "seed": distinct([str(r.seed) for r in checked]), "device": distinct([r.device for r in checked]),
-            "function": distinct([r.function for r in checked])}
+    return {
+        "gradcheck-cli": __version__,
+        "torch": torch_version(),
+        "seed": distinct([str(r.seed) for r in checked]),
+        "device": distinct([r.device for r in checked]),
+        "function": distinct([r.function for r in checked]),
+    }
 
 
-def build(report: Report, locations: bool = False, timestamp: Optional[str] = None,
-          hostname: Optional[str] = None) -> ET.Element:
+def build(
+    report: Report, locations: bool = False, timestamp: Optional[str] = None, hostname: Optional[str] = None
+) -> ET.Element:
     """The ``<testsuites>`` element of ``report``; ``timestamp`` (ISO 8601) defaults to when the run
     started (now minus its duration), ``hostname`` to this machine's name."""
     report = printable(report)  # lone surrogates as escapes, before clean() drops what XML cannot hold
@@ -145,9 +155,16 @@ def build(report: Report, locations: bool = False, timestamp: Optional[str] = No
         timestamp = started.isoformat(timespec="seconds")
     counts = {"tests": str(s["total"]), "failures": str(s["failed"]), "errors": str(s["errors"])}
     root = ET.Element("testsuites", {"name": "gradcheck-cli", **counts, "time": _seconds(report.duration_s)})
-    suite = _child(root, "testsuite", name="gradcheck", **counts, skipped=str(s["skipped"] + s["xfailed"]),
-                   time=_seconds(report.duration_s), timestamp=timestamp,
-                   hostname=socket.gethostname() if hostname is None else hostname)
+    suite = _child(
+        root,
+        "testsuite",
+        name="gradcheck",
+        **counts,
+        skipped=str(s["skipped"] + s["xfailed"]),
+        time=_seconds(report.duration_s),
+        timestamp=timestamp,
+        hostname=socket.gethostname() if hostname is None else hostname,
+    )
     props = _child(suite, "properties")
     for name, value in properties(report).items():
         _child(props, "property", name=name, value=value)

@@ -3,6 +3,7 @@
 How much is shown is the verbosity (-q, the default, -v); a table wider than the terminal is folded
 into one block per argument, so no number is ever cut short.
 """
+
 from __future__ import annotations
 
 import enum
@@ -21,15 +22,20 @@ from . import writable
 class Verbosity(enum.IntEnum):
     """How much of a run the table shows: failing cases in full always, the others less or more."""
 
-    QUIET = -1    # failures and errors in full, then the summary; nothing about passing cases
-    NORMAL = 0    # also one line per other case (with its warnings, skip reasons, expect reasons)
-    VERBOSE = 1   # every case in full
+    QUIET = -1  # failures and errors in full, then the summary; nothing about passing cases
+    NORMAL = 0  # also one line per other case (with its warnings, skip reasons, expect reasons)
+    VERBOSE = 1  # every case in full
 
 
 FULL = (Status.FAIL, Status.ERROR)  # shown in full at every verbosity
 
-STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.ERROR: "bold magenta", Status.SKIP: "yellow",
-         Status.XFAIL: "cyan"}
+STYLE = {
+    Status.PASS: "green",
+    Status.FAIL: "bold red",
+    Status.ERROR: "bold magenta",
+    Status.SKIP: "yellow",
+    Status.XFAIL: "cyan",
+}
 LABEL = {Status.PASS: "PASS", Status.FAIL: "FAIL", Status.ERROR: "ERROR", Status.SKIP: "SKIP", Status.XFAIL: "XFAIL"}
 
 
@@ -40,8 +46,7 @@ def title(check: CheckResult) -> str:
 def check_table(check: CheckResult) -> Table:
     """A check's table, one row per argument; a column empty (``-``) in every row is left out (an opcheck
     table's rows are tests, with no gradient columns; a check that compared nothing has no numbers)."""
-    table = Table(title=title(check), title_justify="left",
-                  show_edge=False, pad_edge=False, header_style="bold")
+    table = Table(title=title(check), title_justify="left", show_edge=False, pad_edge=False, header_style="bold")
     rows = [cells(row) for row in check.inputs]
     shown = [j for j in range(len(COLUMNS)) if j in (0, 3) or not rows or any(r[j] != "-" for r in rows)]
     for j, (col, align) in enumerate(zip(titles(check), COLUMNS.values())):
@@ -167,8 +172,11 @@ def _source(frame: str) -> list[str]:
 
     path, _, rest = frame.partition(":")
     number = int(rest.split(" ", 1)[0]) if rest.split(" ", 1)[0].isdigit() else 0
-    return [linecache.getline(path, k).rstrip() for k in range(max(1, number - 2), number)
-            if linecache.getline(path, k).strip()]
+    return [
+        linecache.getline(path, k).rstrip()
+        for k in range(max(1, number - 2), number)
+        if linecache.getline(path, k).strip()
+    ]
 
 
 def render_case(result: CaseResult, console: Console, tb: str = "short") -> None:
@@ -191,8 +199,15 @@ def report_group(report: Report) -> Group:
 def case_text(result: CaseResult) -> str:
     """The plain table of one result (as ``render`` writes it without colour), no trailing blanks."""
     buffer = io.StringIO()
-    console = Console(file=buffer, no_color=True, highlight=False, soft_wrap=False, width=1000,
-                      force_terminal=False, color_system=None)
+    console = Console(
+        file=buffer,
+        no_color=True,
+        highlight=False,
+        soft_wrap=False,
+        width=1000,
+        force_terminal=False,
+        color_system=None,
+    )
     render_case(result, console)
     return "\n".join(line.rstrip() for line in buffer.getvalue().strip("\n").splitlines()) + "\n"
 
@@ -200,9 +215,12 @@ def case_text(result: CaseResult) -> str:
 def summary_line(report: Report) -> Text:
     s = report.summary()
     text = Text(f"{s['total']} result{'s' * (s['total'] != 1)}: ")
-    parts = [(s["passed"], "passed", Status.PASS), (s["failed"], "failed", Status.FAIL),
-             (s["errors"], "errors" if s["errors"] != 1 else "error", Status.ERROR),
-             (s["skipped"], "skipped", Status.SKIP)]
+    parts = [
+        (s["passed"], "passed", Status.PASS),
+        (s["failed"], "failed", Status.FAIL),
+        (s["errors"], "errors" if s["errors"] != 1 else "error", Status.ERROR),
+        (s["skipped"], "skipped", Status.SKIP),
+    ]
     parts += [(s["xfailed"], "xfailed", Status.XFAIL)] if s["xfailed"] else []  # as pytest: only when there are some
     for i, (n, word, status) in enumerate(parts):
         text.append(f"{n} {word}", style=STYLE[status] if n else "")
@@ -214,8 +232,9 @@ def summary_line(report: Report) -> Text:
     return text
 
 
-def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbosity = Verbosity.VERBOSE,
-           tb: str = "short") -> None:
+def render(
+    report: Report, stream: TextIO, color: bool = True, verbosity: Verbosity = Verbosity.VERBOSE, tb: str = "short"
+) -> None:
     """The report on ``stream``: at ``verbosity`` (every case in full unless told otherwise), then the summary.
     On a terminal, as wide as the terminal (a table too wide for it folds), coloured or not; elsewhere (a
     file, a pipe, CI logs) never wrapped: one line per argument, greppable, without trailing padding."""
@@ -225,11 +244,19 @@ def render(report: Report, stream: TextIO, color: bool = True, verbosity: Verbos
     # colour decided by the caller (reporters.use_color), never by rich from FORCE_COLOR, NO_COLOR or a tty
     # coloured into a pipe (`--color | less -R`): as wide as COLUMNS or the terminal says, as on one
     width = None if tty or color else 1000
-    console = Console(file=out, no_color=not color, highlight=False, soft_wrap=False,
-                      width=width, force_terminal=color, color_system="auto" if color else None)
+    console = Console(
+        file=out,
+        no_color=not color,
+        highlight=False,
+        soft_wrap=False,
+        width=width,
+        force_terminal=color,
+        color_system="auto" if color else None,
+    )
     if color and console.color_system is None:  # TERM=dumb: colour was asked for all the same
-        console = Console(file=out, highlight=False, soft_wrap=False, force_terminal=True, color_system="standard",
-                          width=width)
+        console = Console(
+            file=out, highlight=False, soft_wrap=False, force_terminal=True, color_system="standard", width=width
+        )
     brief = False  # the last thing printed was a one-line result (a full one ends with a blank line)
     for result in report.results:
         if result.status in FULL or verbosity is Verbosity.VERBOSE:

@@ -4,6 +4,7 @@
 ``spec``: the YAML spec file format; point an editor at it with its ``yaml.schemas`` setting, or
 with ``# yaml-language-server: $schema=<path or URL of spec.schema.json>`` in each document.
 """
+
 from __future__ import annotations
 
 import json

@@ -8,6 +8,7 @@ The package, bottom up: ``model`` (the keys, SpecError and the dataclasses), ``l
 documents with each key path's line), ``values`` (one value read and checked), ``arguments`` (argument
 entries), ``document`` (a document and its cases); here ``load_file``, and every public name.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -69,13 +70,62 @@ from .values import (
 )
 
 __all__ = [
-    "BOUNDS", "CASE_KEYS", "CHECKS", "COMPILE_BACKENDS", "COMPILE_KEYS", "DEVICE_RE", "DISTS", "DIST_DEFAULTS",
-    "DTYPES", "EXPECTABLE", "EXPECT_KEYS", "FUNCTION_RE", "INIT_KEYS", "INIT_MODES", "KINDS", "MATRIX_DISTS",
-    "MAX_DIMS", "MAX_NODES", "MERGE_TAG", "MODULE_RE", "NUMERIC_RE", "REFERENCE_DTYPES", "RULES",
-    "SET_DISTS", "SYMMETRIC_DISTS", "TENSOR_KEYS", "TOLERANCE_KEYS", "TOP_KEYS", "AliasArg", "Arg", "Case",
-    "CompileOptions", "Container", "Ctx", "DictArg", "Expect", "Expected", "Key", "ListArg", "ReferenceRule",
-    "SpecError", "TensorArg", "Tolerance", "ValueArg", "argument", "contradicts", "is_device", "is_import_path",
-    "is_module_name", "keystr", "leaves", "load_file", "number", "parse_argument", "parse_document", "whole",
+    "BOUNDS",
+    "CASE_KEYS",
+    "CHECKS",
+    "COMPILE_BACKENDS",
+    "COMPILE_KEYS",
+    "DEVICE_RE",
+    "DISTS",
+    "DIST_DEFAULTS",
+    "DTYPES",
+    "EXPECTABLE",
+    "EXPECT_KEYS",
+    "FUNCTION_RE",
+    "INIT_KEYS",
+    "INIT_MODES",
+    "KINDS",
+    "MATRIX_DISTS",
+    "MAX_DIMS",
+    "MAX_NODES",
+    "MERGE_TAG",
+    "MODULE_RE",
+    "NUMERIC_RE",
+    "REFERENCE_DTYPES",
+    "RULES",
+    "SET_DISTS",
+    "SYMMETRIC_DISTS",
+    "TENSOR_KEYS",
+    "TOLERANCE_KEYS",
+    "TOP_KEYS",
+    "AliasArg",
+    "Arg",
+    "Case",
+    "CompileOptions",
+    "Container",
+    "Ctx",
+    "DictArg",
+    "Expect",
+    "Expected",
+    "Key",
+    "ListArg",
+    "ReferenceRule",
+    "SpecError",
+    "TensorArg",
+    "Tolerance",
+    "ValueArg",
+    "argument",
+    "contradicts",
+    "is_device",
+    "is_import_path",
+    "is_module_name",
+    "keystr",
+    "leaves",
+    "load_file",
+    "number",
+    "parse_argument",
+    "parse_document",
+    "whole",
 ]
 
 

@@ -1,6 +1,7 @@
 """Argument entries (``inputs``, ``kwargs``, ``--arg``): exactly one of shape/data, value, same_as, list,
 dict; a tensor's shape, data, dtype, distribution and its parameters, ``avoid``, ``dim`` and bounds tied
 to another argument's size."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -50,14 +51,19 @@ def argument(entry: Any, key: Key, ctx: Ctx, name: Optional[str] = None, leaf: b
         every = tuple(dict.fromkeys(TENSOR_KEYS + KINDS))
         unknown = [k for k in entry if k not in every]
         if unknown:
-            raise ctx.fail(key + (unknown[0],), f"unknown key{did_you_mean(unknown[0], every)}; an argument needs "
-                                                f"exactly one of {', '.join(KINDS)}")
+            raise ctx.fail(
+                key + (unknown[0],),
+                f"unknown key{did_you_mean(unknown[0], every)}; an argument needs exactly one of {', '.join(KINDS)}",
+            )
     if len(kinds) != 1:
         found = f"found {', '.join(kinds)}" if kinds else "found none"
         raise ctx.fail(key, f"an argument needs exactly one of {', '.join(KINDS)} ({found})")
     if "name" in entry and leaf:
-        raise ctx.fail(key + ("name",), "an entry inside a list or dict is named by its place (e.g. xs[0], "
-                                        "feats.q): drop `name:` here, or name the list or dict itself")
+        raise ctx.fail(
+            key + ("name",),
+            "an entry inside a list or dict is named by its place (e.g. xs[0], "
+            "feats.q): drop `name:` here, or name the list or dict itself",
+        )
     if "name" in entry and not isinstance(entry["name"], str):
         raise ctx.fail(key + ("name",), f"expected a string, got {show(entry['name'])}")
     name = entry.get("name", name)
@@ -87,17 +93,28 @@ def _container(entry: dict[str, Any], kind: str, name: Optional[str], key: Key, 
     items, where, line = entry[kind], keystr(key), ctx.lines.get(ctx.prefix + key)
     if kind == "list":
         if not isinstance(items, list) or not items:
-            raise ctx.fail(key + ("list",), f"expected a non-empty list of argument entries, e.g. "
-                                            f"`list: [{{shape: [2, 3]}}, {{shape: [4, 3]}}]`, got {show(items)}; "
-                                            "for a literal list (of numbers, or empty) write `value: [...]`")
-        return ListArg(tuple(argument(e, key + ("list", i), ctx, leaf=True) for i, e in enumerate(items)), name, where,
-                       line)
+            raise ctx.fail(
+                key + ("list",),
+                f"expected a non-empty list of argument entries, e.g. "
+                f"`list: [{{shape: [2, 3]}}, {{shape: [4, 3]}}]`, got {show(items)}; "
+                "for a literal list (of numbers, or empty) write `value: [...]`",
+            )
+        return ListArg(
+            tuple(argument(e, key + ("list", i), ctx, leaf=True) for i, e in enumerate(items)), name, where, line
+        )
     if not isinstance(items, dict) or not items:
-        raise ctx.fail(key + ("dict",), f"expected a non-empty mapping of KEY: argument entry, e.g. "
-                                        f"`dict: {{q: {{shape: [2, 3]}}, k: {{shape: [2, 3]}}}}`, got {show(items)}; "
-                                        "for a literal mapping (or an empty one) write `value: {...}`")
-    return DictArg(tuple((str(k), argument(e, key + ("dict", str(k)), ctx, leaf=True)) for k, e in items.items()), name,
-                   where, line)
+        raise ctx.fail(
+            key + ("dict",),
+            f"expected a non-empty mapping of KEY: argument entry, e.g. "
+            f"`dict: {{q: {{shape: [2, 3]}}, k: {{shape: [2, 3]}}}}`, got {show(items)}; "
+            "for a literal mapping (or an empty one) write `value: {...}`",
+        )
+    return DictArg(
+        tuple((str(k), argument(e, key + ("dict", str(k)), ctx, leaf=True)) for k, e in items.items()),
+        name,
+        where,
+        line,
+    )
 
 
 def _not_a_number(data: Any) -> list[Any]:
@@ -141,10 +158,14 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
             takes = f"it takes {', '.join(allowed)}" if allowed else "it takes no parameters"
             raise ctx.fail(key + (k,), f"`{k}` does not apply to dist {dist}; {takes}")
     _structure(dist, shape, dtype, entry, key, ctx)
-    size_of = tuple(_size_of(k, entry[k], dist, key + (k,), ctx) for k in ("low", "high")
-                    if isinstance(entry.get(k), dict))
-    params = {k: number(entry[k], key + (k,), ctx) for k in allowed  # a bound {size_of: ...} is read above
-              if k in entry and k != "dim" and not (k in ("low", "high") and isinstance(entry[k], dict))}
+    size_of = tuple(
+        _size_of(k, entry[k], dist, key + (k,), ctx) for k in ("low", "high") if isinstance(entry.get(k), dict)
+    )
+    params = {
+        k: number(entry[k], key + (k,), ctx)
+        for k in allowed  # a bound {size_of: ...} is read above
+        if k in entry and k != "dim" and not (k in ("low", "high") and isinstance(entry[k], dict))
+    }
     if dist == "normal":
         params = {**DIST_DEFAULTS, **params}
         if params["std"] < 0:
@@ -153,22 +174,27 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         low, high = BOUNDS[dist]
         params = {"low": params.get("low", low), "high": params.get("high", high)}
         if dist == "positive" and params["low"] <= 0:
-            raise ctx.fail(key + ("low",), f"dist positive draws values above low: expected low > 0, "
-                                           f"got {show(entry.get('low', params['low']))}")
+            raise ctx.fail(
+                key + ("low",),
+                f"dist positive draws values above low: expected low > 0, got {show(entry.get('low', params['low']))}",
+            )
     elif dist == "randint":
         params = {"low": params.get("low", 0.0), "high": params.get("high", 2.0 if dtype == "bool" else 10.0)}
         for k, v in params.items():
             if k in entry and isinstance(entry[k], dict):
                 continue
             if outside_int64(v):
-                raise ctx.fail(key + (k,), "randint draws integers: expected a whole number within int64, "
-                                           f"got {show(entry[k])}")
+                raise ctx.fail(
+                    key + (k,), f"randint draws integers: expected a whole number within int64, got {show(entry[k])}"
+                )
     disorder = None if size_of else unordered(params.get("low", 0), params.get("high", 1))
     if disorder:
         raise ctx.fail(key + ("high",), disorder)
     if entry.get("avoid") and dist in SET_DISTS:  # an empty list avoids nothing
-        raise ctx.fail(key + ("avoid",), f"`avoid` redraws single values, which would leave the set dist {dist} "
-                                         "draws from: drop it")
+        raise ctx.fail(
+            key + ("avoid",),
+            f"`avoid` redraws single values, which would leave the set dist {dist} draws from: drop it",
+        )
     param = import_path(entry["param"], key + ("param",), ctx) if entry.get("param") is not None else None
     avoid = entry.get("avoid", [])
     if not isinstance(avoid, list) or not all(
@@ -186,29 +212,44 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
     if rg is not None and not isinstance(rg, bool):
         raise ctx.fail(key + ("requires_grad",), f"expected true or false, got {show(rg)}")
     return TensorArg(
-        name=name, shape=tuple(shape) if shape is not None else None, data=entry.get("data"), dtype=dtype,
-        dist=None if "data" in entry else dist, params=tuple(params.items()), avoid=intervals,
-        requires_grad=rg, key=where, dim=_dim(entry, shape, key, ctx), size_of=size_of, param=param,
+        name=name,
+        shape=tuple(shape) if shape is not None else None,
+        data=entry.get("data"),
+        dtype=dtype,
+        dist=None if "data" in entry else dist,
+        params=tuple(params.items()),
+        avoid=intervals,
+        requires_grad=rg,
+        key=where,
+        dim=_dim(entry, shape, key, ctx),
+        size_of=size_of,
+        param=param,
     )
 
 
-def _structure(dist: str, shape: Optional[list[int]], dtype: Optional[str], entry: dict[str, Any], key: Key,
-               ctx: Ctx) -> None:
+def _structure(
+    dist: str, shape: Optional[list[int]], dtype: Optional[str], entry: dict[str, Any], key: Key, ctx: Ctx
+) -> None:
     """What a structured dist asks of the shape and dtype: a (batch of) matrices, a real dtype."""
     if dist not in SET_DISTS + ("positive",):
         return
     if dtype is not None and dtype.startswith("complex"):
         raise ctx.fail(key + ("dtype",), f"dist {dist} draws real tensors; use a floating dtype")
     if dist != "permutation" and dtype is not None and not dtype.startswith(("float", "bfloat")):
-        raise ctx.fail(key + ("dtype",), f"dist {dist} draws floating-point values; use a floating dtype "
-                                         "(randint or permutation draw integers)")
+        raise ctx.fail(
+            key + ("dtype",),
+            f"dist {dist} draws floating-point values; use a floating dtype (randint or permutation draw integers)",
+        )
     if dist in MATRIX_DISTS and shape is not None:
         if len(shape) < 2:
-            raise ctx.fail(key + ("shape",), f"dist {dist} draws matrices: expected at least 2 dimensions "
-                                             f"(..., n, n), got {shape}")
+            raise ctx.fail(
+                key + ("shape",), f"dist {dist} draws matrices: expected at least 2 dimensions (..., n, n), got {shape}"
+            )
         if dist != "orthogonal" and shape[-1] != shape[-2]:
-            raise ctx.fail(key + ("shape",), f"dist {dist} draws square matrices: the last two dimensions must "
-                                             f"be equal, got {shape}")
+            raise ctx.fail(
+                key + ("shape",),
+                f"dist {dist} draws square matrices: the last two dimensions must be equal, got {shape}",
+            )
 
 
 def _dim(entry: dict[str, Any], shape: Optional[list[int]], key: Key, ctx: Ctx) -> int:
@@ -217,8 +258,9 @@ def _dim(entry: dict[str, Any], shape: Optional[list[int]], key: Key, ctx: Ctx) 
     n = len(shape) if shape is not None else None
     if not isinstance(dim, int) or isinstance(dim, bool) or (n is not None and not -max(n, 1) <= dim < max(n, 1)):
         within = f" within shape {shape}" if n is not None else ""
-        raise ctx.fail(key + ("dim",), f"expected a dimension (an int{within}, negative counts from the end), "
-                                       f"got {show(dim)}")
+        raise ctx.fail(
+            key + ("dim",), f"expected a dimension (an int{within}, negative counts from the end), got {show(dim)}"
+        )
     return dim
 
 

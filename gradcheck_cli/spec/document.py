@@ -1,5 +1,6 @@
 """One document -> its cases: the top-level keys, the case entries and what each overrides, and the
 keys' values (tolerance and its reference rule, checks, compile, init, expect)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -54,8 +55,9 @@ def parse_document(doc: Any, ctx: Ctx, doc_index: int = 1, n_docs: int = 1) -> l
         name = entry.get("name", f"case{i}")
         name = name if isinstance(name, str) else whole(name)
         if "name" not in entry and name_taken(name, names):
-            raise ctx.fail(("cases", i),
-                           f"its default name {name!r} is taken by another case; give it a unique `name:`")
+            raise ctx.fail(
+                ("cases", i), f"its default name {name!r} is taken by another case; give it a unique `name:`"
+            )
         if name is None or name_taken(name, names):
             raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {show(entry['name'])}")
         names.add(str(name))
@@ -96,8 +98,10 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
         changes["tolerance"] = _tolerance(doc["tolerance"], case.tolerance, key + ("tolerance",), ctx)
     if "strict" in doc:
         if not isinstance(doc["strict"], bool):
-            raise ctx.fail(key + ("strict",), f"expected true or false (fail a systematic factor within tolerance), "
-                                              f"got {show(doc['strict'])}")
+            raise ctx.fail(
+                key + ("strict",),
+                f"expected true or false (fail a systematic factor within tolerance), got {show(doc['strict'])}",
+            )
         changes["tolerance"] = replace(changes.get("tolerance", case.tolerance), strict=doc["strict"])
     if "checks" in doc:
         changes["checks"] = _checks(doc["checks"], key + ("checks",), ctx)
@@ -107,8 +111,11 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
     if "repeat" in doc:
         repeat = whole(doc["repeat"])
         if repeat is None or not REPEATS[0] <= repeat <= REPEATS[1]:
-            raise ctx.fail(key + ("repeat",), f"expected an integer from {REPEATS[0]} to {REPEATS[1]} (backward "
-                                              f"calls compared for determinism), got {show(doc['repeat'])}")
+            raise ctx.fail(
+                key + ("repeat",),
+                f"expected an integer from {REPEATS[0]} to {REPEATS[1]} (backward "
+                f"calls compared for determinism), got {show(doc['repeat'])}",
+            )
         changes["repeat"] = repeat
     if "resample" in doc:
         if not isinstance(doc["resample"], bool):
@@ -133,8 +140,10 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
         mapping(init, key + ("init",), INIT_KEYS, ctx)
         mode = init.get("mode")
         if mode is not None and mode not in INIT_MODES:
-            raise ctx.fail(key + ("init", "mode"), f"expected train or eval (module.train() / module.eval() before "
-                                                   f"checking), got {show(mode)}")
+            raise ctx.fail(
+                key + ("init", "mode"),
+                f"expected train or eval (module.train() / module.eval() before checking), got {show(mode)}",
+            )
         changes["init_mode"] = mode
         args, kwargs = init.get("args"), init.get("kwargs")
         args, kwargs = [] if args is None else args, {} if kwargs is None else kwargs
@@ -145,8 +154,11 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
         changes["init_args"], changes["init_kwargs"] = tuple(args), tuple((str(k), v) for k, v in kwargs.items())
     if "clone_inputs" in doc:
         if not isinstance(doc["clone_inputs"], bool):
-            raise ctx.fail(key + ("clone_inputs",), f"expected true or false (call the target on copies of its tensor "
-                                                    f"arguments), got {show(doc['clone_inputs'])}")
+            raise ctx.fail(
+                key + ("clone_inputs",),
+                f"expected true or false (call the target on copies of its tensor "
+                f"arguments), got {show(doc['clone_inputs'])}",
+            )
         changes["clone_inputs"] = doc["clone_inputs"]
     if "compile" in doc:
         changes["compile"], rule = _compile(doc["compile"], key + ("compile",), ctx)
@@ -157,8 +169,11 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
     if "reference_dtype" in doc:
         dtype = dtype_of(doc["reference_dtype"], key + ("reference_dtype",), ctx)
         if dtype not in REFERENCE_DTYPES:
-            raise ctx.fail(key + ("reference_dtype",), f"expected a floating dtype ({', '.join(REFERENCE_DTYPES)}), "
-                                                       f"got {dtype}; complex inputs take its complex kind")
+            raise ctx.fail(
+                key + ("reference_dtype",),
+                f"expected a floating dtype ({', '.join(REFERENCE_DTYPES)}), "
+                f"got {dtype}; complex inputs take its complex kind",
+            )
         changes["reference_dtype"] = dtype
     if "expect" in doc:
         changes["expect"] = None if doc["expect"] is None else _expect(doc["expect"], key + ("expect",), ctx)
@@ -171,18 +186,26 @@ def _override(inputs: tuple[Arg, ...], entries: dict[Any, Any], key: Key, ctx: C
     named = [a.name for a in inputs]
     out = list(inputs)
     if entries and not inputs:  # the document's list is what a mapping overrides
-        raise ctx.fail(key[:-3] + ("inputs",), f"missing (or empty): {keystr(key)} overrides arguments by name, "
-                                               "which needs the document's `inputs:` list; give the document one, "
-                                               "or give the case a list")
+        raise ctx.fail(
+            key[:-3] + ("inputs",),
+            f"missing (or empty): {keystr(key)} overrides arguments by name, "
+            "which needs the document's `inputs:` list; give the document one, "
+            "or give the case a list",
+        )
     for raw, entry in entries.items():
         name = str(raw)  # the key path as written (`0:` is a name here, not a position)
         if name not in named:
             known = ", ".join(n for n in named if n) or "none"
             unnamed = sum(n is None for n in named)
-            hint = (f"; {unnamed} of them {'has' if unnamed == 1 else 'have'} no `name:` (give it one there to "
-                    "override it by name)" if unnamed else "")
-            raise ctx.fail(key + (name,), f"no argument named {name!r} in the document's inputs; the arguments "
-                                          f"are {known}{hint}")
+            hint = (
+                f"; {unnamed} of them {'has' if unnamed == 1 else 'have'} no `name:` (give it one there to "
+                "override it by name)"
+                if unnamed
+                else ""
+            )
+            raise ctx.fail(
+                key + (name,), f"no argument named {name!r} in the document's inputs; the arguments are {known}{hint}"
+            )
         if isinstance(entry, dict) and "name" in entry and entry["name"] != name:
             raise ctx.fail(key + (name, "name"), f"the key names the argument ({name!r}): drop `name:` here")
         out[named.index(name)] = argument(entry, key + (name,), ctx, name=name)
@@ -195,8 +218,10 @@ def _compile(value: Any, key: Key, ctx: Ctx) -> tuple[CompileOptions, ReferenceR
     mapping(value, key, COMPILE_KEYS, ctx)
     backend = value.get("backend", "aot_eager")
     if backend not in COMPILE_BACKENDS:
-        raise ctx.fail(key + ("backend",), f"expected one of {', '.join(COMPILE_BACKENDS)} (torch.compile's backend), "
-                                           f"got {show(backend)}")
+        raise ctx.fail(
+            key + ("backend",),
+            f"expected one of {', '.join(COMPILE_BACKENDS)} (torch.compile's backend), got {show(backend)}",
+        )
     tols = {k: number(value[k], key + (k,), ctx) for k in ("atol", "rtol") if value.get(k) is not None}
     for k, v in tols.items():
         if v < 0:
@@ -204,12 +229,11 @@ def _compile(value: Any, key: Key, ctx: Ctx) -> tuple[CompileOptions, ReferenceR
     return CompileOptions(backend), ReferenceRule("allclose", atol=tols.get("atol"), rtol=tols.get("rtol"))
 
 
-
-
 def _tolerance(value: Any, base: Tolerance, key: Key, ctx: Ctx) -> Tolerance:
     mapping(value, key, TOLERANCE_KEYS, ctx)
-    vals: dict[str, Any] = {k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items()
-                            if k != "reference"}
+    vals: dict[str, Any] = {
+        k: number(v, key + (k,), ctx, positive=k == "eps") for k, v in value.items() if k != "reference"
+    }
     for k, v in vals.items():
         if v < 0:
             raise ctx.fail(key + (k,), f"expected a non-negative number, got {v}")
@@ -223,8 +247,11 @@ def _rule(value: Any, key: Key, ctx: Ctx) -> ReferenceRule:
     mapping(value, key, tuple(dict.fromkeys(k for keys in RULES.values() for k in keys)), ctx)
     rule = value.get("rule")
     if rule is not None and (not isinstance(rule, str) or rule not in RULES):  # a list or mapping is unhashable
-        raise ctx.fail(key + ("rule",), f"unknown rule {show(rule)}; use relative (the target's error at most "
-                                        "`factor` times the reference's own in the target's dtype) or allclose")
+        raise ctx.fail(
+            key + ("rule",),
+            f"unknown rule {show(rule)}; use relative (the target's error at most "
+            "`factor` times the reference's own in the target's dtype) or allclose",
+        )
     for k in value:
         if rule is not None and k not in RULES[rule]:
             raise ctx.fail(key + (k,), f"`{k}` does not apply to rule {rule}; it takes {', '.join(RULES[rule][1:])}")
@@ -241,18 +268,27 @@ def _rule(value: Any, key: Key, ctx: Ctx) -> ReferenceRule:
 def _expect(value: Any, key: Key, ctx: Ctx) -> Expect:
     """``expect: {reason: ..., checks: [...], ARG: fail | PATTERN | {pattern: ..., ratio: ...}}``."""
     if not isinstance(value, dict):
-        raise ctx.fail(key, f"expected a mapping: `reason:` and the arguments whose mismatch is intended, e.g. "
-                            f"`expect: {{x: sign_flip, reason: gradient reversal}}`; got {show(value)}")
+        raise ctx.fail(
+            key,
+            f"expected a mapping: `reason:` and the arguments whose mismatch is intended, e.g. "
+            f"`expect: {{x: sign_flip, reason: gradient reversal}}`; got {show(value)}",
+        )
     reason = value.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         said = "missing" if "reason" not in value else "required"
-        raise ctx.fail(key + ("reason",), f"{said}: say why the mismatch is intended (a sentence a reviewer "
-                                          f"reads), e.g. `reason: straight-through estimator`; got {show(reason)}")
+        raise ctx.fail(
+            key + ("reason",),
+            f"{said}: say why the mismatch is intended (a sentence a reviewer "
+            f"reads), e.g. `reason: straight-through estimator`; got {show(reason)}",
+        )
     checks = _checks(value.get("checks", ["backward"]), key + ("checks",), ctx)
     args = tuple(_expected(str(k), v, key + (k,), ctx) for k, v in value.items() if k not in EXPECT_KEYS)
     if not args:
-        raise ctx.fail(key, "names no argument: add `NAME: fail` (or a pattern such as sign_flip) for each argument "
-                            "whose mismatch is intended")
+        raise ctx.fail(
+            key,
+            "names no argument: add `NAME: fail` (or a pattern such as sign_flip) for each argument "
+            "whose mismatch is intended",
+        )
     return Expect(reason.strip(), args, checks, keystr(key), ctx.lines.get(ctx.prefix + key), "checks" in value)
 
 
@@ -289,6 +325,8 @@ def _checks(value: Any, key: Key, ctx: Ctx) -> tuple[str, ...]:
         raise ctx.fail(key, f"expected a list of check names or `all`, got {show(value)}")
     for i, name in enumerate(items):
         if name not in CHECKS:
-            raise ctx.fail(key if single else key + (i,),
-                           f"unknown check {show(name)}; known checks: {', '.join(CHECKS)}, or `all`")
+            raise ctx.fail(
+                key if single else key + (i,),
+                f"unknown check {show(name)}; known checks: {', '.join(CHECKS)}, or `all`",
+            )
     return tuple(dict.fromkeys(items))

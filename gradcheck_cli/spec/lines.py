@@ -2,6 +2,7 @@
 duplicate keys, complex keys, cycles through aliases and alias expansion past MAX_NODES refused; merge
 keys (``<<``) resolved as YAML 1.1 says. ``Ctx`` carries a document's path and line map, and builds the
 SpecError that names file, line and key path."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -69,8 +70,12 @@ def documents(text: str, path: str) -> tuple[list[tuple[int, Union[Ctx, SpecErro
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
-        return docs, SpecError(path, "", f"not valid YAML: {problem}; fix the syntax at this line",
-                               mark.line + 1 if mark is not None else None)
+        return docs, SpecError(
+            path,
+            "",
+            f"not valid YAML: {problem}; fix the syntax at this line",
+            mark.line + 1 if mark is not None else None,
+        )
     except RecursionError:
         return docs, SpecError(path, "", "not readable: lists or mappings nested too deeply")
     finally:
@@ -91,8 +96,9 @@ def _node_lines(node: yaml.Node, key: Key, ctx: Ctx, sizes: Optional[dict[int, O
     if id(node) in sizes:
         known = sizes[id(node)]
         if known is None:
-            raise SpecError(ctx.path, keystr(key), "an alias inside the node it names: a spec cannot be infinite",
-                            lines[key])
+            raise SpecError(
+                ctx.path, keystr(key), "an alias inside the node it names: a spec cannot be infinite", lines[key]
+            )
         return known
     sizes[id(node)] = None
     size = 1
@@ -101,13 +107,19 @@ def _node_lines(node: yaml.Node, key: Key, ctx: Ctx, sizes: Optional[dict[int, O
         seen: set[str] = set()
         for k, v in node.value:
             if not isinstance(k, yaml.ScalarNode):  # `? [a, b]: ...` or `? {a: 1}: ...`, a complex key
-                raise SpecError(ctx.path, keystr(key), "a key must be a plain name, not a list or a mapping "
-                                "(a line that starts with `? ` writes a complex key)", k.start_mark.line + 1)
+                raise SpecError(
+                    ctx.path,
+                    keystr(key),
+                    "a key must be a plain name, not a list or a mapping "
+                    "(a line that starts with `? ` writes a complex key)",
+                    k.start_mark.line + 1,
+                )
             name = k.value
             if name in seen:
                 also = "; to merge several mappings, list them: `<<: [*a, *b]`" if k.tag == MERGE_TAG else ""
-                raise SpecError(ctx.path, keystr(key + (name,)), f"duplicate key: keep one{also}",
-                                k.start_mark.line + 1)
+                raise SpecError(
+                    ctx.path, keystr(key + (name,)), f"duplicate key: keep one{also}", k.start_mark.line + 1
+                )
             seen.add(name)
             lines[key + (name,)] = k.start_mark.line + 1
             size += _node_lines(v, key + (name,), ctx, sizes)
@@ -163,8 +175,12 @@ def _merged(value: yaml.Node, key: Key, ctx: Ctx, name: str = "<<") -> list[tupl
     pairs: list[tuple[yaml.Node, yaml.Node]] = []
     for m in maps:
         if not isinstance(m, yaml.MappingNode):
-            raise SpecError(ctx.path, keystr(key + (name,)), "a merge key `<<` takes a mapping or a list of "
-                            "mappings, e.g. `<<: *defaults` or `<<: [*a, *b]`", m.start_mark.line + 1)
+            raise SpecError(
+                ctx.path,
+                keystr(key + (name,)),
+                "a merge key `<<` takes a mapping or a list of mappings, e.g. `<<: *defaults` or `<<: [*a, *b]`",
+                m.start_mark.line + 1,
+            )
         own = [(k, v) for k, v in m.value if k.tag != MERGE_TAG]
         pairs += own + [pair for k, v in m.value if k.tag == MERGE_TAG for pair in _merged(v, key, ctx, k.value)]
     return pairs

@@ -4,6 +4,7 @@ JSON Schema by ``vocabulary``, named here), SpecError, and the frozen dataclasse
 
 Pure data: no YAML and no validation here (``lines`` reads the YAML, ``arguments`` and ``document``
 validate it)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -4,6 +4,7 @@ two values (``high > low``, an ``avoid`` interval's ends, an expectation's patte
 returns what is wrong, in the words a message uses, or None when the rule holds (a bool where the
 message quotes the value as written); the caller names the file, line and key.
 ``tests/unit/test_spec_schema.py`` (``SCHEMA_CANNOT``) shows the schema letting each one through."""
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -11,7 +12,7 @@ from typing import Any, Optional
 from .model import MAX_DIMS
 from .values import show
 
-INT64 = (-2 ** 63, 2 ** 63)  # randint's bounds: low <= v < high
+INT64 = (-(2**63), 2**63)  # randint's bounds: low <= v < high
 
 
 def unordered(low: float, high: float) -> Optional[str]:
@@ -57,6 +58,8 @@ def contradicts(pattern: Optional[str], ratio: Optional[float], written: Any = N
     if ratio is not None and pattern not in (None, "constant_ratio", "sign_flip"):
         return f"a ratio belongs to pattern constant_ratio or sign_flip, not {pattern}"
     if pattern == "sign_flip" and ratio is not None and ratio != -1:
-        return (f"pattern sign_flip means ratio -1, got ratio {show(ratio if written is None else written)}: "
-                f"give the pattern or the ratio (`{{ratio: {ratio:g}}}` for a constant ratio)")
+        return (
+            f"pattern sign_flip means ratio -1, got ratio {show(ratio if written is None else written)}: "
+            f"give the pattern or the ratio (`{{ratio: {ratio:g}}}` for a constant ratio)"
+        )
     return None

@@ -1,6 +1,7 @@
 """One value of a spec, read and checked where it stands: a number (also written as text), a whole
 number, a dtype, an import path, a device, a module name; a mapping's keys against those allowed; a
 value shown short in a message."""
+
 from __future__ import annotations
 
 import difflib
@@ -48,8 +49,12 @@ def number(value: Any, key: Key, ctx: Ctx, positive: bool = False) -> float:
     if isinstance(value, str) and NUMERIC_RE.fullmatch(value):
         value = float(value)
     try:
-        bad = (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-               or (positive and not value > 0))
+        bad = (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or (positive and not value > 0)
+        )
     except OverflowError:  # an int too large for a float
         bad = True
     if bad:
@@ -60,8 +65,9 @@ def number(value: Any, key: Key, ctx: Ctx, positive: bool = False) -> float:
 def import_path(value: Any, key: Key, ctx: Ctx) -> str:
     """An import path (``pkg.mod:Name`` or ``pkg.mod.Name``): ``function``, ``reference``, ``param``, ..."""
     if not isinstance(value, str) or not is_import_path(value):
-        raise ctx.fail(key, "expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', "
-                            f"got {show(value)}")
+        raise ctx.fail(
+            key, f"expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', got {show(value)}"
+        )
     return value
 
 
@@ -69,12 +75,13 @@ def module_names(value: Any, key: Key, ctx: Ctx) -> tuple[str, ...]:
     """``import``: one module name or a list of them (``null`` or ``[]``: none)."""
     items = [] if value is None else [value] if isinstance(value, str) else value
     if not isinstance(items, list):
-        raise ctx.fail(key, f"expected a module name or a list of them, e.g. `import: [my_pkg.ops]`, "
-                            f"got {show(value)}")
+        raise ctx.fail(key, f"expected a module name or a list of them, e.g. `import: [my_pkg.ops]`, got {show(value)}")
     for i, name in enumerate(items):
         if not isinstance(name, str) or not is_module_name(name):
-            raise ctx.fail(key if isinstance(value, str) else key + (i,),
-                           f"expected a module name like 'my_pkg.ops' (no ':' and no attribute), got {show(name)}")
+            raise ctx.fail(
+                key if isinstance(value, str) else key + (i,),
+                f"expected a module name like 'my_pkg.ops' (no ':' and no attribute), got {show(name)}",
+            )
     return tuple(dict.fromkeys(items))
 
 
@@ -99,8 +106,9 @@ def mapping(value: Any, key: Key, allowed: tuple[str, ...], ctx: Ctx) -> None:
         raise ctx.fail(key, f"expected a mapping with keys {', '.join(allowed)}; got {show(value)}")
     for k in value:
         if k not in allowed:
-            raise ctx.fail(key + (k,), f"unknown key{did_you_mean(k, allowed)}; allowed keys here: "
-                                       f"{', '.join(allowed)}")
+            raise ctx.fail(
+                key + (k,), f"unknown key{did_you_mean(k, allowed)}; allowed keys here: {', '.join(allowed)}"
+            )
 
 
 def did_you_mean(key: Any, allowed: tuple[str, ...]) -> str:

@@ -5,6 +5,7 @@ the loader (``x-canonical``: the dtype an alias stands for; ``x-parameters``: th
 
 The loader checks what a document holds against these names and says what is wrong in its own words;
 the schema's other rules (types, ranges, patterns) are kept in step with the loader by tests."""
+
 from __future__ import annotations
 
 from typing import Any

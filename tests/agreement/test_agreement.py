@@ -4,6 +4,7 @@
 First the corpus itself is validated against torch's own gradcheck (whole case and
 per argument), then gradcheck-cli's library API must reach the same verdicts.
 """
+
 from __future__ import annotations
 
 import inspect

@@ -1,5 +1,6 @@
 """The ``batched`` and ``undefined_grad`` checks: correct and broken Functions, agreement with
 torch.autograd.gradcheck's ``check_batched_grad`` and ``check_undefined_grad``, and the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -327,7 +328,9 @@ def test_batched_fails_and_names_the_problem(entry: Entry) -> None:
         assert "test_batched_undefined.py:" in result.message
 
 
-@pytest.mark.parametrize("entry", [e for e in BATCHED if e.torch_can_judge], ids=ids([e for e in BATCHED if e.torch_can_judge]))
+@pytest.mark.parametrize(
+    "entry", [e for e in BATCHED if e.torch_can_judge], ids=ids([e for e in BATCHED if e.torch_can_judge])
+)
 def test_batched_agrees_with_torch(entry: Entry) -> None:
     args = entry.make()
     theirs = torch_verdict(entry.fn, args, check_batched_grad=True, check_undefined_grad=False)
@@ -527,8 +530,12 @@ UNDEFINED = [
     Entry(MaxWithIndex, lambda: (randn(3, 4),), True),
     Entry(MulGen, xw, True),
     Entry(SinCosOld, x4, True),
-    Entry(CrashesOnNone, x4, False, "backward raised TypeError when the gradient of output 1 ('grad_b') is "
-                                    "undefined (None)"),
+    Entry(
+        CrashesOnNone,
+        x4,
+        False,
+        "backward raised TypeError when the gradient of output 1 ('grad_b') is undefined (None)",
+    ),
     Entry(OnesForNone, x4, False, "backward must treat an undefined (None) gradient as zero"),
     Entry(DropsTheOther, x4, False, "differs from the one with an explicit zero gradient"),
     Entry(AttributeOfNone, x4, False, "backward raised AttributeError when the gradient of output 1 ('grad_b')"),
@@ -547,7 +554,9 @@ def test_undefined_grad_passes_correct_functions(entry: Entry) -> None:
     assert "with every output's gradient undefined the gradients are zero" in result.message
 
 
-@pytest.mark.parametrize("entry", [e for e in UNDEFINED if not e.correct], ids=ids([e for e in UNDEFINED if not e.correct]))
+@pytest.mark.parametrize(
+    "entry", [e for e in UNDEFINED if not e.correct], ids=ids([e for e in UNDEFINED if not e.correct])
+)
 def test_undefined_grad_fails_and_says_what_to_do(entry: Entry) -> None:
     result = run_check(undefined_grad, entry.fn, entry.make())
     assert result.status is Status.FAIL
@@ -564,10 +573,13 @@ def test_undefined_grad_agrees_with_torch(entry: Entry) -> None:
 
 def test_undefined_grad_crash_message_in_the_users_terms() -> None:
     message = run_check(undefined_grad, CrashesOnNone, x4()).message
-    assert message.startswith("backward raised TypeError when the gradient of output 1 ('grad_b') is undefined "
-                              "(None) at ")
-    assert ("with ctx.set_materialize_grads(False) backward receives None for outputs that were not used; handle "
-            "it (e.g. `if grad_b is not None:`)") in message
+    assert message.startswith(
+        "backward raised TypeError when the gradient of output 1 ('grad_b') is undefined (None) at "
+    )
+    assert (
+        "with ctx.set_materialize_grads(False) backward receives None for outputs that were not used; handle "
+        "it (e.g. `if grad_b is not None:`)"
+    ) in message
     assert "backward also raised TypeError with the gradient of output 0 ('grad_a') undefined" in message
 
 
@@ -588,7 +600,7 @@ def test_undefined_grad_rows_name_the_situation() -> None:
 
 # ------------------------------------------------------------------------------------ the CLI
 
-USER = '''
+USER = """
 import torch
 
 class Square(torch.autograd.Function):
@@ -612,7 +624,7 @@ class Pair(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_a, grad_b):
         return 2 * grad_a + 3 * grad_b
-'''
+"""
 
 
 def test_cli_json_entries_for_both_checks(user_module, write_spec, invoke) -> None:

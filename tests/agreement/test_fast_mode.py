@@ -8,6 +8,7 @@ the outputs, and a tight tolerance (a failing probe only sends the check to the
 element-by-element comparison), so it catches these; and on the errors of one sign that torch's
 probe is good at, it does not fall behind.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -50,8 +51,11 @@ SIGNS = torch.sign(torch.randn(64, 64, generator=torch.Generator().manual_seed(1
 MISSED_BY_TORCH_FAST = [
     _function("sin_rolled", torch.sin, lambda x, g: torch.roll(g * torch.cos(x), 1, -1)),
     _function("sin_rows_flipped", torch.sin, lambda x, g: (g * torch.cos(x)).flip(0)),
-    _function("softplus_sign_pattern_1pct", torch.nn.functional.softplus,
-              lambda x, g: g * torch.sigmoid(x) * (1 + 0.01 * SIGNS)),
+    _function(
+        "softplus_sign_pattern_1pct",
+        torch.nn.functional.softplus,
+        lambda x, g: g * torch.sigmoid(x) * (1 + 0.01 * SIGNS),
+    ),
     _function("tanh_one_element_tripled", torch.tanh, lambda x, g: _one_element_tripled(_tanh_grad(x, g))),
     _function("tanh_two_elements_swapped", torch.tanh, lambda x, g: _two_elements_swapped(_tanh_grad(x, g))),
 ]
@@ -59,12 +63,9 @@ SEEDS = range(6)  # random probes catch a wrong element with a probability: over
 # tanh_one_element_tripled once, the others never (benchmarks/fast_catch_rates.py)
 # a wrong gradient that torch's fast mode catches: errors of one sign
 CAUGHT_BY_TORCH_FAST = [
-    _function("tanh_minus_its_mean", torch.tanh, lambda x, g: (lambda r: r - r.mean())(_tanh_grad(x, g))),
+    _function("tanh_minus_its_mean", torch.tanh, lambda x, g: (lambda r: r - r.mean())(_tanh_grad(x, g)))
 ]
-CORRECT = [
-    _function("sin", torch.sin, lambda x, g: g * torch.cos(x)),
-    _function("tanh", torch.tanh, _tanh_grad),
-]
+CORRECT = [_function("sin", torch.sin, lambda x, g: g * torch.cos(x)), _function("tanh", torch.tanh, _tanh_grad)]
 
 
 def _x(seed: int, n: int = 64) -> torch.Tensor:
@@ -114,7 +115,6 @@ def test_a_probe_failure_escalates_to_the_element_wise_verdict():
     assert backward.inputs[0].mismatched == 64 * 64  # the element-wise comparison explains it
 
 
-
 # -- one probe is backward's contract call: autograd would have passed its values on as they are --------
 
 
@@ -149,8 +149,7 @@ def _fast_backward_calls(fn, args) -> tuple:
 def test_fast_reuses_the_contracts_backward_call_as_a_probe():
     fn = _counting(lambda g, x, y: (g * y, g * x))
     # 3 calls with one grad_output (the contract: repeat 3), then one per weighting of the outputs but the reused one
-    assert _fast_backward_calls(fn, [_x(0, 8), _x(1, 8)]) == ("pass", "probe",
-                                                             3 + IN_USE + weightings(FAST_PROBES) - 1)
+    assert _fast_backward_calls(fn, [_x(0, 8), _x(1, 8)]) == ("pass", "probe", 3 + IN_USE + weightings(FAST_PROBES) - 1)
 
 
 def test_fast_calls_its_own_backward_on_the_contracts_node_where_autograd_passes_the_return_on(monkeypatch):
@@ -162,8 +161,7 @@ def test_fast_calls_its_own_backward_on_the_contracts_node_where_autograd_passes
     runs, grad = [], engine.grad
     monkeypatch.setattr(engine, "grad", lambda *a, **k: runs.append(1) or grad(*a, **k))
     fn = _counting(lambda g, x, y: (g * y, g * x))
-    assert _fast_backward_calls(fn, [_x(0, 8), _x(1, 8)]) == ("pass", "probe",
-                                                             3 + IN_USE + weightings(FAST_PROBES) - 1)
+    assert _fast_backward_calls(fn, [_x(0, 8), _x(1, 8)]) == ("pass", "probe", 3 + IN_USE + weightings(FAST_PROBES) - 1)
     assert len(runs) == UNDEFINED  # the probes' and linearity's calls: none through the engine
     x = _x(0, 8)
     assert _fast_backward_calls(fn, [x, x]) == ("pass", "probe", 3 + IN_USE_DRAWN + weightings(FAST_PROBES))
@@ -250,8 +248,9 @@ def test_one_wrong_argument_of_several_is_caught_and_named(wrong):
         def backward(ctx, g):
             grads = list(LinearFunction.backward(ctx, g))
             k = ["input", "weight", "bias"].index(wrong)
-            signs = torch.sign(torch.randn(grads[k].shape, generator=torch.Generator().manual_seed(1),
-                                           dtype=torch.float64))
+            signs = torch.sign(
+                torch.randn(grads[k].shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+            )
             grads[k] = grads[k] * (1 + 0.01 * signs)
             return tuple(grads)
 

@@ -6,6 +6,7 @@ or a wrong jvp) is run through both checks, and their verdicts must equal those 
 check_backward_ad=False)`` on the same inputs. Every mistake the checks name in words has a
 broken Function of its own; the CLI shows both checks in its JSON report.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,9 @@ DT = torch.float64
 # ------------------------------------------------------------------------------ helpers
 
 
-def run_check(name: str, fn: Any, args: tuple, kwargs: Optional[dict] = None, seed: int = 0,
-              memory_bytes: Optional[int] = None) -> CaseResult:
+def run_check(
+    name: str, fn: Any, args: tuple, kwargs: Optional[dict] = None, seed: int = 0, memory_bytes: Optional[int] = None
+) -> CaseResult:
     """One check on ``fn(*args, **kwargs)`` through the library API (user errors become ``.error``)."""
     return gradcheck_cli.check(fn, args, kwargs, checks=[name], seed=seed, memory_bytes=memory_bytes)
 
@@ -512,8 +514,11 @@ def _torch_says(check: str, fn: Any, args: tuple) -> bool:
     try:
         if check == "double_backward":
             return bool(torch.autograd.gradgradcheck(_apply(fn), args, raise_exception=False))
-        return bool(torch.autograd.gradcheck(_apply(fn), args, check_forward_ad=True, check_backward_ad=False,
-                                             raise_exception=False))
+        return bool(
+            torch.autograd.gradcheck(
+                _apply(fn), args, check_forward_ad=True, check_backward_ad=False, raise_exception=False
+            )
+        )
     except Exception:  # torch raised instead of answering: not a pass
         return False
 
@@ -523,10 +528,11 @@ def test_corpus_is_big_enough():
         assert sum(c.correct for c in cases) >= 8 and sum(not c.correct for c in cases) >= 8
 
 
-@pytest.mark.parametrize("check_name,case", [("double_backward", c) for c in DOUBLE_BACKWARD]
-                         + [("forward_ad", c) for c in FORWARD_AD],
-                         ids=[f"double_backward-{c.name}" for c in DOUBLE_BACKWARD]
-                         + [f"forward_ad-{c.name}" for c in FORWARD_AD])
+@pytest.mark.parametrize(
+    "check_name,case",
+    [("double_backward", c) for c in DOUBLE_BACKWARD] + [("forward_ad", c) for c in FORWARD_AD],
+    ids=[f"double_backward-{c.name}" for c in DOUBLE_BACKWARD] + [f"forward_ad-{c.name}" for c in FORWARD_AD],
+)
 def test_verdict_agrees_with_torch(check_name, case):
     args = _args(case)
     assert _torch_says(check_name, case.fn, args) is case.correct, "the corpus label disagrees with torch"
@@ -558,8 +564,10 @@ def test_double_backward_names_a_detached_value_and_the_gradient_it_is_in():
     assert y.worst_output.startswith("gradient of 'x'")  # d(grad of x)/dy is the entry that is missing
     assert row(check, "x").status is Status.PASS and row(check, "grad_output 0").status is Status.PASS
     # named, the hazard fails in the words `checks: all` warns with (it said "... with respect to 'y' is wrong")
-    assert check.message.startswith("backward is not differentiable with respect to 'y' and not marked "
-                                    "@once_differentiable: second derivatives through it"), check.message
+    assert check.message.startswith(
+        "backward is not differentiable with respect to 'y' and not marked "
+        "@once_differentiable: second derivatives through it"
+    ), check.message
     assert "this check was named explicitly, so that fails (`checks: all` makes it a warning)" in check.message
     assert "'x', grad_output 0 are right" in check.message
 
@@ -568,10 +576,12 @@ def test_double_backward_names_a_value_computed_in_forward():
     check = check_of("double_backward", ScaledCubeSavesSlope, (_randn(torch.Generator().manual_seed(0), 4), 2.0))
     assert check.status is Status.FAIL
     assert "does not depend on 'x' through autograd" in row(check, "x").diagnosis
-    assert check.message.endswith("a value backward uses was taken outside autograd (a tensor computed in forward "
-                                  "and saved, as forward runs without autograd; or .detach(), .data, numpy, "
-                                  "torch.no_grad()): compute what backward needs inside backward, with "
-                                  "differentiable torch ops on the saved inputs and outputs")
+    assert check.message.endswith(
+        "a value backward uses was taken outside autograd (a tensor computed in forward "
+        "and saved, as forward runs without autograd; or .detach(), .data, numpy, "
+        "torch.no_grad()): compute what backward needs inside backward, with "
+        "differentiable torch ops on the saved inputs and outputs"
+    )
     assert row(check, "scale").status is Status.SKIP
 
 
@@ -579,11 +589,14 @@ def test_double_backward_names_a_value_computed_in_forward():
 def test_a_backward_outside_autograd_is_named_not_differentiable(fn):
     check = check_of("double_backward", fn, _x(torch.Generator().manual_seed(0)))
     assert check.status is Status.FAIL
-    assert check.message.startswith("backward is not differentiable with respect to 'x', grad_output 0 and not "
-                                    "marked @once_differentiable: "), check.message
-    assert ("backward is not differentiable: the gradient it returns for 'x' does not require grad, so all its "
-            "derivatives come out zero (numerically they are not); a value backward uses was taken outside "
-            "autograd") in check.message
+    assert check.message.startswith(
+        "backward is not differentiable with respect to 'x', grad_output 0 and not marked @once_differentiable: "
+    ), check.message
+    assert (
+        "backward is not differentiable: the gradient it returns for 'x' does not require grad, so all its "
+        "derivatives come out zero (numerically they are not); a value backward uses was taken outside "
+        "autograd"
+    ) in check.message
     assert all(r.status is Status.FAIL and "all zeros" in r.diagnosis for r in check.inputs)
 
 
@@ -636,16 +649,31 @@ def test_a_plain_callable_through_a_function_without_jvp_too():
     assert _under_all("forward_ad", lambda x: SinNoJvp.apply(x) + 1, args).status is Status.SKIP
 
 
-@pytest.mark.parametrize("fn,words", [
-    (SinJvpReadsBackwardSaved, "jvp reads ctx.saved_tensors, but forward saved its tensors with "
-                               "ctx.save_for_backward only"),
-    (ScaledSinSetupContextJvpIndexesSaved, "jvp reads ctx.saved_tensors, but forward saved its tensors with "
-                                           "ctx.save_for_backward only"),
-    (SinJvpTwoTangents, "jvp returned 2 tangents, but forward returns 1 output: return one tangent per output"),
-    (SinJvpSummed, "jvp returned a tangent of shape [] for an output of shape [3, 4]"),
-    (SinJvpNone, "jvp returned None (or a non-floating-point tensor) as the tangent of a differentiable output"),
-    (MaxWithIndexJvpIntTangent, "jvp returned a tangent for output 1, which is not differentiable"),
-], ids=["saved_tensors_for_backward", "saved_tensors_setup_context", "too_many_tangents", "wrong_shape", "none", "tangent_for_int_output"])
+@pytest.mark.parametrize(
+    "fn,words",
+    [
+        (
+            SinJvpReadsBackwardSaved,
+            "jvp reads ctx.saved_tensors, but forward saved its tensors with ctx.save_for_backward only",
+        ),
+        (
+            ScaledSinSetupContextJvpIndexesSaved,
+            "jvp reads ctx.saved_tensors, but forward saved its tensors with ctx.save_for_backward only",
+        ),
+        (SinJvpTwoTangents, "jvp returned 2 tangents, but forward returns 1 output: return one tangent per output"),
+        (SinJvpSummed, "jvp returned a tangent of shape [] for an output of shape [3, 4]"),
+        (SinJvpNone, "jvp returned None (or a non-floating-point tensor) as the tangent of a differentiable output"),
+        (MaxWithIndexJvpIntTangent, "jvp returned a tangent for output 1, which is not differentiable"),
+    ],
+    ids=[
+        "saved_tensors_for_backward",
+        "saved_tensors_setup_context",
+        "too_many_tangents",
+        "wrong_shape",
+        "none",
+        "tangent_for_int_output",
+    ],
+)
 def test_broken_jvp_contracts_are_failures_in_words(fn, words):
     args = _x(torch.Generator().manual_seed(0))
     assert not _torch_says("forward_ad", fn, args)
@@ -668,12 +696,16 @@ def test_forward_ad_diagnoses_a_wrong_jvp_per_argument():
     assert row(check, "x").status is Status.PASS
     y = row(check, "y")
     assert y.status is Status.FAIL and y.mismatched == y.numel == 12
-    assert y.diagnosis == ("analytical is all zeros, numerical is not: a term for 'y' is missing from jvp's "
-                           "tangent, or jvp does not use its tangent argument")
+    assert y.diagnosis == (
+        "analytical is all zeros, numerical is not: a term for 'y' is missing from jvp's "
+        "tangent, or jvp does not use its tangent argument"
+    )
     assert check.message.startswith("the tangent along 'y' is wrong")
     sign = check_of("forward_ad", SinJvpSign, _x(torch.Generator().manual_seed(0)))
     assert row(sign, "x").diagnosis == "sign flipped: analytical = -numerical"
-    transposed = check_of("forward_ad", MatMulJvpTransposed, (_randn(torch.Generator(), 3, 3), _randn(torch.Generator(), 3, 3)))
+    transposed = check_of(
+        "forward_ad", MatMulJvpTransposed, (_randn(torch.Generator(), 3, 3), _randn(torch.Generator(), 3, 3))
+    )
     assert row(transposed, "b").status is Status.PASS and row(transposed, "a").status is Status.FAIL
 
 
@@ -684,13 +716,19 @@ def test_forward_ad_columns_in_small_chunks_give_the_same_rows():
     tiny = check_of("forward_ad", LinearJvpDropsBias, args, memory_bytes=64)
     for a, b in zip(whole.inputs, tiny.inputs):
         assert (a.status, a.mismatched, a.worst_index, a.worst_output, a.diagnosis) == (
-            b.status, b.mismatched, b.worst_index, b.worst_output, b.diagnosis)
+            b.status,
+            b.mismatched,
+            b.worst_index,
+            b.worst_output,
+            b.diagnosis,
+        )
         assert a.max_abs_err == pytest.approx(b.max_abs_err)
 
 
 @pytest.mark.parametrize("name", ["double_backward", "forward_ad"])
 def test_a_random_forward_draws_the_same_numbers_in_every_call(name):
     """Dropout: the jvp forwards and the finite-difference forwards must see the same mask."""
+
     def dropout_sin(x):
         return torch.nn.functional.dropout(x.sin(), p=0.5, training=True)
 
@@ -756,12 +794,15 @@ class Cube(torch.autograd.Function):
 
 def test_cli_spec_with_both_checks_shows_their_json_entries(user_module, write_spec, invoke):
     user_module(HIGHER)
-    write_spec("""
+    write_spec(
+        """
         function: usermod:Cube
         checks: [double_backward, forward_ad]
         inputs: [{name: x, shape: [2, 3]}]
         kwargs: {scale: {value: 2.0}}
-    """, "specs/cube.yaml")
+    """,
+        "specs/cube.yaml",
+    )
     result = invoke("specs/cube.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 1, result.output
     report = json.loads(result.stdout)
@@ -771,7 +812,10 @@ def test_cli_spec_with_both_checks_shows_their_json_entries(user_module, write_s
     double, forward = res["checks"]
     assert (double["check"], double["status"], double["mode"]) == ("double_backward", "pass", "elementwise")
     assert [(r["index"], r["name"], r["shape"], r["status"]) for r in double["inputs"]] == [
-        (0, "x", [2, 3], "pass"), (1, "scale", [], "skip"), (2, "grad_output 0", [2, 3], "pass")]
+        (0, "x", [2, 3], "pass"),
+        (1, "scale", [], "skip"),
+        (2, "grad_output 0", [2, 3], "pass"),
+    ]
     assert double["inputs"][0]["line"] == 4 and double["inputs"][2]["line"] is None
     assert (forward["check"], forward["status"]) == ("forward_ad", "fail")
     x = forward["inputs"][0]
@@ -798,4 +842,7 @@ def test_shipped_higher_order_specs_pass_every_check(monkeypatch, invoke):
     assert result.exit_code == 0, result.output
     for res in json.loads(result.stdout)["results"]:
         assert [(c["check"], c["status"]) for c in res["checks"]] == [
-            ("backward", "pass"), ("double_backward", "pass"), ("forward_ad", "pass")], res["id"]
+            ("backward", "pass"),
+            ("double_backward", "pass"),
+            ("forward_ad", "pass"),
+        ], res["id"]

@@ -1,4 +1,5 @@
 """End to end through the command line: invocations, exit codes, messages, JSON."""
+
 from __future__ import annotations
 
 import json
@@ -44,11 +45,14 @@ class Raises(Square):
 def project(user_module, write_spec):
     """A user project: module ``usermod`` and ``specs/square.yaml`` naming its Square."""
     user_module(GOOD)
-    write_spec("""
+    write_spec(
+        """
         function: usermod:Square
         inputs: [{shape: [3, 4]}]
         kwargs: {scale: {value: 3.0}}
-    """, "specs/square.yaml")
+    """,
+        "specs/square.yaml",
+    )
 
 
 def test_help_and_version_answer_without_importing_torch():
@@ -69,8 +73,12 @@ def test_help_and_version_answer_without_importing_torch():
 
 
 def test_python_dash_m_runs_the_same_cli():
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", str(REPO / "specs" / "relu.yaml"), "--no-color"],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", str(REPO / "specs" / "relu.yaml"), "--no-color"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 result: 1 passed" in proc.stdout
 
@@ -129,14 +137,17 @@ def test_function_without_spec_or_inputs_says_how_to_get_one(project, invoke):
     assert "-i 20x20" in result.output
 
 
-@pytest.mark.parametrize("args, message", [
-    (["does/not/exist.yaml"], "no such file or directory"),
-    (["--format", "xml", "specs"], "'xml' is not one of"),
-    (["usermod.Square", "-i", "3by4"], "expected a shape like 20x20"),
-    (["usermod.Square", "-i", "3:float99"], "unknown dtype 'float99'"),
-    (["usermod.Square", "--kwarg", "noequals"], "expected NAME=VALUE"),
-    (["not an import path!"], "neither a spec file, a directory, nor an import path"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["does/not/exist.yaml"], "no such file or directory"),
+        (["--format", "xml", "specs"], "'xml' is not one of"),
+        (["usermod.Square", "-i", "3by4"], "expected a shape like 20x20"),
+        (["usermod.Square", "-i", "3:float99"], "unknown dtype 'float99'"),
+        (["usermod.Square", "--kwarg", "noequals"], "expected NAME=VALUE"),
+        (["not an import path!"], "neither a spec file, a directory, nor an import path"),
+    ],
+)
 def test_exit_2_on_usage_errors(project, args, message, invoke):
     result = invoke(*args)
     assert result.exit_code == 2
@@ -144,10 +155,13 @@ def test_exit_2_on_usage_errors(project, args, message, invoke):
 
 
 def test_exit_3_on_an_invalid_spec_and_the_batch_goes_on(project, write_spec, invoke):
-    write_spec("""
+    write_spec(
+        """
         function: usermod:Square
         inputs: [{shape: [3, x]}]
-    """, "specs/bad.yaml")
+    """,
+        "specs/bad.yaml",
+    )
     result = invoke("specs/", "--no-color")
     assert result.exit_code == 3
     assert "specs/bad.yaml:3: inputs[0].shape: expected a list of non-negative ints" in result.stdout
@@ -202,13 +216,27 @@ def test_json_report_follows_the_contract(project, write_spec, invoke):
     report = json.loads(result.stdout)  # stdout holds the JSON and nothing else
     assert report["schema_version"] == 1
     assert report["tool"]["name"] == "gradcheck-cli"
-    assert report["summary"] == {"total": 1, "passed": 0, "failed": 1, "errors": 0, "skipped": 0, "xfailed": 0, "not_run": 0,
-                                 "interrupted": None,
-                                 "duration_s": report["summary"]["duration_s"]}
+    assert report["summary"] == {
+        "total": 1,
+        "passed": 0,
+        "failed": 1,
+        "errors": 0,
+        "skipped": 0,
+        "xfailed": 0,
+        "not_run": 0,
+        "interrupted": None,
+        "duration_s": report["summary"]["duration_s"],
+    }
     (res,) = report["results"]
     assert res["id"] == "specs/wrong.yaml::default[cpu]"
     assert (res["spec"], res["case"], res["function"], res["device"], res["seed"], res["status"]) == (
-        "specs/wrong.yaml", "default", "usermod:SquareTwiceTooBig", "cpu", 7, "fail")
+        "specs/wrong.yaml",
+        "default",
+        "usermod:SquareTwiceTooBig",
+        "cpu",
+        7,
+        "fail",
+    )
     assert res["error"] is None
     (check,) = res["checks"]
     assert check["check"] == "backward" and check["status"] == "fail" and check["mode"] == "elementwise"
@@ -258,12 +286,15 @@ def test_init_of_a_missing_function_exits_3(project, invoke):
 
 
 def test_k_selects_cases_and_a_failure_prints_a_replay_command_that_reruns_it(project, write_spec, invoke):
-    write_spec("""
+    write_spec(
+        """
         function: usermod:SquareTwiceTooBig
         cases:
           - {name: small, inputs: [{shape: [2]}]}
           - {name: large, inputs: [{shape: [6]}]}
-    """, "specs/wrong.yaml")
+    """,
+        "specs/wrong.yaml",
+    )
     result = invoke("specs/", "--no-color", "-k", "wrong.yaml::large")
     assert result.exit_code == 1
     assert "1 result: 0 passed, 1 failed" in result.stdout
@@ -279,17 +310,23 @@ def test_fast_mode_decides_with_probes_and_explains_failures_element_by_element(
     monkeypatch.chdir(REPO)
     good = invoke("specs/linear.yaml", "--fast", "--no-color", "--no-isolate", "-v")  # -v: the table of a pass
     assert good.exit_code == 0
-    assert "backward (probe)" in good.stdout and "random probes v^T J u" not in good.stdout  # a pass row's reason stays internal
+    assert (
+        "backward (probe)" in good.stdout and "random probes v^T J u" not in good.stdout
+    )  # a pass row's reason stays internal
     bad = invoke("broken-specs/linear_double_bias.yaml", "--fast", "--format", "json", "--no-isolate")
     assert bad.exit_code == 1
     (check,) = json.loads(bad.stdout)["results"][0]["checks"]
     assert check["mode"] == "probe+elementwise" and "2.00x" in check["message"]
     assert [w for w in check["warnings"] if "random probe failed" in w] == [
-        "a random probe failed for 'bias': checked element by element to explain it"]
+        "a random probe failed for 'bias': checked element by element to explain it"
+    ]
     rows = {r["name"]: r for r in check["inputs"]}
     assert rows["bias"]["status"] == "fail" and rows["bias"]["mismatched"] == rows["bias"]["numel"]
     for name in ("input", "weight"):  # only the argument whose probe failed is compared element by element
-        assert rows[name]["status"] == "pass" and rows[name]["reason"] == "6 random probes v^T J u agree (3 directions u x 2 weightings v)", rows[name]
+        assert (
+            rows[name]["status"] == "pass"
+            and rows[name]["reason"] == "6 random probes v^T J u agree (3 directions u x 2 weightings v)"
+        ), rows[name]
 
 
 def test_k_takes_pytest_expressions_and_matches_the_function_too(monkeypatch, invoke):
@@ -308,8 +345,11 @@ def test_k_takes_pytest_expressions_and_matches_the_function_too(monkeypatch, in
     assert set(ids("(linear or relu) and not bias")) == (set(ids("linear")) | set(ids("relu"))) - set(ids("bias"))
     assert "specs/relu.yaml::default[cpu]" in ids("(linear or relu) and not bias")
     assert ids("specs/linear.yaml::no_bias") == ["specs/linear.yaml::no_bias[cpu]"]  # a replay's exact name
-    for bad, said in [("linear and", "expected a word, `not` or `(` at the end"), ("(linear", "a `(` is not closed"),
-                      ("linear relu", "unexpected 'relu': join words with `and`, `or`, `not`")]:
+    for bad, said in [
+        ("linear and", "expected a word, `not` or `(` at the end"),
+        ("(linear", "a `(` is not closed"),
+        ("linear relu", "unexpected 'relu': join words with `and`, `or`, `not`"),
+    ]:
         result = invoke("specs/", "-k", bad)
         assert result.exit_code == 2 and f"-k {bad}: {said}" in result.output, result.output
     nothing = invoke("specs/", "-k", "no-such-thing")
@@ -319,33 +359,57 @@ def test_k_takes_pytest_expressions_and_matches_the_function_too(monkeypatch, in
 def test_an_inline_target_gets_a_replay_command_that_reruns_it(monkeypatch, invoke):
     """issue 31 item 5: `gradcheck mod.Fn -i 4x5 --kwarg beta=2.0` had `replay: null`"""
     monkeypatch.chdir(REPO)
-    args = ["gradcheck_cli.examples.broken.LinearDoubleBias", "-i", "5x4", "-i", "3x4", "-i", "3", "--seed", "3",
-            "--no-isolate"]
+    args = [
+        "gradcheck_cli.examples.broken.LinearDoubleBias",
+        "-i",
+        "5x4",
+        "-i",
+        "3x4",
+        "-i",
+        "3",
+        "--seed",
+        "3",
+        "--no-isolate",
+    ]
     result = invoke(*args, "--format", "json")
     (first,) = json.loads(result.stdout)["results"]
     assert first["status"] == "fail"
-    assert first["replay"] == ("gradcheck gradcheck_cli.examples.broken.LinearDoubleBias -i 5x4 -i 3x4 -i 3 "
-                               "--seed 3")
+    assert first["replay"] == ("gradcheck gradcheck_cli.examples.broken.LinearDoubleBias -i 5x4 -i 3x4 -i 3 --seed 3")
     again = invoke(*first["replay"].split()[1:], "--format", "json", "--no-isolate")
     (second,) = json.loads(again.stdout)["results"]
     assert (second["id"], second["status"], second["seed"]) == (first["id"], "fail", 3)
-    kw = invoke("gradcheck_cli.examples.higher.LogSumExp", "-i", "3x4", "--kwarg", "dim=-1", "--check", "forward_ad",
-                "--format", "json", "--no-isolate")
+    kw = invoke(
+        "gradcheck_cli.examples.higher.LogSumExp",
+        "-i",
+        "3x4",
+        "--kwarg",
+        "dim=-1",
+        "--check",
+        "forward_ad",
+        "--format",
+        "json",
+        "--no-isolate",
+    )
     (third,) = json.loads(kw.stdout)["results"]
-    assert third["replay"] == ("gradcheck gradcheck_cli.examples.higher.LogSumExp -i 3x4 --kwarg dim=-1 "
-                               "--check forward_ad")
+    assert third["replay"] == (
+        "gradcheck gradcheck_cli.examples.higher.LogSumExp -i 3x4 --kwarg dim=-1 --check forward_ad"
+    )
 
 
 def test_too_many_probes_are_refused_before_any_work_and_the_replay_keeps_probes_and_max_memory(monkeypatch, invoke):
     """issue 30 item 4: `--probes 100000` tried to allocate 40 GB (an out_of_memory error, or exit 4); the
     replay command left out --probes and --max-memory, so it checked something else"""
     monkeypatch.chdir(REPO)
-    result = invoke("torch.sin", "-i", "10x10", "--probes", "100000", "--max-memory", "256", "--no-isolate",
-                    "--format", "json")
+    result = invoke(
+        "torch.sin", "-i", "10x10", "--probes", "100000", "--max-memory", "256", "--no-isolate", "--format", "json"
+    )
     assert result.exit_code == 3, result.output
     (first,) = json.loads(result.stdout)["results"]
     assert first["error"]["kind"] == "too_large"
-    assert "100,000 probes per argument" in first["error"]["message"] and "--max-memory 256 MB" in first["error"]["message"]
+    assert (
+        "100,000 probes per argument" in first["error"]["message"]
+        and "--max-memory 256 MB" in first["error"]["message"]
+    )
     assert first["replay"] == "gradcheck torch.sin -i 10x10 --probes 100000 --max-memory 256"
     again = invoke(*first["replay"].split()[1:], "--format", "json", "--no-isolate")
     assert json.loads(again.stdout)["results"][0]["error"]["kind"] == "too_large"
@@ -376,14 +440,24 @@ class Nested(torch.autograd.Function):
 """
 
 
-@pytest.mark.parametrize("tb, shown, hidden", [
-    ("short", ["traceback (your code, innermost last):", "nested.py:16 in forward (return helper(x))",
-               "nested.py:6 in helper (return inner(x))", 'nested.py:10 in inner (raise ValueError("boom in inner"))'],
-     ["def helper(x):"]),
-    ("long", ["nested.py:6 in helper (return inner(x))", "      def helper(x):"], []),
-    ("line", ['  at nested.py:10 (raise ValueError("boom in inner"))'], ["traceback", "in helper"]),
-    ("no", [], ["nested.py:", "traceback"]),
-])
+@pytest.mark.parametrize(
+    "tb, shown, hidden",
+    [
+        (
+            "short",
+            [
+                "traceback (your code, innermost last):",
+                "nested.py:16 in forward (return helper(x))",
+                "nested.py:6 in helper (return inner(x))",
+                'nested.py:10 in inner (raise ValueError("boom in inner"))',
+            ],
+            ["def helper(x):"],
+        ),
+        ("long", ["nested.py:6 in helper (return inner(x))", "      def helper(x):"], []),
+        ("line", ['  at nested.py:10 (raise ValueError("boom in inner"))'], ["traceback", "in helper"]),
+        ("no", [], ["nested.py:", "traceback"]),
+    ],
+)
 def test_tb_shows_the_users_frames_as_pytest_does(user_module, write_spec, invoke, tb, shown, hidden):
     """issue 31 item 4: an exception in user code showed only its innermost frame, even with -v"""
     user_module(NESTED, "nested")
@@ -397,8 +471,10 @@ def test_tb_shows_the_users_frames_as_pytest_does(user_module, write_spec, invok
         assert text not in result.stdout, result.stdout
     data = json.loads(invoke("specs/", "--format", "json", "-j", "1").stdout)
     assert data["results"][0]["error"]["traceback"] == [
-        "nested.py:16 in forward (return helper(x))", "nested.py:6 in helper (return inner(x))",
-        'nested.py:10 in inner (raise ValueError("boom in inner"))']
+        "nested.py:16 in forward (return helper(x))",
+        "nested.py:6 in helper (return inner(x))",
+        'nested.py:10 in inner (raise ValueError("boom in inner"))',
+    ]
 
 
 def test_the_default_max_memory_is_one_number_everywhere():

@@ -4,6 +4,7 @@ Each test failed on the code before its change: the fork server, which imported 
 workers, outlived the run and held its stdout and stderr open while it shut down (a CI step or a
 pipe that reads them waited for it).
 """
+
 from __future__ import annotations
 
 import os
@@ -52,11 +53,18 @@ ADOPTER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or pool.start_method() != "forkserver",
-                    reason="a child subreaper and a fork server: Linux")
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or pool.start_method() != "forkserver",
+    reason="a child subreaper and a fork server: Linux",
+)
 def test_the_fork_server_ends_with_the_run_instead_of_shutting_torch_down_after_it() -> None:
-    out = subprocess.run([sys.executable, "-c", ADOPTER, str(ROOT / "specs" / "relu.yaml")], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", ADOPTER, str(ROOT / "specs" / "relu.yaml")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.stdout.split() == ["0", "True", "True"], out.stdout + out.stderr
 
 
@@ -64,8 +72,11 @@ def test_the_fork_server_ends_with_the_run_instead_of_shutting_torch_down_after_
 def test_at_exit_only_this_runs_own_child_is_ended_as_its_fork_server(monkeypatch) -> None:
     """The fork server's pid comes from a worker (its parent's pid), not from multiprocessing's private
     attribute; a pid that is not this process's child (a worker reparented elsewhere) is never signalled."""
-    stranger = int(subprocess.run(["sh", "-c", "sleep 60 > /dev/null 2>&1 & echo $!"], capture_output=True,
-                                  text=True, check=True).stdout)  # its shell exited: not our child
+    stranger = int(
+        subprocess.run(
+            ["sh", "-c", "sleep 60 > /dev/null 2>&1 & echo $!"], capture_output=True, text=True, check=True
+        ).stdout
+    )  # its shell exited: not our child
     try:
         monkeypatch.setattr(pool, "_server", [stranger])
         pool._end_server()

@@ -3,6 +3,7 @@
 The device logic runs on every machine (the CPU plays both sides, or CUDA is the missing
 device); the tests marked `cuda` run the same specs on a GPU and skip cleanly without one.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,12 +56,23 @@ class DeviceAssert(Square):
 
 
 def context(function: str, devices_listed: tuple[str, ...], device: str) -> CheckContext:
-    case = Case(path="<test>", label="t", function=function, devices=devices_listed,
-                inputs=(TensorArg(shape=(3, 2), dist="normal", params=(("mean", 0.0), ("std", 1.0))),))
+    case = Case(
+        path="<test>",
+        label="t",
+        function=function,
+        devices=devices_listed,
+        inputs=(TensorArg(shape=(3, 2), dist="normal", params=(("mean", 0.0), ("std", 1.0))),),
+    )
     target = loader.load(function)
     streams = Streams(case.seed)
-    return CheckContext(target, runner.bind_case(target, case, device, streams), device, Options(case.tolerance),
-                        case.devices, lambda other: runner.bind_case(target, case, other, streams))
+    return CheckContext(
+        target,
+        runner.bind_case(target, case, device, streams),
+        device,
+        Options(case.tolerance),
+        case.devices,
+        lambda other: runner.bind_case(target, case, other, streams),
+    )
 
 
 def test_consistency_agrees_when_both_devices_give_the_same_gradients():
@@ -82,11 +94,14 @@ def test_consistency_names_the_device_pair_and_the_argument_that_differs(user_mo
     assert row.max_rel_err == pytest.approx(0.01 / 1.02, rel=1e-6)  # 1.01x here against 1.02x there
 
 
-@pytest.mark.parametrize("listed, device, reason", [
-    (("cpu",), "cpu", "lists one device"),
-    (("cpu", "cuda"), "cpu", "cpu is the reference device"),
-    (("cuda:7", "cpu"), "cpu", "the reference device cuda:7 is not available"),
-])
+@pytest.mark.parametrize(
+    "listed, device, reason",
+    [
+        (("cpu",), "cpu", "lists one device"),
+        (("cpu", "cuda"), "cpu", "cpu is the reference device"),
+        (("cuda:7", "cpu"), "cpu", "the reference device cuda:7 is not available"),
+    ],
+)
 def test_consistency_skips_with_the_reason(listed, device, reason):
     if torch.cuda.is_available() and "cuda:7" in listed and torch.cuda.device_count() > 7:
         pytest.skip("this machine has a cuda:7")
@@ -190,8 +205,9 @@ class CpuGrad(torch.autograd.Function):
 """)
     from gradcheck_cli import check
 
-    result = check(loader.load("usermod:CpuGrad").obj, [torch.randn(3, dtype=torch.float64, device="cuda",
-                                                                    requires_grad=True)])
+    result = check(
+        loader.load("usermod:CpuGrad").obj, [torch.randn(3, dtype=torch.float64, device="cuda", requires_grad=True)]
+    )
     assert result.status is Status.FAIL
     assert "on cpu, but 'x' is on cuda:0" in result.checks[0].message
 

@@ -10,6 +10,7 @@ element; sqrt and log at x = 1e-7 < eps have only a right derivative (x - eps < 
 ``torch.autograd.gradcheck`` on the same inputs fails every correct Function at a kink: our
 verdict differs from torch's exactly there, and agrees everywhere else.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -135,8 +136,10 @@ def usermod(user_module):
 @pytest.fixture
 def table_spec(usermod, write_spec):
     """One spec, one case per row of TABLE; returns its path relative to the current directory."""
-    cases = [{"name": name, "function": f"usermod:{fn}", "inputs": [{"name": "x", "data": data}]}
-             for name, fn, data, *_ in TABLE]
+    cases = [
+        {"name": name, "function": f"usermod:{fn}", "inputs": [{"name": "x", "data": data}]}
+        for name, fn, data, *_ in TABLE
+    ]
     write_spec(yaml.safe_dump({"function": "usermod:ReLU", "cases": cases}), "specs/kinks.yaml")
     return "specs/kinks.yaml"
 
@@ -261,8 +264,11 @@ def test_torch_gradcheck_differs_exactly_at_the_correct_kinks(usermod):
         assert result.checks[0].inputs[0].at_kinks == at_kinks, name
         if (result.status is Status.PASS) != torch_ok:
             differ.add(name)
-    assert differ == AT_KINK_BUT_RIGHT == {"relu_at_0", "abs_at_0", "clamp_at_corners", "max_with_ties",
-                                           "sqrt_at_edge", "log_at_edge"}
+    assert (
+        differ
+        == AT_KINK_BUT_RIGHT
+        == {"relu_at_0", "abs_at_0", "clamp_at_corners", "max_with_ties", "sqrt_at_edge", "log_at_edge"}
+    )
 
 
 # ------------------------------------------------------------------------ resample
@@ -327,12 +333,15 @@ def test_resample_draws_again_and_the_replay_command_reproduces_it(usermod, writ
 
 
 def test_resample_does_not_redraw_literal_data(usermod, write_spec):
-    write_spec("""
+    write_spec(
+        """
         function: usermod:ReLU
         seed: 7
         resample: true
         inputs: [{name: x, data: [0.0, 1.0, -2.0]}]
-    """, "specs/data.yaml")
+    """,
+        "specs/data.yaml",
+    )
     (case,) = load_file("specs/data.yaml")
     result = runner.run_case(case, "cpu")
     assert result.status is Status.PASS and result.seed == 7
@@ -373,13 +382,19 @@ def test_repeat_calls_backward_r_times_and_reports_drift(usermod, write_spec, fn
     row = res["checks"][0]["inputs"][0]
     assert row["mismatched"] == 0  # the Jacobian itself is right (the drift is far below atol)
     if fn == "Noisy":  # a Function: the contract's R direct calls differ, and name the argument
-        found = re.search(r"backward returned different values for 'x' when called (\d+) times with the same "
-                          r"grad_output \(max difference ([0-9.e+-]+)\)", message)
+        found = re.search(
+            r"backward returned different values for 'x' when called (\d+) times with the same "
+            r"grad_output \(max difference ([0-9.e+-]+)\)",
+            message,
+        )
         assert row["status"] == "fail"
         assert "not deterministic" not in message  # said once, not twice
     else:  # a plain callable: the determinism step calls backward R times through the engine
-        found = re.search(r"backward is not deterministic for 'x': (\d+) calls with the same grad_output "
-                          r"differ by up to ([0-9.e+-]+)", message)
+        found = re.search(
+            r"backward is not deterministic for 'x': (\d+) calls with the same grad_output "
+            r"differ by up to ([0-9.e+-]+)",
+            message,
+        )
         # its drift also makes backward's result non-zero with every output's gradient undefined (zero),
         # which the default check's undefined-gradient step fails the row for, beside the determinism message
         assert row["status"] == "fail" and "with every output's gradient undefined" in message
@@ -402,14 +417,26 @@ def test_deterministic_backward_passes_with_many_repeats(usermod, write_spec, ru
     assert code == 0, report["results"][0]["checks"][0]["message"]
 
 
-@pytest.mark.parametrize("key,value", [("repeat", "1"), ("repeat", "true"), ("repeat", "1001"),
-                                       ("repeat", "2.5"), ("resample", "3"), ("resample", "yes please")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("repeat", "1"),
+        ("repeat", "true"),
+        ("repeat", "1001"),
+        ("repeat", "2.5"),
+        ("resample", "3"),
+        ("resample", "yes please"),
+    ],
+)
 def test_bad_repeat_or_resample_is_a_spec_error_naming_the_key(usermod, write_spec, key, value, run_json):
-    write_spec(f"""
+    write_spec(
+        f"""
         function: usermod:ReLU
         {key}: {value}
         inputs: [{{shape: [3]}}]
-    """, "specs/bad.yaml")
+    """,
+        "specs/bad.yaml",
+    )
     code, report = run_json("specs/bad.yaml")
     (res,) = report["results"]
     assert code == 3 and res["status"] == "error" and res["error"]["kind"] == "spec"
@@ -418,14 +445,17 @@ def test_bad_repeat_or_resample_is_a_spec_error_naming_the_key(usermod, write_sp
 
 
 def test_repeat_and_resample_in_a_case_override_the_top_level(usermod, write_spec, run_json):
-    write_spec("""
+    write_spec(
+        """
         function: usermod:noisy
         repeat: 4
         inputs: [{name: x, shape: [4]}]
         cases:
           - {name: top}
           - {name: more, repeat: 9}
-    """, "specs/cases.yaml")
+    """,
+        "specs/cases.yaml",
+    )
     _, report = run_json("specs/cases.yaml")
     results = by_case(report)
     assert "4 calls" in results["top"]["checks"][0]["message"]
@@ -444,10 +474,21 @@ def spec_validator() -> jsonschema.Draft202012Validator:
 
 def test_spec_schema_accepts_repeat_and_resample_where_spec_py_does(spec_validator, tmp_path):
     base = {"function": "m:F", "inputs": [{"shape": [3]}]}
-    good = [{"repeat": 2}, {"repeat": 1000}, {"resample": True}, {"resample": False, "repeat": 5},
-            {"cases": [{"name": "c", "repeat": 7, "resample": True}]}]
-    bad = [{"repeat": 1}, {"repeat": 1001}, {"repeat": True}, {"repeat": 2.5}, {"resample": 3},
-           {"cases": [{"name": "c", "resample": "yes"}]}]
+    good = [
+        {"repeat": 2},
+        {"repeat": 1000},
+        {"resample": True},
+        {"resample": False, "repeat": 5},
+        {"cases": [{"name": "c", "repeat": 7, "resample": True}]},
+    ]
+    bad = [
+        {"repeat": 1},
+        {"repeat": 1001},
+        {"repeat": True},
+        {"repeat": 2.5},
+        {"resample": 3},
+        {"cases": [{"name": "c", "resample": "yes"}]},
+    ]
     for extra in good + bad:
         doc = {**base, **extra}
         path = tmp_path / "s.yaml"

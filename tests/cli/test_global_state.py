@@ -4,6 +4,7 @@ Before this, a reused worker (``-j 1``), ``--no-isolate`` and the pytest plugin 
 ``torch.set_grad_enabled(False)``, monkeypatches and ``os.chdir`` into the cases after it, and a
 correct Function failed or errored after an unrelated one.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ import torch
 
 from gradcheck_cli import state
 
-SOURCE = '''
+SOURCE = """
 import os
 import sys
 import tempfile
@@ -62,7 +63,7 @@ def changes_directory(x):
 def sets_deterministic(x):
     torch.use_deterministic_algorithms(True)
     return x * 3
-'''
+"""
 
 SPEC = """\
 function: usermod:{changer}
@@ -74,15 +75,19 @@ cases:
 """
 
 
-@pytest.mark.parametrize("changer, victim, said", [
-    ("disables_grad", "Sin", "torch.set_grad_enabled (True -> False)"),
-    ("patches_sin", "Sin", "torch.sin"),
-    ("changes_directory", "scaled", "the working directory"),
-    ("sets_deterministic", "Sin", "torch.use_deterministic_algorithms"),
-])
+@pytest.mark.parametrize(
+    "changer, victim, said",
+    [
+        ("disables_grad", "Sin", "torch.set_grad_enabled (True -> False)"),
+        ("patches_sin", "Sin", "torch.sin"),
+        ("changes_directory", "scaled", "the working directory"),
+        ("sets_deterministic", "Sin", "torch.use_deterministic_algorithms"),
+    ],
+)
 @pytest.mark.parametrize("mode", [["--no-isolate"], ["-j", "1"]])
-def test_a_case_that_changes_global_state_changes_no_other_case(user_module, write_spec, invoke, tmp_path,
-                                                               changer, victim, said, mode):
+def test_a_case_that_changes_global_state_changes_no_other_case(
+    user_module, write_spec, invoke, tmp_path, changer, victim, said, mode
+):
     user_module(SOURCE)
     (tmp_path / "scale.txt").write_text("2.0")
     write_spec(SPEC.format(changer=changer, victim=victim), "specs/s.yaml")
@@ -93,7 +98,7 @@ def test_a_case_that_changes_global_state_changes_no_other_case(user_module, wri
     assert os.getcwd() == str(tmp_path) and torch.is_grad_enabled() and torch.sin(torch.zeros(1)).item() == 0
 
 
-IMPORT_TIME = '''
+IMPORT_TIME = """
 import torch
 
 torch.set_default_dtype(torch.float64)  # at import: every case of this module sees it, as in a fresh process
@@ -101,21 +106,22 @@ torch.set_default_dtype(torch.float64)  # at import: every case of this module s
 
 def scratch(x):  # right only when the default dtype is float64
     return torch.empty(x.shape).copy_(x) ** 2
-'''
+"""
 
-PLAIN = '''
+PLAIN = """
 import torch
 
 
 def default_dtype_name(x):
     assert torch.get_default_dtype() is torch.float32, torch.get_default_dtype()
     return x * 2
-'''
+"""
 
 
 @pytest.mark.parametrize("order", [("a", "plain", "b"), ("plain", "a", "b"), ("a", "b", "plain")])
-def test_state_set_by_importing_a_module_holds_for_each_of_its_cases_and_no_other(user_module, write_spec, invoke,
-                                                                                  order):
+def test_state_set_by_importing_a_module_holds_for_each_of_its_cases_and_no_other(
+    user_module, write_spec, invoke, order
+):
     user_module(IMPORT_TIME, "importtime")
     user_module(PLAIN, "plain")
     entries = {"a": "importtime:scratch", "b": "importtime:scratch", "plain": "plain:default_dtype_name"}
@@ -126,17 +132,23 @@ def test_state_set_by_importing_a_module_holds_for_each_of_its_cases_and_no_othe
     assert statuses == {"a": "pass", "b": "pass", "plain": "pass"}, result.stdout
 
 
-@pytest.mark.parametrize("change, restored", [
-    (lambda: torch.set_grad_enabled(False), torch.is_grad_enabled),
-    (lambda: torch.set_default_dtype(torch.float64), lambda: torch.get_default_dtype() is torch.float32),
-    (lambda: torch.autograd.set_detect_anomaly(True), lambda: not torch.is_anomaly_enabled()),
-    (lambda: torch.set_num_threads(1 if torch.get_num_threads() > 1 else 2), lambda: torch.get_num_threads() == THREADS),
-    (lambda: setattr(torch.Tensor, "sum", lambda self: 0), lambda: "sum" not in vars(torch.Tensor)),
-    (lambda: setattr(torch.nn.functional, "relu", None), lambda: callable(torch.nn.functional.relu)),
-    (lambda: os.environ.__setitem__("GRADCHECK_STATE_TEST", "1"), lambda: "GRADCHECK_STATE_TEST" not in os.environ),
-    (lambda: warnings.simplefilter("error"), lambda: warnings.filters[0][0] != "error"),
-    (lambda: torch.rand(5), lambda: torch.equal(torch.get_rng_state(), RNG)),
-])
+@pytest.mark.parametrize(
+    "change, restored",
+    [
+        (lambda: torch.set_grad_enabled(False), torch.is_grad_enabled),
+        (lambda: torch.set_default_dtype(torch.float64), lambda: torch.get_default_dtype() is torch.float32),
+        (lambda: torch.autograd.set_detect_anomaly(True), lambda: not torch.is_anomaly_enabled()),
+        (
+            lambda: torch.set_num_threads(1 if torch.get_num_threads() > 1 else 2),
+            lambda: torch.get_num_threads() == THREADS,
+        ),
+        (lambda: setattr(torch.Tensor, "sum", lambda self: 0), lambda: "sum" not in vars(torch.Tensor)),
+        (lambda: setattr(torch.nn.functional, "relu", None), lambda: callable(torch.nn.functional.relu)),
+        (lambda: os.environ.__setitem__("GRADCHECK_STATE_TEST", "1"), lambda: "GRADCHECK_STATE_TEST" not in os.environ),
+        (lambda: warnings.simplefilter("error"), lambda: warnings.filters[0][0] != "error"),
+        (lambda: torch.rand(5), lambda: torch.equal(torch.get_rng_state(), RNG)),
+    ],
+)
 def test_preserved_puts_back_what_the_body_changed(change, restored):
     global THREADS, RNG
     THREADS, RNG = torch.get_num_threads(), torch.get_rng_state()
@@ -230,6 +242,7 @@ def test_a_call_that_changes_the_default_device_is_put_back_and_told_once():
 # first whether every name is still bound to the very same object; these are the changes that quick test must
 # not let through (each one is told, attributed to the block it happened in, and put back).
 
+
 class _EqualToAll:
     """A replacement that claims to equal anything: only ``is`` tells it from the original."""
 
@@ -266,13 +279,16 @@ def _third(x):
     return x
 
 
-@pytest.mark.parametrize("change, said", [
-    (lambda fake: setattr(fake, "first", lambda x: x * 0), ["first"]),
-    (lambda fake: delattr(fake, "second"), ["second"]),
-    (_rename_last, ["third"]),
-    (_swap, ["first", "second"]),
-    (lambda fake: setattr(fake, "first", _EqualToAll()), ["first"]),
-])
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda fake: setattr(fake, "first", lambda x: x * 0), ["first"]),
+        (lambda fake: delattr(fake, "second"), ["second"]),
+        (_rename_last, ["third"]),
+        (_swap, ["first", "second"]),
+        (lambda fake: setattr(fake, "first", _EqualToAll()), ["first"]),
+    ],
+)
 def test_every_kind_of_monkeypatch_is_caught_told_and_put_back(monkeypatch, change, said):
     fake = ModuleType("torch.gradcheck_state_fake")
     fake.first, fake.second, fake.third = _first, _second, _third
@@ -342,7 +358,7 @@ def test_the_last_block_reads_torch_namespaces_once_for_a_case_that_changes_noth
     assert reads == ["kept"] * 3  # one look per case, at its check's end
 
 
-PATCHING_MODULE = '''
+PATCHING_MODULE = """
 import torch
 
 
@@ -359,18 +375,22 @@ class Patching(torch.nn.Module):  # its __init__ patches torch (the case's set-u
 def plain(x):
     assert torch.sinc(torch.zeros(1)).item() == 1.0
     return x.sin()
-'''
+"""
 
 
 @pytest.mark.parametrize("checks", ["[backward]", "[backward, double_backward, forward_ad]"])
 @pytest.mark.parametrize("mode", [["--no-isolate"], ["-j", "1"]])
-def test_a_patch_made_by_a_cases_set_up_holds_for_every_check_and_is_told_once(user_module, write_spec, invoke,
-                                                                                 checks, mode):
+def test_a_patch_made_by_a_cases_set_up_holds_for_every_check_and_is_told_once(
+    user_module, write_spec, invoke, checks, mode
+):
     user_module(PATCHING_MODULE, "patching")
     # the module imported by the case before (a new module makes the checks read torch's namespaces anew)
-    write_spec(f"function: patching:Patching\ninputs: [{{shape: [3]}}]\nchecks: {checks}\ncases:\n"
-               "  - name: before\n    function: patching:plain\n  - name: patching\n"
-               "  - name: after\n    function: patching:plain\n", "specs/s.yaml")
+    write_spec(
+        f"function: patching:Patching\ninputs: [{{shape: [3]}}]\nchecks: {checks}\ncases:\n"
+        "  - name: before\n    function: patching:plain\n  - name: patching\n"
+        "  - name: after\n    function: patching:plain\n",
+        "specs/s.yaml",
+    )
     result = invoke("specs/s.yaml", "--format", "json", *mode)
     results = {r["case"]: r for r in json.loads(result.stdout)["results"]}
     assert [r["status"] for r in results.values()] == ["pass"] * 3, results
@@ -391,7 +411,7 @@ def test_a_default_device_whose_mode_a_transform_dropped_is_told_as_it_was_set()
     assert len(notes) == 1 and "torch.set_default_device (none set -> meta)" in notes[0], notes
 
 
-SUBNORMAL_SOURCE = '''
+SUBNORMAL_SOURCE = """
 import torch
 
 
@@ -413,17 +433,21 @@ def flushes(x):
 def prints_short(x):
     torch.set_printoptions(precision=2, linewidth=40)
     return x * 3
-'''
+"""
 
 
 @pytest.mark.skipif(not torch.set_flush_denormal(False), reason="this CPU cannot flush subnormals")
-@pytest.mark.parametrize("changer, said", [
-    ("flushes", "torch.set_flush_denormal (False -> True)"),
-    ("prints_short", "torch.set_printoptions (precision 4 -> 2, linewidth 80 -> 40)"),
-])
+@pytest.mark.parametrize(
+    "changer, said",
+    [
+        ("flushes", "torch.set_flush_denormal (False -> True)"),
+        ("prints_short", "torch.set_printoptions (precision 4 -> 2, linewidth 80 -> 40)"),
+    ],
+)
 @pytest.mark.parametrize("mode", [["--no-isolate"], ["-j", "1"]])
-def test_flush_denormal_and_print_options_set_by_a_case_are_put_back_and_named(user_module, write_spec, invoke,
-                                                                               changer, said, mode):
+def test_flush_denormal_and_print_options_set_by_a_case_are_put_back_and_named(
+    user_module, write_spec, invoke, changer, said, mode
+):
     """Issue 27, item 6: a case's torch.set_flush_denormal(True) made the next correct Function, whose
     arithmetic passes through subnormals, FAIL in the same worker."""
     user_module(SUBNORMAL_SOURCE)
@@ -438,10 +462,13 @@ def test_flush_denormal_and_print_options_set_by_a_case_are_put_back_and_named(u
     assert torch._tensor_str.PRINT_OPTS.precision == 4
 
 
-@pytest.mark.parametrize("change, said", [
-    (lambda: torch.set_flush_denormal(True), "torch.set_flush_denormal (False -> True)"),
-    (lambda: torch.set_printoptions(sci_mode=True), "torch.set_printoptions (sci_mode None -> True)"),
-])
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda: torch.set_flush_denormal(True), "torch.set_flush_denormal (False -> True)"),
+        (lambda: torch.set_printoptions(sci_mode=True), "torch.set_printoptions (sci_mode None -> True)"),
+    ],
+)
 def test_flush_denormal_and_print_options_are_read_without_a_getter(change, said):
     if "flush" in said and not torch.set_flush_denormal(False):
         pytest.skip("this CPU cannot flush subnormals")

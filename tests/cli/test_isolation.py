@@ -1,4 +1,5 @@
 """Batch runs: isolated workers, timeouts, order and equality across -j, fail-fast, shards, seeds."""
+
 from __future__ import annotations
 
 import json
@@ -169,7 +170,9 @@ def test_seed_override_and_trials_report_the_failing_seed(user_module, write_spe
     assert f"replay: gradcheck specs/flaky.yaml -k specs/flaky.yaml::default --seed {found}" in result.stdout
 
 
-FORKED_WORKERS = USER + """
+FORKED_WORKERS = (
+    USER
+    + """
 from pathlib import Path
 
 class Records(Square):
@@ -188,10 +191,12 @@ class NeedsEnvironment(Square):
         ctx.save_for_backward(x)
         return x * x
 """
+)
 
 
-def test_workers_and_their_replacements_fork_from_one_server_that_imported_torch(user_module, write_spec, invoke,
-                                                                                  tmp_path):
+def test_workers_and_their_replacements_fork_from_one_server_that_imported_torch(
+    user_module, write_spec, invoke, tmp_path
+):
     # before: every worker (and the replacement of a crashed one) was spawned by gradcheck's own process and
     # imported torch itself, two at once with -j 2
     user_module(FORKED_WORKERS)
@@ -226,8 +231,13 @@ def test_what_a_worker_printed_without_a_newline_reaches_stderr(user_module, wri
 
     user_module(FORKED_WORKERS)
     write_spec("function: usermod:Records\ninputs: [{shape: [3]}]\n", "specs/a.yaml")
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", "-j", "1"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", "-j", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0 and "unflushed words from forward" in proc.stderr, proc.stderr
     assert json.loads(proc.stdout)["summary"]["passed"] == 1
 
@@ -241,8 +251,9 @@ class Wrong(Square):
 """
 
 
-@pytest.mark.parametrize("flags, ran", [(["-x"], 2), (["--exitfirst"], 2), (["--maxfail", "2"], 4),
-                                        (["--maxfail", "0"], 5)])
+@pytest.mark.parametrize(
+    "flags, ran", [(["-x"], 2), (["--exitfirst"], 2), (["--maxfail", "2"], 4), (["--maxfail", "0"], 5)]
+)
 @pytest.mark.parametrize("mode", [["-j", "1"], ["--no-isolate"]])
 def test_maxfail_starts_nothing_after_n_failures_and_x_is_maxfail_1(user_module, write_spec, invoke, flags, ran, mode):
     """as pytest's -x and --maxfail N (issue 31 item 8): failures and errors count alike"""

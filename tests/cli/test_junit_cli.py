@@ -1,5 +1,6 @@
 """JUnit from the command line: the same classname and name as pytest's --junitxml gives the
 plugin's items, --junit-locations, and durations that do not carry a worker's warm-up."""
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,32 @@ def test_cli_and_pytest_plugin_name_each_case_alike(tmp_path):
     (tmp_path / "specs" / "bad.yaml").write_text("function: gradcheck_cli.examples.relu:ReLU\ncolour: red\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gradcheck", "specs",
-                    "--junitxml", "plugin.xml", "-q"], cwd=tmp_path, env=env, capture_output=True, timeout=600)
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs", "--junit-xml", "cli.xml", "-j", "1"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--gradcheck",
+            "specs",
+            "--junitxml",
+            "plugin.xml",
+            "-q",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", "specs", "--junit-xml", "cli.xml", "-j", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     plugin, cli = _keys(tmp_path / "plugin.xml"), _keys(tmp_path / "cli.xml")
     assert ("specs.max_pool.yaml.#2", "default[cpu]") in cli and ("specs.linear.yaml", "no_bias[cpu]") in cli
@@ -42,8 +65,10 @@ def test_cli_and_pytest_plugin_name_each_case_alike(tmp_path):
 def test_junit_locations_option(write_spec, invoke, tmp_path, monkeypatch):
     xmlschema = pytest.importorskip("xmlschema")
     monkeypatch.chdir(tmp_path)
-    write_spec("function: gradcheck_cli.examples.relu:ReLU\ninputs: [{shape: [4], avoid: [[-0.01, 0.01]]}]\n",
-               "specs/relu.yaml")
+    write_spec(
+        "function: gradcheck_cli.examples.relu:ReLU\ninputs: [{shape: [4], avoid: [[-0.01, 0.01]]}]\n",
+        "specs/relu.yaml",
+    )
     result = invoke("specs", "--no-isolate", "--junit-xml", "plain.xml")
     assert result.exit_code == 0, result.output
     case = ET.parse(tmp_path / "plain.xml").getroot().find("testsuite/testcase")
@@ -95,8 +120,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 def test_a_workers_first_case_does_not_carry_its_warm_up(user_module, write_spec, tmp_path, monkeypatch):
     """What the checks' backward calls load on their first vmap (functorch), and the checks' modules, are
     loaded before the worker says it started its first case, from which the case's duration and timeout count."""
-    lazy = json.loads(subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True,
-                                     timeout=300).stdout)
+    lazy = json.loads(subprocess.run([sys.executable, "-c", LAZY], capture_output=True, text=True, timeout=300).stdout)
     assert lazy  # what there is to warm up
     user_module(RECORDS, name="recorder")
     path = write_spec("function: recorder:Square\ninputs: [{shape: [3]}]\n", "specs/square.yaml")

@@ -12,6 +12,7 @@ elsewhere. The central difference at eps = 1e-6 loses about 1e-16 |cos a| / eps^
 cancellation, more than atol 1e-7 + rtol 1e-5 |f'|: torch.autograd.gradcheck fails the correct
 Function there (it cannot judge it, as at a kink), and agrees with us away from a == b.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -151,8 +152,11 @@ def test_a_wrong_backward_among_many_kinks_fails(usermod, n, zeros):
 
 
 def test_many_kinks_on_the_cli_report_every_one(usermod, invoke, write_spec, validator):
-    cases = [{"name": f"{fn}_{zeros}", "function": f"usermod:{fn}", "inputs": [{"name": "x", "data": relu_data(20, zeros)}]}
-             for fn in ("ReLU", "ReLUDouble", "ReLULastWrong") for zeros in (16, 17, 19)]
+    cases = [
+        {"name": f"{fn}_{zeros}", "function": f"usermod:{fn}", "inputs": [{"name": "x", "data": relu_data(20, zeros)}]}
+        for fn in ("ReLU", "ReLUDouble", "ReLULastWrong")
+        for zeros in (16, 17, 19)
+    ]
     write_spec(yaml.safe_dump({"function": "usermod:ReLU", "cases": cases}), "specs/many.yaml")
     code, report = run(invoke, "specs/many.yaml")
     assert code == 1 and list(validator.iter_errors(report)) == []
@@ -182,7 +186,9 @@ def test_removable_singularity_correct_backward_passes_with_a_warning(usermod):
         assert row.unreliable == 3
     warned = [w for w in check.warnings if "finite differences unreliable at" in w]
     assert [w[:5] for w in warned] == ["'a': ", "'b': "], check.warnings
-    assert "finite differences unreliable at a[0] = 0.3 (output 0 [0]) (cancellation: the estimate moves by " in warned[0]
+    assert (
+        "finite differences unreliable at a[0] = 0.3 (output 0 [0]) (cancellation: the estimate moves by " in warned[0]
+    )
     assert "it settles on -0.4777, backward gives -0.4777" in warned[0]
     assert "avoid" not in warned[0]  # not a kink: nothing to keep away from
     # torch cannot judge it there (it fails the correct Function); its own derivative, from autograd
@@ -207,13 +213,17 @@ def test_removable_singularity_wrong_backward_fails(usermod):
 
 
 @pytest.mark.parametrize("function, ok", [("CosDiv", True), ("CosDivWrong", False)])
-def test_removable_singularity_on_the_cli_and_away_from_it_agrees_with_torch(usermod, invoke, write_spec, validator,
-                                                                            function, ok):
+def test_removable_singularity_on_the_cli_and_away_from_it_agrees_with_torch(
+    usermod, invoke, write_spec, validator, function, ok
+):
     away = [1.1, 0.2, 2.5]  # a != b: no cancellation, torch can judge
-    cases = [{"name": "at", "inputs": [{"name": "a", "data": AT}, {"name": "b", "data": AT}]},
-             {"name": "away", "inputs": [{"name": "a", "data": AT}, {"name": "b", "data": away}]}]
-    write_spec(yaml.safe_dump({"function": f"usermod:{function}", "tolerance": TOL, "cases": cases}),
-               "specs/cosdiv.yaml")
+    cases = [
+        {"name": "at", "inputs": [{"name": "a", "data": AT}, {"name": "b", "data": AT}]},
+        {"name": "away", "inputs": [{"name": "a", "data": AT}, {"name": "b", "data": away}]},
+    ]
+    write_spec(
+        yaml.safe_dump({"function": f"usermod:{function}", "tolerance": TOL, "cases": cases}), "specs/cosdiv.yaml"
+    )
     code, report = run(invoke, "specs/cosdiv.yaml")
     assert list(validator.iter_errors(report)) == []
     assert code == (0 if ok else 1)

@@ -1,4 +1,5 @@
 """80 and 100 columns: no number cut short (the table folds into blocks), no command broken by a newline."""
+
 from __future__ import annotations
 
 import io
@@ -13,31 +14,72 @@ from gradcheck_cli.results import CaseResult, CheckResult, InputReport, Report, 
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-REPLAY = ("gradcheck specs/a/rather/deep/folder/of/specs/linear_double_bias.yaml "
-          "-k specs/a/rather/deep/folder/of/specs/linear_double_bias.yaml::default --seed 12345678901234567")
+REPLAY = (
+    "gradcheck specs/a/rather/deep/folder/of/specs/linear_double_bias.yaml "
+    "-k specs/a/rather/deep/folder/of/specs/linear_double_bias.yaml::default --seed 12345678901234567"
+)
 
 
 def rows() -> list[InputReport]:
-    return [InputReport(0, "input", [5, 4], "float64", Status.PASS, numel=20, mismatched=0, max_abs_err=1.4623e-10,
-                        max_rel_err=9.9512e-09, worst_index=[2, 2], analytical=-0.0075412, numerical=-0.0075412,
-                        atol=1e-5, rtol=1e-3),
-            InputReport(2, "bias", [3], "float64", Status.FAIL, numel=3, mismatched=3, max_abs_err=1.0,
-                        max_rel_err=1.0, worst_index=[2], worst_output="output 0 [0, 2]", analytical=-2.3456e-05,
-                        numerical=-1.1728e-05, atol=1e-5, rtol=1e-3, diagnosis="analytical is 2.00x numerical")]
+    return [
+        InputReport(
+            0,
+            "input",
+            [5, 4],
+            "float64",
+            Status.PASS,
+            numel=20,
+            mismatched=0,
+            max_abs_err=1.4623e-10,
+            max_rel_err=9.9512e-09,
+            worst_index=[2, 2],
+            analytical=-0.0075412,
+            numerical=-0.0075412,
+            atol=1e-5,
+            rtol=1e-3,
+        ),
+        InputReport(
+            2,
+            "bias",
+            [3],
+            "float64",
+            Status.FAIL,
+            numel=3,
+            mismatched=3,
+            max_abs_err=1.0,
+            max_rel_err=1.0,
+            worst_index=[2],
+            worst_output="output 0 [0, 2]",
+            analytical=-2.3456e-05,
+            numerical=-1.1728e-05,
+            atol=1e-5,
+            rtol=1e-3,
+            diagnosis="analytical is 2.00x numerical",
+        ),
+    ]
 
 
 def failing() -> CaseResult:
-    check = CheckResult("backward", Status.FAIL, "gradient of 'bias': analytical is 2.00x numerical",
-                        "elementwise", rows())
-    return CaseResult(id="specs/linear_double_bias.yaml::default[cpu]", spec="specs/linear_double_bias.yaml",
-                      case="default", function="gradcheck_cli.examples.broken:LinearDoubleBias", device="cpu",
-                      seed=12345678901234567, status=Status.FAIL, duration_s=0.02, checks=[check], replay=REPLAY)
+    check = CheckResult(
+        "backward", Status.FAIL, "gradient of 'bias': analytical is 2.00x numerical", "elementwise", rows()
+    )
+    return CaseResult(
+        id="specs/linear_double_bias.yaml::default[cpu]",
+        spec="specs/linear_double_bias.yaml",
+        case="default",
+        function="gradcheck_cli.examples.broken:LinearDoubleBias",
+        device="cpu",
+        seed=12345678901234567,
+        status=Status.FAIL,
+        duration_s=0.02,
+        checks=[check],
+        replay=REPLAY,
+    )
 
 
 def shown(width: int) -> str:
     out = io.StringIO()
-    table.render_case(failing(), Console(file=out, width=width, force_terminal=True, highlight=False,
-                                         soft_wrap=False))
+    table.render_case(failing(), Console(file=out, width=width, force_terminal=True, highlight=False, soft_wrap=False))
     return ANSI.sub("", out.getvalue())
 
 
@@ -81,5 +123,6 @@ def test_the_command_line_on_80_columns(monkeypatch, invoke):
     assert result.exit_code == 1
     text = ANSI.sub("", result.stdout)
     assert "…" not in text and "9.95e-09" in text and "┃" not in text
-    assert ("  replay: gradcheck broken-specs/linear_double_bias.yaml -k "
-            "broken-specs/linear_double_bias.yaml::default\n") in text
+    assert (
+        "  replay: gradcheck broken-specs/linear_double_bias.yaml -k broken-specs/linear_double_bias.yaml::default\n"
+    ) in text

@@ -1,4 +1,5 @@
 """-q / default / -v: how much of a run the table shows; the other formats show everything."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,10 @@ def block(out: str, case_id: str) -> str:
     """The lines of ``out`` from the result line of ``case_id`` to the next blank line or result line."""
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if case_id in line)
-    end = next((i for i in range(start + 1, len(lines))
-                if not lines[i].strip() or lines[i].startswith(("PASS", "FAIL"))), len(lines))
+    end = next(
+        (i for i in range(start + 1, len(lines)) if not lines[i].strip() or lines[i].startswith(("PASS", "FAIL"))),
+        len(lines),
+    )
     return "\n".join(lines[start:end])
 
 
@@ -109,8 +112,18 @@ def test_quiet_leaves_json_and_github_complete(project, invoke):
 
 
 def _result(status: Status, checks: list[CheckResult], **kw) -> CaseResult:
-    return CaseResult(id=f"specs/x.yaml::{status.value}[cpu]", spec="specs/x.yaml", case=status.value,
-                      function="pkg.mod:X", device="cpu", seed=0, status=status, duration_s=0.1, checks=checks, **kw)
+    return CaseResult(
+        id=f"specs/x.yaml::{status.value}[cpu]",
+        spec="specs/x.yaml",
+        case=status.value,
+        function="pkg.mod:X",
+        device="cpu",
+        seed=0,
+        status=status,
+        duration_s=0.1,
+        checks=checks,
+        **kw,
+    )
 
 
 def _render(verbosity: Verbosity, *results: CaseResult) -> str:
@@ -123,11 +136,31 @@ def _render(verbosity: Verbosity, *results: CaseResult) -> str:
 
 def test_a_one_line_result_keeps_its_warnings_skip_reasons_and_expect_reason():
     row = InputReport(0, "x", [3], "float64", Status.PASS, numel=3, mismatched=0, max_abs_err=1e-10)
-    xrow = InputReport(0, "x", [3], "float64", Status.XFAIL, reason="gradient reversal (documented)", numel=3,
-                       mismatched=3, max_abs_err=2.0)
+    xrow = InputReport(
+        0,
+        "x",
+        [3],
+        "float64",
+        Status.XFAIL,
+        reason="gradient reversal (documented)",
+        numel=3,
+        mismatched=3,
+        max_abs_err=2.0,
+    )
     results = [
-        _result(Status.PASS, [CheckResult("backward", Status.PASS, "ok", "elementwise", [row],
-                                          ["'x' is float32: finite differences are unreliable"])]),
+        _result(
+            Status.PASS,
+            [
+                CheckResult(
+                    "backward",
+                    Status.PASS,
+                    "ok",
+                    "elementwise",
+                    [row],
+                    ["'x' is float32: finite differences are unreliable"],
+                )
+            ],
+        ),
         _result(Status.SKIP, [CheckResult("backward", Status.SKIP, "CUDA is not available on this machine")]),
         _result(Status.XFAIL, [CheckResult("backward", Status.XFAIL, "expected", "elementwise", [xrow])]),
     ]
@@ -145,11 +178,13 @@ def test_a_one_line_result_keeps_its_warnings_skip_reasons_and_expect_reason():
 def test_table_render_is_in_full_unless_told_otherwise():
     """The GitHub format's log and other callers of table.render keep every case in full."""
     row = InputReport(0, "x", [3], "float64", Status.PASS, numel=3, mismatched=0, max_abs_err=1e-10)
-    assert TABLE_HEAD in _render(Verbosity.VERBOSE, _result(Status.PASS, [CheckResult("backward", Status.PASS, "ok",
-                                                                                    None, [row])]))
+    assert TABLE_HEAD in _render(
+        Verbosity.VERBOSE, _result(Status.PASS, [CheckResult("backward", Status.PASS, "ok", None, [row])])
+    )
     import io
 
     out = io.StringIO()
-    table.render(Report([_result(Status.PASS, [CheckResult("backward", Status.PASS, "ok", None, [row])])]), out,
-                 color=False)
+    table.render(
+        Report([_result(Status.PASS, [CheckResult("backward", Status.PASS, "ok", None, [row])])]), out, color=False
+    )
     assert TABLE_HEAD in out.getvalue()

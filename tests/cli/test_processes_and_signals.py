@@ -6,6 +6,7 @@ and Ctrl-C lost every finished result, a timed-out case said it took 0 s, --time
 accepted, --junit-xml into a missing folder failed after the whole run, and under --no-isolate a
 write to file descriptor 1 corrupted the JSON report.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,9 @@ import pytest
 from gradcheck_cli import pool
 from tests.corpus import Square, module_source
 
-USER = module_source(Square) + '''
+USER = (
+    module_source(Square)
+    + """
 import os, subprocess, sys, time
 from pathlib import Path
 
@@ -135,7 +138,8 @@ class SetsidDaemon(Square):  # forks twice and leaves the process group: adopted
                 time.sleep(0.01)
         ctx.save_for_backward(x)
         return x * x
-'''
+"""
+)
 
 
 def alive(pid: int) -> bool:
@@ -162,10 +166,20 @@ def statuses(stdout: str) -> list[tuple[str, str]]:
 def test_a_forking_function_costs_no_result_and_adds_none(user_module, write_spec, tmp_path, mode):
     user_module(USER)
     spec(write_spec, "Forks", "Wrong", "Square", "Forks", "Square")
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", *mode],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert statuses(proc.stdout) == [("00_forks", "pass"), ("01_wrong", "fail"), ("02_square", "pass"),
-                                     ("03_forks", "pass"), ("04_square", "pass")], proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", *mode],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert statuses(proc.stdout) == [
+        ("00_forks", "pass"),
+        ("01_wrong", "fail"),
+        ("02_square", "pass"),
+        ("03_forks", "pass"),
+        ("04_square", "pass"),
+    ], proc.stderr
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr, proc.stderr
 
@@ -194,9 +208,24 @@ def test_processes_the_code_under_test_starts_end_with_its_case(user_module, wri
 def test_an_interrupt_reports_what_finished_and_ends_the_workers(user_module, write_spec, tmp_path, signum, code):
     user_module(USER)
     spec(write_spec, "Square", "Wrong", "Hangs", "Square")
-    proc = subprocess.Popen([sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", "-j", "1",
-                             "--junit-xml", "out/junit.xml"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gradcheck_cli",
+            "specs/",
+            "--format",
+            "json",
+            "-j",
+            "1",
+            "--junit-xml",
+            "out/junit.xml",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     (tmp_path / "out").mkdir()
     marker = tmp_path / "hanging.pid"
     deadline = time.monotonic() + 300  # a bound for a broken run only
@@ -230,8 +259,13 @@ def test_an_interrupt_in_process_keeps_the_report(user_module, write_spec, invok
 def test_no_isolate_keeps_file_descriptor_1_for_the_report(user_module, write_spec, tmp_path):
     user_module(USER)
     spec(write_spec, "WritesToFd1", "Square")
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", "--no-isolate"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", "specs/", "--format", "json", "--no-isolate"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert statuses(proc.stdout) == [("00_writestofd1", "pass"), ("01_square", "pass")]
     assert "raw bytes on file descriptor 1" in proc.stderr
 
@@ -278,8 +312,9 @@ def test_jobs_are_capped_at_the_usable_cores(user_module, write_spec, invoke, mo
     assert result.exit_code == 0 and "-j 1000: using at most 2 workers" in result.stderr
 
 
-@pytest.mark.parametrize("name, said", [("RaisesBaseException", "raised MyBase"),
-                                        ("RaisesGeneratorExit", "raised GeneratorExit")])
+@pytest.mark.parametrize(
+    "name, said", [("RaisesBaseException", "raised MyBase"), ("RaisesGeneratorExit", "raised GeneratorExit")]
+)
 @pytest.mark.parametrize("mode", [["-j", "1"], ["--no-isolate"]])
 def test_a_base_exception_from_user_code_is_that_cases_error(user_module, write_spec, invoke, name, said, mode):
     # --no-isolate: a traceback, no report, exit 1
@@ -346,15 +381,22 @@ def _in_session(sid: int) -> list[str]:
     return found
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir() or pool.start_method() != "forkserver", reason="Linux's /proc, forkserver")
+@pytest.mark.skipif(
+    not Path("/proc").is_dir() or pool.start_method() != "forkserver", reason="Linux's /proc, forkserver"
+)
 def test_no_process_outlives_a_gradcheck_killed_with_sigkill(user_module, write_spec, tmp_path):
     """issue 31 item 12: the fork server, the resource tracker and a worker in a loop stayed alive under
     init after the gradcheck process was SIGKILLed (a forked worker's parent is the fork server, so its
     PR_SET_PDEATHSIG never fired)"""
     user_module(USER)
     spec(write_spec, "Hangs")
-    proc = subprocess.Popen([sys.executable, "-m", "gradcheck_cli", "specs/", "-j", "1", "--timeout", "0"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradcheck_cli", "specs/", "-j", "1", "--timeout", "0"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     marker = tmp_path / "hanging.pid"
     deadline = time.monotonic() + 300  # a bound for a broken run only: the case writes the marker when it starts
     while not marker.exists() and time.monotonic() < deadline:

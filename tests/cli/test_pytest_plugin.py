@@ -7,6 +7,7 @@ first imported inside them afterwards, and collecting the dropped autograd.Funct
 crashes the interpreter. The runs that check gradients (and so import torch) happen once per
 module; selection and collection are checked with ``--collect-only``, which never imports torch.
 """
+
 from __future__ import annotations
 
 import json
@@ -131,8 +132,14 @@ def pytest_in(path: Path, *args: str, cache: bool = False) -> Run:
     out.unlink(missing_ok=True)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONHASHSEED"))}
     options = ["-p", "record_outcomes"] + ([] if cache else ["-p", "no:cacheprovider"])
-    proc = subprocess.run([sys.executable, "-m", "pytest", *options, *args],
-                          cwd=path, env=clean, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *options, *args],
+        cwd=path,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     recorded = json.loads(out.read_text(encoding="utf-8")) if out.exists() else {}
     return Run(proc, recorded)
 
@@ -172,8 +179,9 @@ def test_repo_specs_all_pass_with_their_node_ids(full_run: Run) -> None:
     gpu = torch.cuda.is_available()  # without one, the cuda items of specs/devices.yaml are skips
     # xfail: the one expected mismatch the shipped specs document; a skip: a cuda item without a GPU
     xfail = "specs/kernels.yaml::#3::finite_differences[cpu]"
-    assert got == {nodeid: "passed" if (gpu or "[cuda]" not in nodeid) and nodeid != xfail else "skipped"
-                   for nodeid in got}
+    assert got == {
+        nodeid: "passed" if (gpu or "[cuda]" not in nodeid) and nodeid != xfail else "skipped" for nodeid in got
+    }
     assert [k for k in got if k in GOOD_IDS] == GOOD_IDS  # these ids, in file, document and case order
     assert len({k.split("::")[0] for k in got}) == len(list((REPO / "specs").glob("*.yaml")))  # every file
     assert "errors" not in full_run.stdout.splitlines()[-1]  # no collection errors
@@ -226,8 +234,9 @@ def test_could_not_check_is_a_failure_with_the_error_and_where(full_run: Run) ->
 def test_unavailable_device_is_skipped_with_the_reason(full_run: Run) -> None:
     assert full_run.outcomes["more/devices.yaml::default[cuda:99]"] == "skipped"
     assert full_run.outcomes["more/devices.yaml::default[cpu]"] == "passed"
-    assert re.search(r"SKIPPED \[1\] more/devices.yaml:1: (CUDA is not available|cuda:99 does not exist)",
-                     full_run.stdout), full_run.stdout
+    assert re.search(
+        r"SKIPPED \[1\] more/devices.yaml:1: (CUDA is not available|cuda:99 does not exist)", full_run.stdout
+    ), full_run.stdout
 
 
 @pytest.mark.slow
@@ -242,16 +251,29 @@ def test_xdist_gives_the_same_outcomes(project: Path, full_run: Run) -> None:
 
 def test_k_and_node_id_selection(project: Path) -> None:
     r = pytest_in(project, "--gradcheck", "specs", "--collect-only", "-q", "-k", "linear and no_bias")
-    assert r.collected() == ["specs/custom_ops.yaml::#1::no_bias[cpu]", "specs/linear.yaml::no_bias[cpu]",
-                             "specs/modules.yaml::#1::no_bias[cpu]"]  # functions custom_ops:linear, nn.Linear
+    assert r.collected() == [
+        "specs/custom_ops.yaml::#1::no_bias[cpu]",
+        "specs/linear.yaml::no_bias[cpu]",
+        "specs/modules.yaml::#1::no_bias[cpu]",
+    ]  # functions custom_ops:linear, nn.Linear
     r = pytest_in(project, "--gradcheck", "specs", "--collect-only", "-q", "-k", "LinearFunction and not no_bias")
     assert r.collected() == ["specs/linear.yaml::with_bias[cpu]"]  # the function's name is a keyword too
     r = pytest_in(project, "--gradcheck", "specs", "--collect-only", "-q", "-k", "styles and not keepdim")
     assert r.collected() == ["specs/styles.yaml::#1::default[cpu]", "specs/styles.yaml::#2::last_dim[cpu]"]
-    r = pytest_in(project, "--gradcheck", "--collect-only", "-q", "specs/styles.yaml::#2::last_dim[cpu]",
-                  "specs/max_pool.yaml::#2", "more/devices.yaml::default[cuda:99]")
-    assert r.collected() == ["specs/styles.yaml::#2::last_dim[cpu]", "specs/max_pool.yaml::#2::default[cpu]",
-                             "more/devices.yaml::default[cuda:99]"]
+    r = pytest_in(
+        project,
+        "--gradcheck",
+        "--collect-only",
+        "-q",
+        "specs/styles.yaml::#2::last_dim[cpu]",
+        "specs/max_pool.yaml::#2",
+        "more/devices.yaml::default[cuda:99]",
+    )
+    assert r.collected() == [
+        "specs/styles.yaml::#2::last_dim[cpu]",
+        "specs/max_pool.yaml::#2::default[cpu]",
+        "more/devices.yaml::default[cuda:99]",
+    ]
 
 
 def test_last_failed_selects_the_failed_items(project: Path, full_run: Run) -> None:
@@ -294,8 +316,9 @@ def test_collecting_does_not_import_torch(project: Path) -> None:
         """)
     # no other plugin is loaded, so only ours could import torch here
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True, timeout=300
+    )
     n = shipped_items() + len(EXTRA_OUTCOMES)
     assert f"{n} tests collected" in proc.stdout, proc.stdout + proc.stderr
     assert "exit 0" in proc.stdout
@@ -304,9 +327,28 @@ def test_collecting_does_not_import_torch(project: Path) -> None:
 
 # pre-commit ----------------------------------------------------------------------------------
 
-MANIFEST_KEYS = {"id", "name", "entry", "language", "alias", "files", "exclude", "types", "types_or",
-                 "exclude_types", "always_run", "fail_fast", "verbose", "pass_filenames", "require_serial",
-                 "description", "language_version", "minimum_pre_commit_version", "args", "stages"}
+MANIFEST_KEYS = {
+    "id",
+    "name",
+    "entry",
+    "language",
+    "alias",
+    "files",
+    "exclude",
+    "types",
+    "types_or",
+    "exclude_types",
+    "always_run",
+    "fail_fast",
+    "verbose",
+    "pass_filenames",
+    "require_serial",
+    "description",
+    "language_version",
+    "minimum_pre_commit_version",
+    "args",
+    "stages",
+}
 
 
 def hooks() -> list[dict]:
@@ -339,19 +381,26 @@ def test_entry_with_file_names_as_pre_commit_calls_it() -> None:
     entry = hooks()[0]["entry"].split()
     entry[0] = gradcheck_script()
     files = ["specs/linear.yaml", "specs/relu.yaml"]
-    proc = subprocess.run([*entry, *files], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.run(
+        [*entry, *files], cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"}
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "specs/linear.yaml::with_bias[cpu]" in proc.stdout and "specs/relu.yaml::default[cpu]" in proc.stdout
     assert "specs/mul_constant.yaml" not in proc.stdout  # only the files given
 
-    proc = subprocess.run([*entry, "specs/relu.yaml", "broken-specs/linear_double_bias.yaml"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.run(
+        [*entry, "specs/relu.yaml", "broken-specs/linear_double_bias.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the commit is blocked
     assert "analytical is 2.00x numerical" in proc.stdout
 
 
-CRASHERS = module_source(Square) + textwrap.dedent('''
+CRASHERS = module_source(Square) + textwrap.dedent("""
     import ctypes, time
 
     class Segfault(Square):
@@ -370,7 +419,7 @@ CRASHERS = module_source(Square) + textwrap.dedent('''
         def forward(ctx, x):
             torch.set_grad_enabled(False)
             return x * x
-    ''')
+    """)
 
 
 @pytest.mark.slow
@@ -382,7 +431,8 @@ def test_a_crash_or_a_hang_fails_its_item_and_the_session_goes_on(tmp_path, isol
     for k, name in enumerate(names):
         (tmp_path / "specs").mkdir(exist_ok=True)
         (tmp_path / "specs" / f"{k}_{name.lower()}.yaml").write_text(
-            f"function: crashers:{name}\ninputs: [{{shape: [3]}}]\n")
+            f"function: crashers:{name}\ninputs: [{{shape: [3]}}]\n"
+        )
     if isolation:  # in pytest's process, a hang is for --gradcheck-timeout to stop: there is nothing to stop it with
         (tmp_path / "specs" / "1_loops.yaml").unlink()
     r = pytest_in(tmp_path, "--gradcheck", "specs", "--gradcheck-timeout", "3", *isolation)

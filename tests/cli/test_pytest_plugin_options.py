@@ -2,6 +2,7 @@
 line's options that matter in pytest (--gradcheck-fast, -strict, -check, -seed, -trials, -device).
 
 Collection runs only (no torch) except one run that checks a broken spec with every option."""
+
 from __future__ import annotations
 
 import shutil
@@ -36,8 +37,12 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-SPEC_IDS = ["specs/double_bias.yaml::default[cpu]", "specs/linear.yml::with_bias[cpu]",
-            "specs/linear.yml::no_bias[cpu]", "specs/relu.yaml::default[cpu]"]
+SPEC_IDS = [
+    "specs/double_bias.yaml::default[cpu]",
+    "specs/linear.yml::with_bias[cpu]",
+    "specs/linear.yml::no_bias[cpu]",
+    "specs/relu.yaml::default[cpu]",
+]
 
 
 def test_gradcheck_marker_selects_and_deselects_the_spec_items(project):
@@ -67,12 +72,15 @@ def test_gradcheck_paths_keeps_other_yaml_out(project):
     (project / "configs/not_yaml.yaml").write_text("function: [unclosed\n")
     r = pytest_in(project, "--collect-only", "-q")
     assert sorted(c for c in r.collected() if c.startswith("configs/")) == [
-        "configs/cases_only.yaml::spec_error[line 2]", "configs/not_yaml.yaml::spec_error[line 2]",
-        "configs/typo.yaml::spec_error[line 2]"]
+        "configs/cases_only.yaml::spec_error[line 2]",
+        "configs/not_yaml.yaml::spec_error[line 2]",
+        "configs/typo.yaml::spec_error[line 2]",
+    ]
     for name in ("typo", "cases_only", "not_yaml"):
         (project / f"configs/{name}.yaml").unlink()
-    (project / "pytest.ini").write_text("[pytest]\naddopts = --gradcheck\ntestpaths = specs configs\n"
-                                        "gradcheck_paths = specs\n")
+    (project / "pytest.ini").write_text(
+        "[pytest]\naddopts = --gradcheck\ntestpaths = specs configs\ngradcheck_paths = specs\n"
+    )
     r = pytest_in(project, "--collect-only", "-q")
     assert sorted(r.collected()) == sorted(SPEC_IDS)
     # named on the command line, a file outside gradcheck_paths is collected all the same
@@ -89,40 +97,88 @@ def test_gradcheck_pattern_chooses_the_spec_files(project):
     assert sorted(r.collected()) == ["specs/double_bias.yaml::default[cpu]", "specs/relu.yaml::default[cpu]"]
 
 
-@pytest.mark.parametrize("args, expected", [
-    ([], plan.run_options(512)),
-    (["--gradcheck-fast", "--gradcheck-strict", "--gradcheck-seed", "7", "--gradcheck-trials", "3",
-      "--gradcheck-check", "backward", "--gradcheck-check", "forward_ad", "--gradcheck-check", "backward",
-      "--gradcheck-device", "cpu", "--gradcheck-device", "cuda:1", "--gradcheck-max-memory", "64"],
-     plan.run_options(64, 7, 3, ("cpu", "cuda:1"), ("backward", "forward_ad"), FAST_PROBES, True)),
-    (["--gradcheck-check", "all"], plan.run_options(512, checks=("all",))),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ([], plan.run_options(512)),
+        (
+            [
+                "--gradcheck-fast",
+                "--gradcheck-strict",
+                "--gradcheck-seed",
+                "7",
+                "--gradcheck-trials",
+                "3",
+                "--gradcheck-check",
+                "backward",
+                "--gradcheck-check",
+                "forward_ad",
+                "--gradcheck-check",
+                "backward",
+                "--gradcheck-device",
+                "cpu",
+                "--gradcheck-device",
+                "cuda:1",
+                "--gradcheck-max-memory",
+                "64",
+            ],
+            plan.run_options(64, 7, 3, ("cpu", "cuda:1"), ("backward", "forward_ad"), FAST_PROBES, True),
+        ),
+        (["--gradcheck-check", "all"], plan.run_options(512, checks=("all",))),
+    ],
+)
 def test_plugin_options_map_to_run_options_as_the_command_line_does(project, args, expected):
     r = pytest_in(project, "-p", "show_options", "--gradcheck", "specs", "--collect-only", "-q", *args)
     assert f"OPTIONS {expected!r}" in r.stdout, r.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--gradcheck-check", "hessian"], "--gradcheck-check: unknown check 'hessian'; known checks: backward"),
-    (["--gradcheck-device", "gpu"], "--gradcheck-device: expected cpu, cuda or cuda:N, got 'gpu'"),
-    (["--gradcheck-seed", "-1"], "--gradcheck-seed: expected a seed from 0 to 2**64 - 1, got '-1'"),
-    (["--gradcheck-trials", "0"], "--gradcheck-trials: expected a whole number, 1 or more, got '0'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gradcheck-check", "hessian"], "--gradcheck-check: unknown check 'hessian'; known checks: backward"),
+        (["--gradcheck-device", "gpu"], "--gradcheck-device: expected cpu, cuda or cuda:N, got 'gpu'"),
+        (["--gradcheck-seed", "-1"], "--gradcheck-seed: expected a seed from 0 to 2**64 - 1, got '-1'"),
+        (["--gradcheck-trials", "0"], "--gradcheck-trials: expected a whole number, 1 or more, got '0'"),
+    ],
+)
 def test_bad_plugin_options_are_usage_errors(project, args, message):
     r = pytest_in(project, "--gradcheck", "specs", "--collect-only", "-q", *args)
     assert r.ret == pytest.ExitCode.USAGE_ERROR and message in r.stdout, r.stdout
 
 
 def test_device_option_makes_the_items(project):
-    r = pytest_in(project, "--gradcheck", "specs/relu.yaml", "--collect-only", "-q", "--gradcheck-device", "cpu",
-                  "--gradcheck-device", "cuda:99")
+    r = pytest_in(
+        project,
+        "--gradcheck",
+        "specs/relu.yaml",
+        "--collect-only",
+        "-q",
+        "--gradcheck-device",
+        "cpu",
+        "--gradcheck-device",
+        "cuda:99",
+    )
     assert r.collected() == ["specs/relu.yaml::default[cpu]", "specs/relu.yaml::default[cuda:99]"]
 
 
 def test_options_reach_the_checks(project):
-    r = pytest_in(project, "--gradcheck", "specs/double_bias.yaml", "specs/relu.yaml", "--gradcheck-fast",
-                  "--gradcheck-strict", "--gradcheck-seed", "5", "--gradcheck-check", "backward",
-                  "--gradcheck-device", "cuda:99", "--gradcheck-device", "cpu", "-rs")
+    r = pytest_in(
+        project,
+        "--gradcheck",
+        "specs/double_bias.yaml",
+        "specs/relu.yaml",
+        "--gradcheck-fast",
+        "--gradcheck-strict",
+        "--gradcheck-seed",
+        "5",
+        "--gradcheck-check",
+        "backward",
+        "--gradcheck-device",
+        "cuda:99",
+        "--gradcheck-device",
+        "cpu",
+        "-rs",
+    )
     assert r.outcomes["specs/relu.yaml::default[cpu]"] == "passed"
     assert r.outcomes["specs/relu.yaml::default[cuda:99]"] == "skipped"
     text = r.failure("specs/double_bias.yaml::default[cpu]")

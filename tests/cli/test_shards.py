@@ -1,5 +1,6 @@
 """--shard I/N: the N shards partition the cases and spec errors, their sizes differ by one at most,
 and they are the same however the spec paths are written and wherever the checkout lies."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,11 @@ class Square(torch.autograd.Function):
         (x,) = ctx.saved_tensors
         return 2 * x * g
 """
-SEVEN = "function: usermod:Square\ninputs: [{shape: [2]}]\ncases: [" + ", ".join(f"{{name: c{i}}}" for i in range(7)) + "]\n"
+SEVEN = (
+    "function: usermod:Square\ninputs: [{shape: [2]}]\ncases: ["
+    + ", ".join(f"{{name: c{i}}}" for i in range(7))
+    + "]\n"
+)
 
 
 def items_of(paths: list[str]) -> list[Case | SpecError]:
@@ -77,11 +82,17 @@ def test_shards_are_the_same_however_the_paths_are_written(tmp_path, monkeypatch
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     names = [f"s{i}.yaml" for i in range(7)]
-    spellings = [f"specs/{n}" for n in names], [f"./specs/{n}" for n in names], \
-        [str(tmp_path / "work" / "specs" / n) for n in names], [f"../work/specs/{n}" for n in names]
+    spellings = (
+        [f"specs/{n}" for n in names],
+        [f"./specs/{n}" for n in names],
+        [str(tmp_path / "work" / "specs" / n) for n in names],
+        [f"../work/specs/{n}" for n in names],
+    )
     for count in (2, 3, 4):
-        shards = [[sorted(map(where, plan.shard(items_of(paths), i, count))) for i in range(1, count + 1)]
-                  for paths in spellings]
+        shards = [
+            [sorted(map(where, plan.shard(items_of(paths), i, count))) for i in range(1, count + 1)]
+            for paths in spellings
+        ]
         assert all(s == shards[0] for s in shards), count
 
 
@@ -92,10 +103,12 @@ def test_shards_outside_the_working_directory_are_the_same_however_the_paths_are
     names = [f"s{i}.yaml" for i in range(9)]
     for count in (2, 3):
         relative = [plan.shard(items_of([f"../specs/{n}" for n in names]), i, count) for i in range(1, count + 1)]
-        absolute = [plan.shard(items_of([str(tmp_path / "specs" / n) for n in names]), i, count)
-                    for i in range(1, count + 1)]
-        assert [[ident(x).replace("../", f"{tmp_path}/") for x in s] for s in relative] == \
-            [[ident(x) for x in s] for s in absolute]
+        absolute = [
+            plan.shard(items_of([str(tmp_path / "specs" / n) for n in names]), i, count) for i in range(1, count + 1)
+        ]
+        assert [[ident(x).replace("../", f"{tmp_path}/") for x in s] for s in relative] == [
+            [ident(x) for x in s] for s in absolute
+        ]
 
 
 # ----------------------------------------------------------------------- end to end
@@ -107,31 +120,42 @@ def run_shards(invoke, target: str, count: int, root: Path) -> list[set[tuple[st
     for i in range(1, count + 1):
         result = invoke(target, "--shard", f"{i}/{count}", "--format", "json", "--no-isolate")
         assert result.exit_code in (0, 3), result.output
-        out.append({(Path(r["spec"]).resolve().relative_to(root.resolve()).as_posix(), r["case"])
-                    for r in json.loads(result.stdout)["results"]})
+        out.append(
+            {
+                (Path(r["spec"]).resolve().relative_to(root.resolve()).as_posix(), r["case"])
+                for r in json.loads(result.stdout)["results"]
+            }
+        )
     return out
 
 
 def test_cli_shards_balance_seven_cases(user_module, write_spec, invoke):
     user_module(SQUARE)
     write_spec(SEVEN, "specs/seven.yaml")
-    sizes = [len(json.loads(invoke("specs/", "--shard", f"{i}/2", "--format", "json", "--no-isolate").stdout)
-                            ["results"]) for i in (1, 2)]
+    sizes = [
+        len(json.loads(invoke("specs/", "--shard", f"{i}/2", "--format", "json", "--no-isolate").stdout)["results"])
+        for i in (1, 2)
+    ]
     assert sizes == [4, 3]
 
 
-def test_cli_shards_partition_whatever_the_spelling_and_the_checkout(user_module, write_spec, invoke, tmp_path,
-                                                                     monkeypatch):
+def test_cli_shards_partition_whatever_the_spelling_and_the_checkout(
+    user_module, write_spec, invoke, tmp_path, monkeypatch
+):
     user_module(SQUARE)
     write_spec(SEVEN, "a/specs/seven.yaml")
     write_spec("function: usermod:Square\ninputs: [{shape: [3]}]\n", "a/specs/one.yaml")
-    write_spec("function: usermod:Square\ninputs: [{shape: [x]}]\n---\nfunction: usermod:Square\n"
-               "inputs: [{shape: [2]}]\n", "a/specs/sub/broken.yaml")
+    write_spec(
+        "function: usermod:Square\ninputs: [{shape: [x]}]\n---\nfunction: usermod:Square\ninputs: [{shape: [2]}]\n",
+        "a/specs/sub/broken.yaml",
+    )
     shutil.copytree(tmp_path / "a", tmp_path / "b" / "elsewhere")  # another checkout, at another place
     everything = None
     for count in (2, 3, 4):
         monkeypatch.chdir(tmp_path / "a")
-        runs = [run_shards(invoke, t, count, tmp_path / "a") for t in ("specs", "./specs/", str(tmp_path / "a" / "specs"))]
+        runs = [
+            run_shards(invoke, t, count, tmp_path / "a") for t in ("specs", "./specs/", str(tmp_path / "a" / "specs"))
+        ]
         monkeypatch.chdir(tmp_path)
         runs.append(run_shards(invoke, "a/specs", count, tmp_path / "a"))
         monkeypatch.chdir(tmp_path / "b")

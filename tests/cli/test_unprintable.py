@@ -1,6 +1,7 @@
 """Text from user code that no encoding can write (lone surrogates: in an exception message, in
 names a spec gives with YAML's "\\udcff" escape, in a file name that is not valid UTF-8) never
 crashes a reporter: every format writes it as an escape and exits with the verdict's code."""
+
 from __future__ import annotations
 
 import io
@@ -20,7 +21,7 @@ from gradcheck_cli.reporters import junit
 from gradcheck_cli.results import Report
 
 ROOT = Path(__file__).resolve().parents[2]
-USER = '''
+USER = """
 import torch
 
 class Square(torch.autograd.Function):
@@ -50,7 +51,7 @@ class Raises(Square):
     @staticmethod
     def forward(ctx, x):
         raise ValueError("lone \\udcff and \\ud800 in a message")
-'''
+"""
 FAILS = 'function: usermod:Twice\ninputs: [{name: "x\\udcff", shape: [3]}]\ncases: [{name: "c\\ud801"}]\n'
 WARNS = 'function: usermod:Slightly\ninputs: [{name: "w\\ud802", shape: [3]}]\n'
 RAISES = "function: usermod:Raises\ninputs: [{shape: [3]}]\n"
@@ -69,8 +70,12 @@ def batch(user_module, write_spec, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(folder)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([folder, str(ROOT)]))  # for isolated workers and subprocesses
     (tmp_path / "specs").mkdir()
-    for name, text in ((b"bad\xff.yaml", FAILS), (b"warns.yaml", WARNS), (b"raises.yaml", RAISES),
-                       (b"broken\xfe.yaml", BROKEN)):
+    for name, text in (
+        (b"bad\xff.yaml", FAILS),
+        (b"warns.yaml", WARNS),
+        (b"raises.yaml", RAISES),
+        (b"broken\xfe.yaml", BROKEN),
+    ):
         (tmp_path / "specs" / os.fsdecode(name)).write_text(text, encoding="utf-8")
     return tmp_path
 
@@ -98,10 +103,20 @@ def test_every_format_writes_surrogates_as_escapes_and_exits_with_the_verdict(ba
     if fmt == "json":
         report = json.loads(text)
         assert_shown("\n".join(strings(report)))
-        assert report["summary"] == {**report["summary"], "total": 4, "passed": 1, "failed": 1, "errors": 2,
-                                     "skipped": 0}
-        assert sorted(r["spec"] for r in report["results"]) == ["specs/bad\\xff.yaml", "specs/broken\\xfe.yaml",
-                                                                "specs/raises.yaml", "specs/warns.yaml"]
+        assert report["summary"] == {
+            **report["summary"],
+            "total": 4,
+            "passed": 1,
+            "failed": 1,
+            "errors": 2,
+            "skipped": 0,
+        }
+        assert sorted(r["spec"] for r in report["results"]) == [
+            "specs/bad\\xff.yaml",
+            "specs/broken\\xfe.yaml",
+            "specs/raises.yaml",
+            "specs/warns.yaml",
+        ]
     else:
         assert_shown(text)
     xml = (batch / "out.xml").read_bytes().decode("utf-8")
@@ -121,8 +136,13 @@ def test_the_github_annotations_carry_the_escapes(batch, invoke):
 def test_a_real_process_writes_every_format(batch, fmt):
     # the console script's stdout is strict UTF-8 when piped (click's test runner's too, checked above)
     env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs", "--format", fmt, "-j", "1"],
-                          cwd=batch, env=env, capture_output=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", "specs", "--format", fmt, "-j", "1"],
+        cwd=batch,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
     assert proc.returncode == 3, proc.stderr.decode("utf-8", "replace")
     text = proc.stdout.decode("utf-8")
     assert_shown("\n".join(strings(json.loads(text))) if fmt == "json" else text)
@@ -178,11 +198,17 @@ def test_a_stream_whose_encoding_cannot_hold_a_name_gets_escapes(encoding, fmt):
 
 @pytest.mark.slow
 def test_a_real_process_with_an_ascii_stdout_writes_the_table(batch):
-    (batch / "specs" / "accents.yaml").write_text('function: usermod:Square\ninputs: [{name: "é中", shape: [3]}]\n',
-                                                  encoding="utf-8")
+    (batch / "specs" / "accents.yaml").write_text(
+        'function: usermod:Square\ninputs: [{name: "é中", shape: [3]}]\n', encoding="utf-8"
+    )
     env = {**os.environ, "PYTHONIOENCODING": "ascii"}
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", "specs", "-j", "1", "-v"],  # -v: the passing table too
-                          cwd=batch, env=env, capture_output=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", "specs", "-j", "1", "-v"],  # -v: the passing table too
+        cwd=batch,
+        env=env,
+        capture_output=True,
+        timeout=300,
+    )
     assert proc.returncode == 3, proc.stderr.decode("ascii", "replace")
     text = proc.stdout.decode("ascii")
     assert "0: \\xe9\\u4e2d" in text and "bad\\xff.yaml" in text

@@ -4,6 +4,7 @@ code; one line per unusable document, ``PATH:LINE: KEY: MESSAGE``; exit 0 all va
 (the contract's "could not be checked", what a run of the same spec exits with), 2 a missing path.
 And the pre-commit hook that runs it.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,14 +93,22 @@ def test_a_missing_path_or_an_empty_folder_is_a_usage_error(invoke, tmp_path, mo
 def test_validate_imports_neither_torch_nor_the_specs_code(write_spec, tmp_path):
     write_spec(THREE_DOCS, "multi.yaml")
     write_spec("function: os:system\ninputs: [{value: touch pwned}]\n", "os.yaml")
-    code = ("import sys\n"
-            "from gradcheck_cli.cli import main\n"
-            "try:\n"
-            "    main(['validate', 'multi.yaml', 'os.yaml', sys.argv[1]])\n"
-            "except SystemExit as exc:\n"
-            "    print('exit', exc.code, 'torch' in sys.modules, file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(REPO / "specs")], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import sys\n"
+        "from gradcheck_cli.cli import main\n"
+        "try:\n"
+        "    main(['validate', 'multi.yaml', 'os.yaml', sys.argv[1]])\n"
+        "except SystemExit as exc:\n"
+        "    print('exit', exc.code, 'torch' in sys.modules, file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(REPO / "specs")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.stderr.splitlines()[-1] == "exit 3 False", proc.stderr
     assert len(proc.stdout.splitlines()) == 2
     assert not (tmp_path / "pwned").exists()
@@ -112,8 +121,13 @@ def test_the_pre_commit_hook_runs_validate_on_the_changed_files(tmp_path):
     assert hook["files"] == hooks["gradcheck"]["files"]
     (tmp_path / "bad.yaml").write_text(THREE_DOCS, encoding="utf-8")
     entry = hook["entry"].split()
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", *entry[1:], str(REPO / "specs/linear.yaml"),
-                           "bad.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", *entry[1:], str(REPO / "specs/linear.yaml"), "bad.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == 3
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == ["bad.yaml", "bad.yaml"]

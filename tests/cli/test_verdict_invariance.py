@@ -5,6 +5,7 @@ the default dtype, monkeypatched torch functions, the working directory, determi
 thread left running, state set at import). The truth is each spec checked alone in a fresh
 process; every run of the whole batch, in any order and mode, must give exactly those verdicts.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 pytestmark = pytest.mark.slow
 
-USER = '''
+USER = """
 import os, tempfile, threading, time
 import torch
 
@@ -84,9 +85,9 @@ def sets_deterministic(x):
 def leaves_a_thread(x):
     threading.Thread(target=time.sleep, args=(0.5,), daemon=True).start()
     return x * 3
-'''
+"""
 
-IMPORT_TIME = '''
+IMPORT_TIME = """
 import torch
 
 torch.set_default_dtype(torch.float64)
@@ -95,13 +96,30 @@ torch.set_default_dtype(torch.float64)
 def scratch(x):
     t = torch.empty(x.shape)
     return t.copy_(x if t.dtype == torch.float64 else x.detach()) ** 2
-'''
+"""
 
-FUNCTIONS = ["usermod:Sin", "usermod:Wrong", "usermod:scaled", "usermod:scratch", "usermod:disables_grad",
-             "usermod:sets_float64_default", "usermod:patches_sin", "usermod:changes_directory",
-             "usermod:sets_deterministic", "usermod:leaves_a_thread", "importtime:scratch", "usermod:Sin"]
-MODES = [("cli", "-j", "1"), ("cli", "-j", "2"), ("cli", "--no-isolate"), ("plugin",), ("plugin", "-n", "2"),
-         ("plugin", "--gradcheck-no-isolate")]
+FUNCTIONS = [
+    "usermod:Sin",
+    "usermod:Wrong",
+    "usermod:scaled",
+    "usermod:scratch",
+    "usermod:disables_grad",
+    "usermod:sets_float64_default",
+    "usermod:patches_sin",
+    "usermod:changes_directory",
+    "usermod:sets_deterministic",
+    "usermod:leaves_a_thread",
+    "importtime:scratch",
+    "usermod:Sin",
+]
+MODES = [
+    ("cli", "-j", "1"),
+    ("cli", "-j", "2"),
+    ("cli", "--no-isolate"),
+    ("plugin",),
+    ("plugin", "-n", "2"),
+    ("plugin", "--gradcheck-no-isolate"),
+]
 
 
 def name(k: int) -> str:
@@ -121,8 +139,13 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def gradcheck(cwd: Path, *args: str) -> dict[str, str]:
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_cli", *args, "--format", "json"], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", *args, "--format", "json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return {Path(r["spec"]).stem[-100:]: r["status"] for r in json.loads(proc.stdout)["results"]}
 
 
@@ -130,8 +153,7 @@ def gradcheck(cwd: Path, *args: str) -> dict[str, str]:
 def truth(project: Path) -> dict[str, str]:
     """Each spec alone, in a fresh process."""
     with ThreadPoolExecutor(2) as threads:
-        alone = threads.map(lambda k: gradcheck(project, f"all/{name(k)}.yaml", "--no-isolate"),
-                            range(len(FUNCTIONS)))
+        alone = threads.map(lambda k: gradcheck(project, f"all/{name(k)}.yaml", "--no-isolate"), range(len(FUNCTIONS)))
         verdicts = {k: v for one in alone for k, v in one.items()}
     assert verdicts[name(0)] == "pass" and verdicts[name(1)] == "fail" and verdicts[name(3)] == "fail"
     assert verdicts[name(10)] == "pass"  # the same scratch passes where its module set float64 at import
@@ -149,8 +171,13 @@ def batch(project: Path, order: list[int]) -> Path:
 
 
 def plugin(cwd: Path, folder: Path, *args: str) -> dict[str, str]:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gradcheck",
-                           folder.name, "-rA", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--gradcheck", folder.name, "-rA", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     verdicts = {}
     for line in proc.stdout.splitlines():
         word, _, rest = line.partition(" ")

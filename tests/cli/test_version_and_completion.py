@@ -1,4 +1,5 @@
 """-V / --version with torch's version (torch not imported), TARGETS completing as file paths, Python 3.10+."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -24,13 +25,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize("flag", ["-V", "--version"])
 def test_version_names_torch_and_python_without_importing_torch(flag):
-    code = ("import sys\nfrom gradcheck_cli.cli import main\n"
-            f"try:\n    main([{flag!r}])\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
-            "print('torch imported:', 'torch' in sys.modules)\n")
+    code = (
+        "import sys\nfrom gradcheck_cli.cli import main\n"
+        f"try:\n    main([{flag!r}])\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "print('torch imported:', 'torch' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     torch = importlib.metadata.version("torch")
-    assert out.splitlines()[0] == (f"gradcheck-cli {gradcheck_cli.__version__} (torch {torch}, "
-                                   f"Python {platform.python_version()})")
+    assert out.splitlines()[0] == (
+        f"gradcheck-cli {gradcheck_cli.__version__} (torch {torch}, Python {platform.python_version()})"
+    )
     assert out.strip().endswith("torch imported: False")
 
 

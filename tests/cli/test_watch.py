@@ -1,5 +1,6 @@
 """gradcheck --watch: rounds driven through the watch loop's hooks (each edit is made after a round or at
 a given look at the files, so the next look sees it: no timing), and Ctrl-C on the real command."""
+
 from __future__ import annotations
 
 import io
@@ -44,8 +45,12 @@ class Run:
     """A watch over ``specs/`` whose rounds are recorded; ``edits[n]`` runs after round n,
     ``at_poll[(n, k)]`` at the k-th look at the files after round n."""
 
-    def __init__(self, rounds: int, edits: Optional[dict[int, Callable[[], None]]] = None,
-                 at_poll: Optional[dict[tuple[int, int], Callable[[], None]]] = None) -> None:
+    def __init__(
+        self,
+        rounds: int,
+        edits: Optional[dict[int, Callable[[], None]]] = None,
+        at_poll: Optional[dict[tuple[int, int], Callable[[], None]]] = None,
+    ) -> None:
         self.reports: list[Report] = []
         self.err, self.out = io.StringIO(), io.StringIO()
         edits, at_poll = edits or {}, at_poll or {}
@@ -60,10 +65,14 @@ class Run:
                 at_poll[(len(self.reports), k)]()
             return k > 600  # a round that never comes: stop after a minute of looks, the test then fails
 
-        watch = Watch(lambda: resolve(["specs"], Path("specs"), [], []),
-                      lambda: spec_files_of(["specs"], Path("specs")), plan.RunOptions(),
-                      lambda report, planned: None, Settings(threads=1, err=self.err, out=self.out, interval=0.1),
-                      Hooks(rounds=rounds, on_round=on_round, on_poll=on_poll))
+        watch = Watch(
+            lambda: resolve(["specs"], Path("specs"), [], []),
+            lambda: spec_files_of(["specs"], Path("specs")),
+            plan.RunOptions(),
+            lambda report, planned: None,
+            Settings(threads=1, err=self.err, out=self.out, interval=0.1),
+            Hooks(rounds=rounds, on_round=on_round, on_poll=on_poll),
+        )
         self.code = watch.run()
 
     def statuses(self, n: int) -> list[tuple[str, Status]]:
@@ -99,8 +108,13 @@ def test_a_change_rechecks_only_the_specs_that_import_the_file(user_module, writ
     write_spec(spec_text("mod_a:Square"), "specs/a.yaml")
     write_spec(spec_text("mod_b:Square"), "specs/b.yaml")
     # after round 1: an unrelated file changes (nothing to re-check), later the helper that mod_b imports
-    run = Run(2, at_poll={(1, 1): lambda: (tmp_path / "unrelated.py").write_text("X = 22\n"),
-                          (1, 5): lambda: (tmp_path / "helper_b.py").write_text("def factor():\n    return 3\n")})
+    run = Run(
+        2,
+        at_poll={
+            (1, 1): lambda: (tmp_path / "unrelated.py").write_text("X = 22\n"),
+            (1, 5): lambda: (tmp_path / "helper_b.py").write_text("def factor():\n    return 3\n"),
+        },
+    )
     assert run.statuses(1) == [("specs/a.yaml", Status.PASS), ("specs/b.yaml", Status.PASS)]
     assert run.statuses(2) == [("specs/b.yaml", Status.FAIL)]
     assert "round 2 (changed: helper_b.py): checking 1 of 2 cases" in run.err.getvalue()
@@ -111,8 +125,13 @@ def test_a_syntax_error_is_that_rounds_error_and_the_watch_goes_on(user_module, 
     mod = user_module(square("2"), "sqmod")
     write_spec(spec_text(f"{mod}:Square"), "specs/square.yaml")
     source = tmp_path / "sqmod.py"
-    run = Run(3, edits={1: lambda: source.write_text(square("2") + "\ndef broken(:\n"),
-                        2: lambda: source.write_text(square("2.00"))})
+    run = Run(
+        3,
+        edits={
+            1: lambda: source.write_text(square("2") + "\ndef broken(:\n"),
+            2: lambda: source.write_text(square("2.00")),
+        },
+    )
     assert run.statuses(1) == [("specs/square.yaml", Status.PASS)]
     (broken,) = run.reports[1].results
     assert broken.status is Status.ERROR and broken.error is not None and broken.error.kind is ErrorKind.IMPORT
@@ -120,16 +139,22 @@ def test_a_syntax_error_is_that_rounds_error_and_the_watch_goes_on(user_module, 
     assert run.statuses(3) == [("specs/square.yaml", Status.PASS)]
 
 
-def test_a_module_moved_away_and_back_is_checked_again_and_a_syntax_error_in_it_reported(user_module, write_spec,
-                                                                                          tmp_path):
+def test_a_module_moved_away_and_back_is_checked_again_and_a_syntax_error_in_it_reported(
+    user_module, write_spec, tmp_path
+):
     """issue 31 item 13: a module moved away (import error, "0 modules" watched) and put back ran no round, and
     the watch's state stayed an error (exit 3)"""
     mod = user_module(square("2"), "sqmod")
     write_spec(spec_text(f"{mod}:Square"), "specs/square.yaml")
     source, away = tmp_path / "sqmod.py", tmp_path / "sqmod.py.away"
-    run = Run(4, edits={1: lambda: source.rename(away),
-                        2: lambda: away.rename(source),
-                        3: lambda: source.write_text(square("2") + "\ndef broken(:\n")})
+    run = Run(
+        4,
+        edits={
+            1: lambda: source.rename(away),
+            2: lambda: away.rename(source),
+            3: lambda: source.write_text(square("2") + "\ndef broken(:\n"),
+        },
+    )
     assert run.statuses(1) == [("specs/square.yaml", Status.PASS)]
     (gone,) = run.reports[1].results
     assert gone.status is Status.ERROR and gone.error is not None and gone.error.kind is ErrorKind.IMPORT
@@ -169,8 +194,13 @@ def test_a_module_that_registers_a_custom_op_is_reloaded_in_a_fresh_worker(user_
 def test_ctrl_c_stops_the_watch_with_the_state_exit_code_and_no_traceback(user_module, write_spec, tmp_path):
     user_module(square("3"), "sqmod")
     write_spec(spec_text("sqmod:Square"), "specs/square.yaml")
-    proc = subprocess.Popen([sys.executable, "-m", "gradcheck_cli", "--watch", "specs/", "--no-color"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradcheck_cli", "--watch", "specs/", "--no-color"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stderr is not None
     seen = []
     deadline = time.monotonic() + 300  # a bound for a broken run only

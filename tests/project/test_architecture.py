@@ -1,5 +1,6 @@
 """The floor plan, held by tests: the check registry, the contract's enums and the schemas agree;
 no import cycle inside the package; no module imports another's private name."""
+
 from __future__ import annotations
 
 import ast
@@ -59,8 +60,13 @@ def _module_name(path: Path) -> str:
 
 
 def test_no_module_imports_a_private_name_of_another():
-    private = [f"{_module_name(p)} takes {n} from {m}" for p in PACKAGE.rglob("*.py")
-               for m, names in _imports(p) for n in names if n.startswith("_") and n != "__version__"]
+    private = [
+        f"{_module_name(p)} takes {n} from {m}"
+        for p in PACKAGE.rglob("*.py")
+        for m, names in _imports(p)
+        for n in names
+        if n.startswith("_") and n != "__version__"
+    ]
     assert private == []
 
 
@@ -86,7 +92,7 @@ def test_no_import_cycle_inside_the_package():
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycle.extend(stack[stack.index(nxt):] + [node, nxt] if nxt in stack else [node, nxt])
+                cycle.extend(stack[stack.index(nxt) :] + [node, nxt] if nxt in stack else [node, nxt])
                 return True
             if nxt not in state and visit(nxt, stack + [node]):
                 return True
@@ -104,8 +110,12 @@ def test_the_numerics_import_nothing_of_the_package_outside_them():
     streams are ``numerics.streams``), lazy imports included; only the leaves beside it (the tolerances,
     which the torch-free spec reads too), which import nothing of the package themselves."""
     numerics = PACKAGE / "numerics"
-    outside = [f"{_module_name(p)} imports {m}" for p in numerics.rglob("*.py") for m, _ in _imports(p)
-               if not m.startswith("gradcheck_cli.numerics") and m not in LEAVES]
+    outside = [
+        f"{_module_name(p)} imports {m}"
+        for p in numerics.rglob("*.py")
+        for m, _ in _imports(p)
+        if not m.startswith("gradcheck_cli.numerics") and m not in LEAVES
+    ]
     assert outside == []
     for leaf in LEAVES:
         assert _imports(PACKAGE / (leaf.split(".")[-1] + ".py")) == [], leaf
@@ -118,7 +128,9 @@ def test_the_seeds_are_the_bottom_floor_the_spec_takes_them_from_rng():
     import sys
 
     assert _imports(PACKAGE / "rng.py") == []
-    code = "import sys, gradcheck_cli.rng; assert 'torch' not in sys.modules and 'gradcheck_cli.spec' not in sys.modules"
+    code = (
+        "import sys, gradcheck_cli.rng; assert 'torch' not in sys.modules and 'gradcheck_cli.spec' not in sys.modules"
+    )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
     defined = [p.name for p in (PACKAGE / "spec").glob("*.py") if "\nSEEDS = " in p.read_text(encoding="utf-8")]
     assert defined == []  # one definition of the seeds' range
@@ -139,7 +151,7 @@ def test_the_readmes_development_map_lists_every_module():
     import re
 
     readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    block = readme[readme.index("```\ngradcheck_cli/\n"):]
+    block = readme[readme.index("```\ngradcheck_cli/\n") :]
     block = block[: block.index("\n```")]
     listed, folder = set(), ""
     for line in block.splitlines()[2:]:
@@ -148,6 +160,9 @@ def test_the_readmes_development_map_lists_every_module():
         elif re.match(r"^  \S", line):
             folder = ""
         listed |= {folder + name for name in re.findall(r"\b(\w+\.py)\b", line)}
-    modules = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-               if p.parent.name not in ("examples", "schemas") and "__pycache__" not in p.parts}
+    modules = {
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if p.parent.name not in ("examples", "schemas") and "__pycache__" not in p.parts
+    }
     assert sorted(modules - listed) == []

@@ -3,6 +3,7 @@
 The README's "Quick start" shows one command under "Run the tests"; ``.ci/run`` must run that
 command and no other pytest command, so what a reader runs is what CI checks.
 """
+
 from __future__ import annotations
 
 import re

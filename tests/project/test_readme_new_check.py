@@ -1,6 +1,7 @@
 """The README's "a new check is one module and one registry line" example runs as written: put in
 the package with one registry line, it passes a Function whose two computations agree and fails one
 whose computations differ."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -32,8 +33,8 @@ def my_check(tmp_path, monkeypatch):
     """The README's module with its placeholder filled: ``got`` is the gradient, ``want`` what the
     test module's ``WANT`` makes of it."""
     source = _example().replace(
-        "got, want = ..., ...",
-        "got = ctx.bound.values[i].detach().clone()[None]; want = WANT(got)")
+        "got, want = ..., ...", "got = ctx.bound.values[i].detach().clone()[None]; want = WANT(got)"
+    )
     path = tmp_path / "my_check.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("gradcheck_cli.checks.my_check", path)
@@ -46,8 +47,11 @@ def my_check(tmp_path, monkeypatch):
     return module
 
 
-@pytest.mark.parametrize(("want", "status"), [(lambda got: got.clone(), Status.PASS),
-                                              (lambda got: got * 1.01, Status.FAIL)], ids=["agree", "differ"])
+@pytest.mark.parametrize(
+    ("want", "status"),
+    [(lambda got: got.clone(), Status.PASS), (lambda got: got * 1.01, Status.FAIL)],
+    ids=["agree", "differ"],
+)
 def test_the_readmes_new_check_runs_as_written(my_check, want, status):
     my_check.WANT = want
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)

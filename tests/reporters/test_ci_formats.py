@@ -1,5 +1,6 @@
 """CI formats: GitHub annotations, JUnit XML (against the Jenkins xUnit XSD), and the shipped
 JSON Schemas of the JSON report and of spec files, on real runs and on hand-built results."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,43 +25,100 @@ from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputRepor
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[1] / "data"
-SPEC_FILES = sorted(p.relative_to(REPO).as_posix() for d in ("specs", "broken-specs")
-                    for p in (REPO / d).glob("*.y*ml"))
+SPEC_FILES = sorted(
+    p.relative_to(REPO).as_posix() for d in ("specs", "broken-specs") for p in (REPO / d).glob("*.y*ml")
+)
 
 # ------------------------------------------------------------------------ builders
 
 
 def row(index: int, name: str, status: Status, line: int | None = None, **kw: Any) -> InputReport:
-    base: dict[str, Any] = {"numel": 3, "mismatched": 0, "max_abs_err": 1e-10, "max_rel_err": 1e-9, "worst_index": [0],
-                                "analytical": 1.0, "numerical": 1.0, "atol": 1e-5, "rtol": 1e-3}
+    base: dict[str, Any] = {
+        "numel": 3,
+        "mismatched": 0,
+        "max_abs_err": 1e-10,
+        "max_rel_err": 1e-9,
+        "worst_index": [0],
+        "analytical": 1.0,
+        "numerical": 1.0,
+        "atol": 1e-5,
+        "rtol": 1e-3,
+    }
     if status is Status.FAIL:
-        base.update(mismatched=3, max_abs_err=1.0, max_rel_err=1.0, worst_index=[2], analytical=2.0,
-                    numerical=1.0, diagnosis="analytical is 2.00x numerical", worst_output="output 0 [0, 2]")
+        base.update(
+            mismatched=3,
+            max_abs_err=1.0,
+            max_rel_err=1.0,
+            worst_index=[2],
+            analytical=2.0,
+            numerical=1.0,
+            diagnosis="analytical is 2.00x numerical",
+            worst_output="output 0 [0, 2]",
+        )
     base.update(kw)
     return InputReport(index, name, [3], "float64", status, line=line, **base)
 
 
-def failing(line_of_bias: int | None = 8, case_line: int | None = 1, spec_path: str | None = "specs/lin.yaml",
-            warnings: tuple[str, ...] = ()) -> CaseResult:
-    check = CheckResult("backward", Status.FAIL, "gradient of 'bias': analytical is 2.00x numerical",
-                        "elementwise", [row(0, "input", Status.PASS, 4), row(2, "bias", Status.FAIL, line_of_bias)],
-                        list(warnings), 0.5)
+def failing(
+    line_of_bias: int | None = 8,
+    case_line: int | None = 1,
+    spec_path: str | None = "specs/lin.yaml",
+    warnings: tuple[str, ...] = (),
+) -> CaseResult:
+    check = CheckResult(
+        "backward",
+        Status.FAIL,
+        "gradient of 'bias': analytical is 2.00x numerical",
+        "elementwise",
+        [row(0, "input", Status.PASS, 4), row(2, "bias", Status.FAIL, line_of_bias)],
+        list(warnings),
+        0.5,
+    )
     rid = f"{spec_path}::default[cpu]" if spec_path else "pkg.mod.Lin"
-    return CaseResult(rid, spec_path, "default", "pkg.mod:Lin", "cpu", 0, Status.FAIL, 0.25, None, [check],
-                      replay=f"gradcheck {spec_path} -k {rid}" if spec_path else None, line=case_line)
+    return CaseResult(
+        rid,
+        spec_path,
+        "default",
+        "pkg.mod:Lin",
+        "cpu",
+        0,
+        Status.FAIL,
+        0.25,
+        None,
+        [check],
+        replay=f"gradcheck {spec_path} -k {rid}" if spec_path else None,
+        line=case_line,
+    )
 
 
-def errored(kind: str = "import", message: str = "specs/e.yaml:1: function: no module named 'nope'",
-            spec_path: str | None = "specs/e.yaml", line: int | None = 1, where: str | None = None) -> CaseResult:
+def errored(
+    kind: str = "import",
+    message: str = "specs/e.yaml:1: function: no module named 'nope'",
+    spec_path: str | None = "specs/e.yaml",
+    line: int | None = 1,
+    where: str | None = None,
+) -> CaseResult:
     rid = f"{spec_path}::default[cpu]" if spec_path else "pkg.mod.E"
-    return CaseResult(rid, spec_path, "default", "nope:F", "cpu", 0, Status.ERROR, 0.0,
-                      ErrorInfo(kind, message, where), line=line)
+    return CaseResult(
+        rid, spec_path, "default", "nope:F", "cpu", 0, Status.ERROR, 0.0, ErrorInfo(kind, message, where), line=line
+    )
 
 
 def skipped_result() -> CaseResult:
     checks = [CheckResult("backward", Status.SKIP, "CUDA is not available on this machine")]
-    return CaseResult("specs/gpu.yaml::default[cuda]", "specs/gpu.yaml", "default", "pkg.mod:G", "cuda", 0,
-                      Status.SKIP, 0.0, None, checks, line=1)
+    return CaseResult(
+        "specs/gpu.yaml::default[cuda]",
+        "specs/gpu.yaml",
+        "default",
+        "pkg.mod:G",
+        "cuda",
+        0,
+        Status.SKIP,
+        0.0,
+        None,
+        checks,
+        line=1,
+    )
 
 
 def run_files(paths: list[str]) -> Report:
@@ -84,7 +142,8 @@ def shipped_report() -> Report:
 @pytest.fixture
 def problem_report(write_spec, user_module, monkeypatch) -> Report:
     """A spec error, an import error, a forward that raises (all real), and a hand-built skip."""
-    user_module("""
+    user_module(
+        """
         import torch
         class Boom(torch.autograd.Function):
             @staticmethod
@@ -93,20 +152,31 @@ def problem_report(write_spec, user_module, monkeypatch) -> Report:
             @staticmethod
             def backward(ctx, g):
                 return g
-    """, name="boommod")
-    write_spec("""
+    """,
+        name="boommod",
+    )
+    write_spec(
+        """
         function: boommod:Boom
         inputs: [{shape: [3]}]
         colour: red
-    """, "bad_key.yaml")
-    write_spec("""
+    """,
+        "bad_key.yaml",
+    )
+    write_spec(
+        """
         function: gc_no_such_module_xyz:F
         inputs: [{shape: [3]}]
-    """, "no_module.yaml")
-    write_spec("""
+    """,
+        "no_module.yaml",
+    )
+    write_spec(
+        """
         function: boommod:Boom
         inputs: [{shape: [3]}]
-    """, "boom.yaml")
+    """,
+        "boom.yaml",
+    )
     report = run_files(["bad_key.yaml", "no_module.yaml", "boom.yaml"])
     assert [r.error.kind for r in report.results if r.error] == ["spec", "import", "forward"]
     report.results.append(skipped_result())
@@ -154,30 +224,35 @@ def _set(path: tuple, value: Any) -> Any:
             del target[path[-1]]
         else:
             target[path[-1]] = value
+
     return mutate
 
 
 FAIL_ROW = ("results", 0, "checks", 0, "inputs", 1)
 
 
-@pytest.mark.parametrize("mutate", [
-    _set(FAIL_ROW + ("max_abs_err",), "1.0"),  # numbers are numbers, not strings
-    _set(FAIL_ROW + ("shape",), ["3"]),
-    _set(FAIL_ROW + ("status",), "ok"),
-    _set(FAIL_ROW + ("name",), KeyError),  # every row has its name
-    _set(FAIL_ROW + ("index",), -1),
-    _set(FAIL_ROW + ("surprise",), 1),
-    _set(("results", 0, "status"), "failed"),
-    _set(("results", 0, "error"), {"kind": "x", "message": "m", "where": None}),  # error only with status error
-    _set(("results", 1, "error"), None),
-    _set(("results", 1, "error", "kind"), KeyError),
-    _set(("results", 0, "seed"), "0"),
-    _set(("results", 0, "line"), 0),
-    _set(("summary", "total"), -1),
-    _set(("summary", "failed"), KeyError),
-    _set(("schema_version",), 2),
-    _set(("tool", "name"), "other"),
-], ids=lambda m: "")
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        _set(FAIL_ROW + ("max_abs_err",), "1.0"),  # numbers are numbers, not strings
+        _set(FAIL_ROW + ("shape",), ["3"]),
+        _set(FAIL_ROW + ("status",), "ok"),
+        _set(FAIL_ROW + ("name",), KeyError),  # every row has its name
+        _set(FAIL_ROW + ("index",), -1),
+        _set(FAIL_ROW + ("surprise",), 1),
+        _set(("results", 0, "status"), "failed"),
+        _set(("results", 0, "error"), {"kind": "x", "message": "m", "where": None}),  # error only with status error
+        _set(("results", 1, "error"), None),
+        _set(("results", 1, "error", "kind"), KeyError),
+        _set(("results", 0, "seed"), "0"),
+        _set(("results", 0, "line"), 0),
+        _set(("summary", "total"), -1),
+        _set(("summary", "failed"), KeyError),
+        _set(("schema_version",), 2),
+        _set(("tool", "name"), "other"),
+    ],
+    ids=lambda m: "",
+)
 def test_report_schema_rejects_broken_reports(mutate, report_validator):
     data = _valid_report()
     assert errors_of(report_validator, data) == []
@@ -327,10 +402,35 @@ def test_spec_schema_enums_and_keys_match_spec_py():
     assert defs["tensor"]["properties"]["dist"]["enum"] == list(spec.DISTS)
 
 
-DEVICES = ["cpu", "cuda", "cuda:0", "cuda:12", "mps", "gpu", "CPU", "cuda:", "cuda:x", " cpu", "cpu\n", "cuda:1\n",
-           "cpu,cuda"]
-FUNCTIONS = ["pkg.mod:F", "pkg.mod.F", "pkg:F", "a.b.c:D.E", "F", "pkg.mod:F\n", "1pkg.mod:F", "pkg mod:F",
-             "pkg.mod:F:G", "pkg.mod:", ":F", "_p._m:_F"]
+DEVICES = [
+    "cpu",
+    "cuda",
+    "cuda:0",
+    "cuda:12",
+    "mps",
+    "gpu",
+    "CPU",
+    "cuda:",
+    "cuda:x",
+    " cpu",
+    "cpu\n",
+    "cuda:1\n",
+    "cpu,cuda",
+]
+FUNCTIONS = [
+    "pkg.mod:F",
+    "pkg.mod.F",
+    "pkg:F",
+    "a.b.c:D.E",
+    "F",
+    "pkg.mod:F\n",
+    "1pkg.mod:F",
+    "pkg mod:F",
+    "pkg.mod:F:G",
+    "pkg.mod:",
+    ":F",
+    "_p._m:_F",
+]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -400,7 +500,11 @@ def test_junit_of_real_runs_is_valid_and_counts_match(shipped_report, problem_re
     s = report.summary()
     assert suite.get("name") == "gradcheck"
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
-        str(s["total"]), str(s["failed"]), str(s["errors"]), str(s["skipped"] + s["xfailed"]))
+        str(s["total"]),
+        str(s["failed"]),
+        str(s["errors"]),
+        str(s["skipped"] + s["xfailed"]),
+    )
     assert s["failed"] and s["errors"] and s["skipped"]
     assert suite.get("time") == "1.235"
     cases = suite.findall("testcase")
@@ -473,10 +577,16 @@ def test_junit_time_and_inline_names(xsd, tmp_path):
     assert (second.get("classname"), second.get("name")) == ("pkg.mod.Lin", "pkg.mod.Lin")
 
 
-@pytest.mark.parametrize("path, expected", [
-    ("specs/linear.yaml", "specs.linear.yaml"), ("./specs/sub/a.yml", "specs.sub.a.yml"),
-    ("/abs/dir/b.yaml", "abs.dir.b.yaml"), ("c.yaml", "c.yaml"), ("<command line>", "pkg.mod.Lin"),
-])
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        ("specs/linear.yaml", "specs.linear.yaml"),
+        ("./specs/sub/a.yml", "specs.sub.a.yml"),
+        ("/abs/dir/b.yaml", "abs.dir.b.yaml"),
+        ("c.yaml", "c.yaml"),
+        ("<command line>", "pkg.mod.Lin"),
+    ],
+)
 def test_junit_classname(path, expected):
     assert junit.classname(failing(spec_path=path)) == expected
 
@@ -515,21 +625,26 @@ def test_github_is_registered():
 def test_github_escaping():
     assert github.escape_data("50% a\r\nb: c, d") == "50%25 a%0D%0Ab: c, d"
     assert github.escape_property("50% a\r\nb: c, d") == "50%25 a%0D%0Ab%3A c%2C d"
-    assert github.command("error", "m%\nx", "dir/a,b:c.yaml", 7, "t: 1, 2") == \
-        "::error file=dir/a%2Cb%3Ac.yaml,line=7,title=t%3A 1%2C 2::m%25%0Ax"
+    assert (
+        github.command("error", "m%\nx", "dir/a,b:c.yaml", 7, "t: 1, 2")
+        == "::error file=dir/a%2Cb%3Ac.yaml,line=7,title=t%3A 1%2C 2::m%25%0Ax"
+    )
     assert github.command("warning", "plain") == "::warning::plain"
     assert github.command("error", "m", None, 7) == "::error::m"  # a line of no file means nothing
 
 
-FAIL_MESSAGE = ("backward: gradient of 'bias': analytical is 2.00x numerical%0A"
-                "  argument 2 'bias' [3]: 3 of 3 elements out of tolerance, max abs err 1, max rel err 1, "
-                "worst at [2] (analytical 2 vs numerical 1): analytical is 2.00x numerical%0A"
-                "replay: gradcheck specs/lin.yaml -k specs/lin.yaml::default[cpu]")
+FAIL_MESSAGE = (
+    "backward: gradient of 'bias': analytical is 2.00x numerical%0A"
+    "  argument 2 'bias' [3]: 3 of 3 elements out of tolerance, max abs err 1, max rel err 1, "
+    "worst at [2] (analytical 2 vs numerical 1): analytical is 2.00x numerical%0A"
+    "replay: gradcheck specs/lin.yaml -k specs/lin.yaml::default[cpu]"
+)
 
 
 def test_github_failing_result_points_at_the_failing_argument():
     assert github.commands(Report([failing()])) == [
-        "::error file=specs/lin.yaml,line=8,title=gradcheck fail%3A specs/lin.yaml%3A%3Adefault[cpu]::" + FAIL_MESSAGE]
+        "::error file=specs/lin.yaml,line=8,title=gradcheck fail%3A specs/lin.yaml%3A%3Adefault[cpu]::" + FAIL_MESSAGE
+    ]
 
 
 def test_github_line_falls_back_to_the_case_then_to_none():
@@ -542,8 +657,9 @@ def test_github_line_falls_back_to_the_case_then_to_none():
 def test_github_error_results():
     result = errored(kind="forward", message="forward raised ValueError: 100% bad", where="mod.py:3")
     result.replay = "gradcheck specs/e.yaml"
-    spec_err = errored(kind="spec", message="specs/s.yaml:4: inputs[0].shape: expected a list",
-                       spec_path="specs/s.yaml", line=4)
+    spec_err = errored(
+        kind="spec", message="specs/s.yaml:4: inputs[0].shape: expected a list", spec_path="specs/s.yaml", line=4
+    )
     assert github.commands(Report([result, spec_err])) == [
         "::error file=specs/e.yaml,line=1,title=gradcheck forward error%3A specs/e.yaml%3A%3Adefault[cpu]::"
         "forward error: forward raised ValueError: 100%25 bad%0Aat mod.py:3%0Areplay: gradcheck specs/e.yaml",
@@ -557,8 +673,17 @@ def test_github_error_results():
 def test_github_warnings_one_per_warning():
     result = failing(warnings=("'x' is not float64",))
     result.warnings.append("case, warning")
-    passed = CaseResult("specs/p.yaml::default[cpu]", "specs/p.yaml", "default", "m:P", "cpu", 0, Status.PASS,
-                        checks=[CheckResult("backward", Status.PASS, warnings=["w%"])], line=2)
+    passed = CaseResult(
+        "specs/p.yaml::default[cpu]",
+        "specs/p.yaml",
+        "default",
+        "m:P",
+        "cpu",
+        0,
+        Status.PASS,
+        checks=[CheckResult("backward", Status.PASS, warnings=["w%"])],
+        line=2,
+    )
     lines = github.commands(Report([result, passed]))
     assert lines[1:] == [
         "::warning file=specs/lin.yaml,line=1,title=gradcheck warning%3A specs/lin.yaml%3A%3Adefault[cpu]::"
@@ -574,8 +699,10 @@ def test_github_inline_results_have_no_file():
     library = errored(spec_path=None, line=None)
     lines = github.commands(Report([inline, library]))
     assert lines[0].startswith("::error title=gradcheck fail%3A <command line>%3A%3Adefault[cpu]::backward: ")
-    assert lines[1] == ("::error title=gradcheck import error%3A pkg.mod.E::import error: "
-                        "specs/e.yaml:1: function: no module named 'nope'")
+    assert lines[1] == (
+        "::error title=gradcheck import error%3A pkg.mod.E::import error: "
+        "specs/e.yaml:1: function: no module named 'nope'"
+    )
     assert not any("file=" in line for line in lines)
 
 
@@ -586,17 +713,19 @@ def test_github_render_groups_each_case_then_the_summary_and_the_commands():
     lines = out.getvalue().splitlines()
     assert "\x1b" not in out.getvalue()
     groups = [i for i, line in enumerate(lines) if line.startswith("::group::")]
-    assert [lines[i] for i in groups] == ["::group::FAIL specs/lin.yaml::default[cpu]",
-                                          "::group::SKIP specs/gpu.yaml::default[cuda]",
-                                          "::group::ERROR specs/e.yaml::default[cpu]"]
+    assert [lines[i] for i in groups] == [
+        "::group::FAIL specs/lin.yaml::default[cpu]",
+        "::group::SKIP specs/gpu.yaml::default[cuda]",
+        "::group::ERROR specs/e.yaml::default[cpu]",
+    ]
     for i, result in zip(groups, report.results):
         # in each group, the case's plain table, fenced: text in it never runs as a command
         token = lines[i + 1].removeprefix("::stop-commands::")
         assert lines[i + 1].startswith("::stop-commands::") and len(token) == 16
         end = lines.index(f"::{token}::", i)
-        assert "\n".join(lines[i + 2:end]) + "\n" == table.case_text(result)
+        assert "\n".join(lines[i + 2 : end]) + "\n" == table.case_text(result)
         assert lines[end + 1] == "::endgroup::"
-    tail = lines[lines.index("::endgroup::", groups[-1]) + 1:]
+    tail = lines[lines.index("::endgroup::", groups[-1]) + 1 :]
     assert tail[0] == "3 results: 0 passed, 1 failed, 1 error, 1 skipped in 0.00s"
     assert tail[1:] == github.commands(report) and len(tail[1:]) == 2  # nothing for the skip
 
@@ -650,8 +779,10 @@ def test_github_step_summary_is_appended_by_the_command_line(write_spec, invoke,
     text = (tmp_path / "summary.md").read_text()
     assert text.startswith("earlier step\n### gradcheck: 1 result: 0 passed, 1 failed, 0 errors, 0 skipped in ")
     (row,) = [line for line in text.splitlines() if line.startswith("| double_bias.yaml")]
-    assert row.startswith("| double_bias.yaml::default[cpu] | backward | 2: bias | constant_ratio: analytical is "
-                          "2.00x numerical | 2 | ` gradcheck double_bias.yaml -k double_bias.yaml::default ` |")
+    assert row.startswith(
+        "| double_bias.yaml::default[cpu] | backward | 2: bias | constant_ratio: analytical is "
+        "2.00x numerical | 2 | ` gradcheck double_bias.yaml -k double_bias.yaml::default ` |"
+    )
     monkeypatch.delenv("GITHUB_STEP_SUMMARY")
     invoke("double_bias.yaml", "--no-isolate", "--format", "table")  # only with --format github (or auto)
     assert (tmp_path / "summary.md").read_text() == text
@@ -671,7 +802,7 @@ def test_github_on_real_runs(shipped_report, problem_report):
     assert problems[2].startswith("::error file=boom.yaml,line=2,title=gradcheck forward error%3A ")
     assert problems[3].startswith("::error file=boommod.py,line=6,title=gradcheck forward error%3A boom.yaml")
     assert problems[3].endswith("%0Awhile checking boom.yaml::default[cpu]")
-    assert (Path("boommod.py").read_text().splitlines()[5].strip() == 'raise ValueError("boom <&> \\"quoted\\"")')
+    assert Path("boommod.py").read_text().splitlines()[5].strip() == 'raise ValueError("boom <&> \\"quoted\\"")'
     # (the written files start with a blank line: the document begins on line 2)
     assert problems[1].startswith("::error file=no_module.yaml,line=2,title=gradcheck import error%3A ")
     assert len(problems) == 4  # the forward error twice: in the spec and in the user's module
@@ -689,8 +820,13 @@ def test_junit_suite_has_timestamp_hostname_and_properties(xsd, tmp_path):
     assert abs((datetime.datetime.now().astimezone() - stamp).total_seconds()) < 600
     assert suite.get("hostname") == socket.gethostname()
     props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
-    assert props == {"gradcheck-cli": gradcheck_cli.__version__, "torch": json_.torch_version(),
-                     "seed": "0, 7", "device": "cpu, cuda", "function": "pkg.mod:Lin, pkg.other:G, nope:F"}
+    assert props == {
+        "gradcheck-cli": gradcheck_cli.__version__,
+        "torch": json_.torch_version(),
+        "seed": "0, 7",
+        "device": "cpu, cuda",
+        "function": "pkg.mod:Lin, pkg.other:G, nope:F",
+    }
     assert suite.find("testcase/properties") is None  # the Jenkins schema has none on a testcase
 
 
@@ -700,12 +836,15 @@ def test_junit_timestamp_and_hostname_can_be_given():
     assert (suite.get("timestamp"), suite.get("hostname")) == ("2024-01-02T03:04:05+00:00", "ci-7")
 
 
-@pytest.mark.parametrize("rid, spec_path, case, expected", [
-    ("specs/l.yaml::with_bias[cpu]", "specs/l.yaml", "with_bias", ("specs.l.yaml", "with_bias[cpu]")),
-    ("specs/m.yaml#2::default[cuda:1]", "specs/m.yaml", "default", ("specs.m.yaml.#2", "default[cuda:1]")),
-    ("./specs/l.yaml::a.b[cpu]", "./specs/l.yaml", "a.b", ("specs.l.yaml", "a.b[cpu]")),
-    ("specs/bad.yaml:4", "specs/bad.yaml", None, ("specs.bad.yaml", "spec_error[line 4]")),
-])
+@pytest.mark.parametrize(
+    "rid, spec_path, case, expected",
+    [
+        ("specs/l.yaml::with_bias[cpu]", "specs/l.yaml", "with_bias", ("specs.l.yaml", "with_bias[cpu]")),
+        ("specs/m.yaml#2::default[cuda:1]", "specs/m.yaml", "default", ("specs.m.yaml.#2", "default[cuda:1]")),
+        ("./specs/l.yaml::a.b[cpu]", "./specs/l.yaml", "a.b", ("specs.l.yaml", "a.b[cpu]")),
+        ("specs/bad.yaml:4", "specs/bad.yaml", None, ("specs.bad.yaml", "spec_error[line 4]")),
+    ],
+)
 def test_junit_names_are_pytests_names_of_the_plugins_items(rid, spec_path, case, expected):
     result = CaseResult(rid, spec_path, case, "m:F", "cpu" if "cpu" in rid else "cuda:1", 0, Status.PASS, line=4)
     assert junit.names(result) == expected

@@ -1,6 +1,7 @@
 """Colour: the --color/--no-color flag, then NO_COLOR, then FORCE_COLOR, then whether stdout is a
 terminal; machine formats never colour. The decision is ours: rich must not override it from the
 environment."""
+
 from __future__ import annotations
 
 import io
@@ -63,12 +64,37 @@ def test_a_dumb_terminal_is_not_coloured_unless_asked():
 
 
 def _report() -> Report:
-    return Report([CaseResult("specs/a.yaml::default[cpu]", "specs/a.yaml", "default", "m:F", "cpu", 0, Status.FAIL,
-                              0.1, None, [CheckResult("backward", Status.FAIL, "wrong")], line=1)])
+    return Report(
+        [
+            CaseResult(
+                "specs/a.yaml::default[cpu]",
+                "specs/a.yaml",
+                "default",
+                "m:F",
+                "cpu",
+                0,
+                Status.FAIL,
+                0.1,
+                None,
+                [CheckResult("backward", Status.FAIL, "wrong")],
+                line=1,
+            )
+        ]
+    )
 
 
-@pytest.mark.parametrize("env", [{}, {"FORCE_COLOR": "1"}, {"NO_COLOR": "1"}, {"FORCE_COLOR": "1", "NO_COLOR": "1"},
-                                 {"TERM": "dumb"}, {"TTY_COMPATIBLE": "1"}, {"TTY_COMPATIBLE": "0"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"FORCE_COLOR": "1"},
+        {"NO_COLOR": "1"},
+        {"FORCE_COLOR": "1", "NO_COLOR": "1"},
+        {"TERM": "dumb"},
+        {"TTY_COMPATIBLE": "1"},
+        {"TTY_COMPATIBLE": "0"},
+    ],
+)
 @pytest.mark.parametrize("fmt", ["table", "github"])
 def test_rich_does_not_override_the_decision_from_the_environment(env, fmt, monkeypatch):
     for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TERM"):
@@ -87,17 +113,20 @@ inputs: [{shape: [4], avoid: [[-0.01, 0.01]]}]
 """
 
 
-@pytest.mark.parametrize("args, env, coloured", [
-    (["--color"], {}, True),  # stdout is a pipe here: --color forces colour all the same
-    (["--color"], {"NO_COLOR": "1"}, True),
-    (["--no-color"], {"FORCE_COLOR": "1"}, False),
-    ([], {"FORCE_COLOR": "1"}, True),
-    ([], {"FORCE_COLOR": "1", "NO_COLOR": "1"}, False),
-    ([], {}, False),  # a pipe, nothing asked
-    (["--format", "github"], {"FORCE_COLOR": "1"}, False),
-    (["--format", "github", "--color"], {"FORCE_COLOR": "1"}, False),
-    (["--format", "json", "--color"], {"FORCE_COLOR": "1"}, False),
-])
+@pytest.mark.parametrize(
+    "args, env, coloured",
+    [
+        (["--color"], {}, True),  # stdout is a pipe here: --color forces colour all the same
+        (["--color"], {"NO_COLOR": "1"}, True),
+        (["--no-color"], {"FORCE_COLOR": "1"}, False),
+        ([], {"FORCE_COLOR": "1"}, True),
+        ([], {"FORCE_COLOR": "1", "NO_COLOR": "1"}, False),
+        ([], {}, False),  # a pipe, nothing asked
+        (["--format", "github"], {"FORCE_COLOR": "1"}, False),
+        (["--format", "github", "--color"], {"FORCE_COLOR": "1"}, False),
+        (["--format", "json", "--color"], {"FORCE_COLOR": "1"}, False),
+    ],
+)
 def test_command_line_colour(args, env, coloured, write_spec, invoke, monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE"):

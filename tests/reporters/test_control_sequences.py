@@ -1,6 +1,7 @@
 """Terminal control sequences in user text (case names, exception messages, warnings) are shown as
 escapes where the text meets a terminal: the table, the GitHub log (also a terminal's text), a
 result's repr and str. The JSON report keeps the text itself (JSON escapes it). Issue 31 item 3."""
+
 from __future__ import annotations
 
 import io
@@ -16,11 +17,30 @@ NASTY = f"boom{CLEAR}{TITLE}{BACK}\x9b1m end"
 
 
 def nasty_report() -> Report:
-    failing = CaseResult(f"specs/x.yaml::case{CLEAR}[cpu]", "specs/x.yaml", f"case{CLEAR}", "pkg.mod:F", "cpu", 0,
-                         Status.FAIL, 0.1, None, [CheckResult("backward", Status.FAIL, NASTY, warnings=[NASTY])],
-                         replay=f"gradcheck specs/x.yaml -k 'case{CLEAR}'")
-    erroring = CaseResult("specs/y.yaml::default[cpu]", "specs/y.yaml", "default", "pkg.mod:G", "cpu", 0,
-                          Status.ERROR, 0.1, ErrorInfo("forward", NASTY, "pkg/mod.py:3"))
+    failing = CaseResult(
+        f"specs/x.yaml::case{CLEAR}[cpu]",
+        "specs/x.yaml",
+        f"case{CLEAR}",
+        "pkg.mod:F",
+        "cpu",
+        0,
+        Status.FAIL,
+        0.1,
+        None,
+        [CheckResult("backward", Status.FAIL, NASTY, warnings=[NASTY])],
+        replay=f"gradcheck specs/x.yaml -k 'case{CLEAR}'",
+    )
+    erroring = CaseResult(
+        "specs/y.yaml::default[cpu]",
+        "specs/y.yaml",
+        "default",
+        "pkg.mod:G",
+        "cpu",
+        0,
+        Status.ERROR,
+        0.1,
+        ErrorInfo("forward", NASTY, "pkg/mod.py:3"),
+    )
     return Report([failing, erroring], 0.2)
 
 
@@ -30,8 +50,7 @@ def rendered(render, report: Report, **kw) -> str:
     return stream.getvalue()
 
 
-@pytest.mark.parametrize("render, kw", [(table.render, {"color": False}), (github.render, {})],
-                         ids=["table", "github"])
+@pytest.mark.parametrize("render, kw", [(table.render, {"color": False}), (github.render, {})], ids=["table", "github"])
 def test_a_terminal_report_shows_control_characters_as_escapes(render, kw):
     out = rendered(render, nasty_report(), **kw)
     assert "\x1b" not in out and "\x07" not in out and "\r" not in out and "\x9b" not in out, repr(out)
@@ -66,14 +85,46 @@ class Terminal(io.StringIO):
 def wide_report() -> Report:
     from gradcheck_cli.results import InputReport
 
-    rows = [InputReport(0, "an_argument_with_a_long_name", [64, 128], "float64", Status.FAIL, numel=8192,
-                        mismatched=8192, max_abs_err=1.5, max_rel_err=1.0, worst_index=[3, 7],
-                        worst_output="output 0 [3, 7]", analytical=2.0, numerical=1.0, atol=1e-5, rtol=1e-3,
-                        diagnosis="analytical is 2.00x numerical everywhere")]
-    check = CheckResult("backward", Status.FAIL, "gradient of 'an_argument_with_a_long_name' is wrong", "elementwise",
-                        rows)
-    return Report([CaseResult("specs/w.yaml::default[cpu]", "specs/w.yaml", "default", "pkg.mod:W", "cpu", 0,
-                              Status.FAIL, 0.1, None, [check])], 0.1)
+    rows = [
+        InputReport(
+            0,
+            "an_argument_with_a_long_name",
+            [64, 128],
+            "float64",
+            Status.FAIL,
+            numel=8192,
+            mismatched=8192,
+            max_abs_err=1.5,
+            max_rel_err=1.0,
+            worst_index=[3, 7],
+            worst_output="output 0 [3, 7]",
+            analytical=2.0,
+            numerical=1.0,
+            atol=1e-5,
+            rtol=1e-3,
+            diagnosis="analytical is 2.00x numerical everywhere",
+        )
+    ]
+    check = CheckResult(
+        "backward", Status.FAIL, "gradient of 'an_argument_with_a_long_name' is wrong", "elementwise", rows
+    )
+    return Report(
+        [
+            CaseResult(
+                "specs/w.yaml::default[cpu]",
+                "specs/w.yaml",
+                "default",
+                "pkg.mod:W",
+                "cpu",
+                0,
+                Status.FAIL,
+                0.1,
+                None,
+                [check],
+            )
+        ],
+        0.1,
+    )
 
 
 @pytest.mark.parametrize("color", [False, True], ids=["no colour", "colour"])
@@ -102,9 +153,28 @@ def test_a_column_empty_in_every_row_is_left_out_and_opcheck_rows_are_tests():
 
     tests = [InputReport(0, name, [], "-", Status.PASS, role="test") for name in ("test_schema", "test_faketensor")]
     check = CheckResult("opcheck", Status.PASS, "all pass", "torch.library.opcheck", tests)
-    out = rendered(table.render, Report([CaseResult("specs/o.yaml::default[cpu]", "specs/o.yaml", "default",
-                                                    "torch.ops.ns.op", "cpu", 0, Status.PASS, 0.1, None,
-                                                    [check])], 0.1), color=False, verbosity=table.Verbosity.VERBOSE)
+    out = rendered(
+        table.render,
+        Report(
+            [
+                CaseResult(
+                    "specs/o.yaml::default[cpu]",
+                    "specs/o.yaml",
+                    "default",
+                    "torch.ops.ns.op",
+                    "cpu",
+                    0,
+                    Status.PASS,
+                    0.1,
+                    None,
+                    [check],
+                )
+            ],
+            0.1,
+        ),
+        color=False,
+        verbosity=table.Verbosity.VERBOSE,
+    )
     header = next(line for line in out.splitlines() if line.startswith("test "))
     assert header.split() == ["test", "┃", "status"], header
     assert "max abs err" not in out and "tolerance" not in out

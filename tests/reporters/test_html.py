@@ -1,5 +1,6 @@
 """The HTML report (--html): a self-contained page, parsed with html.parser, and rendered in headless
 Chromium where one is installed."""
+
 from __future__ import annotations
 
 import re
@@ -44,10 +45,25 @@ def _failing_row(index: int, name: str, shape: list[int]) -> InputReport:
     numel = 1
     for s in shape:
         numel *= s
-    row = InputReport(index, name, shape, "float64", Status.FAIL, numel=numel, mismatched=2, max_abs_err=1.0,
-                      max_rel_err=1.0, worst_index=[0] * len(shape), analytical=2.0, numerical=1.0, atol=1e-5,
-                      rtol=1e-3, diagnosis=f"2 of {numel} elements are wrong {EVIL}",
-                      mismatched_indices=[[0] * len(shape), [1] + [0] * (len(shape) - 1)], mismatched_indices_cap=100)
+    row = InputReport(
+        index,
+        name,
+        shape,
+        "float64",
+        Status.FAIL,
+        numel=numel,
+        mismatched=2,
+        max_abs_err=1.0,
+        max_rel_err=1.0,
+        worst_index=[0] * len(shape),
+        analytical=2.0,
+        numerical=1.0,
+        atol=1e-5,
+        rtol=1e-3,
+        diagnosis=f"2 of {numel} elements are wrong {EVIL}",
+        mismatched_indices=[[0] * len(shape), [1] + [0] * (len(shape) - 1)],
+        mismatched_indices_cap=100,
+    )
     rows, cols = (shape[0], shape[1]) if len(shape) == 2 else (1, shape[0])
     error = [0.0] * (rows * cols)
     error[0], error[cols] = 1.0, float("inf")
@@ -57,12 +73,34 @@ def _failing_row(index: int, name: str, shape: list[int]) -> InputReport:
 
 def _report() -> Report:
     passing = InputReport(0, "x", [3], "float64", Status.PASS, numel=3, mismatched=0)
-    failing = CheckResult("backward", Status.FAIL, f"gradient of {EVIL} is wrong", "elementwise",
-                          [passing, _failing_row(1, EVIL, [4, 3]), _failing_row(2, "w", [5, 2])])
-    bad = CaseResult(f"specs/a.yaml::{EVIL}[cpu]", "specs/a.yaml", EVIL, f"mod:{EVIL}", "cpu", 0, Status.FAIL,
-                     checks=[failing], replay=f"gradcheck specs/a.yaml -k '{EVIL}'")
-    good = CaseResult("specs/b.yaml::default[cpu]", "specs/b.yaml", "default", "mod:Good", "cpu", 0, Status.PASS,
-                      checks=[CheckResult("backward", Status.PASS, "1 argument checked", "elementwise", [passing])])
+    failing = CheckResult(
+        "backward",
+        Status.FAIL,
+        f"gradient of {EVIL} is wrong",
+        "elementwise",
+        [passing, _failing_row(1, EVIL, [4, 3]), _failing_row(2, "w", [5, 2])],
+    )
+    bad = CaseResult(
+        f"specs/a.yaml::{EVIL}[cpu]",
+        "specs/a.yaml",
+        EVIL,
+        f"mod:{EVIL}",
+        "cpu",
+        0,
+        Status.FAIL,
+        checks=[failing],
+        replay=f"gradcheck specs/a.yaml -k '{EVIL}'",
+    )
+    good = CaseResult(
+        "specs/b.yaml::default[cpu]",
+        "specs/b.yaml",
+        "default",
+        "mod:Good",
+        "cpu",
+        0,
+        Status.PASS,
+        checks=[CheckResult("backward", Status.PASS, "1 argument checked", "elementwise", [passing])],
+    )
     return Report([bad, good], 1.5)
 
 
@@ -129,11 +167,16 @@ def test_headless_chromium_renders_the_page_offline(tmp_path):
     html.write(_report(), path)
     flags = [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", "--user-data-dir=" + str(tmp_path / "profile")]
     shot = tmp_path / "shot.png"
-    subprocess.run([*flags, f"--screenshot={shot}", "--window-size=1200,1600", path.as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [*flags, f"--screenshot={shot}", "--window-size=1200,1600", path.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(data[16:20], "big") == 1200
-    dom = subprocess.run([*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120,
-                         check=True).stdout
-    assert dom.count("<section class=\"argument\">") == 2 and dom.count("<svg") == 6  # parsed, as written
+    dom = subprocess.run(
+        [*flags, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    assert dom.count('<section class="argument">') == 2 and dom.count("<svg") == 6  # parsed, as written
     assert "<script" not in dom

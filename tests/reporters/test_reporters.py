@@ -1,4 +1,5 @@
 """Reporters on hand-built results (exact strings), exit codes and ``results.overall``."""
+
 from __future__ import annotations
 
 import io
@@ -10,32 +11,51 @@ import torch
 
 import gradcheck_cli
 from gradcheck_cli import reporters
-from gradcheck_cli.results import (
-    CaseResult,
-    CheckResult,
-    ErrorInfo,
-    InputReport,
-    Report,
-    Status,
-    overall,
-)
+from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputReport, Report, Status, overall
 
 # ------------------------------------------------------------------------ builders
 
 
 def row_pass(index=0, name="input", shape=(20, 20)) -> InputReport:
     numel = math.prod(shape)
-    return InputReport(index, name, list(shape), "float64", Status.PASS, numel=numel, mismatched=0,
-                       max_abs_err=1.5e-10, max_rel_err=2.5e-9, worst_index=[1, 2],
-                       worst_output="output 0 [1, 2]", analytical=0.5, numerical=0.5,
-                       atol=1e-5, rtol=1e-3)
+    return InputReport(
+        index,
+        name,
+        list(shape),
+        "float64",
+        Status.PASS,
+        numel=numel,
+        mismatched=0,
+        max_abs_err=1.5e-10,
+        max_rel_err=2.5e-9,
+        worst_index=[1, 2],
+        worst_output="output 0 [1, 2]",
+        analytical=0.5,
+        numerical=0.5,
+        atol=1e-5,
+        rtol=1e-3,
+    )
 
 
 def row_fail() -> InputReport:
-    return InputReport(1, "weight", [30, 20], "float64", Status.FAIL, numel=600, mismatched=600,
-                       max_abs_err=0.31, max_rel_err=1.0, worst_index=[3, 7], worst_output="output 0 [3, 7]",
-                       analytical=0.62, numerical=0.31, atol=1e-5, rtol=1e-3,
-                       diagnosis="analytical is 2.00x numerical")
+    return InputReport(
+        1,
+        "weight",
+        [30, 20],
+        "float64",
+        Status.FAIL,
+        numel=600,
+        mismatched=600,
+        max_abs_err=0.31,
+        max_rel_err=1.0,
+        worst_index=[3, 7],
+        worst_output="output 0 [3, 7]",
+        analytical=0.62,
+        numerical=0.31,
+        atol=1e-5,
+        rtol=1e-3,
+        diagnosis="analytical is 2.00x numerical",
+    )
 
 
 def row_skip() -> InputReport:
@@ -43,20 +63,37 @@ def row_skip() -> InputReport:
 
 
 def check_pass() -> CheckResult:
-    return CheckResult("backward", Status.PASS, "1 argument checked, all within tolerance", "elementwise",
-                       [row_pass()], [], 0.123456)
+    return CheckResult(
+        "backward", Status.PASS, "1 argument checked, all within tolerance", "elementwise", [row_pass()], [], 0.123456
+    )
 
 
 def check_fail() -> CheckResult:
-    return CheckResult("backward", Status.FAIL, "gradient of 'weight': analytical is 2.00x numerical",
-                       "elementwise", [row_pass(), row_fail(), row_skip()],
-                       ["'weight' is not float64: finite differences in low precision are unreliable"], 0.4)
+    return CheckResult(
+        "backward",
+        Status.FAIL,
+        "gradient of 'weight': analytical is 2.00x numerical",
+        "elementwise",
+        [row_pass(), row_fail(), row_skip()],
+        ["'weight' is not float64: finite differences in low precision are unreliable"],
+        0.4,
+    )
 
 
 def case(name: str, status: Status, checks=(), error=None, **kw) -> CaseResult:
-    return CaseResult(id=f"specs/{name}.yaml::default[cpu]", spec=f"specs/{name}.yaml", case="default",
-                      function=f"pkg.mod:{name.title()}", device="cpu", seed=7, status=status,
-                      duration_s=0.25, error=error, checks=list(checks), **kw)
+    return CaseResult(
+        id=f"specs/{name}.yaml::default[cpu]",
+        spec=f"specs/{name}.yaml",
+        case="default",
+        function=f"pkg.mod:{name.title()}",
+        device="cpu",
+        seed=7,
+        status=status,
+        duration_s=0.25,
+        error=error,
+        checks=list(checks),
+        **kw,
+    )
 
 
 def passed(name="ok") -> CaseResult:
@@ -68,9 +105,12 @@ def failed(name="linear") -> CaseResult:
 
 
 def errored(name="broken", kind="forward") -> CaseResult:
-    return case(name, Status.ERROR, error=ErrorInfo(kind, "forward raised ValueError: boom",
-                                                    "user/mod.py:12 (raise ValueError('boom'))"),
-                replay="gradcheck specs/broken.yaml")
+    return case(
+        name,
+        Status.ERROR,
+        error=ErrorInfo(kind, "forward raised ValueError: boom", "user/mod.py:12 (raise ValueError('boom'))"),
+        replay="gradcheck specs/broken.yaml",
+    )
 
 
 def skipped(name="cuda_only") -> CaseResult:
@@ -97,11 +137,22 @@ def as_json(report: Report) -> dict:
 def test_json_top_level():
     data = as_json(Report([passed(), failed(), errored()], duration_s=1.23456))
     assert data["schema_version"] == 1
-    assert data["tool"] == {"name": "gradcheck-cli", "version": gradcheck_cli.__version__,
-                            "torch": torch.__version__.split("+")[0]}
-    assert data["summary"] == {"total": 3, "passed": 1, "failed": 1, "errors": 1, "skipped": 0, "xfailed": 0, "not_run": 0,
-                               "interrupted": None,
-                               "duration_s": pytest.approx(1.235, abs=1e-3)}
+    assert data["tool"] == {
+        "name": "gradcheck-cli",
+        "version": gradcheck_cli.__version__,
+        "torch": torch.__version__.split("+")[0],
+    }
+    assert data["summary"] == {
+        "total": 3,
+        "passed": 1,
+        "failed": 1,
+        "errors": 1,
+        "skipped": 0,
+        "xfailed": 0,
+        "not_run": 0,
+        "interrupted": None,
+        "duration_s": pytest.approx(1.235, abs=1e-3),
+    }
     assert [r["status"] for r in data["results"]] == ["pass", "fail", "error"]
 
 
@@ -116,7 +167,12 @@ def test_json_result_fields_and_types():
     (r,) = data["results"]
     assert r["id"] == "specs/linear.yaml::default[cpu]"
     assert (r["spec"], r["case"], r["function"], r["device"], r["seed"]) == (
-        "specs/linear.yaml", "default", "pkg.mod:Linear", "cpu", 7)
+        "specs/linear.yaml",
+        "default",
+        "pkg.mod:Linear",
+        "cpu",
+        7,
+    )
     assert r["status"] == "fail" and r["error"] is None
     assert isinstance(r["duration_s"], (int, float)) and r["duration_s"] == pytest.approx(0.25)
     (c,) = r["checks"]
@@ -252,8 +308,15 @@ def test_table_argument_rows():
     for cell in ("[20, 20]", "float64", "pass", "1.5e-10", "2.5e-09", "0 / 400", "atol 1e-05, rtol 0.001"):
         assert cell in first, (cell, first)
     second = line_with(out, "1: weight")
-    for cell in ("[30, 20]", "fail", "0.31", "[3, 7] (output 0 [3, 7])", "600 / 600", "0.62 / 0.31",
-                 "atol 1e-05, rtol 0.001"):
+    for cell in (
+        "[30, 20]",
+        "fail",
+        "0.31",
+        "[3, 7] (output 0 [3, 7])",
+        "600 / 600",
+        "0.62 / 0.31",
+        "atol 1e-05, rtol 0.001",
+    ):
         assert cell in second, (cell, second)
     # the columns come in the documented order
     assert second.index("1: weight") < second.index("[30, 20]") < second.index("fail") < second.index("600 / 600")
@@ -306,12 +369,32 @@ def test_table_fail_row_without_numbers_shows_the_reason():
 
 def test_table_long_rows_stay_on_one_line_each():
     # realistic names and texts from a complex Function with an aliased argument
-    bad = InputReport(1, "weight_matrix", [300, 200], "complex128", Status.FAIL, numel=60000, mismatched=60000,
-                      max_abs_err=0.312, max_rel_err=1.0, worst_index=[123, 177],
-                      worst_output="output 0 [123, 177] (imaginary part), input imaginary part",
-                      analytical=-0.623, numerical=0.312, atol=1e-5, rtol=1e-3)
-    alias = InputReport(2, "another_weight_matrix", [300, 200], "complex128", Status.SKIP, numel=60000,
-                        reason="same tensor as 'weight_matrix' (checked there)")
+    bad = InputReport(
+        1,
+        "weight_matrix",
+        [300, 200],
+        "complex128",
+        Status.FAIL,
+        numel=60000,
+        mismatched=60000,
+        max_abs_err=0.312,
+        max_rel_err=1.0,
+        worst_index=[123, 177],
+        worst_output="output 0 [123, 177] (imaginary part), input imaginary part",
+        analytical=-0.623,
+        numerical=0.312,
+        atol=1e-5,
+        rtol=1e-3,
+    )
+    alias = InputReport(
+        2,
+        "another_weight_matrix",
+        [300, 200],
+        "complex128",
+        Status.SKIP,
+        numel=60000,
+        reason="same tensor as 'weight_matrix' (checked there)",
+    )
     r = case("cplx", Status.FAIL, [CheckResult("backward", Status.FAIL, "m", "elementwise", [bad, alias])])
     out = table(r)
     assert "not checked: same tensor as 'weight_matrix' (checked there)" in line_with(out, "2: another_weight_matrix")
@@ -321,25 +404,33 @@ def test_table_long_rows_stay_on_one_line_each():
 # ------------------------------------------------------------------------ exit codes, overall
 
 
-@pytest.mark.parametrize("results, code", [
-    ([], 0),
-    (["pass"], 0),
-    (["pass", "pass"], 0),
-    (["pass", "skip"], 0),
-    (["skip", "skip"], 0),
-    (["pass", "fail"], 1),
-    (["fail"], 1),
-    (["pass", "error"], 3),
-    (["error"], 3),
-    (["fail", "error"], 3),
-    (["error", "fail", "pass", "skip"], 3),
-    (["internal"], 4),
-    (["internal", "fail"], 4),
-    (["error", "internal", "fail"], 4),
-])
+@pytest.mark.parametrize(
+    "results, code",
+    [
+        ([], 0),
+        (["pass"], 0),
+        (["pass", "pass"], 0),
+        (["pass", "skip"], 0),
+        (["skip", "skip"], 0),
+        (["pass", "fail"], 1),
+        (["fail"], 1),
+        (["pass", "error"], 3),
+        (["error"], 3),
+        (["fail", "error"], 3),
+        (["error", "fail", "pass", "skip"], 3),
+        (["internal"], 4),
+        (["internal", "fail"], 4),
+        (["error", "internal", "fail"], 4),
+    ],
+)
 def test_exit_code(results, code):
-    make = {"pass": passed, "fail": failed, "error": errored, "skip": skipped,
-            "internal": lambda: errored("oops", kind="internal")}
+    make = {
+        "pass": passed,
+        "fail": failed,
+        "error": errored,
+        "skip": skipped,
+        "internal": lambda: errored("oops", kind="internal"),
+    }
     assert Report([make[k]() for k in results]).exit_code() == code
 
 
@@ -350,17 +441,20 @@ def test_exit_code_counts_statuses_not_check_contents():
     assert Report([r]).exit_code() == 0
 
 
-@pytest.mark.parametrize("statuses, expected", [
-    ([], Status.SKIP),
-    ([Status.SKIP], Status.SKIP),
-    ([Status.SKIP, Status.SKIP], Status.SKIP),
-    ([Status.PASS], Status.PASS),
-    ([Status.SKIP, Status.PASS], Status.PASS),
-    ([Status.PASS, Status.FAIL], Status.FAIL),
-    ([Status.FAIL, Status.SKIP], Status.FAIL),
-    ([Status.FAIL, Status.ERROR], Status.ERROR),
-    ([Status.ERROR, Status.PASS, Status.SKIP], Status.ERROR),
-])
+@pytest.mark.parametrize(
+    "statuses, expected",
+    [
+        ([], Status.SKIP),
+        ([Status.SKIP], Status.SKIP),
+        ([Status.SKIP, Status.SKIP], Status.SKIP),
+        ([Status.PASS], Status.PASS),
+        ([Status.SKIP, Status.PASS], Status.PASS),
+        ([Status.PASS, Status.FAIL], Status.FAIL),
+        ([Status.FAIL, Status.SKIP], Status.FAIL),
+        ([Status.FAIL, Status.ERROR], Status.ERROR),
+        ([Status.ERROR, Status.PASS, Status.SKIP], Status.ERROR),
+    ],
+)
 def test_overall(statuses, expected):
     assert overall(statuses) is expected
 
@@ -373,6 +467,14 @@ def test_status_strings():
 
 def test_summary_dict():
     s = Report([passed(), failed(), failed("b"), errored(), skipped()], duration_s=2.00049).summary()
-    assert s == {"total": 5, "passed": 1, "failed": 2, "errors": 1, "skipped": 1, "xfailed": 0, "not_run": 0,
-                 "interrupted": None,
-                 "duration_s": 2.0}
+    assert s == {
+        "total": 5,
+        "passed": 1,
+        "failed": 2,
+        "errors": 1,
+        "skipped": 1,
+        "xfailed": 0,
+        "not_run": 0,
+        "interrupted": None,
+        "duration_s": 2.0,
+    }

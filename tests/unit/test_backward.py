@@ -6,6 +6,7 @@ calls), user errors with their location, the numerics (integer and non-different
 aliasing, complex, 0-d, strided tensors), the per-argument numbers and their diagnosis, the
 memory budget, and plain callables.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,9 @@ def rand(*shape: int, dtype: torch.dtype = F64, seed: int = 0, requires_grad: bo
     """Reproducible values kept away from 0 (so relative errors are well defined)."""
     gen = torch.Generator().manual_seed(seed)
     if dtype.is_complex:
-        t = torch.complex(torch.rand(shape, generator=gen, dtype=F64) + 0.5,
-                          torch.rand(shape, generator=gen, dtype=F64) - 0.5).to(dtype)
+        t = torch.complex(
+            torch.rand(shape, generator=gen, dtype=F64) + 0.5, torch.rand(shape, generator=gen, dtype=F64) - 0.5
+        ).to(dtype)
     else:
         sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0).to(F64)
         t = (sign * (torch.rand(shape, generator=gen, dtype=F64) + 0.5)).to(dtype)
@@ -760,11 +762,9 @@ class MulNoneForX(MulZeros):
         return None, g * x
 
 
-@pytest.mark.parametrize("fn, words", [
-    (MulSignFlipped, "sign flipped"),
-    (MulZeros, "all zeros"),
-    (MulNoneForX, "all zeros"),
-])
+@pytest.mark.parametrize(
+    "fn, words", [(MulSignFlipped, "sign flipped"), (MulZeros, "all zeros"), (MulNoneForX, "all zeros")]
+)
 def test_diagnosis_of_patterns(fn, words):
     r = run(fn, rand(2, 3), rand(2, 3, seed=1))
     assert status(r) == "fail"
@@ -891,8 +891,9 @@ def test_numerics_compare_memory_budget_does_not_change_entries():
         a, w = rand(3, 4), rand(4, 2, seed=1)
         outputs = fwd([a, w])
         plain = [a.detach().clone(), w.detach().clone()]
-        return numerics.compare(fwd, outputs, [0, 1], [a, w], plain, plain,
-                                eps=1e-6, atol=1e-5, rtol=1e-3, memory_bytes=memory_bytes)
+        return numerics.compare(
+            fwd, outputs, [0, 1], [a, w], plain, plain, eps=1e-6, atol=1e-5, rtol=1e-3, memory_bytes=memory_bytes
+        )
 
     layout_big, big = compare(2**30)
     layout_small, small = compare(40)

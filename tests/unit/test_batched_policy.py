@@ -6,8 +6,10 @@ torch.func.vmap judges instead; where neither can batch it, the check skips nami
 named or ran under ``checks: all``. A right backward that writes batched values in place into a tensor it
 created itself is a warning under ``checks: all`` and a failure when ``batched`` is named, in the same
 words: the hazard (batched gradients through it fail) and the fix."""
+
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
@@ -25,6 +27,11 @@ from gradcheck_cli.target import Target
 
 DT = torch.float64
 HERE = "test_batched_policy.py:"
+INTERP_LINE = next(  # where the Interp example's backward first writes into its own buffer
+    f"structured.py:{n} (grad_values.index_add_("
+    for n, line in enumerate(inspect.getsource(inspect.getmodule(Interp)).splitlines(), 1)
+    if "grad_values.index_add_(" in line
+)
 
 
 def run_check(fn: Any, args: tuple, named: bool = True) -> CheckResult:
@@ -51,8 +58,10 @@ def torch_batches(fn: Any, args: tuple) -> str:
     said = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for run in (lambda: torch.autograd.grad(y, leaves, stack, retain_graph=True, is_grads_batched=True),
-                    lambda: torch.func.vmap(lambda v: torch.autograd.grad(y, leaves, v, retain_graph=True))(stack)):
+        for run in (
+            lambda: torch.autograd.grad(y, leaves, stack, retain_graph=True, is_grads_batched=True),
+            lambda: torch.func.vmap(lambda v: torch.autograd.grad(y, leaves, v, retain_graph=True))(stack),
+        ):
             try:
                 run()
                 said.append("ok")
@@ -425,25 +434,49 @@ def interp() -> tuple:
     return x, torch.linspace(0, 1, 6, dtype=DT), torch.randn(6, dtype=DT, generator=gen).requires_grad_()
 
 
-ONLY_LEGACY = [(Einsum3, "aten::einsum"), (BlockDiag, "aten::block_diag"), (FlattenView, "aten::flatten.using_ints"),
-               (DetachGrad, "aten::detach")]
-NEITHER = [(EinsumNonzero, "aten::nonzero"), (BlockDiagUnique, "aten::_unique2"), (CartesianMasked, "masked_select"),
-           (EinsumUnique, "aten::_unique2"), (ThroughSparse, "sparse tensors")]
-BUFFERS = [(BufferGrad, x44, "index_add_(self"), (FlattenThenBuffer, x44, "index_add_(self"),
-           (AddIntoBuffer, x44, "output with shape [4, 4] doesn't match the broadcast shape [3, 4, 4]"),
-           (FlattenThenAdd, x44, "output with shape [16] doesn't match the broadcast shape [3, 16]"),
-           (SetRowsOfBuffer, x44, "index_put_(self"), (ScatterAddIntoBuffer, x44, "scatter_add_(self"),
-           (CopyRowsIntoBuffer, x44, "inplace arithmetic(self"), (MaskedScatterIntoBuffer, x44, "masked_scatter_(self"),
-           (VmapRuleThenBuffer, x44, "index_add_(self"), (Interp, interp, "index_add_(self")]
+ONLY_LEGACY = [
+    (Einsum3, "aten::einsum"),
+    (BlockDiag, "aten::block_diag"),
+    (FlattenView, "aten::flatten.using_ints"),
+    (DetachGrad, "aten::detach"),
+]
+NEITHER = [
+    (EinsumNonzero, "aten::nonzero"),
+    (BlockDiagUnique, "aten::_unique2"),
+    (CartesianMasked, "masked_select"),
+    (EinsumUnique, "aten::_unique2"),
+    (ThroughSparse, "sparse tensors"),
+]
+BUFFERS = [
+    (BufferGrad, x44, "index_add_(self"),
+    (FlattenThenBuffer, x44, "index_add_(self"),
+    (AddIntoBuffer, x44, "output with shape [4, 4] doesn't match the broadcast shape [3, 4, 4]"),
+    (FlattenThenAdd, x44, "output with shape [16] doesn't match the broadcast shape [3, 16]"),
+    (SetRowsOfBuffer, x44, "index_put_(self"),
+    (ScatterAddIntoBuffer, x44, "scatter_add_(self"),
+    (CopyRowsIntoBuffer, x44, "inplace arithmetic(self"),
+    (MaskedScatterIntoBuffer, x44, "masked_scatter_(self"),
+    (VmapRuleThenBuffer, x44, "index_add_(self"),
+    (Interp, interp, "index_add_(self"),
+]
 CORRECT = [(BufferFromGrad, x44), (ScatterAddOutOfPlace, x44), (SavedProduct, pair), (GeneratedRule, pair), (Cube, x44)]
-BROKEN = [(EinsumStateful, "the gradient of 'x' differs when batched"),
-          (Stateful, "the gradient of 'x' differs when batched"),
-          (WrongVmapRule, "vmap over forward differs from a loop of forwards"),
-          (WrongOutDims, "vmap over forward returned output 0 with shape [4, 3] per batch element, but forward returns "
-                         "[4, 4]: the `vmap` staticmethod must return out_dims")]
-UNBATCHABLE = [(ItemGrad, "calls .item()"), (BranchGrad, "uses a tensor's value in Python control flow"),
-               (TolistGrad, "reads a tensor's memory directly"), (OutGrad, "writes into a preallocated tensor"),
-               (NumpyGrad, "reads a tensor's memory directly")]
+BROKEN = [
+    (EinsumStateful, "the gradient of 'x' differs when batched"),
+    (Stateful, "the gradient of 'x' differs when batched"),
+    (WrongVmapRule, "vmap over forward differs from a loop of forwards"),
+    (
+        WrongOutDims,
+        "vmap over forward returned output 0 with shape [4, 3] per batch element, but forward returns "
+        "[4, 4]: the `vmap` staticmethod must return out_dims",
+    ),
+]
+UNBATCHABLE = [
+    (ItemGrad, "calls .item()"),
+    (BranchGrad, "uses a tensor's value in Python control flow"),
+    (TolistGrad, "reads a tensor's memory directly"),
+    (OutGrad, "writes into a preallocated tensor"),
+    (NumpyGrad, "reads a tensor's memory directly"),
+]
 
 
 def names(cases: list[tuple[Any, ...]]) -> list[str]:
@@ -502,16 +535,20 @@ def test_torch_agrees_a_buffer_backward_is_right_but_cannot_batch(fn: Any, make:
 @pytest.mark.parametrize("named", [True, False], ids=["named", "all"])
 def test_a_buffer_backward_is_a_warning_under_all_and_a_fail_named(fn: Any, make: Any, said: str, named: bool) -> None:
     result = run_check(fn, make(), named=named)
-    hazard = ("backward writes batched values in place into a tensor it created itself (e.g. `out = "
-              "torch.zeros_like(x); out += grad` or `out[idx] = grad`), at ")
-    uses = ("batched gradients through it fail (torch.autograd.functional.jacobian(vectorize=True), torch.func.vmap "
-            "over backward, torch.autograd.gradcheck(check_batched_grad=True)), since that tensor has no batch "
-            "dimension; compute the result out of place, or create the buffer from the batched value "
-            "(torch.zeros_like(grad), grad.new_zeros(...))")
+    hazard = (
+        "backward writes batched values in place into a tensor it created itself (e.g. `out = "
+        "torch.zeros_like(x); out += grad` or `out[idx] = grad`), at "
+    )
+    uses = (
+        "batched gradients through it fail (torch.autograd.functional.jacobian(vectorize=True), torch.func.vmap "
+        "over backward, torch.autograd.gradcheck(check_batched_grad=True)), since that tensor has no batch "
+        "dimension; compute the result out of place, or create the buffer from the batched value "
+        "(torch.zeros_like(grad), grad.new_zeros(...))"
+    )
     assert result.message.startswith(hazard), result.message
     assert uses in result.message and "(torch: RuntimeError: " in result.message
     assert any(k in result.message for k in ("(self, *extra_args) is not possible because", "broadcast shape [3, "))
-    assert (HERE if fn is not Interp else "structured.py:70 (grad_values.index_add_(") in result.message
+    assert (HERE if fn is not Interp else INTERP_LINE) in result.message
     assert "out=" not in result.message and all(r.status is not Status.FAIL for r in result.inputs)
     if named:
         assert result.status is Status.FAIL and result.warnings == []
@@ -561,8 +598,10 @@ def test_an_unbatchable_backward_is_a_warning_under_all_and_a_fail_named(fn: Any
     """.item() in backward was a fail under `all` though backward is right: it cannot judge batched values"""
     result = run_check(fn, x44(), named=named)
     assert result.message.startswith(f"backward {says}"), result.message
-    assert ("batched gradients through it fail (torch.autograd.functional.jacobian(vectorize=True), "
-            "torch.func.vmap over backward, torch.autograd.gradcheck(check_batched_grad=True)), since ") in result.message
+    assert (
+        "batched gradients through it fail (torch.autograd.functional.jacobian(vectorize=True), "
+        "torch.func.vmap over backward, torch.autograd.gradcheck(check_batched_grad=True)), since "
+    ) in result.message
     assert HERE in result.message
     if named:
         assert result.status is Status.FAIL and result.warnings == []
@@ -587,8 +626,11 @@ def test_interp_pattern_names_the_buffer_not_out() -> None:
     assert "out=" not in result.message and "index_add_" in result.message
 
 
-@pytest.mark.parametrize("fn", [ItemGrad, BufferGrad, FlattenThenBuffer, EinsumStateful, Double],
-                         ids=["ItemGrad", "BufferGrad", "FlattenThenBuffer", "EinsumStateful", "Square"])
+@pytest.mark.parametrize(
+    "fn",
+    [ItemGrad, BufferGrad, FlattenThenBuffer, EinsumStateful, Double],
+    ids=["ItemGrad", "BufferGrad", "FlattenThenBuffer", "EinsumStateful", "Square"],
+)
 def test_agrees_with_torch_where_torch_can_judge(fn: Any) -> None:
     if fn is Double:
         fn = type("Square", (Double,), {"backward": staticmethod(lambda ctx, g: 2 * g)})
@@ -638,13 +680,20 @@ def test_words_torch_does_not_explain_are_not_called_the_functions_fault() -> No
     said = batched.untold("backward", "vmap over backward", odd)
     assert said.startswith("vmap over backward cannot be checked here: it raised where single calls did not")
     assert "some new failure of torch's batching" in said
-    for known in (RuntimeError("Batching rule not implemented for aten::item. We could not generate a fallback."),
-                  RuntimeError("Batching rule not implemented for aten::mul.out; the fallback path doesn't work on "
-                               "out= or view ops.")):
+    for known in (
+        RuntimeError("Batching rule not implemented for aten::item. We could not generate a fallback."),
+        RuntimeError(
+            "Batching rule not implemented for aten::mul.out; the fallback path doesn't work on out= or view ops."
+        ),
+    ):
         assert batched.is_defect(known) and batched.limit(known) is None
-    view = RuntimeError("Batching rule not implemented for aten::flatten.using_ints; the fallback path doesn't work "
-                        "on out= or view ops.")
-    assert not batched.is_defect(view) and batched.limit(view) == "torch has no batching rule for aten::flatten.using_ints"
+    view = RuntimeError(
+        "Batching rule not implemented for aten::flatten.using_ints; the fallback path doesn't work "
+        "on out= or view ops."
+    )
+    assert (
+        not batched.is_defect(view) and batched.limit(view) == "torch has no batching rule for aten::flatten.using_ints"
+    )
 
 
 def test_an_add_into_a_buffer_in_torch_funcs_words_is_the_buffer_hazard() -> None:
@@ -661,5 +710,5 @@ def test_the_interp_example_warns_for_its_buffer_not_for_torchs_flatten() -> Non
     for named, status in ((True, Status.FAIL), (False, Status.SKIP)):
         result = run_check(Interp, interp(), named=named)
         assert result.status is status and "aten::flatten" not in result.message
-        assert "structured.py:70 (grad_values.index_add_(" in result.message
+        assert INTERP_LINE in result.message
         assert "writes batched values in place into a tensor it created itself" in result.message

@@ -1,4 +1,5 @@
 """A callable as an argument: ``value: {import: pkg.mod:fn}`` passes the object the path names."""
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,14 @@ def test_the_entry_keeps_the_import_path(write_spec):
     assert isinstance(arg, ValueArg) and arg.imported == "torch.tanh" and arg.value is None
 
 
-@pytest.mark.parametrize("fn, path, code, row", [
-    ("Checkpoint", "torch.tanh", 0, "pass"), ("Checkpoint", "torch.nn.functional:softplus", 0, "pass"),
-    ("CheckpointStale", "torch.tanh", 1, "fail"),
-])
+@pytest.mark.parametrize(
+    "fn, path, code, row",
+    [
+        ("Checkpoint", "torch.tanh", 0, "pass"),
+        ("Checkpoint", "torch.nn.functional:softplus", 0, "pass"),
+        ("CheckpointStale", "torch.tanh", 1, "fail"),
+    ],
+)
 def test_the_imported_callable_is_passed_and_checked(write_spec, invoke, fn, path, code, row):
     result = invoke(str(write_spec(SPEC.format(fn=fn, path=path))), "--format", "json", "--no-isolate")
     assert result.exit_code == code, result.output
@@ -33,10 +38,13 @@ def test_the_imported_callable_is_passed_and_checked(write_spec, invoke, fn, pat
     assert rows[1]["name"] == "x" and rows[1]["status"] == row
 
 
-@pytest.mark.parametrize("value, key, gist", [
-    ("{import: tanh}", "inputs[0].value.import", "expected an import path"),
-    ("{import: torch.tanh, as: f}", "inputs[0].value.as", "unknown key; allowed keys here: import"),
-])
+@pytest.mark.parametrize(
+    "value, key, gist",
+    [
+        ("{import: tanh}", "inputs[0].value.import", "expected an import path"),
+        ("{import: torch.tanh, as: f}", "inputs[0].value.as", "unknown key; allowed keys here: import"),
+    ],
+)
 def test_bad_import_entries_name_the_key(write_spec, value, key, gist):
     (err,) = load_file(write_spec(f"function: pkg.mod:Fn\ninputs:\n  - {{value: {value}}}\n"))
     assert isinstance(err, SpecError) and err.key == key and gist in str(err), str(err)

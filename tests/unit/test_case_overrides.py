@@ -1,5 +1,6 @@
 """A case overrides arguments by name: ``inputs: {NAME: entry}`` replaces only the named arguments
 of the document's ``inputs``; the list form still replaces the whole list."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,10 @@ cases:
 
 
 def test_a_mapping_replaces_only_the_named_arguments_in_place(write_spec):
-    path = write_spec(DOC + "  - name: no_bias\n    inputs: {b: {value: null}}\n"
-                            "  - name: wide\n    inputs:\n      x: {shape: [7, 4]}\n      w: {shape: [3, 4]}\n")
+    path = write_spec(
+        DOC + "  - name: no_bias\n    inputs: {b: {value: null}}\n"
+        "  - name: wide\n    inputs:\n      x: {shape: [7, 4]}\n      w: {shape: [3, 4]}\n"
+    )
     no_bias, wide = load_file(path)
     x, w, b = no_bias.inputs
     assert (x.name, x.shape) == ("x", (5, 4)) and (w.dist, dict(w.params)) == ("uniform", {"low": -1.0, "high": 1.0})
@@ -39,13 +42,15 @@ def test_an_unknown_name_is_an_error_that_lists_the_arguments(write_spec):
     path = write_spec(DOC + "  - name: a\n  - name: b\n    inputs: {y: {shape: [2]}}\n")
     (err,) = load_file(path)
     assert isinstance(err, SpecError)
-    assert str(err) == (f"{path}:9: cases[1].inputs.y: no argument named 'y' in the document's inputs; "
-                        "the arguments are x, w, b")
+    assert str(err) == (
+        f"{path}:9: cases[1].inputs.y: no argument named 'y' in the document's inputs; the arguments are x, w, b"
+    )
 
 
 def test_unnamed_document_entries_are_counted_in_the_message(write_spec):
-    path = write_spec("function: pkg.mod:Fn\ninputs: [{name: x, shape: [2]}, {shape: [3]}]\n"
-                      "cases:\n  - inputs: {w: {shape: [2]}}\n")
+    path = write_spec(
+        "function: pkg.mod:Fn\ninputs: [{name: x, shape: [2]}, {shape: [3]}]\ncases:\n  - inputs: {w: {shape: [2]}}\n"
+    )
     (err,) = load_file(path)
     assert "cases[0].inputs.w: no argument named 'w'" in str(err)
     assert "the arguments are x; 1 of them has no `name:`" in str(err)
@@ -76,7 +81,10 @@ def test_the_override_is_checked_end_to_end(write_spec, invoke):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)["results"][0]["checks"][0]["inputs"]
     assert [(r["name"], r["status"], r["shape"]) for r in rows] == [
-        ("x", "pass", [5, 4]), ("w", "pass", [3, 4]), ("b", "skip", [])]  # b is None in this case
+        ("x", "pass", [5, 4]),
+        ("w", "pass", [3, 4]),
+        ("b", "skip", []),
+    ]  # b is None in this case
 
 
 def test_an_override_without_the_documents_list_names_the_missing_list(write_spec):

@@ -1,5 +1,6 @@
 """The compile check (issue 16, item 2): torch.compile's gradients (backward of the compiled callable,
 and torch.compile(torch.func.vjp(...))) against eager; PyTorch issue 193279; RNG differs; graph breaks."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,11 +39,14 @@ def test_issue_193279_round_ste_is_1_eagerly_and_0_under_compiled_func_grad():
 
 
 def test_the_compile_check_fails_the_straight_through_function_of_issue_193279(write_spec):
-    result, found, rows = run(write_spec, f"""
+    result, found, rows = run(
+        write_spec,
+        f"""
         function: {COMPILED}:RoundSTE
         checks: [compile]
         inputs: [{{name: x, shape: [4], std: 2.0}}]
-    """)
+    """,
+    )
     assert result.status is Status.FAIL and found.status is Status.FAIL
     assert found.mode == "aot_eager: backward, torch.func.vjp"
     assert rows["x"].pattern is Pattern.ZERO_ANALYTICAL and rows["x"].mismatched == 4
@@ -51,14 +55,19 @@ def test_the_compile_check_fails_the_straight_through_function_of_issue_193279(w
 
 
 def test_a_function_right_under_compile_passes_and_agrees_with_eager_autograd(write_spec):
-    result, found, rows = run(write_spec, f"""
+    result, found, rows = run(
+        write_spec,
+        f"""
         function: {COMPILED}:ScaledTanh
         checks: [compile]
         inputs: [{{name: x, shape: [3, 4]}}, {{name: a, value: 2.0}}]
-    """)
+    """,
+    )
     assert result.status is Status.PASS, found.message
-    assert "1 gradient and 1 output under torch.compile (backend 'aot_eager'; backward, torch.func.vjp) agree" \
+    assert (
+        "1 gradient and 1 output under torch.compile (backend 'aot_eager'; backward, torch.func.vjp) agree"
         in found.message
+    )
     assert rows["x"].max_abs_err is not None and rows["x"].max_abs_err < 1e-12
     assert not result.warnings, result.warnings  # compiling changed no global state that the case is blamed for
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
@@ -67,11 +76,14 @@ def test_a_function_right_under_compile_passes_and_agrees_with_eager_autograd(wr
 
 
 def test_an_old_style_function_is_compared_through_backward_only_and_says_why(write_spec):
-    result, found, _ = run(write_spec, """
+    result, found, _ = run(
+        write_spec,
+        """
         function: gradcheck_cli.examples.kernels:RoundSTE
         checks: [compile]
         inputs: [{name: x, shape: [4]}]
-    """)
+    """,
+    )
     assert result.status is Status.PASS
     assert found.mode == "aot_eager: backward"
     assert "torch.func.vjp not compared: it cannot run eagerly" in found.message
@@ -79,55 +91,72 @@ def test_an_old_style_function_is_compared_through_backward_only_and_says_why(wr
 
 
 def test_graph_breaks_are_a_warning_with_their_reason(write_spec):
-    result, found, _ = run(write_spec, f"""
+    result, found, _ = run(
+        write_spec,
+        f"""
         function: {COMPILED}:log_item
         checks: [compile]
         inputs: [{{name: x, shape: [3]}}]
-    """)
+    """,
+    )
     assert found.status is Status.PASS
     (warning,) = found.warnings
     assert "torch.compile broke the graph" in warning and "Tensor.item()" in warning
 
 
 def test_a_random_forward_agrees_under_aot_eager_and_is_rng_differs_under_inductor(write_spec):
-    _, same, _ = run(write_spec, f"""
+    _, same, _ = run(
+        write_spec,
+        f"""
         function: {COMPILED}:Dropout
         checks: [compile]
         inputs: [{{name: x, shape: [3, 4]}}]
-    """)
+    """,
+    )
     assert same.status is Status.PASS
-    _, other, rows = run(write_spec, f"""
+    _, other, rows = run(
+        write_spec,
+        f"""
         function: {COMPILED}:Dropout
         checks: [compile]
         compile: {{backend: inductor}}
         inputs: [{{name: x, shape: [3, 4]}}]
-    """)
+    """,
+    )
     assert other.status is Status.SKIP and other.message.startswith("RNG differs"), other.message
     assert rows["x"].status is Status.SKIP
 
 
 def test_without_torch_compile_the_check_skips(write_spec, monkeypatch):
     monkeypatch.setattr(compile_check, "_unavailable", lambda: "Python 3.99 is not supported")
-    _, found, _ = run(write_spec, f"""
+    _, found, _ = run(
+        write_spec,
+        f"""
         function: {COMPILED}:ScaledTanh
         checks: [compile]
         inputs: [{{name: x, shape: [3]}}, {{name: a, value: 2.0}}]
-    """)
+    """,
+    )
     assert found.status is Status.SKIP
     assert found.message == "torch.compile is not available here: Python 3.99 is not supported"
 
 
-@pytest.mark.parametrize("value,key,words", [
-    ("{backend: tvm}", "compile.backend", "expected one of aot_eager, inductor, eager"),
-    ("{atol: -1}", "compile.atol", "non-negative"),
-    ("{fullgraph: true}", "compile.fullgraph", "allowed keys here: backend, atol, rtol"),
-])
+@pytest.mark.parametrize(
+    "value,key,words",
+    [
+        ("{backend: tvm}", "compile.backend", "expected one of aot_eager, inductor, eager"),
+        ("{atol: -1}", "compile.atol", "non-negative"),
+        ("{fullgraph: true}", "compile.fullgraph", "allowed keys here: backend, atol, rtol"),
+    ],
+)
 def test_a_bad_compile_key_is_a_spec_error_naming_it(write_spec, value, key, words):
-    (err,) = spec.load_file(write_spec(f"""
+    (err,) = spec.load_file(
+        write_spec(f"""
         function: {COMPILED}:ScaledTanh
         compile: {value}
         inputs: [{{shape: [3]}}, {{value: 2.0}}]
-    """))
+    """)
+    )
     assert isinstance(err, spec.SpecError)
     assert f"{key}: " in str(err) and words in str(err)
 
@@ -135,15 +164,19 @@ def test_a_bad_compile_key_is_a_spec_error_naming_it(write_spec, value, key, wor
 @pytest.mark.parametrize("name,extra", [("ExpInPlace", ""), ("ScaleInPlace", ", {name: a, value: 3.0}")])
 @pytest.mark.parametrize("declared", [False, True])
 def test_an_in_place_function_is_compiled_on_copies_made_inside_the_graph_and_agrees_with_eager(
-        write_spec, name, extra, declared):
+    write_spec, name, extra, declared
+):
     # a mark_dirty Function changes its argument: the check calls it on copies, and those copies are made
     # inside the compiled code, as a model calls it on a tensor its graph made (issue 28: it was "0.3333x")
-    result, found, rows = run(write_spec, f"""
+    result, found, rows = run(
+        write_spec,
+        f"""
         function: gradcheck_cli.examples.inplace:{name}
         checks: [compile]
         clone_inputs: {str(declared).lower()}
         inputs: [{{name: x, shape: [3, 4]}}{extra}]
-    """)
+    """,
+    )
     assert found.status is Status.PASS, found.message
     assert rows["x"].max_abs_err is not None and rows["x"].max_abs_err < 1e-12
 
@@ -162,12 +195,15 @@ def test_compiling_an_in_place_function_on_a_tensor_the_graph_made_gives_eagers_
 
 
 def test_the_compile_check_fails_a_module_whose_compiled_backward_reads_its_updated_buffers(write_spec):
-    result, found, rows = run(write_spec, """
+    result, found, rows = run(
+        write_spec,
+        """
         function: tests.compile_truth:RunningNorm1dInPlace
         checks: [compile]
         init: {args: [4]}
         inputs: [{name: x, shape: [6, 4]}]
-    """)
+    """,
+    )
     # torch 2.13: the compiled backward reads the running statistics as forward's lerp_ left them
     # (tests/unit/test_compile_truth.py shows it in plain torch); the message names the hazard and the fix
     assert found.status is Status.FAIL
@@ -185,7 +221,21 @@ def test_a_failing_fake_kernel_is_the_checks_message_not_torchs_traceback_on_std
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    run = subprocess.run([sys.executable, "-m", "gradcheck_cli", "broken-specs/custom_op_wrong_fake.yaml", "--check",
-                          "compile", "--format", "json"], cwd=root, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gradcheck_cli",
+            "broken-specs/custom_op_wrong_fake.yaml",
+            "--check",
+            "compile",
+            "--format",
+            "json",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 1 and "BackendCompilerFailed" in run.stdout
     assert "fake_tensor" not in run.stderr and "Error detected in" not in run.stderr, run.stderr

@@ -1,6 +1,7 @@
 """The compile check's truth set (issue 28): in-place Functions and modules with state that compiled and
 eager code differentiate alike pass; compile-only divergences fail, each with its words; a difference is
 confirmed by a second run on fresh copies before it is reported."""
+
 from __future__ import annotations
 
 import copy
@@ -35,8 +36,9 @@ def test_an_in_place_function_passes_under_compile(write_spec, function, body):
     assert all(r.status is Status.PASS for r in found.inputs if r.role != "output" and r.reason is None)
 
 
-@pytest.mark.parametrize("function,body", RIGHT_STATEFUL,
-                         ids=[f"{f}-{'eval' if 'eval' in b else 'train'}" for f, b in RIGHT_STATEFUL])
+@pytest.mark.parametrize(
+    "function,body", RIGHT_STATEFUL, ids=[f"{f}-{'eval' if 'eval' in b else 'train'}" for f, b in RIGHT_STATEFUL]
+)
 def test_a_module_with_state_passes_under_compile(write_spec, function, body):
     _, found = compile_result(write_spec, function, body)
     assert found.status is Status.PASS, found.message
@@ -90,8 +92,11 @@ def test_a_difference_that_a_second_run_does_not_reproduce_is_a_warning_not_a_fa
         return lambda *args: compiled(*args) * 3
 
     monkeypatch.setattr(torch, "compile", once_wrong)
-    _, found = compile_result(write_spec, "gradcheck_cli.examples.compiled:ScaledTanh",
-                              "inputs: [{name: x, shape: [3, 4]}, {name: a, value: 2.0}]")
+    _, found = compile_result(
+        write_spec,
+        "gradcheck_cli.examples.compiled:ScaledTanh",
+        "inputs: [{name: x, shape: [3, 4]}, {name: a, value: 2.0}]",
+    )
     assert found.status is Status.PASS, found.message
     (warning,) = [w for w in found.warnings if "second run" in w]
     assert "a first run under torch.compile differed from eager" in warning and "is 3.00x eager's" in warning

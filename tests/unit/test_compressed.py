@@ -1,5 +1,6 @@
 """Compressed finite differences: the groups, the verdicts they must not change, the wrong gradients
 that cancel in a unit move, and the forwards they save (numerics/compressed.py)."""
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,13 @@ def linear_pattern(n: int) -> SparseRows:
     x_rows = i[:, None] * n + out[None, :]  # x[i, l] reaches y[i, :]
     w_rows = out[None, :] * n + k[:, None]  # W[k, l] reaches y[:, k]
     b_rows = out[None, :] * n + out[:, None]  # b[k] reaches y[:, k]
-    cols = torch.cat([torch.arange(n * n)[:, None].expand(-1, n), (n * n + torch.arange(n * n))[:, None].expand(-1, n),
-                      (2 * n * n + out)[:, None].expand(-1, n)])
+    cols = torch.cat(
+        [
+            torch.arange(n * n)[:, None].expand(-1, n),
+            (n * n + torch.arange(n * n))[:, None].expand(-1, n),
+            (2 * n * n + out)[:, None].expand(-1, n),
+        ]
+    )
     return store(cols, torch.cat([x_rows, w_rows, b_rows]), 2 * n * n + n)
 
 
@@ -359,13 +365,22 @@ def _stores(fn, args, kwargs=None):
 
 
 def _same_store(a: SparseRows, b: SparseRows) -> bool:
-    return (torch.equal(a.cols, b.cols) and torch.equal(a.rows, b.rows)
-            and torch.equal(a.vals.nan_to_num(7.0), b.vals.nan_to_num(7.0)))
+    return (
+        torch.equal(a.cols, b.cols)
+        and torch.equal(a.rows, b.rows)
+        and torch.equal(a.vals.nan_to_num(7.0), b.vals.nan_to_num(7.0))
+    )
 
 
-GROUPABLE = [c for c in CORPUS if all(isinstance(a, torch.Tensor) and a.dtype == F64 and a.requires_grad
-                                      for a in c.make_args(torch.Generator().manual_seed(1234)))
-             and not c.kwargs]
+GROUPABLE = [
+    c
+    for c in CORPUS
+    if all(
+        isinstance(a, torch.Tensor) and a.dtype == F64 and a.requires_grad
+        for a in c.make_args(torch.Generator().manual_seed(1234))
+    )
+    and not c.kwargs
+]
 
 
 @pytest.mark.parametrize("case", GROUPABLE, ids=lambda c: c.name)
@@ -572,9 +587,9 @@ def test_a_passing_compressed_check_never_computes_the_deferred_extras(monkeypat
     assert calls == []
 
 
-
 def test_a_checks_groups_and_store_are_freed_when_it_ends_without_the_garbage_collector(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The deferred extras hold the groups (and through them the store: tens of MB), not the entry
     that holds them: no reference cycle keeps them alive after the check, with the collector off."""
     import gc
@@ -649,13 +664,18 @@ def test_a_large_third_derivative_stays_compressed_with_the_same_report(fn, used
     derivative 125,000; log at 0.001: 2e9), far past their rounding: a third move shows the three quotients
     on one line in the step's square, and the groups are accepted."""
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(40, 40, dtype=F64, generator=g) if fn is sine50 else 0.001 + torch.rand(40, 40, dtype=F64,
-                                                                                            generator=g)
+    x = (
+        torch.randn(40, 40, dtype=F64, generator=g)
+        if fn is sine50
+        else 0.001 + torch.rand(40, 40, dtype=F64, generator=g)
+    )
     evaluated = []
     accepted = compressed.Groups._accepted
     # the groups' verdicts: all accepted at once, none halved
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(compressed.Groups, "_accepted", lambda self, *a: evaluated.append(accepted(self, *a)) or evaluated[-1])
+        mp.setattr(
+            compressed.Groups, "_accepted", lambda self, *a: evaluated.append(accepted(self, *a)) or evaluated[-1]
+        )
         got = check(fn, (x.requires_grad_(),))
     assert used["n"] == 1
     if fn is log_near_0:  # sin(50 x): its argument's rounding is near the rows' limit (NOISE 5 ulps of the

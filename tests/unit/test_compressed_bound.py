@@ -4,6 +4,7 @@ out beside an entry, the gaps' rounding anywhere within the row's limit R_r = d 
 the check draws them (``group_moves.weights``). A miss is a pass of the predicate; each measured rate must
 be within the stated chance, and the weightings' misses independent, so that a group's K weightings miss
 with at most chance^K, which the check keeps at MISS / 2 per test."""
+
 from __future__ import annotations
 
 import math
@@ -211,12 +212,14 @@ def test_plan_cuts_each_group_to_its_widest_or_takes_random_weightings_where_few
     ones: that column alone)."""
     outlier = torch.full((100,), 3e-4, dtype=torch.float64)
     outlier[37] = 1100.0
-    cases = [(torch.full((4096,), 4e-4, dtype=torch.float64), [SPREAD, SPREAD]),
-             (torch.full((64,), 0.0035, dtype=torch.float64), [SPREAD]),
-             (torch.full((100_000,), 1e-3, dtype=torch.float64), [RANDOM]),
-             (torch.linspace(0, 0.1, 300, dtype=torch.float64), [SPREAD] * 12),  # pieces of 14 at d = 0.1
-             (torch.full((10,), 0.6, dtype=torch.float64), [DOUBT]),
-             (outlier, [SPREAD, DOUBT])]
+    cases = [
+        (torch.full((4096,), 4e-4, dtype=torch.float64), [SPREAD, SPREAD]),
+        (torch.full((64,), 0.0035, dtype=torch.float64), [SPREAD]),
+        (torch.full((100_000,), 1e-3, dtype=torch.float64), [RANDOM]),
+        (torch.linspace(0, 0.1, 300, dtype=torch.float64), [SPREAD] * 12),  # pieces of 14 at d = 0.1
+        (torch.full((10,), 0.6, dtype=torch.float64), [DOUBT]),
+        (outlier, [SPREAD, DOUBT]),
+    ]
     colours = torch.cat([torch.full((len(dg),), c) for c, (dg, _) in enumerate(cases)])
     d = torch.cat([dg for dg, _ in cases])
     new, n_groups, kinds = plan(colours, len(cases), d)
@@ -241,8 +244,11 @@ def test_a_linear_layers_groups_take_one_spread_weighting_each(monkeypatch: pyte
 
     staged: list[int] = []
     stage = Groups._stage
-    monkeypatch.setattr(Groups, "_stage", lambda self, k0, k1, moves: staged.append(2 * len(moves) * (k1 - k0))
-                        or stage(self, k0, k1, moves))
+    monkeypatch.setattr(
+        Groups,
+        "_stage",
+        lambda self, k0, k1, moves: staged.append(2 * len(moves) * (k1 - k0)) or stage(self, k0, k1, moves),
+    )
     g = torch.Generator().manual_seed(0)
     args = [torch.randn(*s, dtype=torch.float64, generator=g).requires_grad_() for s in ((32, 32), (32, 32), (32,))]
     assert check(LinearFunction, args).status.value == "pass"

@@ -31,6 +31,7 @@ moves agree to within the forwards' rounding in the rows with an entry. What is 
 report numbers that differ in their last bits, and one ill-conditioned case whose batched rounding is
 about atol.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,8 +65,12 @@ KNOWN: dict[int, str] = {}  # none of the default seeds (a misattributed gradien
 
 
 def _seeds(seeds: range) -> list[Any]:
-    return [pytest.param(s, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=KNOWN[s]))
-            if s in KNOWN else s for s in seeds]
+    return [
+        pytest.param(s, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=KNOWN[s]))
+        if s in KNOWN
+        else s
+        for s in seeds
+    ]
 
 
 # ------------------------------------------------------------------------------- comparing reports
@@ -221,8 +226,10 @@ class Case:
         return tuple(a.detach() for a in self.args if isinstance(a, torch.Tensor) and a.requires_grad)
 
     def __str__(self) -> str:
-        return (f"seed {self.seed}: {self.generator}, bug {self.bug} {self.notes}, "
-                f"shapes {[tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in self.args]}")
+        return (
+            f"seed {self.seed}: {self.generator}, bug {self.bug} {self.notes}, "
+            f"shapes {[tuple(a.shape) if isinstance(a, torch.Tensor) else a for a in self.args]}"
+        )
 
 
 def _shape(rng: random.Random, lo: int, hi: int) -> tuple[int, ...]:
@@ -289,8 +296,14 @@ class Model:
     """The generated map: inputs' and outputs' shapes, pieces, phis, offsets; the true matrices A[k][i]
     (z_k's Jacobian in x_i) and backward's B[k][i]."""
 
-    def __init__(self, in_shapes: list[tuple[int, ...]], out_shapes: list[tuple[int, ...]], pieces: list[Piece],
-                 phis: list[str], alpha: Optional[float]) -> None:
+    def __init__(
+        self,
+        in_shapes: list[tuple[int, ...]],
+        out_shapes: list[tuple[int, ...]],
+        pieces: list[Piece],
+        phis: list[str],
+        alpha: Optional[float],
+    ) -> None:
         self.in_shapes, self.out_shapes, self.pieces, self.phis = in_shapes, out_shapes, pieces, phis
         self.alpha = alpha  # a non-tensor argument scaling every z (None: not passed)
         self.offsets = [torch.zeros(_numel(s), dtype=F64) for s in out_shapes]
@@ -310,8 +323,9 @@ class Model:
         const = () if self.const is None else (self.const,)
         return (*xs, *const, *(() if self.alpha is None else (self.alpha,)))
 
-    def z(self, xs: tuple[torch.Tensor, ...], alpha: float = 1.0,
-          const: Optional[torch.Tensor] = None) -> list[torch.Tensor]:
+    def z(
+        self, xs: tuple[torch.Tensor, ...], alpha: float = 1.0, const: Optional[torch.Tensor] = None
+    ) -> list[torch.Tensor]:
         const = self.const if const is None else const
         zs = []
         for k in range(len(self.out_shapes)):
@@ -525,9 +539,22 @@ def _tol(v: torch.Tensor | float) -> float:
     return ATOL + RTOL * abs(float(v))
 
 
-GENERATORS = ["patterns", "wrong_element", "extra_entry", "transposed", "sign_block", "scaled_argument",
-              "scaled_output", "nonfinite", "cancel_pair", "misattributed", "group_rows", "omitted", "wrong_dphi",
-              "product_swapped"]
+GENERATORS = [
+    "patterns",
+    "wrong_element",
+    "extra_entry",
+    "transposed",
+    "sign_block",
+    "scaled_argument",
+    "scaled_output",
+    "nonfinite",
+    "cancel_pair",
+    "misattributed",
+    "group_rows",
+    "omitted",
+    "wrong_dphi",
+    "product_swapped",
+]
 
 
 def make_case(seed: int, generator: Optional[str] = None, zeros: bool = True) -> Case:
@@ -643,8 +670,7 @@ def _draw(rng: random.Random, g: torch.Generator, seed: int, generator: str, zer
         else:
             # the gradient of an entry (r, c2) forgotten (omitted) or given to (r, c1) (misattributed):
             # large (far above the tolerance of every entry of its row: the unit move sees it)
-            big = [(r, c) for r, c in nonzero
-                   if abs(float(jac[r, c])) > 100 * _tol(jac[r].abs().max())]
+            big = [(r, c) for r, c in nonzero if abs(float(jac[r, c])) > 100 * _tol(jac[r].abs().max())]
             if big:
                 r, c2 = rng.choice(big)
                 k, rr, i2, cc2 = place(r, c2)
@@ -753,14 +779,27 @@ def verdicts(result: Any) -> Any:
     """What a report says, without its numbers: the verdicts, and each argument's mismatched elements
     (the comparison for batched forwards, whose numbers differ in rounding: see ``_single_calls``)."""
     out = _rows(result)
-    return (out["status"], out["error"], [
-        (c["check"], c["status"], [(r["name"], r["status"], r["reason"], r["mismatched"], r["mismatched_indices"],
-                                    r["at_kinks"]) for r in c["inputs"]]) for c in out["checks"]])
+    return (
+        out["status"],
+        out["error"],
+        [
+            (
+                c["check"],
+                c["status"],
+                [
+                    (r["name"], r["status"], r["reason"], r["mismatched"], r["mismatched_indices"], r["at_kinks"])
+                    for r in c["inputs"]
+                ],
+            )
+            for c in out["checks"]
+        ],
+    )
 
 
 @pytest.mark.parametrize("seed", _seeds(FAST_SEEDS))
-def test_fuzz_reports_are_identical_with_single_call_forwards(seed: int, used: dict[str, int],
-                                                               single_calls: None) -> None:
+def test_fuzz_reports_are_identical_with_single_call_forwards(
+    seed: int, used: dict[str, int], single_calls: None
+) -> None:
     case = make_case(seed, zeros=False)
     got, plain = checks_of(case, used)
     assert_same_report(got, plain, str(case))
@@ -799,8 +838,10 @@ def test_the_generators_cover_what_they_say(used: dict[str, int]) -> None:
     assert any(len(t) > 1 for t in tensors) and any(len(t) < len(c.args) for t, c in zip(tensors, cases))
     assert any(c.model is not None and len(c.model.out_shapes) > 1 for c in cases)
     assert any(1 in a.shape or a.dim() == 0 for t in tensors for a in t)
-    assert any(c.model is not None and c.model.products and any(bool((a == 0).any()) for a in t)
-               for c, t in zip(cases, tensors))
+    assert any(
+        c.model is not None and c.model.products and any(bool((a == 0).any()) for a in t)
+        for c, t in zip(cases, tensors)
+    )
     assert any(not c.vmappable for c in cases)
     assert any(c.model is not None and c.model.const is not None for c in cases)
     assert any(c.model is not None and c.model.index_output for c in cases)
@@ -840,8 +881,9 @@ def torch_verdict(case: Case) -> bool:
     tensors = [a for a in case.args if isinstance(a, torch.Tensor)]
     extra = case.args[len(tensors) :]
     inputs = tuple(t.detach().clone().requires_grad_(t.requires_grad) for t in tensors)
-    return bool(torch.autograd.gradcheck(lambda *xs: case.fn.apply(*xs, *extra), inputs, raise_exception=False,
-                                         fast_mode=False))
+    return bool(
+        torch.autograd.gradcheck(lambda *xs: case.fn.apply(*xs, *extra), inputs, raise_exception=False, fast_mode=False)
+    )
 
 
 @pytest.mark.parametrize("seed", TORCH_SEEDS)
@@ -885,16 +927,30 @@ def omitted_below_row_tolerance(seed: int) -> tuple[Case, float]:
         xs = case.inputs()
         jac = model.true_jacobian(xs)
         colours = colours_of(jac)
-        places = [(r, j, float(jac[r, k])) for r, k in zip(*(v.tolist() for v in (jac.abs() >= 0.5).nonzero(as_tuple=True)))
-                  for j in (colours == colours[k]).nonzero().view(-1).tolist() if j != k and jac[r, j] == 0]
+        places = [
+            (r, j, float(jac[r, k]))
+            for r, k in zip(*(v.tolist() for v in (jac.abs() >= 0.5).nonzero(as_tuple=True)))
+            for j in (colours == colours[k]).nonzero().view(-1).tolist()
+            if j != k and jac[r, j] == 0
+        ]
         if places:
             r, j, big = rng.choice(places)
             e = rng.choice([-1, 1]) * rng.uniform(3 * ATOL, (ATOL + RTOL * abs(big)) / 3)
             _forward_only_entry(model, xs, r, j, e)
             fn = model.function(numpy=False, item=False)
             args = model.make_args(tuple(x.requires_grad_() for x in xs))
-            return Case(seed, fn, args, "omitted below the row's tolerance", f"entry {e:.3g} forgotten at ({r}, {j})",
-                        True, True, True, {"row": big}, model), e
+            return Case(
+                seed,
+                fn,
+                args,
+                "omitted below the row's tolerance",
+                f"entry {e:.3g} forgotten at ({r}, {j})",
+                True,
+                True,
+                True,
+                {"row": big},
+                model,
+            ), e
     raise RuntimeError("no place found")
 
 
@@ -922,8 +978,9 @@ class ForgetsCoupling(torch.autograd.Function):
         return g.clone()
 
 
-def test_a_forgotten_small_coupling_fails_compressed_as_element_by_element(monkeypatch: pytest.MonkeyPatch,
-                                                                           used: dict[str, int]) -> None:
+def test_a_forgotten_small_coupling_fails_compressed_as_element_by_element(
+    monkeypatch: pytest.MonkeyPatch, used: dict[str, int]
+) -> None:
     """At the default sizes (a Jacobian of 1000 x 1000 is compressed without patching SMALL); torch's
     gradcheck fails it too."""
     from gradcheck_cli.numerics import jacobians
@@ -931,8 +988,9 @@ def test_a_forgotten_small_coupling_fails_compressed_as_element_by_element(monke
     monkeypatch.setattr(jacobians, "SMALL", 2**17)
     x = torch.randn(1000, dtype=F64, generator=torch.Generator().manual_seed(0)).requires_grad_()
     plain = check(ForgetsCoupling, (x,), compress=False)
-    if plain.status.value != "fail" or torch.autograd.gradcheck(ForgetsCoupling.apply, (x[:40].detach().clone()
-                                                                 .requires_grad_(),), raise_exception=False):
+    if plain.status.value != "fail" or torch.autograd.gradcheck(
+        ForgetsCoupling.apply, (x[:40].detach().clone().requires_grad_(),), raise_exception=False
+    ):
         raise RuntimeError("expected element by element and torch to fail it")
     got = check(ForgetsCoupling, (x,))
     if used["n"] != 1:
@@ -981,7 +1039,8 @@ class UnusedInput(torch.autograd.Function):
     """sin(M x) and an input ``u`` it does not depend on, whose gradient backward invents at one element."""
 
     M = torch.randn(142, 54, dtype=F64, generator=torch.Generator().manual_seed(0)) * (
-        torch.rand(142, 54, generator=torch.Generator().manual_seed(1)) < 0.08)
+        torch.rand(142, 54, generator=torch.Generator().manual_seed(1)) < 0.08
+    )
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -1023,8 +1082,9 @@ def test_an_unused_input_gets_the_same_diagnosis_with_batched_forwards(used: dic
     assert got.checks[0].inputs[1].diagnosis == plain.checks[0].inputs[1].diagnosis
 
 
-def test_an_unused_input_gets_the_same_report_with_single_call_forwards(used: dict[str, int],
-                                                                          single_calls: None) -> None:
+def test_an_unused_input_gets_the_same_report_with_single_call_forwards(
+    used: dict[str, int], single_calls: None
+) -> None:
     g = torch.Generator().manual_seed(2)
     x, u = torch.randn(27, 2, dtype=F64, generator=g).requires_grad_(), torch.randn(65, 1, dtype=F64, generator=g)
     args = (x, u.requires_grad_())
@@ -1051,28 +1111,41 @@ class SinProduct(torch.autograd.Function):
         return gz, c * z
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "where z_i = 0, dy_i/dx_i = 0 leaves x_i's column empty, coloured with z_i's group: their joint unit "
-    "move computes (x_i + eps) eps - (x_i - eps)(-eps), which differs from z_i's own column's quotient in "
-    "the last bits (compressed.Groups._accepted takes it as that column's): the reported numbers differ"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "where z_i = 0, dy_i/dx_i = 0 leaves x_i's column empty, coloured with z_i's group: their joint unit "
+        "move computes (x_i + eps) eps - (x_i - eps)(-eps), which differs from z_i's own column's quotient in "
+        "the last bits (compressed.Groups._accepted takes it as that column's): the reported numbers differ"
+    ),
+)
 def test_an_exactly_zero_factor_gives_the_same_numbers(used: dict[str, int], single_calls: None) -> None:
     g = torch.Generator().manual_seed(0)
     z, x = torch.randn(2, 1000, dtype=F64, generator=g)
     z[::10] = 0.0
     args = (z.requires_grad_(), x.requires_grad_())
     got, plain = check(SinProduct, args), check(SinProduct, args, compress=False)
-    if used["n"] != 1 or got.status.value != "fail" or _rows(got)["checks"][0]["inputs"][1] != _rows(plain)[
-            "checks"][0]["inputs"][1]:
+    if (
+        used["n"] != 1
+        or got.status.value != "fail"
+        or _rows(got)["checks"][0]["inputs"][1] != _rows(plain)["checks"][0]["inputs"][1]
+    ):
         raise RuntimeError("expected both to fail, the first compressed, x's rows the same")
     assert_same_report(got, plain, "SinProduct")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "where the central differences' rounding is near atol (forwards summing terms of 1e5 to ~1), the "
-    "batched forwards' rounding, which differs between the compressed groups (Groups._batched) and the "
-    "columns (Columns._batched_columns), decides an argument's verdict: arg1 passes element by element "
-    "(largest error 2.06e-05 of a tolerance of 2.5e-3) and fails compressed (8 entries of 0 against "
-    "-2.9e-05); with single-call forwards both agree"))
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason=(
+        "where the central differences' rounding is near atol (forwards summing terms of 1e5 to ~1), the "
+        "batched forwards' rounding, which differs between the compressed groups (Groups._batched) and the "
+        "columns (Columns._batched_columns), decides an argument's verdict: arg1 passes element by element "
+        "(largest error 2.06e-05 of a tolerance of 2.5e-3) and fails compressed (8 entries of 0 against "
+        "-2.9e-05); with single-call forwards both agree"
+    ),
+)
 def test_an_ill_conditioned_case_gets_the_same_verdicts_with_batched_forwards(used: dict[str, int]) -> None:
     case = make_case(1861)
     if well_conditioned(case):
@@ -1175,7 +1248,8 @@ def coupled_verdicts(seed: int, used: dict[str, int], with_torch: bool) -> tuple
 
 @pytest.mark.parametrize("seed", range(12))
 def test_a_forgotten_coupling_beside_large_outputs_gets_the_verdict_of_element_by_element(
-        seed: int, used: dict[str, int]) -> None:
+    seed: int, used: dict[str, int]
+) -> None:
     got, plain, judged = coupled_verdicts(seed, used, with_torch=seed % 3 == 0)
     assert plain == "fail" or judged is None or not judged  # the bug is above the tolerance
     assert got == plain, coupled_case(seed).label

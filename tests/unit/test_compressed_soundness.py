@@ -3,6 +3,7 @@
 whose random weights nearly coincided hid a gradient left out beside an entry (item 2). Each Function
 here is wrong by more than twice its element-wise tolerance, so element by element and torch's gradcheck
 fail it; the compressed check must fail it too, and must still be compressed."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -69,8 +70,9 @@ def _plain_and_torch_fail(fn: Any, x: torch.Tensor) -> None:
 @pytest.mark.parametrize("dtype", [F64, C128], ids=["float64", "complex128"])
 @pytest.mark.parametrize("memory", [None, 2**22], ids=["default memory", "4 MB"])
 @pytest.mark.parametrize("fn", [ConstantElement, LargeSecondOutput], ids=lambda f: f.__name__)
-def test_a_large_output_elsewhere_hides_no_wrong_gradient(fn: Any, memory: int | None, dtype: torch.dtype,
-                                                           used: dict[str, int]) -> None:
+def test_a_large_output_elsewhere_hides_no_wrong_gradient(
+    fn: Any, memory: int | None, dtype: torch.dtype, used: dict[str, int]
+) -> None:
     """Item 1: the rounding limit was 64 ulps of the largest output of all, over eps (14 for 1e6, 140 for
     1e7: every coupling passed); it is now each row's own."""
     x = torch.randn(1000, dtype=dtype, generator=torch.Generator().manual_seed(0)).requires_grad_()
@@ -110,8 +112,9 @@ WEIGHT_COINCIDENCES = {5e-4: [44], 1.5e-5: [0, 15, 20, 22, 27, 44, 48]}
 
 
 @pytest.mark.parametrize("h, seed", [(h, s) for h, seeds in WEIGHT_COINCIDENCES.items() for s in seeds])
-def test_a_coincidence_of_weights_hides_no_wrong_gradient(h: float, seed: int, used: dict[str, int],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_coincidence_of_weights_hides_no_wrong_gradient(
+    h: float, seed: int, used: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Item 2: at these seeds the one weighting of two columns nearly coincided; the check now takes as many
     independent weightings as its miss bound needs."""
     monkeypatch.setattr(ForgetsOneCoupling, "H", h)
@@ -126,8 +129,9 @@ def test_a_coincidence_of_weights_hides_no_wrong_gradient(h: float, seed: int, u
 
 @pytest.mark.slow
 @pytest.mark.parametrize("h", [1.5e-5, 2e-5, 1e-4, 5e-4])
-def test_a_forgotten_coupling_in_a_linear_layer_fails_at_every_seed(h: float, used: dict[str, int],
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_forgotten_coupling_in_a_linear_layer_fails_at_every_seed(
+    h: float, used: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Item 2 over 50 check seeds each (the issue's measurement: 7 of 50 passed at 1.5e-5, 1 at 5e-4)."""
     monkeypatch.setattr(ForgetsOneCoupling, "H", h)
     args = _linear_args()

@@ -1,6 +1,7 @@
 """Arguments that are containers: ``list: [...]`` and ``dict: {...}`` entries, whose leaves are ordinary
 argument entries, each its own row (``xs[0]``, ``feats.q``), checked by every check, and agreeing with
 torch.autograd.gradcheck on the same (flattened) inputs."""
+
 from __future__ import annotations
 
 import json
@@ -40,14 +41,16 @@ def rows(result_json: str, check_name: str = "backward") -> dict[str, dict]:
 
 
 def test_list_and_dict_entries_hold_ordinary_entries_with_their_key_paths(write_spec):
-    (case,) = load_file(write_spec("""\
+    (case,) = load_file(
+        write_spec("""\
         function: pkg.mod:f
         inputs:
           - name: xs
             list: [{shape: [2]}, {value: 3}, {list: [{data: [1.0]}]}]
         kwargs:
           feats: {dict: {q: {shape: [2, 3], dist: uniform}, k: {same_as: 'xs[0]'}}}
-    """))
+    """)
+    )
     xs, (name, feats) = case.inputs[0], case.kwargs[0]
     assert isinstance(xs, ListArg) and xs.name == "xs" and xs.key == "inputs[0]"
     assert isinstance(xs.items[0], TensorArg) and xs.items[0].key == "inputs[0].list[0]"
@@ -57,19 +60,25 @@ def test_list_and_dict_entries_hold_ordinary_entries_with_their_key_paths(write_
     assert feats.items[0][1].key == "kwargs.feats.dict.q"
 
 
-@pytest.mark.parametrize("entry, key, gist", [
-    ("{list: []}", "inputs[0].list", "expected a non-empty list of argument entries"),
-    ("{list: {shape: [2]}}", "inputs[0].list", "write `value: [...]`"),
-    ("{dict: [{shape: [2]}]}", "inputs[0].dict", "expected a non-empty mapping of KEY: argument entry"),
-    ("{dict: {}}", "inputs[0].dict", "expected a non-empty mapping"),
-    ("{list: [{shape: [2], bogus: 1}]}", "inputs[0].list[0].bogus", "unknown key; allowed keys here: name, shape"),
-    ("{list: [{shape: [2]}], shape: [3]}", "inputs[0]", "exactly one of shape, data, value, same_as, list, dict "
-                                                        "(found shape, list)"),
-    ("{list: [{shape: [2]}], dtype: float32}", "inputs[0].dtype", "unknown key; allowed keys here: name, list"),
-    ("{list: [{name: a, shape: [2]}]}", "inputs[0].list[0].name", "named by its place"),
-    ("{dict: {q: 3}}", "inputs[0].dict.q", "expected a mapping with one of shape"),
-    ("{list: [{list: [{shape: [x]}]}]}", "inputs[0].list[0].list[0].shape", "expected a list of non-negative ints"),
-])
+@pytest.mark.parametrize(
+    "entry, key, gist",
+    [
+        ("{list: []}", "inputs[0].list", "expected a non-empty list of argument entries"),
+        ("{list: {shape: [2]}}", "inputs[0].list", "write `value: [...]`"),
+        ("{dict: [{shape: [2]}]}", "inputs[0].dict", "expected a non-empty mapping of KEY: argument entry"),
+        ("{dict: {}}", "inputs[0].dict", "expected a non-empty mapping"),
+        ("{list: [{shape: [2], bogus: 1}]}", "inputs[0].list[0].bogus", "unknown key; allowed keys here: name, shape"),
+        (
+            "{list: [{shape: [2]}], shape: [3]}",
+            "inputs[0]",
+            "exactly one of shape, data, value, same_as, list, dict (found shape, list)",
+        ),
+        ("{list: [{shape: [2]}], dtype: float32}", "inputs[0].dtype", "unknown key; allowed keys here: name, list"),
+        ("{list: [{name: a, shape: [2]}]}", "inputs[0].list[0].name", "named by its place"),
+        ("{dict: {q: 3}}", "inputs[0].dict.q", "expected a mapping with one of shape"),
+        ("{list: [{list: [{shape: [x]}]}]}", "inputs[0].list[0].list[0].shape", "expected a list of non-negative ints"),
+    ],
+)
 def test_bad_container_entries_are_spec_errors_naming_the_key(write_spec, entry, key, gist):
     (err,) = load_file(write_spec(f"function: pkg.mod:f\ninputs:\n  - {entry}\n"))
     assert isinstance(err, SpecError) and err.key == key and gist in str(err), str(err)
@@ -84,8 +93,10 @@ def test_a_bad_entry_exits_3_naming_file_and_key(write_spec, invoke):
 
 
 def test_a_case_overrides_a_list_by_name(write_spec):
-    path = write_spec(spec_of() + "cases:\n  - name: three\n    inputs:\n      xs: {list: [{shape: [1, 3]}, "
-                                  "{shape: [1, 3]}, {shape: [1, 3]}]}\n      weights: {shape: [3]}\n")
+    path = write_spec(
+        spec_of() + "cases:\n  - name: three\n    inputs:\n      xs: {list: [{shape: [1, 3]}, "
+        "{shape: [1, 3]}, {shape: [1, 3]}]}\n      weights: {shape: [3]}\n"
+    )
     (case,) = load_file(path)
     assert isinstance(case.inputs[0], ListArg) and len(case.inputs[0].items) == 3
     assert case.inputs[0].key == "cases[0].inputs.xs" and case.inputs[0].name == "xs"
@@ -96,10 +107,18 @@ def test_a_case_overrides_a_list_by_name(write_spec):
 
 def test_leaves_are_drawn_in_order_like_arguments_of_their_own(write_spec):
     """Same seed, same rules: the leaves of a list get the values the same entries get as separate arguments."""
-    (listed,) = load_file(write_spec("function: pkg.mod:f\nseed: 7\ninputs:\n"
-                                     "  - {list: [{shape: [2]}, {shape: [3], dist: uniform}]}\n  - {shape: [2]}\n"))
-    (separate,) = load_file(write_spec("function: pkg.mod:f\nseed: 7\ninputs:\n"
-                                       "  - {shape: [2]}\n  - {shape: [3], dist: uniform}\n  - {shape: [2]}\n"))
+    (listed,) = load_file(
+        write_spec(
+            "function: pkg.mod:f\nseed: 7\ninputs:\n"
+            "  - {list: [{shape: [2]}, {shape: [3], dist: uniform}]}\n  - {shape: [2]}\n"
+        )
+    )
+    (separate,) = load_file(
+        write_spec(
+            "function: pkg.mod:f\nseed: 7\ninputs:\n"
+            "  - {shape: [2]}\n  - {shape: [3], dist: uniform}\n  - {shape: [2]}\n"
+        )
+    )
     (_, xs), (_, last) = inputs.build(listed, "cpu")[0]
     values = [v for _, v in inputs.build(separate, "cpu")[0]]
     assert isinstance(xs, list) and len(xs) == 2
@@ -110,12 +129,14 @@ def test_leaves_are_drawn_in_order_like_arguments_of_their_own(write_spec):
 
 
 def test_each_leaf_is_one_value_named_by_its_path_and_the_call_gets_the_containers_back(write_spec):
-    (case,) = load_file(write_spec("""\
+    (case,) = load_file(
+        write_spec("""\
         function: gradcheck_cli.examples.containers:gated
         inputs:
           - name: feats
             dict: {x: {shape: [2]}, gate: {same_as: 'feats.x'}, extra: {list: [{value: 1}, {shape: [1]}]}}
-    """))
+    """)
+    )
     target = loader.load(case.function)
     bound = bind_case(target, case, "cpu", Streams(case.seed))
     assert bound.names == ["feats.x", "feats.gate", "feats.extra[0]", "feats.extra[1]"]
@@ -128,10 +149,15 @@ def test_each_leaf_is_one_value_named_by_its_path_and_the_call_gets_the_containe
 
 
 def test_a_module_s_parameters_follow_the_leaves(write_spec):
-    (case,) = load_file(write_spec("function: gradcheck_cli.examples.containers:ListMix\ninit: {kwargs: {n: 2}}\n"
-                                   "inputs:\n  - {name: xs, list: [{shape: [3]}, {shape: [3]}]}\n"))
+    (case,) = load_file(
+        write_spec(
+            "function: gradcheck_cli.examples.containers:ListMix\ninit: {kwargs: {n: 2}}\n"
+            "inputs:\n  - {name: xs, list: [{shape: [3]}, {shape: [3]}]}\n"
+        )
+    )
     target = loader.load(case.function)
     from gradcheck_cli.nn_module import init_target
+
     init_target(target, (), {"n": 2}, Streams(0), "float64", "cpu")
     bound = bind_case(target, case, "cpu", Streams(case.seed))
     assert bound.names == ["xs[0]", "xs[1]", "weight"] and bound.indices == [0, 0, 1]
@@ -149,8 +175,9 @@ def test_the_shipped_container_specs_pass_and_the_broken_one_fails_on_its_leaf(i
     assert report["summary"]["failed"] == 0 and report["summary"]["errors"] == 0
     names = {r["name"] for res in report["results"] for c in res["checks"] for r in c["inputs"]}
     assert {"xs[0]", "xs[1]", "xs[2]", "feats.x", "feats.gate", "weight"} <= names
-    broken = invoke(str(REPO / "broken-specs" / "containers_weighted_cat_second_slice.yaml"), "--format", "json",
-                    "--no-isolate")
+    broken = invoke(
+        str(REPO / "broken-specs" / "containers_weighted_cat_second_slice.yaml"), "--format", "json", "--no-isolate"
+    )
     assert broken.exit_code == 1, broken.output
     got = rows(broken.stdout)
     assert got["xs[1]"]["status"] == "fail" and got["xs[1]"]["index"] == 0
@@ -210,8 +237,10 @@ def test_same_as_a_leaf_and_expect_by_a_leaf_s_name(write_spec, invoke):
 
 
 def test_a_function_given_a_list_of_tensors_is_told_to_unpack_it(write_spec, invoke):
-    path = write_spec("function: gradcheck_cli.examples.containers:Gate\ninputs:\n"
-                      "  - {name: pair, list: [{shape: [3]}, {shape: [3]}]}\n")
+    path = write_spec(
+        "function: gradcheck_cli.examples.containers:Gate\ninputs:\n"
+        "  - {name: pair, list: [{shape: [3]}, {shape: [3]}]}\n"
+    )
     result = invoke(str(path), "--no-color", "--no-isolate")
     assert result.exit_code == 3, result.output
     text = " ".join(result.output.split())
@@ -220,7 +249,8 @@ def test_a_function_given_a_list_of_tensors_is_told_to_unpack_it(write_spec, inv
 
 
 def test_reference_backward_gets_and_returns_the_containers(user_module, write_spec, invoke):
-    mod = user_module("""
+    mod = user_module(
+        """
         import torch
         def grads(inputs, grad_outputs):
             xs, weights = inputs
@@ -228,9 +258,15 @@ def test_reference_backward_gets_and_returns_the_containers(user_module, write_s
             return [w * p for w, p in zip(weights, parts)], torch.stack([(p * x).sum() for p, x in zip(parts, xs)])
         def flat(inputs, grad_outputs):
             return None, None, None
-    """, name="refgrads")
-    good = invoke(str(write_spec(spec_of(CAT + "_second_slice") + f"reference_backward: {mod}:grads\n")),
-                  "--format", "json", "--no-isolate")
+    """,
+        name="refgrads",
+    )
+    good = invoke(
+        str(write_spec(spec_of(CAT + "_second_slice") + f"reference_backward: {mod}:grads\n")),
+        "--format",
+        "json",
+        "--no-isolate",
+    )
     assert good.exit_code == 1, good.output
     got = rows(good.stdout, "reference")
     assert got["xs[1]"]["status"] == "fail" and got["xs[0]"]["status"] == "pass"
@@ -240,8 +276,7 @@ def test_reference_backward_gets_and_returns_the_containers(user_module, write_s
 
 
 def test_init_writes_a_list_entry_for_a_tensor_list_argument_and_it_runs(invoke, tmp_path):
-    result = invoke("init", "torch.ops.gradcheck_examples.scaled_sum", "--import",
-                    "gradcheck_cli.examples.containers")
+    result = invoke("init", "torch.ops.gradcheck_examples.scaled_sum", "--import", "gradcheck_cli.examples.containers")
     assert result.exit_code == 0, result.output
     assert "- {name: xs, list: [{shape: [4, 5]}, {shape: [4, 5]}]}   # Tensor[]" in result.stdout
     path = tmp_path / "scaled_sum.yaml"
@@ -267,6 +302,7 @@ def test_verdicts_agree_with_torch_gradcheck_on_the_flattened_leaves(write_spec,
     assert bool(ours) == theirs == (fn is containers.weighted_cat)
     # and the spec's own run, with the list rebuilt by the tool
     from gradcheck_cli.runner import run_case
+
     assert (run_case(case, "cpu").status.value == "pass") == theirs
 
 

@@ -7,6 +7,7 @@ Correct Functions (float32, complex, conjugation, sparse and None gradients, ``o
 an integer output, a nondeterministic backward within nondet_tol) must pass; the verdicts agree with
 torch.autograd.gradcheck's defaults where torch can judge.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -325,10 +326,18 @@ CORRECT: list[tuple[str, Any, Any, dict[str, Any]]] = [
     ("linear-f32-small", Linear, lambda: linear_args(5, torch.float32), {}),
     ("square", Square, lambda: [randn(7, 3)], {}),
     ("once-differentiable", SquareOnce, lambda: [randn(7, 3)], {}),
-    ("complex-scale", ComplexScale, lambda: [randn(4, 3, dtype=torch.complex128),
-                                             randn(4, 3, dtype=torch.complex128, seed=1)], {}),
-    ("complex64-scale", ComplexScale, lambda: [randn(4, 3, dtype=torch.complex64),
-                                               randn(4, 3, dtype=torch.complex64, seed=1)], {}),
+    (
+        "complex-scale",
+        ComplexScale,
+        lambda: [randn(4, 3, dtype=torch.complex128), randn(4, 3, dtype=torch.complex128, seed=1)],
+        {},
+    ),
+    (
+        "complex64-scale",
+        ComplexScale,
+        lambda: [randn(4, 3, dtype=torch.complex64), randn(4, 3, dtype=torch.complex64, seed=1)],
+        {},
+    ),
     ("conj", Conj, lambda: [randn(5, dtype=torch.complex128)], {}),
     ("none-grad", IgnoresY, lambda: [randn(5), randn(5, seed=1)], {}),
     ("jittery", Jittery, lambda: [randn(4, 4)], {"nondet_tol": 1e-8}),
@@ -358,8 +367,9 @@ def test_linearity_passes_rounding_of_a_long_sum(dtype: torch.dtype) -> None:
     def backward(live: Any, inputs: Any, grads: Any) -> Any:
         return vjp(live, inputs, grads)
 
-    message, bad = linearity.examine(backward, [out], [0], [x, w], ["x", "w"], None,
-                                     torch.Generator().manual_seed(0), Tolerance(atol=0.0, rtol=0.0))
+    message, bad = linearity.examine(
+        backward, [out], [0], [x, w], ["x", "w"], None, torch.Generator().manual_seed(0), Tolerance(atol=0.0, rtol=0.0)
+    )
     assert message is None and bad == []
 
 
@@ -380,10 +390,13 @@ def test_linearity_reads_sparse_and_none_gradients() -> None:
 
     other = randn(2)
     gen = torch.Generator().manual_seed(0)
-    assert linearity.examine(sparse, [out], [0], [weight, other], ["weight", "other"], None, gen,
-                             Tolerance()) == (None, [])
-    message, bad = linearity.examine(sparse_clipped, [out], [0], [weight, other], ["weight", "other"], None, gen,
-                                     Tolerance())
+    assert linearity.examine(sparse, [out], [0], [weight, other], ["weight", "other"], None, gen, Tolerance()) == (
+        None,
+        [],
+    )
+    message, bad = linearity.examine(
+        sparse_clipped, [out], [0], [weight, other], ["weight", "other"], None, gen, Tolerance()
+    )
     assert message is not None and message.startswith(NOT_LINEAR) and "of 'weight'" in message and bad == [0]
 
 
@@ -393,8 +406,9 @@ def test_linearity_reads_sparse_and_none_gradients() -> None:
 def test_a_backward_that_breaks_on_an_undefined_gradient_fails_by_default() -> None:
     check = backward_check(TwoOutputsNone, [randn(5)])
     assert check.status.value == "fail", check.message
-    assert check.message.startswith("backward raised TypeError when the gradient of output 1 ('gb') is undefined "
-                                    "(None) at "), check.message
+    assert check.message.startswith(
+        "backward raised TypeError when the gradient of output 1 ('gb') is undefined (None) at "
+    ), check.message
     assert "handle it (e.g. `if gb is not None:`)" in check.message
 
 

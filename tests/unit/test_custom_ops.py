@@ -2,6 +2,7 @@
 CustomOpDef) named from their schema, `gradcheck init` from the schema, forward_ad without a forward-AD
 rule, the opcheck check, vmap's fallback warning; verdicts agree with torch.autograd.gradcheck and
 torch.library.opcheck on the same inputs."""
+
 from __future__ import annotations
 
 import itertools
@@ -33,22 +34,28 @@ def rows(result, name):
 
 def draw(*shape, positive=False):
     g = torch.Generator().manual_seed(0)
-    x = torch.rand(*shape, generator=g, dtype=torch.float64) if positive else \
-        torch.randn(*shape, generator=g, dtype=torch.float64)
+    x = (
+        torch.rand(*shape, generator=g, dtype=torch.float64)
+        if positive
+        else torch.randn(*shape, generator=g, dtype=torch.float64)
+    )
     return x.requires_grad_()
 
 
 # ------------------------------------------------------------------ targets and their parameters
 
-@pytest.mark.parametrize("path", [f"{OPS}.scaled_linear", f"{OPS}.scaled_linear.default",
-                                  f"{EXAMPLES}:scaled_linear"])
+
+@pytest.mark.parametrize("path", [f"{OPS}.scaled_linear", f"{OPS}.scaled_linear.default", f"{EXAMPLES}:scaled_linear"])
 def test_an_op_packet_overload_or_custom_op_def_loads_with_the_schemas_parameters(path):
     target = loader.load(path)
     assert isinstance(target, OpTarget) and target.name == "gradcheck_examples::scaled_linear"
     params = target.parameters()
     assert [(p.name, p.annotation, p.default) for p in params] == [
-        ("x", "Tensor", params[0].empty), ("weight", "Tensor", params[0].empty), ("bias", "Tensor?", None),
-        ("scale", "float", 1.0)]
+        ("x", "Tensor", params[0].empty),
+        ("weight", "Tensor", params[0].empty),
+        ("bias", "Tensor?", None),
+        ("scale", "float", 1.0),
+    ]
 
 
 def test_an_unregistered_op_says_to_import_the_module_that_registers_it():
@@ -59,32 +66,43 @@ def test_an_unregistered_op_says_to_import_the_module_that_registers_it():
 
 
 def test_rows_are_named_from_the_schema_not_args_and_kwargs(user_module, write_spec, invoke):
-    write_spec(f"""
+    write_spec(
+        f"""
         function: {OPS}.scaled_linear
         import: [{EXAMPLES}]
         inputs: [{{shape: [5, 4]}}, {{shape: [3, 4]}}]
         kwargs: {{bias: {{shape: [3]}}, scale: {{value: 0.5}}}}
-    """, "specs/op.yaml")
+    """,
+        "specs/op.yaml",
+    )
     user_module("")  # moves into tmp_path
     report = json.loads(invoke("specs/op.yaml", "--no-isolate", "--format", "json").stdout)
     (result,) = report["results"]
     assert result["status"] == "pass", result
     assert [(r["index"], r["name"]) for r in result["checks"][0]["inputs"]] == [
-        (0, "x"), (1, "weight"), (2, "bias"), (3, "scale")]
+        (0, "x"),
+        (1, "weight"),
+        (2, "bias"),
+        (3, "scale"),
+    ]
 
 
 # ---------------------------------------------------------------------------- import: and --import
 
+
 def test_import_key_and_option_import_before_the_target_is_resolved(user_module, write_spec, invoke):
     ns = unique_namespace()
-    user_module(f"""
+    user_module(
+        f"""
         import torch
         @torch.library.custom_op("{ns}::twice", mutates_args=())
         def twice(x: torch.Tensor) -> torch.Tensor:
             return 2 * x
         twice.register_fake(lambda x: torch.empty_like(x))
         twice.register_autograd(lambda ctx, g: 2 * g)
-    """, "userops")
+    """,
+        "userops",
+    )
     write_spec(f"function: torch.ops.{ns}.twice\nimport: userops\ninputs: [{{shape: [3]}}]\n", "specs/twice.yaml")
     assert invoke("specs/twice.yaml", "--no-isolate").exit_code == 0
     inline = invoke(f"torch.ops.{ns}.twice", "-i", "3", "--import", "userops", "--no-isolate", "--no-color", "-v")
@@ -92,11 +110,14 @@ def test_import_key_and_option_import_before_the_target_is_resolved(user_module,
     assert "0: x" in inline.stdout
 
 
-@pytest.mark.parametrize("value, key, message", [
-    ("[no_such_module_xyz]", "import", "cannot import 'no_such_module_xyz' (listed in `import`): no module named"),
-    ("'pkg.mod:fn'", "import", "expected a module name like 'my_pkg.ops'"),
-    ("{a: 1}", "import", "expected a module name or a list of them"),
-])
+@pytest.mark.parametrize(
+    "value, key, message",
+    [
+        ("[no_such_module_xyz]", "import", "cannot import 'no_such_module_xyz' (listed in `import`): no module named"),
+        ("'pkg.mod:fn'", "import", "expected a module name like 'my_pkg.ops'"),
+        ("{a: 1}", "import", "expected a module name or a list of them"),
+    ],
+)
 def test_bad_import_entries_are_errors_that_name_the_import_key(write_spec, invoke, monkeypatch, value, key, message):
     path = write_spec(f"function: {OPS}.softplus\nimport: {value}\ninputs: [{{shape: [3]}}]\n")
     monkeypatch.chdir(path.parent)
@@ -118,6 +139,7 @@ def test_import_option_that_cannot_be_imported_names_the_option(write_spec, invo
 
 # ----------------------------------------------------------------------------------------- init
 
+
 def test_init_writes_the_inputs_from_the_schema(tmp_path, monkeypatch, invoke):
     monkeypatch.chdir(tmp_path)
     result = invoke("init", f"{OPS}.scaled_linear", "--import", EXAMPLES, "-o", "specs/op.yaml")
@@ -134,6 +156,7 @@ def test_init_writes_the_inputs_from_the_schema(tmp_path, monkeypatch, invoke):
 
 # ------------------------------------------------------------------------------------- forward_ad
 
+
 def test_forward_ad_says_the_op_has_no_forward_ad_rule():
     x = draw(3, 4)
     named = check(custom_ops.softplus, [x], {"beta": 2.0}, checks=["forward_ad"])
@@ -145,6 +168,7 @@ def test_forward_ad_says_the_op_has_no_forward_ad_rule():
 
 
 # ---------------------------------------------------------------------------------------- opcheck
+
 
 def test_opcheck_of_a_function_that_is_not_an_op_skips_under_all_and_fails_when_named():
     named = check(torch.sin, [draw(3)], checks=["opcheck"])
@@ -162,10 +186,14 @@ CORPUS = [  # (op, args, kwargs, gradients right, registration right)
 ]
 
 
-@pytest.mark.parametrize("op, args, kwargs, grads_right, registration_right", CORPUS,
-                         ids=[str(c[0]).split("::")[1].rstrip(")>") for c in CORPUS])
-def test_verdicts_agree_with_torch_gradcheck_and_opcheck_on_the_same_inputs(op, args, kwargs, grads_right,
-                                                                             registration_right):
+@pytest.mark.parametrize(
+    "op, args, kwargs, grads_right, registration_right",
+    CORPUS,
+    ids=[str(c[0]).split("::")[1].rstrip(")>") for c in CORPUS],
+)
+def test_verdicts_agree_with_torch_gradcheck_and_opcheck_on_the_same_inputs(
+    op, args, kwargs, grads_right, registration_right
+):
     values = args()
     result = check(op, values, kwargs, checks=["backward", "opcheck"])
     backward, (opcheck, tests) = result.checks[0], rows(result, "opcheck")
@@ -177,7 +205,8 @@ def test_verdicts_agree_with_torch_gradcheck_and_opcheck_on_the_same_inputs(op, 
     assert all(v == "SUCCESS" for v in torch_op.values()) is registration_right
     assert (opcheck.status is Status.PASS) is registration_right
     assert {name: row.status is Status.PASS for name, row in tests.items()} == {
-        name: outcome == "SUCCESS" for name, outcome in torch_op.items()}  # one row per test, the same verdicts
+        name: outcome == "SUCCESS" for name, outcome in torch_op.items()
+    }  # one row per test, the same verdicts
 
 
 def test_opcheck_rows_say_what_failed_each_test_on_its_own():
@@ -193,6 +222,7 @@ def test_opcheck_rows_say_what_failed_each_test_on_its_own():
 
 
 # ----------------------------------------------------------------------------- vmap's fallback warning
+
 
 def test_vmap_fallback_warnings_become_one_warning_of_the_batched_check(capfd):
     result = check(custom_ops.softplus, [draw(3, 4)], {"beta": 2.0}, checks=["backward", "batched"])

@@ -1,6 +1,7 @@
 """A failing row's words say what its numbers show, and no more (issue 27 item 9): a constant ratio only
 where it accounts for the mismatching entries, a gradient where the outputs do not depend on the
 elements said as such, and a max relative error that counts the mismatching entries."""
+
 from __future__ import annotations
 
 import json
@@ -69,8 +70,9 @@ def _small_and_large() -> list[torch.Tensor]:
     x = torch.randn(9, 10, generator=g, dtype=F64, requires_grad=True)
     large = torch.zeros(90, dtype=torch.bool)
     large[torch.randperm(90, generator=g)[:25]] = True
-    scale = torch.where(large, 1 + torch.rand(90, generator=g, dtype=F64),
-                        -(1e-4 + 3e-4 * torch.rand(90, generator=g, dtype=F64)))
+    scale = torch.where(
+        large, 1 + torch.rand(90, generator=g, dtype=F64), -(1e-4 + 3e-4 * torch.rand(90, generator=g, dtype=F64))
+    )
     return [x, scale.view(9, 10)]
 
 
@@ -86,8 +88,10 @@ def test_a_gradient_wrong_in_65_of_90_elements_is_no_constant_ratio(probes):
     result = check(DropsSmall, args, probes=probes)
     row = result.checks[0].inputs[0]
     assert (result.status, row.pattern, row.ratio, row.mismatched) == (Status.FAIL, Pattern.SOME_ELEMENTS, None, 65)
-    assert row.diagnosis == ("65 of 90 elements are wrong, the others match (worst x[2, 7] at output 0 [2, 7]: "
-                             "analytical 0, numerical -0.000394)")
+    assert row.diagnosis == (
+        "65 of 90 elements are wrong, the others match (worst x[2, 7] at output 0 [2, 7]: "
+        "analytical 0, numerical -0.000394)"
+    )
     assert row.max_rel_err == pytest.approx(1.0)  # |0 - n| / |n| at the mismatching elements
     assert _torch_fails(DropsSmall, args)
 
@@ -113,8 +117,11 @@ class Doubled(DropsSmall):
 def test_a_ratio_that_explains_every_mismatch_is_still_named():
     result = check(Doubled, _small_and_large())
     row = result.checks[0].inputs[0]
-    assert (row.pattern, row.diagnosis, row.ratio) == (Pattern.CONSTANT_RATIO, "analytical is 2.00x numerical",
-                                                       pytest.approx(2.0))
+    assert (row.pattern, row.diagnosis, row.ratio) == (
+        Pattern.CONSTANT_RATIO,
+        "analytical is 2.00x numerical",
+        pytest.approx(2.0),
+    )
 
 
 @pytest.mark.parametrize("probes", [0, 4])
@@ -126,8 +133,9 @@ def test_a_masked_mean_that_forgets_its_mask_gives_a_gradient_the_outputs_do_not
     result = check(MaskedMean, [x, mask], probes=probes)
     row = result.checks[0].inputs[0]
     assert (result.status, row.pattern, row.mismatched) == (Status.FAIL, Pattern.ZERO_NUMERICAL, 6)
-    assert row.diagnosis == ("analytical is non-zero at 6 elements the outputs do not depend on "
-                             "(e.g. x[1]: analytical 0.25, numerical 0)")
+    assert row.diagnosis == (
+        "analytical is non-zero at 6 elements the outputs do not depend on (e.g. x[1]: analytical 0.25, numerical 0)"
+    )
     assert result.checks[0].message == f"gradient of 'x': {row.diagnosis}"
     assert row.max_rel_err == math.inf  # |0.25 - 0| / 0
     assert to_dict(row)["max_rel_err"] is None  # JSON has no infinity
@@ -141,8 +149,10 @@ def test_a_causal_sum_that_forgets_its_mask_is_said_entry_by_entry():
     result = check(CausalSum, [x])
     row = result.checks[0].inputs[0]
     assert (result.status, row.pattern, row.mismatched) == (Status.FAIL, Pattern.ZERO_NUMERICAL, 4)
-    assert row.diagnosis == ("analytical is non-zero where the outputs do not depend on x: at 10 Jacobian entries "
-                             "of 4 elements (e.g. x[1] at output 0 [0]: analytical 1, numerical 0)")
+    assert row.diagnosis == (
+        "analytical is non-zero where the outputs do not depend on x: at 10 Jacobian entries "
+        "of 4 elements (e.g. x[1] at output 0 [0]: analytical 1, numerical 0)"
+    )
     assert _torch_fails(CausalSum, [x])
 
 
@@ -171,5 +181,6 @@ def test_the_json_report_writes_an_infinite_relative_error_as_null(user_module, 
     assert result.exit_code == 1, result.output
     (row,) = json.loads(result.stdout)["results"][0]["checks"][0]["inputs"]
     assert (row["pattern"], row["max_rel_err"], row["max_abs_err"]) == ("zero_numerical", None, 1.0)
-    assert row["diagnosis"] == ("analytical is non-zero at 2 elements the outputs do not depend on "
-                                "(e.g. x[2]: analytical 1, numerical 0)")
+    assert row["diagnosis"] == (
+        "analytical is non-zero at 2 elements the outputs do not depend on (e.g. x[2]: analytical 1, numerical 0)"
+    )

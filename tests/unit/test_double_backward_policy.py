@@ -1,6 +1,7 @@
 """double_backward's verdict on a correct first-order backward that is not differentiable (issue 28):
 under `checks: all` a skip with the hazard as a warning, named a fail; a differentiable backward whose
 second derivative is wrong fails either way. A labelled truth set."""
+
 from __future__ import annotations
 
 import importlib
@@ -187,8 +188,19 @@ class OutMulSquare(torch.autograd.Function):
         return g * buf
 '''
 
-NOT_DIFFERENTIABLE = ["DetachedSquare", "NumpySine", "NoGradCube", "SavedCos", "DataSquare", "SavedSigmoidSlope",
-                      "NumpyTanh", "TolistCube", "MaskedReluSquare", "ArgmaxSquare", "OutMulSquare"]
+NOT_DIFFERENTIABLE = [
+    "DetachedSquare",
+    "NumpySine",
+    "NoGradCube",
+    "SavedCos",
+    "DataSquare",
+    "SavedSigmoidSlope",
+    "NumpyTanh",
+    "TolistCube",
+    "MaskedReluSquare",
+    "ArgmaxSquare",
+    "OutMulSquare",
+]
 # an output saved for backward stays in the graph (autograd differentiates through the Function again),
 # so these are differentiable and right: they must pass, never be called "not differentiable"
 RIGHT = ["RightSquare", "SavedExp", "SavedTanh"]
@@ -196,11 +208,13 @@ RIGHT = ["RightSquare", "SavedExp", "SavedTanh"]
 
 def double_backward(user_module, write_spec, function, checks):
     mod = user_module(MODULE)
-    (case,) = spec.load_file(write_spec(f"""
+    (case,) = spec.load_file(
+        write_spec(f"""
         function: {mod}:{function}
         checks: {checks}
         inputs: [{{name: x, shape: [3, 4]}}]
-    """))
+    """)
+    )
     assert not isinstance(case, spec.SpecError), case
     result = runner.run_case(case, "cpu")
     assert result.error is None, result.error
@@ -548,17 +562,28 @@ LINEAR = "[{name: x, shape: [3, 4]}, {name: w, shape: [5, 4]}]"
 # correct Functions that run in float32, or compute in float32 inside
 FLOAT32 = [("Square", X32), ("Sin", X32), ("Softplus", X32), ("Linear", LINEAR32), ("CastExp", X), ("CastTanh", X)]
 # correct Functions at or within eps of a kink or domain edge of backward (or of an operation inside it)
-DOMAIN_EDGE = [("Sqrt", "[{name: x, shape: [6], dist: uniform, low: 0.0, high: 1.0e-5}]"),
-               ("Log", "[{name: x, data: [1.0e-7, 1.0, 4.0, 5.0e-7]}]"),
-               ("Acos", "[{name: x, data: [0.9999999, 0.5, -0.9999995]}]"),
-               ("Relu", "[{name: x, data: [0.0, 1.0, -2.0, 1.0e-7]}]"),
-               ("Abs", "[{name: x, data: [4.0e-7, 1.5, -2.0, -3.0e-7]}]"),
-               ("Entmax15", "[{name: x, shape: [3, 5]}]")]
-WRONG_SECOND = [("SinWrongSecond", X), ("SinWrongSecond", X32), ("LinearWrongSecond", LINEAR),
-                ("SqrtWrongSecond", "[{name: x, shape: [6], dist: uniform, low: 0.0, high: 1.0e-5}]"),
-                ("CastExpWrongSecond", X)]
-WRONG_JVP = [("SquareJvpTwice", X), ("SquareJvpTwice", X32), ("LinearJvpDropsW", LINEAR), ("SinJvpSign", X32),
-             ("CastExpJvpOff", X)]
+DOMAIN_EDGE = [
+    ("Sqrt", "[{name: x, shape: [6], dist: uniform, low: 0.0, high: 1.0e-5}]"),
+    ("Log", "[{name: x, data: [1.0e-7, 1.0, 4.0, 5.0e-7]}]"),
+    ("Acos", "[{name: x, data: [0.9999999, 0.5, -0.9999995]}]"),
+    ("Relu", "[{name: x, data: [0.0, 1.0, -2.0, 1.0e-7]}]"),
+    ("Abs", "[{name: x, data: [4.0e-7, 1.5, -2.0, -3.0e-7]}]"),
+    ("Entmax15", "[{name: x, shape: [3, 5]}]"),
+]
+WRONG_SECOND = [
+    ("SinWrongSecond", X),
+    ("SinWrongSecond", X32),
+    ("LinearWrongSecond", LINEAR),
+    ("SqrtWrongSecond", "[{name: x, shape: [6], dist: uniform, low: 0.0, high: 1.0e-5}]"),
+    ("CastExpWrongSecond", X),
+]
+WRONG_JVP = [
+    ("SquareJvpTwice", X),
+    ("SquareJvpTwice", X32),
+    ("LinearJvpDropsW", LINEAR),
+    ("SinJvpSign", X32),
+    ("CastExpJvpOff", X),
+]
 
 
 def judge(user_module, write_spec, function: str, inputs: str, checks: str) -> Any:
@@ -577,8 +602,7 @@ def check(result: Any, name: str) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("function,inputs", FLOAT32 + DOMAIN_EDGE, ids=lambda v: v if "[" not in v else "")
-def test_correct_float32_and_domain_edge_functions_pass_or_skip_under_all(user_module, write_spec, function,
-                                                                           inputs):
+def test_correct_float32_and_domain_edge_functions_pass_or_skip_under_all(user_module, write_spec, function, inputs):
     result = judge(user_module, write_spec, function, inputs, "all")
     for name in ("backward", "double_backward", "forward_ad", "undefined_grad"):
         found = check(result, name)
@@ -600,8 +624,9 @@ def test_entmax_nan_second_derivative_is_the_domain_edge_story_not_wrong(user_mo
     assert found.status is Status.SKIP and "wrong" not in found.message
     assert found.message.startswith("backward, differentiated, gives NaN or infinite values at x[")
     assert "edge of its domain" in found.message and found.warnings
-    named = check(judge(user_module, write_spec, "Entmax15", "[{name: x, shape: [3, 5]}]", "[double_backward]"),
-                  "double_backward")
+    named = check(
+        judge(user_module, write_spec, "Entmax15", "[{name: x, shape: [3, 5]}]", "[double_backward]"), "double_backward"
+    )
     assert named.status is Status.FAIL and "edge of its domain" in named.message
 
 
@@ -610,8 +635,9 @@ def test_float32_inside_is_judged_at_a_larger_step(user_module, write_spec):
     for name in ("double_backward", "forward_ad"):
         found = check(result, name)
         assert found.status is Status.PASS, found.message
-        assert any("computes in float32 or lower precision inside" in w and "judged at eps" in w
-                   for w in found.warnings), found.warnings
+        assert any(
+            "computes in float32 or lower precision inside" in w and "judged at eps" in w for w in found.warnings
+        ), found.warnings
 
 
 @pytest.mark.slow
@@ -646,11 +672,15 @@ def _float64(inputs: str) -> tuple[torch.Tensor, ...]:
     return tuple((torch.rand(s, dtype=torch.float64, generator=gen) * 0.8 + 0.1).requires_grad_() for s in shapes)
 
 
-@pytest.mark.parametrize("function,inputs,first,second", [
-    *[(f, i, True, True) for f, i in FLOAT32 + DOMAIN_EDGE],
-    *[(f, i, True, False) for f, i in WRONG_SECOND],
-    *[(f, i, True, True) for f, i in WRONG_JVP],
-], ids=lambda v: v if isinstance(v, str) and "[" not in v else "")
+@pytest.mark.parametrize(
+    "function,inputs,first,second",
+    [
+        *[(f, i, True, True) for f, i in FLOAT32 + DOMAIN_EDGE],
+        *[(f, i, True, False) for f, i in WRONG_SECOND],
+        *[(f, i, True, True) for f, i in WRONG_JVP],
+    ],
+    ids=lambda v: v if isinstance(v, str) and "[" not in v else "",
+)
 def test_the_truth_set_labels_agree_with_torch(user_module, function, inputs, first, second):
     """gradcheck / gradgradcheck (and the jvp with check_forward_ad) in float64 at inner points; float32
     inside: at eps 1e-2 with float32's tolerances, where torch's default step measures rounding"""
@@ -663,11 +693,15 @@ def test_the_truth_set_labels_agree_with_torch(user_module, function, inputs, fi
     assert _gradgradcheck(fn.apply, args, **loose) is second
     if (function, inputs) in WRONG_JVP or function in ("Square", "Sin", "Softplus", "CastExp", "Sqrt"):
         right = (function, inputs) not in WRONG_JVP
-        assert torch.autograd.gradcheck(fn.apply, args, check_forward_ad=True, check_backward_ad=False,
-                                        raise_exception=False, **loose) is right
+        assert (
+            torch.autograd.gradcheck(
+                fn.apply, args, check_forward_ad=True, check_backward_ad=False, raise_exception=False, **loose
+            )
+            is right
+        )
 
 
-WRONG_SHAPE = '''
+WRONG_SHAPE = """
 import torch
 
 class WrongShape(torch.autograd.Function):
@@ -679,20 +713,24 @@ class WrongShape(torch.autograd.Function):
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         return (g * 2 * x)[:2]
-'''
+"""
 
 
 @pytest.mark.parametrize("checks", ["[backward]", "[backward, double_backward]", "[double_backward]"])
 def test_a_broken_contract_is_the_same_fail_whichever_checks_run(user_module, write_spec, checks):
     """it was an error of the whole case ("backward raised", exit 3) once double_backward ran"""
     mod = user_module(WRONG_SHAPE, "shapemod")
-    (case,) = spec.load_file(write_spec(f"function: {mod}:WrongShape\nchecks: {checks}\ninputs: [{{name: x, shape: [3, 4]}}]\n"))
+    (case,) = spec.load_file(
+        write_spec(f"function: {mod}:WrongShape\nchecks: {checks}\ninputs: [{{name: x, shape: [3, 4]}}]\n")
+    )
     result = runner.run_case(case, "cpu")
     assert result.error is None, result.error
     assert result.status is Status.FAIL
     for found in result.checks:
         assert found.status is Status.FAIL
-        assert found.message == "backward returned shape [2, 4] for 'x' of shape [3, 4]: a gradient has its input's shape"
+        assert (
+            found.message == "backward returned shape [2, 4] for 'x' of shape [3, 4]: a gradient has its input's shape"
+        )
 
 
 @pytest.mark.slow
@@ -701,7 +739,9 @@ def test_a_broken_contract_is_no_error_under_any_check(user_module, write_spec, 
     """under `all` the batched check's call of backward raised: an error of the whole case (exit 3); now every
     check that meets the broken contract fails with backward's words, and the others skip"""
     mod = user_module(WRONG_SHAPE, "shapemod_all")
-    (case,) = spec.load_file(write_spec(f"function: {mod}:WrongShape\nchecks: {checks}\ninputs: [{{name: x, shape: [3, 4]}}]\n"))
+    (case,) = spec.load_file(
+        write_spec(f"function: {mod}:WrongShape\nchecks: {checks}\ninputs: [{{name: x, shape: [3, 4]}}]\n")
+    )
     result = runner.run_case(case, "cpu")
     assert result.error is None, result.error
     assert result.status is Status.FAIL

@@ -1,4 +1,5 @@
 """numerics.engine.grad: the very gradients and errors of torch.autograd.grad, without its sympy import."""
+
 from __future__ import annotations
 
 import subprocess
@@ -33,9 +34,10 @@ def _graph(case: Case, seed: int = 7) -> tuple[list[torch.Tensor], list[torch.Te
 
 def _identical(got: tuple, want: tuple) -> bool:
     return len(got) == len(want) and all(
-        (g is None and w is None) or (g is not None and w is not None and g.dtype == w.dtype
-                                      and g.shape == w.shape and torch.equal(g, w))
-        for g, w in zip(got, want))
+        (g is None and w is None)
+        or (g is not None and w is not None and g.dtype == w.dtype and g.shape == w.shape and torch.equal(g, w))
+        for g, w in zip(got, want)
+    )
 
 
 CASES = [c for c in CORPUS if not c.kwargs and _graph(c)[0]]  # apply() takes positional arguments only
@@ -44,8 +46,7 @@ CASES = [c for c in CORPUS if not c.kwargs and _graph(c)[0]]  # apply() takes po
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_same_gradients_as_torch_on_the_agreement_corpus(case: Case) -> None:
     live, inputs, probes = _graph(case)
-    for kwargs in ({"retain_graph": True, "allow_unused": True},
-                   {"retain_graph": True, "materialize_grads": True}):
+    for kwargs in ({"retain_graph": True, "allow_unused": True}, {"retain_graph": True, "materialize_grads": True}):
         got = engine.grad(live, inputs, [p.clone() for p in probes], **kwargs)
         want = torch.autograd.grad(live, inputs, [p.clone() for p in probes], **kwargs)
         assert _identical(got, want), (case.name, kwargs)
@@ -98,26 +99,32 @@ class TooMany(torch.autograd.Function):
         return g, g
 
 
-@pytest.mark.parametrize("grads", [
-    lambda y: [torch.ones(3, dtype=torch.float64)],  # the user's backward raises
-    lambda y: [torch.ones(4, dtype=torch.float64)],  # a grad_output of another shape
-    lambda y: [torch.ones(3, dtype=torch.complex128)],  # complex for a real output
-    lambda y: [None],  # no grad_output for a non-scalar output
-    lambda y: [],  # too few grad_outputs
-], ids=["backward raises", "shape", "complex", "none", "count"])
+@pytest.mark.parametrize(
+    "grads",
+    [
+        lambda y: [torch.ones(3, dtype=torch.float64)],  # the user's backward raises
+        lambda y: [torch.ones(4, dtype=torch.float64)],  # a grad_output of another shape
+        lambda y: [torch.ones(3, dtype=torch.complex128)],  # complex for a real output
+        lambda y: [None],  # no grad_output for a non-scalar output
+        lambda y: [],  # too few grad_outputs
+    ],
+    ids=["backward raises", "shape", "complex", "none", "count"],
+)
 def test_same_errors_as_torch(grads) -> None:
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     y = Broken.apply(x)
-    assert _raised(lambda: engine.grad([y], [x], grads(y), retain_graph=True)) == \
-        _raised(lambda: torch.autograd.grad([y], [x], grads(y), retain_graph=True))
+    assert _raised(lambda: engine.grad([y], [x], grads(y), retain_graph=True)) == _raised(
+        lambda: torch.autograd.grad([y], [x], grads(y), retain_graph=True)
+    )
 
 
 def test_same_error_for_a_backward_that_returns_too_many_gradients() -> None:
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     y = TooMany.apply(x)
     g = torch.ones(3, dtype=torch.float64)
-    assert _raised(lambda: engine.grad(y, x, g, retain_graph=True)) == \
-        _raised(lambda: torch.autograd.grad(y, x, g, retain_graph=True))
+    assert _raised(lambda: engine.grad(y, x, g, retain_graph=True)) == _raised(
+        lambda: torch.autograd.grad(y, x, g, retain_graph=True)
+    )
 
 
 def test_a_scalar_output_without_grad_output_is_torch_s_case() -> None:
@@ -132,7 +139,7 @@ def test_checking_a_small_spec_does_not_import_sympy() -> None:
         import sys
         from gradcheck_cli import spec
         from gradcheck_cli.runner import run_case
-        (case,) = spec.load_file({str(ROOT / 'specs' / 'relu.yaml')!r})
+        (case,) = spec.load_file({str(ROOT / "specs" / "relu.yaml")!r})
         result = run_case(case, "cpu")
         print(result.status.value, "sympy" in sys.modules)
     """)

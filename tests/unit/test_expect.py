@@ -1,5 +1,6 @@
 """``expect:``: a documented, intended mismatch (gradient reversal, a straight-through estimator) is
 XFAIL (exit 0), and a FAIL once the mismatch goes away or changes; the status in every format."""
+
 from __future__ import annotations
 
 import io
@@ -88,8 +89,9 @@ def check(user_module, write_spec):
     of the one case of a spec (``text``: the whole spec instead)."""
     user_module(SOURCE)
 
-    def run(function: str = "GradReverse", lambd: float = 0.5, expected: str = "{ratio: -0.5}",
-            text: str | None = None) -> CaseResult:
+    def run(
+        function: str = "GradReverse", lambd: float = 0.5, expected: str = "{ratio: -0.5}", text: str | None = None
+    ) -> CaseResult:
         path = write_spec(text or REVERSE.format(function=function, lambd=lambd, expected=expected))
         (case,) = load_file(path)
         return run_case(case, "cpu")
@@ -123,8 +125,10 @@ def test_the_expected_ratio_is_xfail_and_passes_as_a_verdict(check):
 
 
 def test_without_expect_the_same_function_fails(check):
-    assert check(text=REVERSE.format(function="GradReverse", lambd=0.5, expected="fail").split("expect:")[0]
-                 ).status is Status.FAIL
+    assert (
+        check(text=REVERSE.format(function="GradReverse", lambd=0.5, expected="fail").split("expect:")[0]).status
+        is Status.FAIL
+    )
 
 
 def test_the_mismatch_went_away_is_a_failure_that_names_the_spec_line(check):
@@ -148,41 +152,60 @@ def test_another_factor_stays_a_failure_that_says_what_was_expected_and_found(ch
     assert "found constant_ratio with ratio -2" in (_row(result, "x").diagnosis or "")
 
 
-@pytest.mark.parametrize("lambd, expected", [
-    (0.5, "fail"),  # any mismatch
-    (3.0, "fail"),
-    (1.0, "sign_flip"),
-    (1.0, "{ratio: -1}"),  # constant_ratio -1: a sign flip
-    (1.0, "{pattern: sign_flip, ratio: -1}"),
-    (0.5, "constant_ratio"),  # any constant ratio
-    (0.5, "{pattern: constant_ratio, ratio: -0.5}"),
-    (0.5, "{ratio: -0.502}"),  # within 1 %
-])
+@pytest.mark.parametrize(
+    "lambd, expected",
+    [
+        (0.5, "fail"),  # any mismatch
+        (3.0, "fail"),
+        (1.0, "sign_flip"),
+        (1.0, "{ratio: -1}"),  # constant_ratio -1: a sign flip
+        (1.0, "{pattern: sign_flip, ratio: -1}"),
+        (0.5, "constant_ratio"),  # any constant ratio
+        (0.5, "{pattern: constant_ratio, ratio: -0.5}"),
+        (0.5, "{ratio: -0.502}"),  # within 1 %
+    ],
+)
 def test_expectations_that_match(check, lambd, expected):
     assert check(lambd=lambd, expected=expected).status is Status.XFAIL
 
 
-@pytest.mark.parametrize("lambd, expected, found", [
-    (0.5, "sign_flip", "found constant_ratio with ratio -0.5"),
-    (1.0, "{ratio: -0.5}", "found sign_flip with ratio -1"),
-    (0.5, "{ratio: -0.52}", "found constant_ratio with ratio -0.5"),  # 4 % off
-    (0.5, "zero_analytical", "found constant_ratio with ratio -0.5"),
-])
+@pytest.mark.parametrize(
+    "lambd, expected, found",
+    [
+        (0.5, "sign_flip", "found constant_ratio with ratio -0.5"),
+        (1.0, "{ratio: -0.5}", "found sign_flip with ratio -1"),
+        (0.5, "{ratio: -0.52}", "found constant_ratio with ratio -0.5"),  # 4 % off
+        (0.5, "zero_analytical", "found constant_ratio with ratio -0.5"),
+    ],
+)
 def test_expectations_that_do_not_match(check, lambd, expected, found):
     result = check(lambd=lambd, expected=expected)
     assert result.status is Status.FAIL
     assert found in _backward(result).message
 
 
-@pytest.mark.parametrize("lambd, expected, differs", [
-    (0.5, "sign_flip", "found constant_ratio with ratio -0.5: the pattern does not match (-0.5 is not -1 within 1%)"),
-    (1.0, "{ratio: -0.5}", "found sign_flip with ratio -1: the ratio does not match (-1 is not -0.5 within 1%)"),
-    (-0.5, "{pattern: constant_ratio, ratio: -0.5}",
-     "found constant_ratio with ratio 0.5: the ratio does not match (0.5 is not -0.5 within 1%)"),
-    (0.5, "zero_analytical", "found constant_ratio with ratio -0.5: the pattern does not match"),
-    (-0.5, "{pattern: sign_flip, ratio: -1}",
-     "found constant_ratio with ratio 0.5: the pattern does not match (0.5 is not -1 within 1%)"),
-])
+@pytest.mark.parametrize(
+    "lambd, expected, differs",
+    [
+        (
+            0.5,
+            "sign_flip",
+            "found constant_ratio with ratio -0.5: the pattern does not match (-0.5 is not -1 within 1%)",
+        ),
+        (1.0, "{ratio: -0.5}", "found sign_flip with ratio -1: the ratio does not match (-1 is not -0.5 within 1%)"),
+        (
+            -0.5,
+            "{pattern: constant_ratio, ratio: -0.5}",
+            "found constant_ratio with ratio 0.5: the ratio does not match (0.5 is not -0.5 within 1%)",
+        ),
+        (0.5, "zero_analytical", "found constant_ratio with ratio -0.5: the pattern does not match"),
+        (
+            -0.5,
+            "{pattern: sign_flip, ratio: -1}",
+            "found constant_ratio with ratio 0.5: the pattern does not match (0.5 is not -1 within 1%)",
+        ),
+    ],
+)
 def test_a_mismatch_that_differs_says_which_field_did_not_match(check, lambd, expected, differs):
     """Issue 27, item 7: every field given counts, and the failure names the one that did not match."""
     result = check(lambd=lambd, expected=expected)
@@ -194,10 +217,13 @@ def test_a_sign_flip_with_another_ratio_is_a_spec_error_naming_the_key(user_modu
     """Issue 27, item 7: `{pattern: sign_flip, ratio: 0.5}` gave XFAIL for a 0.5x backward that is not
     sign-flipped (the pattern was ignored); the pair contradicts itself (a sign flip is the ratio -1)."""
     user_module(SOURCE)
-    write_spec(REVERSE.format(function="GradReverse", lambd=-0.5, expected="{pattern: sign_flip, ratio: 0.5}"),
-               "specs/x.yaml")
-    said = ("specs/x.yaml:7: expect.x: pattern sign_flip means ratio -1, got ratio 0.5: give the pattern or the "
-            "ratio (`{ratio: 0.5}` for a constant ratio)")
+    write_spec(
+        REVERSE.format(function="GradReverse", lambd=-0.5, expected="{pattern: sign_flip, ratio: 0.5}"), "specs/x.yaml"
+    )
+    said = (
+        "specs/x.yaml:7: expect.x: pattern sign_flip means ratio -1, got ratio 0.5: give the pattern or the "
+        "ratio (`{ratio: 0.5}` for a constant ratio)"
+    )
     result = invoke("specs/x.yaml", "--no-color")
     assert result.exit_code == 3, result.output
     assert said in " ".join(result.output.split()), result.output
@@ -226,7 +252,9 @@ def test_a_ratio_given_in_code_without_a_pattern_counts_too(user_module, write_s
     assert "the ratio does not match (-0.5 is not 2 within 1%)" in _backward(result).message
     result = run_case(replace(case, expect=Expect(REASON, (Expected("x", "zero_analytical", 2.0, "expect.x"),))), "cpu")
     assert result.status is Status.ERROR and result.error is not None
-    assert "expect.x: a ratio belongs to pattern constant_ratio or sign_flip, not zero_analytical" in result.error.message
+    assert (
+        "expect.x: a ratio belongs to pattern constant_ratio or sign_flip, not zero_analytical" in result.error.message
+    )
 
 
 def test_a_failure_besides_the_expected_rows_keeps_the_check_failing(check):
@@ -238,19 +266,22 @@ def test_a_failure_besides_the_expected_rows_keeps_the_check_failing(check):
 
 
 def test_an_unexpected_row_keeps_the_check_failing_beside_an_expected_one(check):
-    result = check(text="""\
+    result = check(
+        text="""\
         function: usermod:Pair
         inputs: [{name: x, shape: [3]}, {name: y, shape: [3]}]
         expect: {reason: reversed on purpose, y: sign_flip}
-    """)
+    """
+    )
     assert (_row(result, "x").status, _row(result, "y").status) == (Status.FAIL, Status.XFAIL)
     assert result.status is Status.FAIL
     assert "'y' mismatches as expected (reversed on purpose)" in _backward(result).message
 
 
 def test_a_row_that_was_not_compared_is_left_alone(check):
-    result = check(text=REVERSE.format(function="GradReverse", lambd=0.5, expected="fail").replace(
-        "  x: fail", "  lambd: fail"))
+    result = check(
+        text=REVERSE.format(function="GradReverse", lambd=0.5, expected="fail").replace("  x: fail", "  lambd: fail")
+    )
     assert result.status is Status.FAIL  # x's mismatch is not the expected one
     assert _row(result, "lambd").status is Status.SKIP
 
@@ -259,8 +290,9 @@ def test_a_row_that_was_not_compared_is_left_alone(check):
 
 
 def test_an_unknown_argument_is_a_spec_error_naming_the_key(check):
-    result = check(text=REVERSE.format(function="GradReverse", lambd=0.5, expected="fail").replace("  x: fail",
-                                                                                                   "  y: fail"))
+    result = check(
+        text=REVERSE.format(function="GradReverse", lambd=0.5, expected="fail").replace("  x: fail", "  y: fail")
+    )
     assert result.status is Status.ERROR and result.error is not None
     assert result.error.kind == "spec"
     assert "expect.y: no argument named 'y'; the arguments are x, lambd" in result.error.message
@@ -269,22 +301,24 @@ def test_an_unknown_argument_is_a_spec_error_naming_the_key(check):
 
 
 def test_a_check_the_case_does_not_run_is_a_spec_error(check):
-    result = check(text=REVERSE.format(function="GradReverse", lambd=0.5, expected="fail")
-                   + "  checks: [forward_ad]\n")
+    result = check(text=REVERSE.format(function="GradReverse", lambd=0.5, expected="fail") + "  checks: [forward_ad]\n")
     assert result.status is Status.ERROR and result.error is not None
     assert "expect.checks: forward_ad is not among the case's checks (backward)" in result.error.message
 
 
 def test_a_case_expect_replaces_the_document_one_and_null_removes_it(user_module, write_spec):
     user_module(SOURCE)
-    path = write_spec(REVERSE.format(function="GradReverse", lambd=2.0, expected="{ratio: -0.5}") + """\
+    path = write_spec(
+        REVERSE.format(function="GradReverse", lambd=2.0, expected="{ratio: -0.5}")
+        + """\
 cases:
   - name: document
   - name: own
     expect: {reason: a stronger reversal, x: {ratio: -2}}
   - name: removed
     expect: null
-""")
+"""
+    )
     results = {case.label: run_case(case, "cpu") for case in load_file(path)}
     assert results["document"].status is Status.FAIL  # the document expects -0.5
     assert results["own"].status is Status.XFAIL
@@ -295,29 +329,63 @@ cases:
 
 def test_a_check_that_could_not_compare_is_left_as_it_is():
     rows = [InputReport(0, "x", [3], "float64", Status.SKIP, reason="does not require grad")]
-    result = CaseResult("id", None, None, "f", "cpu", 0, Status.SKIP,
-                        checks=[CheckResult("backward", Status.SKIP, "nothing to compare", inputs=rows)])
+    result = CaseResult(
+        "id",
+        None,
+        None,
+        "f",
+        "cpu",
+        0,
+        Status.SKIP,
+        checks=[CheckResult("backward", Status.SKIP, "nothing to compare", inputs=rows)],
+    )
     expectations.apply(result, Expect("why", (Expected("x"),)), ["x"])
     assert (result.checks[0].status, result.checks[0].message, rows[0].status) == (
-        Status.SKIP, "nothing to compare", Status.SKIP)
+        Status.SKIP,
+        "nothing to compare",
+        Status.SKIP,
+    )
 
 
 # ------------------------------------------------------------------------ the status in the data model
 
 
 def _xfail_result() -> CaseResult:
-    row = InputReport(0, "x", [4, 3], "float64", Status.XFAIL, reason=REASON, numel=12, mismatched=12,
-                      max_abs_err=1.5, max_rel_err=1.5, diagnosis="analytical is -0.50x numerical")
+    row = InputReport(
+        0,
+        "x",
+        [4, 3],
+        "float64",
+        Status.XFAIL,
+        reason=REASON,
+        numel=12,
+        mismatched=12,
+        max_abs_err=1.5,
+        max_rel_err=1.5,
+        diagnosis="analytical is -0.50x numerical",
+    )
     check = CheckResult("backward", Status.XFAIL, f"expected mismatch ({REASON}): 'x': ...", "elementwise", [row])
-    return CaseResult("specs/grl.yaml::default[cpu]", "specs/grl.yaml", "default", "m:GradReverse", "cpu", 0,
-                      Status.XFAIL, checks=[check], line=1)
+    return CaseResult(
+        "specs/grl.yaml::default[cpu]",
+        "specs/grl.yaml",
+        "default",
+        "m:GradReverse",
+        "cpu",
+        0,
+        Status.XFAIL,
+        checks=[check],
+        line=1,
+    )
 
 
-@pytest.mark.parametrize("statuses, expected", [
-    ([Status.XFAIL, Status.PASS, Status.SKIP], Status.XFAIL),
-    ([Status.XFAIL, Status.FAIL], Status.FAIL),
-    ([Status.XFAIL, Status.ERROR], Status.ERROR),
-])
+@pytest.mark.parametrize(
+    "statuses, expected",
+    [
+        ([Status.XFAIL, Status.PASS, Status.SKIP], Status.XFAIL),
+        ([Status.XFAIL, Status.FAIL], Status.FAIL),
+        ([Status.XFAIL, Status.ERROR], Status.ERROR),
+    ],
+)
 def test_overall_puts_xfail_between_fail_and_pass(statuses, expected):
     assert overall(statuses) is expected
 
@@ -378,20 +446,38 @@ def test_cli_exit_0_with_the_count_in_the_table_and_json(user_module, write_spec
     assert result.exit_code == 1, result.output
     report = json.loads(result.stdout)
     assert (report["summary"]["xfailed"], report["summary"]["failed"]) == (1, 1)
-    assert {r["spec"]: r["status"] for r in report["results"]} == {"specs/grl.yaml": "xfail",
-                                                                   "specs/fixed.yaml": "fail"}
+    assert {r["spec"]: r["status"] for r in report["results"]} == {
+        "specs/grl.yaml": "xfail",
+        "specs/fixed.yaml": "fail",
+    }
 
 
 def test_pytest_plugin_shows_an_expected_failure_as_xfailed(tmp_path):
     (tmp_path / "usermod.py").write_text(SOURCE, encoding="utf-8")
     (tmp_path / "specs").mkdir()
     (tmp_path / "specs" / "grl.yaml").write_text(
-        REVERSE.format(function="GradReverse", lambd=0.5, expected="{ratio: -0.5}"), encoding="utf-8")
+        REVERSE.format(function="GradReverse", lambd=0.5, expected="{ratio: -0.5}"), encoding="utf-8"
+    )
     (tmp_path / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONHASHSEED"))}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--gradcheck", "specs",
-                           "--gradcheck-no-isolate", "-rx"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--gradcheck",
+            "specs",
+            "--gradcheck-no-isolate",
+            "-rx",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 xfailed" in proc.stdout
     assert REASON in proc.stdout

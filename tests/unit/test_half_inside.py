@@ -9,6 +9,7 @@ check judges it (the backward row is skipped and says so), under `checks: all` i
 advice, and when backward is named it fails with "no verdict on backward" and the advice, never
 "wrong". A wrong backward still fails: the reference check catches it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -62,8 +63,11 @@ def test_with_a_reference_the_reference_check_judges_it(inside, dtype):
     assert bw.status is Status.SKIP, bw.message
     assert bw.inputs[0].status is Status.SKIP
     assert "wrong" not in bw.message and not any("wrong" in w for w in bw.warnings), (bw.message, bw.warnings)
-    assert any(w.startswith("'x' not checked: finite differences cannot check it at eps=") and
-               w.endswith("the reference check judges it") for w in bw.warnings), bw.warnings
+    assert any(
+        w.startswith("'x' not checked: finite differences cannot check it at eps=")
+        and w.endswith("the reference check judges it")
+        for w in bw.warnings
+    ), bw.warnings
     if dtype != torch.float64:  # in float64 the reference check says it computes in a lower precision inside
         assert checks["reference"].status is Status.PASS, checks["reference"].message
 
@@ -89,14 +93,16 @@ def test_under_all_without_a_reference_backward_skips_with_the_advice():
     checks = by_name(check(make(torch.bfloat16), [x_of(torch.float64)], checks="all"))
     bw = checks["backward"]
     assert bw.status is Status.SKIP, bw.message
-    assert any("naming backward makes it a fail" in w and "give `reference: pkg.mod:fn`" in w
-               for w in bw.warnings), bw.warnings
+    assert any("naming backward makes it a fail" in w and "give `reference: pkg.mod:fn`" in w for w in bw.warnings), (
+        bw.warnings
+    )
 
 
 @pytest.mark.parametrize("inside", INSIDE)
 def test_a_wrong_backward_still_fails_through_the_reference(inside):
-    result = check(make(inside, 1.5), [x_of(torch.bfloat16)], checks=["backward", "reference"],
-                   reference=tanh_reference)
+    result = check(
+        make(inside, 1.5), [x_of(torch.bfloat16)], checks=["backward", "reference"], reference=tanh_reference
+    )
     checks = by_name(result)
     assert checks["reference"].status is Status.FAIL, checks["reference"].message
     assert result.status is Status.FAIL

@@ -1,6 +1,7 @@
 """In-place Functions (issue 16, item 3: ctx.mark_dirty, `clone_inputs`) and modules whose forward
 updates buffers (item 4: running statistics, `init.mode`): checked like any other target, verdicts
 agreeing with torch.autograd.gradcheck where it can call them."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,24 +31,31 @@ def rows_of(result, check="backward"):
 
 # ------------------------------------------------------------------------------------- in place
 
+
 @pytest.mark.parametrize("declared", [False, True])
 def test_an_in_place_function_is_checked_on_copies_found_or_declared(write_spec, declared):
-    result = run(write_spec, f"""
+    result = run(
+        write_spec,
+        f"""
         function: {INPLACE}:ExpInPlace
         checks: [backward, double_backward, batched, undefined_grad]
         clone_inputs: {str(declared).lower()}
         inputs: [{{name: x, shape: [3, 4]}}]
-    """)
+    """,
+    )
     assert result.error is None, result.error
     assert result.status is Status.PASS, [c.message for c in result.checks]
     assert any(IN_PLACE_WARNING in w for w in result.warnings) is not declared  # found: said once; declared: quiet
 
 
 def test_an_in_place_function_with_a_wrong_backward_fails_with_its_ratio(write_spec):
-    result = run(write_spec, f"""
+    result = run(
+        write_spec,
+        f"""
         function: {INPLACE}:ScaleInPlaceForgetsFactor
         inputs: [{{name: x, shape: [3, 4]}}, {{name: a, value: 3.0}}]
-    """)
+    """,
+    )
     found, rows = rows_of(result)
     assert result.error is None and found.status is Status.FAIL
     assert rows["x"].pattern is Pattern.CONSTANT_RATIO and rows["x"].ratio == pytest.approx(1 / 3, rel=1e-6)
@@ -92,33 +100,43 @@ def test_clone_inputs_must_be_a_boolean(write_spec):
 
 # ------------------------------------------------------------------------------ modules with state
 
+
 def test_a_module_that_updates_the_running_statistics_it_uses_passes_with_one_warning(write_spec):
-    result = run(write_spec, f"""
+    result = run(
+        write_spec,
+        f"""
         function: {STATEFUL}:RunningNorm1d
         init: {{args: [4]}}
         checks: [backward, double_backward]
         inputs: [{{name: x, shape: [6, 4]}}]
-    """)
+    """,
+    )
     assert result.error is None and result.status is Status.PASS, [c.message for c in result.checks]
     (warning,) = [w for w in result.warnings if "buffer" in w]
     assert warning.startswith("forward mutates buffers 'running_mean', 'running_var'")
 
 
 def test_eval_mode_does_not_update_the_buffers_and_says_nothing(write_spec):
-    result = run(write_spec, f"""
+    result = run(
+        write_spec,
+        f"""
         function: {STATEFUL}:RunningNorm1d
         init: {{args: [4], mode: eval}}
         inputs: [{{name: x, shape: [6, 4]}}]
-    """)
+    """,
+    )
     assert result.status is Status.PASS and not [w for w in result.warnings if "buffer" in w]
 
 
 def test_a_wrong_gradient_of_a_stateful_module_still_fails(write_spec):
-    result = run(write_spec, f"""
+    result = run(
+        write_spec,
+        f"""
         function: {STATEFUL}:RunningNorm1dDetachedWeight
         init: {{args: [4]}}
         inputs: [{{name: x, shape: [6, 4]}}]
-    """)
+    """,
+    )
     found, rows = rows_of(result)
     assert found.status is Status.FAIL
     assert rows["weight"].pattern is Pattern.ZERO_ANALYTICAL
@@ -130,11 +148,14 @@ def test_batch_norm_in_train_and_eval_mode_agrees_with_torch_gradcheck(write_spe
     x = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0), requires_grad=True)
     bn = torch.nn.BatchNorm1d(4).double().train(mode == "train")
     assert torch.autograd.gradcheck(bn, (x,), raise_exception=False)
-    result = run(write_spec, f"""
+    result = run(
+        write_spec,
+        f"""
         function: torch.nn.BatchNorm1d
         init: {{args: [4], mode: {mode}}}
         inputs: [{{name: input, shape: [6, 4]}}]
-    """)
+    """,
+    )
     assert result.status is Status.PASS, [c.message for c in result.checks]
 
 
@@ -154,11 +175,13 @@ def test_torch_gradcheck_fails_the_running_norm_in_train_mode_where_buffers_move
 
 
 def test_the_module_buffers_are_as_built_after_the_check(write_spec):
-    (case,) = spec.load_file(write_spec(f"""
+    (case,) = spec.load_file(
+        write_spec(f"""
         function: {STATEFUL}:RunningNorm1d
         init: {{args: [4]}}
         inputs: [{{name: x, shape: [6, 4]}}]
-    """))
+    """)
+    )
     target = runner.loader.load(case.function)
     streams = Streams(case.seed)
     runner.init_target(target, case.init_args, dict(case.init_kwargs), streams, case.dtype, "cpu", case.init_mode)
@@ -170,10 +193,15 @@ def test_the_module_buffers_are_as_built_after_the_check(write_spec):
     assert target.notes() and "'running_mean'" in target.notes()[0]
 
 
-@pytest.mark.parametrize("text,words", [
-    ("function: torch.nn.BatchNorm1d\ninit: {args: [4], mode: test}\ninputs: [{shape: [6, 4]}]\n",
-     "init.mode: expected train or eval"),
-])
+@pytest.mark.parametrize(
+    "text,words",
+    [
+        (
+            "function: torch.nn.BatchNorm1d\ninit: {args: [4], mode: test}\ninputs: [{shape: [6, 4]}]\n",
+            "init.mode: expected train or eval",
+        )
+    ],
+)
 def test_a_bad_init_mode_is_a_spec_error(write_spec, text, words):
     (err,) = spec.load_file(write_spec(text))
     assert isinstance(err, spec.SpecError) and words in str(err)

@@ -4,6 +4,7 @@ Contract (section 3): values are drawn on the CPU from a ``torch.Generator`` see
 spec's seed, then moved to the device; complex tensors draw real and imaginary parts
 independently; ``requires_grad`` defaults to true for floating and complex tensors.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -231,8 +232,9 @@ def test_avoid_kink_at_zero_for_normal(build):
 
 
 def test_avoid_applies_to_both_parts_of_a_complex_tensor(build):
-    (z,), _ = build("inputs: [{shape: [2000], dtype: complex128, dist: uniform, low: -1, high: 1, "
-                    "avoid: [[-0.5, 0.5]]}]\n")
+    (z,), _ = build(
+        "inputs: [{shape: [2000], dtype: complex128, dist: uniform, low: -1, high: 1, avoid: [[-0.5, 0.5]]}]\n"
+    )
     assert (z.real.abs() > 0.5).all() and (z.imag.abs() > 0.5).all()
 
 
@@ -251,8 +253,9 @@ def test_avoid_applies_to_randint_draws(build):
 
 
 def test_impossible_avoid_names_the_key_and_says_what_to_do(build):
-    err = build_error(build, "inputs:\n  - {shape: [3]}\n  - {shape: [3], dist: uniform, low: 0, high: 1, "
-                             "avoid: [[-1, 2]]}\n")
+    err = build_error(
+        build, "inputs:\n  - {shape: [3]}\n  - {shape: [3], dist: uniform, low: 0, high: 1, avoid: [[-1, 2]]}\n"
+    )
     assert err.key == "inputs[1].avoid"
     msg = str(err)
     assert "[-1.0, 2.0]" in msg
@@ -271,9 +274,11 @@ def test_impossible_avoid_inside_a_case_names_the_case(write_spec):
 
 
 def test_requires_grad_defaults(build):
-    (f64, f32, c, i, b), _ = build("inputs: [{shape: [2]}, {shape: [2], dtype: float32}, "
-                                   "{shape: [2], dtype: complex128}, {shape: [2], dtype: int64}, "
-                                   "{shape: [2], dtype: bool}]\n")
+    (f64, f32, c, i, b), _ = build(
+        "inputs: [{shape: [2]}, {shape: [2], dtype: float32}, "
+        "{shape: [2], dtype: complex128}, {shape: [2], dtype: int64}, "
+        "{shape: [2], dtype: bool}]\n"
+    )
     assert f64.requires_grad and f32.requires_grad and c.requires_grad
     assert not i.requires_grad and not b.requires_grad
     assert all(t.is_leaf for t in (f64, f32, c, i, b))
@@ -300,8 +305,9 @@ def test_requires_grad_on_a_kwarg_int_tensor_names_the_keyword(build):
 
 
 def test_same_as_gives_the_very_same_object(build):
-    (x, y, z), kw = build("inputs:\n  - {name: x, shape: [3]}\n  - {shape: [3]}\n  - {same_as: x}\n"
-                          "kwargs:\n  other: {same_as: x}\n")
+    (x, y, z), kw = build(
+        "inputs:\n  - {name: x, shape: [3]}\n  - {shape: [3]}\n  - {same_as: x}\nkwargs:\n  other: {same_as: x}\n"
+    )
     assert z is x
     assert kw["other"] is x
     assert y is not x
@@ -362,7 +368,8 @@ def test_value_passes_through(build):
     (t, none, lst, mapping, s, f), kw = build(
         "inputs:\n  - {shape: [2]}\n  - {value: null}\n  - {value: [1, 2]}\n  - {value: {a: 1}}\n"
         "  - {value: mean}\n  - {value: 0.5}\n"
-        "kwargs:\n  dim: {value: -1}\n  keepdim: {value: true}\n")
+        "kwargs:\n  dim: {value: -1}\n  keepdim: {value: true}\n"
+    )
     assert none is None
     assert lst == [1, 2] and mapping == {"a": 1} and s == "mean" and f == 0.5
     assert kw == {"dim": -1, "keepdim": True}
@@ -370,7 +377,9 @@ def test_value_passes_through(build):
 
 
 def test_build_returns_names_in_order(write_spec):
-    path = write_spec(HEAD + "inputs: [{name: x, shape: [1]}, {shape: [1]}]\nkwargs:\n  b: {value: 1}\n  a: {value: 2}\n")
+    path = write_spec(
+        HEAD + "inputs: [{name: x, shape: [1]}, {shape: [1]}]\nkwargs:\n  b: {value: 1}\n  a: {value: 2}\n"
+    )
     (case,) = load_file(path)
     positional, keywords = inputs.build(case, "cpu")
     assert [n for n, _ in positional] == ["x", None]
@@ -422,7 +431,7 @@ def test_spec_errors_are_not_input_errors(write_spec):
 
 # ------------------------------------------------------------------ issue 27, item 12: NaN and inf in inputs
 
-NONFINITE_SOURCE = '''
+NONFINITE_SOURCE = """
 import torch
 
 
@@ -447,36 +456,56 @@ def overflows(x):  # correct, and its forward is inf at finite inputs: a differe
 
 
 NAN = torch.tensor([1.0, float("nan")], dtype=torch.float64, requires_grad=True)
-'''
+"""
 
 WHY = "finite differences cannot be taken through NaN or inf"
 USE = f"{WHY}; use finite values (or `requires_grad: false` for a mask that is not differentiated)"
 
 
-@pytest.mark.parametrize("text, said", [
-    ("function: usermod:Sin\ninputs: [{name: x, shape: [3], dist: uniform, low: -1.0e+308, high: 1.0e+308}]\n",
-     f"specs/bad.yaml:1: inputs[0]: 'x': uniform low -1e+308, high 1e+308 overflows float64: draws inf at [0], "
-     f"3 of 3 values not finite: {WHY}; narrow the range"),
-    ("function: usermod:Sin\ninputs: [{data: [[1.0, 2.0, 3.0], [1.0, 2.0, .nan]]}]\n",
-     f"specs/bad.yaml:1: inputs[0].data: 'x': data holds NaN at [1, 2], 1 of 6 values not finite (as float64): {USE}"),
-    ("function: usermod:Sin\ninputs: [{data: [1.0e+39, 1.0], dtype: float32}]\n",
-     f"inputs[0].data: 'x': data holds inf at [0], 1 of 2 values not finite (as float32): {USE}"),
-    ("function: usermod:Sin\ninputs: [{shape: [2, 2], dtype: complex128, std: 1.0e+308}]\n",
-     "inputs[0]: 'x': normal mean 0, std 1e+308 overflows complex128: draws (-inf+4.03"),
-    ("function: usermod:masked\ninputs: [{shape: [2]}]\nkwargs: {mask: {data: [1.0, .inf]}}\n",
-     f"kwargs.mask.data: 'mask': data holds inf at [1], 1 of 2 values not finite (as float64): {USE}"),
-    ("function: usermod:masked\ninputs: [{shape: [2]}, {value: null}, {list: [{shape: [2]}, {data: [.nan, 1.0]}]}]\n",
-     f"inputs[2].list[1].data: 'xs[1]': data holds NaN at [0], 1 of 2 values not finite (as float64): {USE}"),
-    ("function: usermod:Sin\ninputs: [{shape: [2]}]\ncases:\n  - name: ok\n  - name: bad\n"
-     "    inputs: [{data: [-.inf, 1.0]}]\n",
-     f"cases[1].inputs[0].data: 'x': data holds -inf at [0], 1 of 2 values not finite (as float64): {USE}"),
-    ("function: usermod:masked\ninputs: [{shape: [2]}, {value: {import: 'usermod:NAN'}}]\n",
-     f"inputs[1].value.import: 'mask' requires grad and holds NaN at [1], 1 of 2 values not finite: {WHY}; "
-     "return finite values"),
-])
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (
+            "function: usermod:Sin\ninputs: [{name: x, shape: [3], dist: uniform, low: -1.0e+308, high: 1.0e+308}]\n",
+            f"specs/bad.yaml:1: inputs[0]: 'x': uniform low -1e+308, high 1e+308 overflows float64: draws inf at [0], "
+            f"3 of 3 values not finite: {WHY}; narrow the range",
+        ),
+        (
+            "function: usermod:Sin\ninputs: [{data: [[1.0, 2.0, 3.0], [1.0, 2.0, .nan]]}]\n",
+            f"specs/bad.yaml:1: inputs[0].data: 'x': data holds NaN at [1, 2], 1 of 6 values not finite (as float64): {USE}",
+        ),
+        (
+            "function: usermod:Sin\ninputs: [{data: [1.0e+39, 1.0], dtype: float32}]\n",
+            f"inputs[0].data: 'x': data holds inf at [0], 1 of 2 values not finite (as float32): {USE}",
+        ),
+        (
+            "function: usermod:Sin\ninputs: [{shape: [2, 2], dtype: complex128, std: 1.0e+308}]\n",
+            "inputs[0]: 'x': normal mean 0, std 1e+308 overflows complex128: draws (-inf+4.03",
+        ),
+        (
+            "function: usermod:masked\ninputs: [{shape: [2]}]\nkwargs: {mask: {data: [1.0, .inf]}}\n",
+            f"kwargs.mask.data: 'mask': data holds inf at [1], 1 of 2 values not finite (as float64): {USE}",
+        ),
+        (
+            "function: usermod:masked\ninputs: [{shape: [2]}, {value: null}, {list: [{shape: [2]}, {data: [.nan, 1.0]}]}]\n",
+            f"inputs[2].list[1].data: 'xs[1]': data holds NaN at [0], 1 of 2 values not finite (as float64): {USE}",
+        ),
+        (
+            "function: usermod:Sin\ninputs: [{shape: [2]}]\ncases:\n  - name: ok\n  - name: bad\n"
+            "    inputs: [{data: [-.inf, 1.0]}]\n",
+            f"cases[1].inputs[0].data: 'x': data holds -inf at [0], 1 of 2 values not finite (as float64): {USE}",
+        ),
+        (
+            "function: usermod:masked\ninputs: [{shape: [2]}, {value: {import: 'usermod:NAN'}}]\n",
+            f"inputs[1].value.import: 'mask' requires grad and holds NaN at [1], 1 of 2 values not finite: {WHY}; "
+            "return finite values",
+        ),
+    ],
+)
 @pytest.mark.parametrize("mode", [["--no-isolate"], ["-j", "1"]])
-def test_an_input_holding_nan_or_inf_is_a_spec_error_naming_the_argument(user_module, write_spec, invoke,
-                                                                          text, said, mode):
+def test_an_input_holding_nan_or_inf_is_a_spec_error_naming_the_argument(
+    user_module, write_spec, invoke, text, said, mode
+):
     """Before, a correct Function given NaN (or drawn inf) FAILED (exit 1): no gradient was wrong."""
     user_module(NONFINITE_SOURCE)
     write_spec(text, "specs/bad.yaml")
@@ -492,12 +521,16 @@ def test_an_input_holding_nan_or_inf_is_a_spec_error_naming_the_argument(user_mo
 
 
 def test_non_finite_values_that_are_not_differentiated_and_inf_made_by_forward_are_left_alone(
-        user_module, write_spec, invoke):
+    user_module, write_spec, invoke
+):
     user_module(NONFINITE_SOURCE)
-    write_spec("function: usermod:masked\ninputs: [{shape: [2]}, {data: [0.0, -.inf], requires_grad: false}]\n",
-               "specs/mask.yaml")
-    write_spec("function: usermod:overflows\ninputs: [{shape: [2], dist: uniform, low: 1, high: 2}]\n",
-               "specs/overflows.yaml")
+    write_spec(
+        "function: usermod:masked\ninputs: [{shape: [2]}, {data: [0.0, -.inf], requires_grad: false}]\n",
+        "specs/mask.yaml",
+    )
+    write_spec(
+        "function: usermod:overflows\ninputs: [{shape: [2], dist: uniform, low: 1, high: 2}]\n", "specs/overflows.yaml"
+    )
     result = invoke("specs/mask.yaml", "--format", "json")
     assert result.exit_code == 0, result.output
     result = invoke("specs/overflows.yaml", "--format", "json")

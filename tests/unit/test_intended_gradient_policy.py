@@ -3,6 +3,7 @@ differences (`expect:`) is not judged by finite differences under `all` (`checks
 its spec's `checks:` names backward: the backward check skips, saying so and how to run it. A surrogate that
 differs from the gradient it declares still fails (the reference check judges it). `expect:` beside
 `reference_backward:` needs no `checks:`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -58,8 +59,9 @@ def test_under_check_all_backward_skips_saying_why_and_how_to_run_it() -> None:
     for label in ("default", "intended_gradient"):  # RoundSTE, GradReverse with reference_backward
         backward = only(results[label], "backward")
         assert backward.status is Status.SKIP, backward.message
-        assert backward.message.startswith(SKIPPED + "declares the gradient backward intends (`reference_backward: "
-                                           "gradcheck_cli.examples.kernels:"), backward.message
+        assert backward.message.startswith(
+            SKIPPED + "declares the gradient backward intends (`reference_backward: gradcheck_cli.examples.kernels:"
+        ), backward.message
         assert "not the derivative on purpose, and the reference check compares backward with it" in backward.message
         assert backward.message.endswith(HOW + "reference, backward]`)")
         assert all(row.status is not Status.FAIL for row in backward.inputs)
@@ -105,8 +107,10 @@ def test_expect_alone_skips_backward_under_all_with_its_reason(write_spec) -> No
     (result,) = run(path, ("all",))
     backward = only(result, "backward")
     assert backward.status is Status.SKIP
-    assert backward.message == (SKIPPED + "documents backward's mismatch with finite differences as intended "
-                                          "(`expect:` at line 5: gradient reversal, by design)" + HOW + "backward]`)")
+    assert backward.message == (
+        SKIPPED + "documents backward's mismatch with finite differences as intended "
+        "(`expect:` at line 5: gradient reversal, by design)" + HOW + "backward]`)"
+    )
     (default,) = run(path)  # by default (backward) the documented mismatch is an xfail, as before
     assert default.status is Status.XFAIL
 
@@ -125,8 +129,7 @@ def test_expect_beside_reference_backward_needs_no_checks(write_spec) -> None:
 
 
 def test_an_expectation_on_a_check_the_spec_leaves_out_is_still_a_spec_error(write_spec) -> None:
-    for extra in (INTENDED + EXPECT + "checks: [double_backward]\n",
-                  INTENDED + EXPECT + "  checks: [backward]\n"):
+    for extra in (INTENDED + EXPECT + "checks: [double_backward]\n", INTENDED + EXPECT + "  checks: [backward]\n"):
         (result,) = run(write_spec(REVERSE.format(extra=extra)))
         assert result.error is not None and result.error.kind == "spec"
         assert "expect.checks: backward is not among the case's checks" in result.error.message

@@ -1,6 +1,7 @@
 """Batched rows and columns of the Jacobians (``gradcheck_cli.jacobians``): the numbers single
 calls give, and single calls whenever batching cannot be done (forward's body does not vmap) or
 does not give those numbers."""
+
 from __future__ import annotations
 
 import math
@@ -96,8 +97,7 @@ def jacobians(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -
     outputs = as_tuple(fn.apply(*[t.clone() for t in leaves]))  # not leaves: a Function may work in place
     plain = [a.clone() for a in args]
     layout = make_layout(plain, outputs, [0])
-    return Jacobians(lambda values: fn.apply(*values), vjp, [outputs[0]], leaves, plain, layout, 1e-6,
-                     batched, 1 << 28)
+    return Jacobians(lambda values: fn.apply(*values), vjp, [outputs[0]], leaves, plain, layout, 1e-6, batched, 1 << 28)
 
 
 def columns(fn: type, args: list[torch.Tensor], batched: Optional[Callable]) -> tuple[torch.Tensor, Jacobians]:
@@ -113,11 +113,15 @@ def randn(*shape: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, dtype=DT, generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("fn, args", [
-    (LinearFunction, [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]),
-    (SetupContextScale, [randn(3, 4), randn(3, 4, seed=1)]),
-    (LinearFunction, [randn(40, 9), randn(9, 9, seed=1), randn(9, seed=2)]),  # x: 360 > COL_STAGE columns
-], ids=["old-style", "setup_context", "stages"])
+@pytest.mark.parametrize(
+    "fn, args",
+    [
+        (LinearFunction, [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]),
+        (SetupContextScale, [randn(3, 4), randn(3, 4, seed=1)]),
+        (LinearFunction, [randn(40, 9), randn(9, 9, seed=1), randn(9, seed=2)]),  # x: 360 > COL_STAGE columns
+    ],
+    ids=["old-style", "setup_context", "stages"],
+)
 def test_forward_bodies_are_batched_and_give_the_single_calls_numbers(fn: type, args: list) -> None:
     single, _ = columns(fn, args, None)
     batched, jac = columns(fn, args, body(fn))
@@ -187,8 +191,7 @@ def _spy_on_grad(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """is_grads_batched of every backward call (numerics.engine.grad, torch.autograd.grad's stand-in) from now on."""
     calls: list[bool] = []
     grad = engine.grad
-    monkeypatch.setattr(engine, "grad", lambda *a, **k: calls.append(k.get("is_grads_batched", False))
-                        or grad(*a, **k))
+    monkeypatch.setattr(engine, "grad", lambda *a, **k: calls.append(k.get("is_grads_batched", False)) or grad(*a, **k))
     return calls
 
 
@@ -254,8 +257,9 @@ class SoftmaxInPlace(Function):
 
 
 @pytest.mark.parametrize("batched", [True, False], ids=["batched rows", "single rows"])
-def test_a_backward_that_writes_grad_output_gets_one_hot_rows_every_stage(batched: bool,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_backward_that_writes_grad_output_gets_one_hot_rows_every_stage(
+    batched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The reused grad_outputs are zeroed in full per stage (per row): its writes do not reach the
     next one, and its gradient, right, is not reported wrong besides the contract failure."""
     from gradcheck_cli.numerics.batching import ROW_STAGE
@@ -274,6 +278,7 @@ def test_batched_rows_fall_back_to_single_calls_where_vmap_refuses(monkeypatch: 
     def refuse(fn: Callable) -> Callable:
         def refused(*args: Any) -> None:
             raise RuntimeError("vmap: not supported")
+
         return refused
 
     monkeypatch.setattr(torch.func, "vmap", refuse)
@@ -420,8 +425,13 @@ def test_the_sparse_store_gives_the_dense_numbers(fn: type, memory: int, monkeyp
     compressed = _backward(fn, args, memory, compress=True)
     assert stored.status == dense.status == compressed.status == ("pass" if fn is LinearFunction else "fail")
     for s, d in [*zip(stored.inputs, dense.inputs), *zip(compressed.inputs, dense.inputs)]:
-        assert (s.name, s.status, s.mismatched, s.worst_index, s.diagnosis) == \
-               (d.name, d.status, d.mismatched, d.worst_index, d.diagnosis)
+        assert (s.name, s.status, s.mismatched, s.worst_index, s.diagnosis) == (
+            d.name,
+            d.status,
+            d.mismatched,
+            d.worst_index,
+            d.diagnosis,
+        )
         assert s.max_abs_err == pytest.approx(d.max_abs_err, rel=1e-9, abs=1e-15)
         assert (s.analytical, s.numerical) == pytest.approx((d.analytical, d.numerical), rel=1e-9, abs=1e-15)
 
@@ -432,8 +442,11 @@ def test_the_sparse_store_reports_the_dense_rows_worst_element_among_ties(monkey
         m.setattr(Jacobians, "sparse_rows", lambda *a, **k: None)
         (dense,) = _backward(TwoTapsWrong, [x], 1 << 28).inputs
     (stored,) = _backward(TwoTapsWrong, [x], 1 << 28).inputs
-    assert (stored.worst_index, stored.worst_output, stored.analytical, stored.numerical) == \
-           (dense.worst_index, dense.worst_output, dense.analytical, dense.numerical) == ([0], "output 0 [0]", 0.0, 2.0)
+    assert (
+        (stored.worst_index, stored.worst_output, stored.analytical, stored.numerical)
+        == (dense.worst_index, dense.worst_output, dense.analytical, dense.numerical)
+        == ([0], "output 0 [0]", 0.0, 2.0)
+    )
     assert stored.mismatched == dense.mismatched == 32
 
 
@@ -480,11 +493,15 @@ class GradModeScale(Function):
         return g
 
 
-@pytest.mark.parametrize("fn, args", [
-    (LinearFunction, [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]),
-    (ComplexScale, [torch.complex(randn(3, 2), randn(3, 2, seed=1)), randn(3, 2, seed=2)]),
-    (GradModeScale, [randn(3, 4)]),  # the vmapped body runs as apply runs forward: without grad mode
-], ids=["linear", "complex", "grad mode"])
+@pytest.mark.parametrize(
+    "fn, args",
+    [
+        (LinearFunction, [randn(5, 4), randn(3, 4, seed=1), randn(3, seed=2)]),
+        (ComplexScale, [torch.complex(randn(3, 2), randn(3, 2, seed=1)), randn(3, 2, seed=2)]),
+        (GradModeScale, [randn(3, 4)]),  # the vmapped body runs as apply runs forward: without grad mode
+    ],
+    ids=["linear", "complex", "grad mode"],
+)
 def test_probes_batched_give_the_single_calls_numbers(fn: type, args: list, monkeypatch: pytest.MonkeyPatch) -> None:
     from gradcheck_cli.numerics import probes
 
@@ -497,10 +514,11 @@ def test_probes_batched_give_the_single_calls_numbers(fn: type, args: list, monk
     torch.testing.assert_close(batched, single, rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("fn, batched", [
-    (ItemScale, body(ItemScale)),
-    (LinearFunction, lambda values: 1.001 * body(LinearFunction)(values)),
-], ids=["does not vmap", "other numbers"])
+@pytest.mark.parametrize(
+    "fn, batched",
+    [(ItemScale, body(ItemScale)), (LinearFunction, lambda values: 1.001 * body(LinearFunction)(values))],
+    ids=["does not vmap", "other numbers"],
+)
 def test_probes_fall_back_to_single_calls(fn: type, batched: Callable) -> None:
     args = [randn(3, 4), randn(2, 4, seed=1), randn(2, seed=2)][: 1 if fn is ItemScale else 3]
     torch.testing.assert_close(numerical(fn, args, batched), numerical(fn, args, None), rtol=0, atol=0)
@@ -530,12 +548,15 @@ def test_probes_batch_arguments_in_groups_within_their_memory_budget(monkeypatch
     assert groups == [1, 1, 1] and len(singles) == 3  # each group checked by one single call
 
 
-@pytest.mark.parametrize("shapes, n_rows", [
-    ([(4, 4)] * 12, 16),  # many small arguments: one stage
-    ([(64, 64), (64, 64), (64,)], 4096),
-    ([(128, 128), (128, 128), (128,)], 16384),  # STAGE_BYTES, not COL_STAGE, sets the size
-    ([(1000, 1000), (3,)], 1),  # a large argument: a few columns per stage
-])
+@pytest.mark.parametrize(
+    "shapes, n_rows",
+    [
+        ([(4, 4)] * 12, 16),  # many small arguments: one stage
+        ([(64, 64), (64, 64), (64,)], 4096),
+        ([(128, 128), (128, 128), (128,)], 16384),  # STAGE_BYTES, not COL_STAGE, sets the size
+        ([(1000, 1000), (3,)], 1),  # a large argument: a few columns per stage
+    ],
+)
 def test_column_stages_cover_each_column_once_within_their_budget(shapes: list, n_rows: int) -> None:
     from gradcheck_cli.numerics.batching import STAGE_BYTES
     from gradcheck_cli.numerics.layout import Layout
@@ -651,11 +672,15 @@ class ThreadsSeen(Function):
         return 2 * g
 
 
-@pytest.mark.parametrize("numel, probes, threads", [
-    (64, 3, 1),  # --fast on small tensors: one thread for the whole check
-    (40000, 3, 2),  # above torch's grain: the threads it has
-    (64, 0, 2),  # the element-wise check: untouched
-], ids=["fast small", "fast large", "element-wise"])
+@pytest.mark.parametrize(
+    "numel, probes, threads",
+    [
+        (64, 3, 1),  # --fast on small tensors: one thread for the whole check
+        (40000, 3, 2),  # above torch's grain: the threads it has
+        (64, 0, 2),  # the element-wise check: untouched
+    ],
+    ids=["fast small", "fast large", "element-wise"],
+)
 def test_fast_checks_of_small_tensors_run_on_one_thread(numel: int, probes: int, threads: int) -> None:
     before = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -723,8 +748,15 @@ def test_vmapped_rows_are_torch_func_vmaps(own_step: bool, monkeypatch: pytest.M
         batching.copies(batches, v, 5)
         batches[id(v)][1].add_(torch.arange(5, dtype=torch.float64).view(5, 1))  # row r moved by r
     got = batching.vmapped(forward, values, batches, [0, 2, 3])
-    rows = [torch.cat([o.reshape(-1) if not o.is_complex() else torch.view_as_real(o).reshape(-1) for o in (
-        out[0], out[2].double(), out[3])]) for out in (forward([x + r, y + r, x + r, w]) for r in range(5))]
+    rows = [
+        torch.cat(
+            [
+                o.reshape(-1) if not o.is_complex() else torch.view_as_real(o).reshape(-1)
+                for o in (out[0], out[2].double(), out[3])
+            ]
+        )
+        for out in (forward([x + r, y + r, x + r, w]) for r in range(5))
+    ]
     assert torch.allclose(got, torch.stack(rows))
 
 
@@ -741,8 +773,19 @@ def test_agreed_entries_fold_as_update_entries_does_and_infinite_ones_are_refuse
     plain, agreed = Entry(8, atol=1e-5, rtol=1e-3), Entry(8, atol=1e-5, rtol=1e-3)
     plain.update_entries(c, r, av, nv, (4, 6), 2, torch.zeros(6, dtype=torch.float64), spans=[3], extras=False)
     assert agreed.update_agreed(av, nv, (4, 6), 2, lambda k: (int(c[k]), int(r[k])), spans=[3])
-    fields = ("max_abs", "max_rel", "worst_excess", "worst_row", "worst_col", "analytical", "numerical", "nonfinite",
-              "sum_an", "sum_nn", "sum_aa")
+    fields = (
+        "max_abs",
+        "max_rel",
+        "worst_excess",
+        "worst_row",
+        "worst_col",
+        "analytical",
+        "numerical",
+        "nonfinite",
+        "sum_an",
+        "sum_nn",
+        "sum_aa",
+    )
     assert [getattr(agreed, f) for f in fields] == [getattr(plain, f) for f in fields]
     assert torch.equal(agreed.bad, plain.bad) and not bool(agreed.bad.any())
     infinite = nv.clone()

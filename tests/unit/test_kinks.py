@@ -7,6 +7,7 @@ agreement table at the end runs ``torch.autograd.gradcheck`` on the same inputs:
 every kink and edge as a failure, and our verdict differs from torch's exactly where the kink or
 the edge explains the mismatch.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -55,12 +56,16 @@ MaxDouble = fn(lambda x: x.max(), lambda x, g: 2 * _one_hot_max(x, g))
 
 # complex z = a + ib -> w = relu(b) + i a. With PyTorch's convention (grad = dL/da + i dL/db) and
 # g = dL/du + i dL/dv for w = u + iv: dL/da = g.imag, dL/db = g.real * relu'(b).
-ReluImag = fn(lambda z: torch.complex(torch.relu(z.imag), z.real),
-              lambda z, g: torch.complex(g.imag, g.real * (z.imag > 0)))
-ReluImagTwo = fn(lambda z: torch.complex(torch.relu(z.imag), z.real),
-                 lambda z, g: torch.complex(g.imag, 2 * g.real * (z.imag >= 0)))
-ReluImagSignFlip = fn(lambda z: torch.complex(torch.relu(z.imag), z.real),  # d/da wrong, smooth there
-                      lambda z, g: torch.complex(-g.imag, g.real * (z.imag > 0)))
+ReluImag = fn(
+    lambda z: torch.complex(torch.relu(z.imag), z.real), lambda z, g: torch.complex(g.imag, g.real * (z.imag > 0))
+)
+ReluImagTwo = fn(
+    lambda z: torch.complex(torch.relu(z.imag), z.real), lambda z, g: torch.complex(g.imag, 2 * g.real * (z.imag >= 0))
+)
+ReluImagSignFlip = fn(
+    lambda z: torch.complex(torch.relu(z.imag), z.real),  # d/da wrong, smooth there
+    lambda z, g: torch.complex(-g.imag, g.real * (z.imag > 0)),
+)
 
 
 def three_outputs(abs_slope) -> type:
@@ -108,8 +113,7 @@ def verdict(f, x: torch.Tensor, j: int, positions=None, analytical=None, eps: fl
     if positions is None:
         positions = [p for p, o in enumerate(as_tuple(f.apply(values[0]))) if is_float_tensor(o)]
     a = column(f, x, j, positions) if analytical is None else torch.tensor(analytical, dtype=F64)
-    return examine(lambda vals: f.apply(*vals), values, values[0], j, eps, positions, a,
-                   index_text=f"x[{j}]", **TOL)
+    return examine(lambda vals: f.apply(*vals), values, values[0], j, eps, positions, a, index_text=f"x[{j}]", **TOL)
 
 
 def t(*values, dtype=F64) -> torch.Tensor:
@@ -117,8 +121,9 @@ def t(*values, dtype=F64) -> torch.Tensor:
 
 
 def torch_passes(f, x: torch.Tensor) -> bool:
-    return torch.autograd.gradcheck(f.apply, (x.detach().clone().requires_grad_(True),), eps=EPS,
-                                    raise_exception=False, **TOL)
+    return torch.autograd.gradcheck(
+        f.apply, (x.detach().clone().requires_grad_(True),), eps=EPS, raise_exception=False, **TOL
+    )
 
 
 # ------------------------------------------------------------------------ kinks
@@ -129,12 +134,15 @@ def test_relu_at_its_kink(f, explained):
     v = verdict(f, t(0.5, 0.0, -1.0), 1)
     assert (v.kind, v.explained) == ("kink", explained)
     backward_gives = {ReLU: "0", ReLUGe: "1", ReLUTwoAtKink: "2"}[f]
-    assert v.text == (f"x[1] = 0 is a kink or tie (output 0 [1]): one-sided derivatives 0 and 1, "
-                      f"backward gives {backward_gives}")
+    assert v.text == (
+        f"x[1] = 0 is a kink or tie (output 0 [1]): one-sided derivatives 0 and 1, backward gives {backward_gives}"
+    )
 
 
-@pytest.mark.parametrize("a, explained", [([0.0], True), ([1.0], True), ([0.25], True), ([2.0], False),
-                                          ([-0.01], False), ([float("nan")], False)])
+@pytest.mark.parametrize(
+    "a, explained",
+    [([0.0], True), ([1.0], True), ([0.25], True), ([2.0], False), ([-0.01], False), ([float("nan")], False)],
+)
 def test_any_value_between_the_one_sided_derivatives_is_a_subgradient(a, explained):
     v = verdict(fn(lambda x: torch.relu(x).sum(), None), t(0.0), 0, positions=[0], analytical=a)
     assert (v.kind, v.explained) == ("kink", explained)
@@ -155,8 +163,17 @@ def test_clamp_at_both_corners(f, explained, j, left, right):
     assert f"one-sided derivatives {left} and {right}" in v.text
 
 
-@pytest.mark.parametrize("f, j, explained", [(Max, 0, True), (Max, 1, True), (MaxSplit, 0, True),
-                                             (MaxSplit, 1, True), (MaxDouble, 0, False), (MaxDouble, 1, True)])
+@pytest.mark.parametrize(
+    "f, j, explained",
+    [
+        (Max, 0, True),
+        (Max, 1, True),
+        (MaxSplit, 0, True),
+        (MaxSplit, 1, True),
+        (MaxDouble, 0, False),
+        (MaxDouble, 1, True),
+    ],
+)
 def test_max_of_tied_values(f, j, explained):
     # max(x0, x1, 0.5) with x0 = x1 = 1: moving x_j down leaves the max at 1 (left derivative 0),
     # moving it up raises it (right derivative 1); any share in [0, 1] is a subgradient. The
@@ -170,8 +187,11 @@ def test_a_kink_within_eps_of_x_is_found_with_smaller_steps():
     # relu at x = -eps/2: differentiable there (f' = 0), but the central difference with eps sees
     # the kink at +eps/2 and says 0.25
     assert verdict(ReLU, t(-5e-7), 0) == Verdict(
-        "kink", True, "x[0] = -5e-07 is within eps of a kink (or of curvature too strong for this eps): "
-                      "with smaller steps both sides give 0, backward gives 0")
+        "kink",
+        True,
+        "x[0] = -5e-07 is within eps of a kink (or of curvature too strong for this eps): "
+        "with smaller steps both sides give 0, backward gives 0",
+    )
     v = verdict(ReLU, t(-5e-7), 0, analytical=[1.0])
     assert (v.kind, v.explained) == ("smooth", False)
     assert "the left and right derivatives agree on 0, backward gives 1" in v.text
@@ -180,14 +200,18 @@ def test_a_kink_within_eps_of_x_is_found_with_smaller_steps():
 # ------------------------------------------------------------------------ domain edges
 
 
-@pytest.mark.parametrize("f, explained, derivative", [
-    (Sqrt, True, "1581"), (SqrtDouble, False, "1581"), (Log, True, "9.998e+06"), (LogDouble, False, "9.998e+06")])
+@pytest.mark.parametrize(
+    "f, explained, derivative",
+    [(Sqrt, True, "1581"), (SqrtDouble, False, "1581"), (Log, True, "9.998e+06"), (LogDouble, False, "9.998e+06")],
+)
 def test_domain_edge_uses_the_one_sided_difference_of_the_side_inside(f, explained, derivative):
     # x = 1e-7 < eps: f(x - eps) is NaN; sqrt'(1e-7) = 0.5 / sqrt(1e-7) = 1581.1, log'(1e-7) = 1e7
     v = verdict(f, t(1e-7, 0.5), 0)
     assert (v.kind, v.explained) == ("domain_edge", explained)
-    assert v.text.startswith("x[0] = 1e-07 is at the edge of the domain: f(x - eps) is not finite; "
-                             f"the one-sided derivative from the right (output 0 [0]) is {derivative}")
+    assert v.text.startswith(
+        "x[0] = 1e-07 is at the edge of the domain: f(x - eps) is not finite; "
+        f"the one-sided derivative from the right (output 0 [0]) is {derivative}"
+    )
 
 
 def test_domain_edge_on_the_right():
@@ -208,8 +232,9 @@ def test_an_infinite_derivative_at_the_edge_is_not_explained():
 @pytest.mark.parametrize("x, shown", [(0.0, "-inf"), (-1.0, "nan")])
 def test_f_not_finite_at_x_itself(x, shown):
     v = verdict(Log, t(x), 0)
-    assert v == Verdict("domain_edge", False, f"x[0] = {x:g}: f(x) is not finite ({shown}), "
-                                              "so no derivative can be checked there")
+    assert v == Verdict(
+        "domain_edge", False, f"x[0] = {x:g}: f(x) is not finite ({shown}), so no derivative can be checked there"
+    )
 
 
 def test_both_steps_outside_the_domain():
@@ -222,11 +247,14 @@ def test_both_steps_outside_the_domain():
 # ------------------------------------------------------------------------ smooth functions, wrong gradients
 
 
-@pytest.mark.parametrize("f, x, text", [
-    (SinDouble, 0.3, "the left and right differences agree on 0.9553, backward gives 1.911"),
-    (SquarePlusOne, 0.0, "the left and right differences agree on 0, backward gives 1"),
-    (ReLUDouble, 0.3, "the left and right differences agree on 1, backward gives 2"),
-])
+@pytest.mark.parametrize(
+    "f, x, text",
+    [
+        (SinDouble, 0.3, "the left and right differences agree on 0.9553, backward gives 1.911"),
+        (SquarePlusOne, 0.0, "the left and right differences agree on 0, backward gives 1"),
+        (ReLUDouble, 0.3, "the left and right differences agree on 1, backward gives 2"),
+    ],
+)
 def test_wrong_gradient_at_a_smooth_point_stays_wrong(f, x, text):
     v = verdict(f, t(x), 0)
     assert v == Verdict("smooth", False, f"x[0] = {x:g} is not at a kink or domain edge: {text}")
@@ -245,8 +273,12 @@ def test_a_jump_is_judged_by_the_side_that_settles():
     # ones are 0; backward 0 is floor's derivative from the right, backward 1 is nobody's
     Floor = fn(torch.floor, lambda x, g: g * 0)
     v = verdict(Floor, t(1.0), 0)
-    assert v == Verdict("kink", True, "x[0] = 1 is at a jump or kink: the left differences do not settle; "
-                                      "the right derivative is 0, backward gives 0")
+    assert v == Verdict(
+        "kink",
+        True,
+        "x[0] = 1 is at a jump or kink: the left differences do not settle; "
+        "the right derivative is 0, backward gives 0",
+    )
     assert not verdict(Floor, t(1.0), 0, analytical=[1.0]).explained
 
 
@@ -267,20 +299,28 @@ def test_complex_imaginary_part_at_a_kink(f, explained):
     v = verdict(f, z, 1)  # j = 1: the imaginary part of z[0], which sits at relu's kink
     assert (v.kind, v.explained) == ("kink", explained)
     backward_gives = "0" if explained else "2"
-    assert v.text == ("x[1] (imaginary part) = 0 is a kink or tie (output 0 [0]): one-sided derivatives 0 and 1, "
-                      f"backward gives {backward_gives}")
+    assert v.text == (
+        "x[1] (imaginary part) = 0 is a kink or tie (output 0 [0]): one-sided derivatives 0 and 1, "
+        f"backward gives {backward_gives}"
+    )
 
 
 def test_complex_real_part_is_smooth():
     z = torch.tensor([0.7 + 0.0j, -0.3 + 0.5j], dtype=torch.complex128)
     v = verdict(ReluImagSignFlip, z, 0)  # d w / d a = i: realified (0, 1), backward says (0, -1)
-    assert v == Verdict("smooth", False, "x[0] (real part) = 0.7 is not at a kink or domain edge "
-                                         "(output 0 [0], imaginary part): the left and right differences "
-                                         "agree on 1, backward gives -1")
+    assert v == Verdict(
+        "smooth",
+        False,
+        "x[0] (real part) = 0.7 is not at a kink or domain edge "
+        "(output 0 [0], imaginary part): the left and right differences "
+        "agree on 1, backward gives -1",
+    )
 
 
-@pytest.mark.parametrize("f, positions, explained", [
-    (ThreeOutputs, [0, 2], True), (ThreeOutputsWrongAbs, [0, 2], False), (ThreeOutputsWrongAbs, [0], True)])
+@pytest.mark.parametrize(
+    "f, positions, explained",
+    [(ThreeOutputs, [0, 2], True), (ThreeOutputsWrongAbs, [0, 2], False), (ThreeOutputsWrongAbs, [0], True)],
+)
 def test_several_outputs(f, positions, explained):
     v = verdict(f, t(0.4, 0.0, -0.6), 1, positions=positions)
     assert (v.kind, v.explained) == ("kink", explained)
@@ -301,15 +341,29 @@ def bits(x: torch.Tensor) -> torch.Tensor:
     return real.contiguous().view(torch.int64 if real.dtype == F64 else torch.int32).clone()
 
 
-@pytest.mark.parametrize("x, j", [
-    (t(-0.0, 1.0 / 3.0, 1e-300), 0), (t(-0.0, 1.0 / 3.0, 1e-300), 1), (t(0.1, 0.0, 0.7, dtype=torch.float32), 1),
-    (torch.tensor([0.1 + 0.0j, -0.0 - 0.3j], dtype=torch.complex128), 3),
-    (torch.tensor([[1.0, 0.0], [1.0 / 7.0, -0.0]], dtype=F64).t(), 3),  # not contiguous
-])
+@pytest.mark.parametrize(
+    "x, j",
+    [
+        (t(-0.0, 1.0 / 3.0, 1e-300), 0),
+        (t(-0.0, 1.0 / 3.0, 1e-300), 1),
+        (t(0.1, 0.0, 0.7, dtype=torch.float32), 1),
+        (torch.tensor([0.1 + 0.0j, -0.0 - 0.3j], dtype=torch.complex128), 3),
+        (torch.tensor([[1.0, 0.0], [1.0 / 7.0, -0.0]], dtype=F64).t(), 3),  # not contiguous
+    ],
+)
 def test_input_restored_bit_exactly(x, j):
     before = bits(x)
-    examine(lambda vals: torch.relu(torch.view_as_real(vals[0]) if vals[0].is_complex() else vals[0]),
-            [x], x, j, EPS, [0], torch.zeros(real_numel(x), dtype=F64), index_text="x", **TOL)
+    examine(
+        lambda vals: torch.relu(torch.view_as_real(vals[0]) if vals[0].is_complex() else vals[0]),
+        [x],
+        x,
+        j,
+        EPS,
+        [0],
+        torch.zeros(real_numel(x), dtype=F64),
+        index_text="x",
+        **TOL,
+    )
     assert torch.equal(bits(x), before)
 
 
@@ -422,8 +476,7 @@ def test_a_wrong_gradient_at_a_removable_singularity_stays_wrong(scale):
 def test_where_the_estimate_does_not_move_the_central_difference_stands():
     # sin is smooth and its differences do not cancel: a 1.001x backward (just outside rtol 1e-4) stays wrong
     x = t(0.3)
-    v = examine(lambda vals: torch.sin(vals[0]), [x], x, 0, EPS, [0], 1.001 * torch.cos(x), index_text="x[0]",
-                **CANCEL)
+    v = examine(lambda vals: torch.sin(vals[0]), [x], x, 0, EPS, [0], 1.001 * torch.cos(x), index_text="x[0]", **CANCEL)
     assert (v.kind, v.explained) == ("smooth", False), v.text
 
 

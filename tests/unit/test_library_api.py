@@ -1,6 +1,7 @@
 """The library API's verdict: a CaseResult is true only when it passed (``assert check(fn, args)``),
 its repr is one short line, its str the per-argument table in plain text, and
 ``assert_gradients`` raises AssertionError with that table."""
+
 from __future__ import annotations
 
 import pytest
@@ -52,12 +53,21 @@ def test_assert_check_fails_for_a_wrong_gradient_and_passes_for_a_right_one():
 
 
 def case(status: Status, **kw) -> CaseResult:
-    return CaseResult(id="specs/sq.yaml::default[cpu]", spec="specs/sq.yaml", case="default", function="m:Sq",
-                      device="cpu", seed=0, status=status, **kw)
+    return CaseResult(
+        id="specs/sq.yaml::default[cpu]",
+        spec="specs/sq.yaml",
+        case="default",
+        function="m:Sq",
+        device="cpu",
+        seed=0,
+        status=status,
+        **kw,
+    )
 
 
-@pytest.mark.parametrize("status, truth", [(Status.PASS, True), (Status.FAIL, False), (Status.ERROR, False),
-                                           (Status.SKIP, False)])
+@pytest.mark.parametrize(
+    "status, truth", [(Status.PASS, True), (Status.FAIL, False), (Status.ERROR, False), (Status.SKIP, False)]
+)
 def test_only_a_pass_is_true_a_skip_proves_nothing(status, truth):
     assert bool(case(status)) is truth
     assert bool(case(status, warnings=["analytical is 1.001x numerical everywhere"])) is truth
@@ -68,14 +78,39 @@ def test_an_error_in_user_code_is_false():
     assert result.status is Status.ERROR and not result
 
 
-ROW = InputReport(index=0, name="x", shape=[3], dtype="float64", status=Status.FAIL, numel=3, mismatched=3,
-                  max_abs_err=1.5, max_rel_err=0.5, worst_index=[2], analytical=1.5, numerical=3.0, atol=1e-5,
-                  rtol=1e-3)
+ROW = InputReport(
+    index=0,
+    name="x",
+    shape=[3],
+    dtype="float64",
+    status=Status.FAIL,
+    numel=3,
+    mismatched=3,
+    max_abs_err=1.5,
+    max_rel_err=0.5,
+    worst_index=[2],
+    analytical=1.5,
+    numerical=3.0,
+    atol=1e-5,
+    rtol=1e-3,
+)
 SKIPPED = InputReport(index=1, name="n", shape=[], dtype="int64", status=Status.SKIP, reason="integer dtype")
-FAILED = case(Status.FAIL, duration_s=0.25, replay="gradcheck specs/sq.yaml -k specs/sq.yaml::default",
-              checks=[CheckResult("backward", Status.FAIL, "gradient of 'x': analytical is 0.50x numerical",
-                                  mode="elementwise", inputs=[ROW, SKIPPED], warnings=["a check warning"])],
-              warnings=["a case warning"])
+FAILED = case(
+    Status.FAIL,
+    duration_s=0.25,
+    replay="gradcheck specs/sq.yaml -k specs/sq.yaml::default",
+    checks=[
+        CheckResult(
+            "backward",
+            Status.FAIL,
+            "gradient of 'x': analytical is 0.50x numerical",
+            mode="elementwise",
+            inputs=[ROW, SKIPPED],
+            warnings=["a check warning"],
+        )
+    ],
+    warnings=["a case warning"],
+)
 
 
 def test_str_is_the_per_argument_table_in_plain_text():
@@ -91,7 +126,8 @@ def test_str_is_the_per_argument_table_in_plain_text():
         "  backward: gradient of 'x': analytical is 0.50x numerical\n"
         "  warning: a check warning\n"
         "  warning: a case warning\n"
-        "  replay: gradcheck specs/sq.yaml -k specs/sq.yaml::default")
+        "  replay: gradcheck specs/sq.yaml -k specs/sq.yaml::default"
+    )
 
 
 def test_str_of_an_error_names_it_and_where():
@@ -106,14 +142,17 @@ def test_str_of_a_real_failure_holds_every_argument_and_no_colour():
 
 
 def test_repr_is_one_short_line_with_the_status_and_why():
-    assert repr(FAILED) == ("<CaseResult FAIL specs/sq.yaml::default[cpu]: backward: gradient of 'x': analytical "
-                            "is 0.50x numerical>")
+    assert repr(FAILED) == (
+        "<CaseResult FAIL specs/sq.yaml::default[cpu]: backward: gradient of 'x': analytical is 0.50x numerical>"
+    )
     long = case(Status.ERROR, error=ErrorInfo(ErrorKind.IMPORT, "cannot import\n" + "x" * 500))
     text = repr(long)
     assert "\n" not in text and len(text) < 160 and text.startswith("<CaseResult ERROR ") and text.endswith("...>")
     assert "import error: cannot import x" in text
-    assert repr(case(Status.PASS, checks=[CheckResult("backward", Status.PASS)])) == \
-        "<CaseResult PASS specs/sq.yaml::default[cpu]: backward pass>"
+    assert (
+        repr(case(Status.PASS, checks=[CheckResult("backward", Status.PASS)]))
+        == "<CaseResult PASS specs/sq.yaml::default[cpu]: backward pass>"
+    )
 
 
 def test_assert_gradients_raises_with_the_table_for_a_wrong_gradient():
@@ -136,8 +175,10 @@ def test_check_speaks_check_specs_vocabulary_for_memory_and_fast():
     import gradcheck_cli
     from gradcheck_cli.examples.linear import LinearFunction
 
-    args = [torch.randn(4, 3, dtype=torch.float64, requires_grad=True),
-            torch.randn(2, 3, dtype=torch.float64, requires_grad=True)]
+    args = [
+        torch.randn(4, 3, dtype=torch.float64, requires_grad=True),
+        torch.randn(2, 3, dtype=torch.float64, requires_grad=True),
+    ]
     fast = gradcheck_cli.check(LinearFunction, args, fast=True)
     assert fast.checks[0].mode == "probe" and fast
     assert gradcheck_cli.check(LinearFunction, args).checks[0].mode == "elementwise"

@@ -1,4 +1,5 @@
 """Results in a REPL or a notebook: short reprs, rich and HTML displays, and check_spec from Python."""
+
 from __future__ import annotations
 
 import io
@@ -17,9 +18,11 @@ BROKEN = "broken-specs/linear_double_bias.yaml"
 
 
 def _failing():
-    args = [torch.randn(5, 4, dtype=torch.float64, requires_grad=True),
-            torch.randn(3, 4, dtype=torch.float64, requires_grad=True),
-            torch.randn(3, dtype=torch.float64, requires_grad=True)]
+    args = [
+        torch.randn(5, 4, dtype=torch.float64, requires_grad=True),
+        torch.randn(3, 4, dtype=torch.float64, requires_grad=True),
+        torch.randn(3, dtype=torch.float64, requires_grad=True),
+    ]
     return check(LinearDoubleBias, args)
 
 
@@ -27,12 +30,20 @@ def test_every_result_object_has_a_short_one_line_repr():
     result = _failing()
     report = Report([result], duration_s=1.25)
     check_result, row = result.checks[0], result.checks[0].inputs[2]
-    texts = [repr(result), repr(check_result), repr(row), repr(row.error_map), repr(report),
-             repr(result.checks), repr(report.results)]
+    texts = [
+        repr(result),
+        repr(check_result),
+        repr(row),
+        repr(row.error_map),
+        repr(report),
+        repr(result.checks),
+        repr(report.results),
+    ]
     for text in texts:
         assert "\n" not in text and len(text) < 400, text
-    assert repr(check_result) == ("<CheckResult backward FAIL: gradient of 'bias': analytical is 2.00x numerical; "
-                                  "'input', 'weight' are right>")
+    assert repr(check_result) == (
+        "<CheckResult backward FAIL: gradient of 'bias': analytical is 2.00x numerical; 'input', 'weight' are right>"
+    )
     assert repr(row) == "<InputReport 2: bias [3] FAIL 3/3 mismatched, max abs err 1>"
     assert repr(report) == "<Report 1 result: 0 passed, 1 failed, 0 errors, 0 skipped in 1.25s>"
     assert repr(row.error_map) == "<ErrorMap 1x3, max 1>"
@@ -52,8 +63,8 @@ def test_rich_renders_a_result_as_the_table_report_does():
 
 def test_jupyter_shows_a_result_as_html_with_its_table_and_error_map():
     html = _failing()._repr_html_()
-    assert html.startswith("<div class=\"gradcheck-report\">") and "<table>" in html
-    assert html.count("<section class=\"argument\">") == 1 and "<svg" in html
+    assert html.startswith('<div class="gradcheck-report">') and "<table>" in html
+    assert html.count('<section class="argument">') == 1 and "<svg" in html
     assert "<h1>" in Report([_failing()])._repr_html_()  # a report adds its summary
 
 
@@ -70,12 +81,15 @@ def test_check_spec_runs_spec_files_in_this_process_with_the_command_lines_optio
     assert [r.id for r in folder.results] == [result.id]
 
 
-@pytest.mark.parametrize(("call", "message"), [
-    (lambda: check_spec("no/such/dir/"), "'no/such/dir/': no such file or directory"),
-    (lambda: check_spec(BROKEN, checks=["bogus"]), "checks: unknown check 'bogus'"),
-    (lambda: check_spec(BROKEN, devices=["gpu"]), "devices: expected cpu, cuda or cuda:N, got 'gpu'"),
-    (lambda: check_spec(BROKEN, select="nothing-like-it"), "select='nothing-like-it': it selects no case"),
-])
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: check_spec("no/such/dir/"), "'no/such/dir/': no such file or directory"),
+        (lambda: check_spec(BROKEN, checks=["bogus"]), "checks: unknown check 'bogus'"),
+        (lambda: check_spec(BROKEN, devices=["gpu"]), "devices: expected cpu, cuda or cuda:N, got 'gpu'"),
+        (lambda: check_spec(BROKEN, select="nothing-like-it"), "select='nothing-like-it': it selects no case"),
+    ],
+)
 def test_check_spec_says_which_option_or_path_is_wrong(call, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
         call()
@@ -91,11 +105,13 @@ def test_a_result_made_without_the_library_api_shows_itself_as_plain_text():
     import subprocess
     import sys
 
-    code = ("from gradcheck_cli.results import CaseResult, Report, Status\n"
-            "r = CaseResult(id='m.F', spec=None, case=None, function='m.F', device='cpu', seed=0, status=Status.PASS)\n"
-            "assert r.__rich__() == str(r) and r._repr_html_().startswith('<pre>PASS  m.F'), r._repr_html_()\n"
-            "assert Report([r], 1.0).__rich__().endswith('in 1.00s>')\n"
-            "import gradcheck_cli.reporters.display\n"
-            "assert r._repr_html_().startswith('<div class=\"gradcheck-report\">')\n")
+    code = (
+        "from gradcheck_cli.results import CaseResult, Report, Status\n"
+        "r = CaseResult(id='m.F', spec=None, case=None, function='m.F', device='cpu', seed=0, status=Status.PASS)\n"
+        "assert r.__rich__() == str(r) and r._repr_html_().startswith('<pre>PASS  m.F'), r._repr_html_()\n"
+        "assert Report([r], 1.0).__rich__().endswith('in 1.00s>')\n"
+        "import gradcheck_cli.reporters.display\n"
+        "assert r._repr_html_().startswith('<div class=\"gradcheck-report\">')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

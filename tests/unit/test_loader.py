@@ -3,6 +3,7 @@
 One precise message per failure (the user's real import error, where it happened, did-you-mean
 for attributes), and every Function style users write must bind and pass the check.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -176,7 +177,8 @@ def test_colon_and_dotted_forms_load_the_same_function(mod):
 
 
 def test_function_in_a_package(user_module):
-    user_module("""
+    user_module(
+        """
         import torch
 
         class Neg(torch.autograd.Function):
@@ -187,7 +189,9 @@ def test_function_in_a_package(user_module):
             @staticmethod
             def backward(ctx, g):
                 return -g
-    """, "mypkg.sub.ops")
+    """,
+        "mypkg.sub.ops",
+    )
     a = loader.load("mypkg.sub.ops:Neg")
     b = loader.load("mypkg.sub.ops.Neg")
     assert a.obj is b.obj and a.is_function

@@ -1,5 +1,6 @@
 """--max-memory bounds the check's buffers, and a check too large to finish is refused up front
 (issue 14, item 13)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -62,6 +63,7 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         def call(*args: Any) -> Any:
             sizes.append(sum(t.numel() * t.element_size() for t in args if isinstance(t, torch.Tensor)))
             return inner(*args)
+
         return call
 
     monkeypatch.setattr(torch.func, "vmap", recording)
@@ -69,8 +71,9 @@ def batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.mark.parametrize("fast, memory", [(False, 8 * 2**20), (True, 2**20)], ids=["elementwise", "--fast"])
-def test_every_batch_stays_within_its_share_of_max_memory(monkeypatch: pytest.MonkeyPatch, fast: bool,
-                                                          memory: int) -> None:
+def test_every_batch_stays_within_its_share_of_max_memory(
+    monkeypatch: pytest.MonkeyPatch, fast: bool, memory: int
+) -> None:
     """64 x 64 elementwise under a budget of a few MB: a stage of rows (one-hot grad_outputs, 32 kB
     each), of columns or of probes holds at most an eighth of it. Before, a stage of rows was 256
     rows (8 MB) whatever the limit: a 1000 x 1000 input took 6.4 GB under --max-memory 64."""
@@ -136,17 +139,36 @@ def test_rows_recomputed_per_block_count_against_the_limit(monkeypatch: pytest.M
 
 
 def _rows(result: Any) -> list[tuple]:
-    return [(c.check, c.status, r.name, r.status, r.mismatched, r.worst_index, r.pattern,
-             round(r.max_abs_err, 6) if r.max_abs_err is not None else None)
-            for c in result.checks for r in c.inputs]
+    return [
+        (
+            c.check,
+            c.status,
+            r.name,
+            r.status,
+            r.mismatched,
+            r.worst_index,
+            r.pattern,
+            round(r.max_abs_err, 6) if r.max_abs_err is not None else None,
+        )
+        for c in result.checks
+        for r in c.inputs
+    ]
 
 
-@pytest.mark.parametrize("case", [c for c in CORPUS if c.name in {
-    "ok_linear_three_inputs", "ok_softmax", "ok_bmm", "ok_two_float_outputs", "ok_int64_output_first"}]
-    + [c for c in CORPUS if not c.correct][:6], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "case",
+    [
+        c
+        for c in CORPUS
+        if c.name in {"ok_linear_three_inputs", "ok_softmax", "ok_bmm", "ok_two_float_outputs", "ok_int64_output_first"}
+    ]
+    + [c for c in CORPUS if not c.correct][:6],
+    ids=lambda c: c.name,
+)
 def test_verdicts_do_not_depend_on_max_memory(case: Any) -> None:
     """The same rows, to the numbers, under a 1 kB budget (a column at a time, rows recomputed
     per column, one-row stages) as under the default."""
+
     def run(memory: int) -> list[tuple]:
         args = case.make_args(torch.Generator().manual_seed(1234))
         return _rows(check(case.fn, list(args), kwargs=case.kwargs, memory_bytes=memory))
@@ -209,8 +231,9 @@ def test_the_gpu_estimate_counts_the_batches_the_check_puts_on_the_device(monkey
 
     def refused(memory: int) -> bool:
         try:
-            refuse_if_too_big(CheckContext(Target("Softplus", Softplus, True), bound, "cuda:0",
-                                           Options(memory_bytes=memory)), (out,))
+            refuse_if_too_big(
+                CheckContext(Target("Softplus", Softplus, True), bound, "cuda:0", Options(memory_bytes=memory)), (out,)
+            )
         except UserCodeError as exc:
             assert exc.kind is ErrorKind.OUT_OF_MEMORY
             return True

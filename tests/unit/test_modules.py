@@ -5,6 +5,7 @@ Function doubles the weight gradient fails on ``weight`` alone, nested modules n
 parameters ``hidden.weight``, constructor errors name ``init``, and the verdicts agree with
 ``torch.autograd.gradcheck`` on the module's functional form.
 """
+
 from __future__ import annotations
 
 import json
@@ -106,8 +107,7 @@ def test_correct_module_passes_with_rows_named_after_its_parameters(write_spec):
     result = check_spec(write_spec, LINEAR)
     assert result.status is Status.PASS, result.error
     got = [(r.index, r.name, r.shape, r.status) for r in result.checks[0].inputs]
-    assert got == [(0, "input", [5, 4], Status.PASS), (1, "weight", [3, 4], Status.PASS),
-                   (2, "bias", [3], Status.PASS)]
+    assert got == [(0, "input", [5, 4], Status.PASS), (1, "weight", [3, 4], Status.PASS), (2, "bias", [3], Status.PASS)]
 
 
 def test_broken_parameter_gradient_is_named(write_spec):
@@ -120,7 +120,9 @@ def test_broken_parameter_gradient_is_named(write_spec):
 
 
 def test_kwargs_in_init_reach_the_constructor(write_spec):
-    result = check_spec(write_spec, LINEAR.replace("{args: [4, 3]}", "{args: [4], kwargs: {out_features: 2, bias: false}}"))
+    result = check_spec(
+        write_spec, LINEAR.replace("{args: [4, 3]}", "{args: [4], kwargs: {out_features: 2, bias: false}}")
+    )
     assert result.status is Status.PASS, result.error
     assert [(r.name, r.shape) for r in result.checks[0].inputs] == [("input", [5, 4]), ("weight", [2, 4])]
 
@@ -133,7 +135,13 @@ def test_nested_modules_name_parameters_by_their_path(write_spec):
     """
     good = check_spec(write_spec, text % "false")
     assert good.status is Status.PASS, good.error
-    assert [r.name for r in good.checks[0].inputs] == ["input", "hidden.weight", "hidden.bias", "out.weight", "out.bias"]
+    assert [r.name for r in good.checks[0].inputs] == [
+        "input",
+        "hidden.weight",
+        "hidden.bias",
+        "out.weight",
+        "out.bias",
+    ]
     assert [r.index for r in good.checks[0].inputs] == [0, 1, 2, 3, 4]
     bad = check_spec(write_spec, text % "true")
     assert bad.status is Status.FAIL
@@ -141,17 +149,24 @@ def test_nested_modules_name_parameters_by_their_path(write_spec):
 
 
 def test_frozen_parameter_is_skipped_and_indices_follow_forwards_parameters(user, write_spec):
-    result = check_spec(write_spec, f"""
+    result = check_spec(
+        write_spec,
+        f"""
         function: {user}:Scaled
         init: {{kwargs: {{size: 4}}}}
         inputs: [{{shape: [4]}}]
         kwargs: {{scale: {{value: 2.0}}}}
-    """)
+    """,
+    )
     assert result.status is Status.PASS, result.error
     got = [(r.index, r.name, r.status) for r in result.checks[0].inputs]
     # forward(x, scale): parameters are numbered after both, even though scale is not a tensor
-    assert got == [(0, "x", Status.PASS), (1, "scale", Status.SKIP), (2, "weight", Status.PASS),
-                   (3, "shift", Status.SKIP)]
+    assert got == [
+        (0, "x", Status.PASS),
+        (1, "scale", Status.SKIP),
+        (2, "weight", Status.PASS),
+        (3, "shift", Status.SKIP),
+    ]
     assert rows(result)["shift"].reason == "requires_grad is false"
 
 
@@ -214,30 +229,41 @@ def test_module_is_copied_once_per_other_device(user):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_module_on_cuda_and_device_consistency(write_spec):
-    result = check_spec(write_spec, LINEAR + "    device: [cpu, cuda]\n    checks: [backward, device_consistency]\n",
-                        device="cuda")
+    result = check_spec(
+        write_spec, LINEAR + "    device: [cpu, cuda]\n    checks: [backward, device_consistency]\n", device="cuda"
+    )
     assert result.status is Status.PASS, result.error
     assert [r.name for r in result.checks[1].inputs] == ["input", "weight", "bias"]
 
 
 def test_constructor_that_raises_names_init_and_the_users_line(user, write_spec):
-    result = check_spec(write_spec, f"""
+    result = check_spec(
+        write_spec,
+        f"""
         function: {user}:Raises
         init: {{args: [3]}}
         inputs: [{{shape: [3]}}]
-    """)
+    """,
+    )
     assert result.status is Status.ERROR
     assert result.error.kind == "init"
     assert "init: Raises(3) raised RuntimeError: cannot build the layer" in result.error.message
     assert result.error.where.startswith(f"{user}.py:8") and "raise RuntimeError" in result.error.where
 
 
-@pytest.mark.parametrize("init, key, words", [
-    ("{kwargs: {in_feature: 4, out_features: 3}}", "init.kwargs.in_feature", ["did you mean 'in_features'"]),
-    ("{args: [4, 3, true, 9]}", "init.args", ["too many positional", "LinearModule(in_features, out_features, bias=True)"]),
-    ("{args: [4]}", "init", ["missing a required argument: 'out_features'"]),
-    ("{args: [4], kwargs: {in_features: 4}}", "init", ["multiple values for argument 'in_features'"]),
-])
+@pytest.mark.parametrize(
+    "init, key, words",
+    [
+        ("{kwargs: {in_feature: 4, out_features: 3}}", "init.kwargs.in_feature", ["did you mean 'in_features'"]),
+        (
+            "{args: [4, 3, true, 9]}",
+            "init.args",
+            ["too many positional", "LinearModule(in_features, out_features, bias=True)"],
+        ),
+        ("{args: [4]}", "init", ["missing a required argument: 'out_features'"]),
+        ("{args: [4], kwargs: {in_features: 4}}", "init", ["multiple values for argument 'in_features'"]),
+    ],
+)
 def test_wrong_init_arguments_are_spec_errors_naming_the_key(write_spec, init, key, words):
     result = check_spec(write_spec, LINEAR.replace("{args: [4, 3]}", init))
     assert result.status is Status.ERROR and result.error.kind == "spec"
@@ -247,20 +273,26 @@ def test_wrong_init_arguments_are_spec_errors_naming_the_key(write_spec, init, k
 
 
 def test_init_for_a_function_is_a_spec_error(write_spec):
-    result = check_spec(write_spec, """
+    result = check_spec(
+        write_spec,
+        """
         function: gradcheck_cli.examples.linear:LinearFunction
         init: {args: [4, 3]}
         inputs: [{shape: [5, 4]}, {shape: [3, 4]}]
-    """)
+    """,
+    )
     assert result.status is Status.ERROR and result.error.kind == "spec"
     assert "init: " in result.error.message and "not an nn.Module" in result.error.message
 
 
 def test_forward_that_raises_is_a_forward_error_with_the_users_line(user, write_spec):
-    result = check_spec(write_spec, f"""
+    result = check_spec(
+        write_spec,
+        f"""
         function: {user}:ForwardRaises
         inputs: [{{shape: [3]}}]
-    """)
+    """,
+    )
     assert result.status is Status.ERROR and result.error.kind == "forward"
     assert "ValueError: bad shape in forward" in result.error.message
     assert result.error.where.startswith(f"{user}.py:19")
@@ -275,11 +307,10 @@ def functional(target: Target):
     return lambda x, *params: torch.func.functional_call(target.module, dict(zip(names, params)), (x,))
 
 
-@pytest.mark.parametrize("name, init, correct", [
-    ("LinearModule", (4, 3), True),
-    ("LinearModuleWrongWeight", (4, 3), False),
-    ("MLP", ((4, 5, 3),), True),
-])
+@pytest.mark.parametrize(
+    "name, init, correct",
+    [("LinearModule", (4, 3), True), ("LinearModuleWrongWeight", (4, 3), False), ("MLP", ((4, 5, 3),), True)],
+)
 def test_verdicts_agree_with_torch_on_the_functional_form(name, init, correct):
     target = built(f"{MODULES}:{name}", *init)
     x = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1), requires_grad=True)
@@ -299,8 +330,9 @@ def test_broken_example_is_wrong_for_the_weight_only_according_to_torch():
     fn = functional(target)
     assert torch.autograd.gradcheck(lambda x: fn(x, w, b), (x,), raise_exception=False)
     assert torch.autograd.gradcheck(lambda b: fn(x.detach(), w, b), (b.requires_grad_(),), raise_exception=False)
-    assert not torch.autograd.gradcheck(lambda w: fn(x.detach(), w, b.detach()), (w.requires_grad_(),),
-                                        raise_exception=False)
+    assert not torch.autograd.gradcheck(
+        lambda w: fn(x.detach(), w, b.detach()), (w.requires_grad_(),), raise_exception=False
+    )
 
 
 # ----------------------------------------------------------------------- command line
@@ -334,7 +366,12 @@ def test_cli_inline_inputs_for_a_module_without_init_args(invoke):
     assert result.exit_code == 0, result.output
     (entry,) = json.loads(result.stdout)["results"]
     assert [r["name"] for r in entry["checks"][0]["inputs"]] == [
-        "input", "hidden.weight", "hidden.bias", "out.weight", "out.bias"]
+        "input",
+        "hidden.weight",
+        "hidden.bias",
+        "out.weight",
+        "out.bias",
+    ]
 
 
 def test_cli_inline_inputs_for_a_module_that_needs_init_args_says_so(invoke):
@@ -342,7 +379,6 @@ def test_cli_inline_inputs_for_a_module_that_needs_init_args_says_so(invoke):
     assert result.exit_code == 3
     (entry,) = json.loads(result.stdout)["results"]
     assert "init" in entry["error"]["message"] and "in_features" in entry["error"]["message"]
-
 
 
 def test_init_command_writes_the_constructor_arguments_of_a_module(tmp_path, monkeypatch, invoke):

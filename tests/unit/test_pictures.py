@@ -1,5 +1,6 @@
 """Where the mismatches are: the JSON's mismatched_indices (capped, the cap stated) and the error maps
 the HTML report draws, from the numerics up to the rows of real checks."""
+
 from __future__ import annotations
 
 import json
@@ -95,9 +96,11 @@ def test_error_map_of_a_failing_argument_shows_where_it_is_wrong(user_module):
 def test_passing_arguments_and_large_ones_keep_small_pictures():
     from gradcheck_cli.examples.broken import LinearDoubleBias
 
-    args = [torch.randn(70, 80, dtype=torch.float64, requires_grad=True),
-            torch.randn(3, 80, dtype=torch.float64, requires_grad=True),
-            torch.randn(3, dtype=torch.float64, requires_grad=True)]
+    args = [
+        torch.randn(70, 80, dtype=torch.float64, requires_grad=True),
+        torch.randn(3, 80, dtype=torch.float64, requires_grad=True),
+        torch.randn(3, dtype=torch.float64, requires_grad=True),
+    ]
     rows = check(LinearDoubleBias, args).checks[0].inputs
     assert [r.error_map is None for r in rows] == [True, True, False]  # only the failing argument has one
     assert rows[0].mismatched_indices is None and rows[2].mismatched_indices == [[0], [1], [2]]
@@ -124,8 +127,11 @@ def test_reference_check_fills_indices_and_map_from_its_own_comparison(user_modu
     from importlib import import_module
 
     m = import_module(mod)
-    row = check(m.Kernel, [torch.randn(3, 5, dtype=torch.float64, requires_grad=True)],
-                reference=m.ref).checks[0].inputs[0]
+    row = (
+        check(m.Kernel, [torch.randn(3, 5, dtype=torch.float64, requires_grad=True)], reference=m.ref)
+        .checks[0]
+        .inputs[0]
+    )
     assert row.mismatched == 1 and row.mismatched_indices == [[0, 1]] and row.mismatched_indices_cap == INDEX_CAP
     err = torch.tensor(row.error_map.error).view(3, 5)
     assert int((err > 0).sum()) == 1 and float(err[0, 1]) > 0

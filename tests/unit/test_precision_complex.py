@@ -11,6 +11,7 @@
 
 The Functions live in one user module (SOURCE), used both through the library API and specs.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -293,10 +294,14 @@ def test_float64_arguments_get_no_reference_warning_and_keep_the_defaults(fns):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_wrong_float32_functions_fail_with_the_right_diagnosis(fns, seed):
     x = rand(6, dtype=F32, seed=seed)
-    assert_fails(check(fns.elementwise("Off", torch.nn.functional.softplus, torch.sigmoid, factor=1.01), x),
-                 "gradient of 'z': analytical is 1.01x numerical")
-    assert_fails(check(fns.elementwise("Neg", torch.nn.functional.softplus, torch.sigmoid, factor=-1.0), x),
-                 "gradient of 'z': sign flipped")
+    assert_fails(
+        check(fns.elementwise("Off", torch.nn.functional.softplus, torch.sigmoid, factor=1.01), x),
+        "gradient of 'z': analytical is 1.01x numerical",
+    )
+    assert_fails(
+        check(fns.elementwise("Neg", torch.nn.functional.softplus, torch.sigmoid, factor=-1.0), x),
+        "gradient of 'z': sign flipped",
+    )
     bw = check(fns.TanhLinearTransposed, rand(3, 4, dtype=F32, seed=seed), rand(4, 4, dtype=F32, seed=seed + 10))
     assert_fails(bw, "gradient of 'w': analytical is the numerical gradient transposed", "'x' is right")
     bw = check(fns.MulPlusMissingTerm, rand(4, dtype=F32, seed=seed), rand(4, dtype=F32, seed=seed + 10))
@@ -331,12 +336,15 @@ def test_bfloat16_names_a_constant_factor(fns, factor, words):
 
 
 def test_spec_tolerance_is_kept_for_float32(fns, write_spec):
-    result = spec_result(write_spec, """
+    result = spec_result(
+        write_spec,
+        """
         function: precmod:TanhLinear
         dtype: float32
         tolerance: {atol: 1.0e-3, rtol: 1.0e-2}
         inputs: [{name: x, shape: [3, 4]}, {name: w, shape: [4, 2]}]
-    """)
+    """,
+    )
     (bw,) = result.checks
     assert_passes(bw)
     assert all((r.atol, r.rtol, r.dtype) == (1e-3, 1e-2, "float32") for r in bw.inputs)
@@ -345,23 +353,29 @@ def test_spec_tolerance_is_kept_for_float32(fns, write_spec):
 
 def test_spec_tolerance_tighter_than_float32_rounding_fails_a_correct_function(fns, write_spec):
     """Kept tolerances really are used: rtol 1e-9 is below float32 rounding of the analytical gradient."""
-    result = spec_result(write_spec, """
+    result = spec_result(
+        write_spec,
+        """
         function: precmod:LogSumExp
         dtype: float32
         tolerance: {atol: 0.0, rtol: 1.0e-9}
         inputs: [{name: x, shape: [3, 5]}]
-    """)
+    """,
+    )
     assert result.status is Status.FAIL
     assert (result.checks[0].inputs[0].atol, result.checks[0].inputs[0].rtol) == (0.0, 1e-9)
 
 
 def test_spec_tolerance_equal_to_the_defaults_is_kept_too(fns, write_spec):
-    result = spec_result(write_spec, """
+    result = spec_result(
+        write_spec,
+        """
         function: precmod:Softplus
         dtype: float32
         tolerance: {atol: 1.0e-5, rtol: 1.0e-3}
         inputs: [{name: z, shape: [6]}]
-    """)
+    """,
+    )
     assert result.checks[0].inputs[0].atol == 1e-5
 
 
@@ -395,11 +409,14 @@ def test_mixed_float64_and_float32_arguments(fns):
 
 
 def test_cli_json_shows_the_float32_reference(fns, write_spec, invoke):
-    write_spec("""
+    write_spec(
+        """
         function: precmod:TanhLinear
         dtype: float32
         inputs: [{name: x, shape: [3, 4]}, {name: w, shape: [4, 2]}]
-    """, "specs/f32.yaml")
+    """,
+        "specs/f32.yaml",
+    )
     result = invoke("specs/f32.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 0, result.output
     (res,) = json.loads(result.stdout)["results"]
@@ -407,7 +424,9 @@ def test_cli_json_shows_the_float32_reference(fns, write_spec, invoke):
     assert bw["status"] == "pass"
     assert any(w.startswith("'x', 'w' are float32") and "float64" in w for w in bw["warnings"]), bw["warnings"]
     assert [(r["name"], r["dtype"], r["atol"], r["rtol"]) for r in bw["inputs"]] == [
-        ("x", "float32", 1e-4, 1e-3), ("w", "float32", 1e-4, 1e-3)]
+        ("x", "float32", 1e-4, 1e-3),
+        ("w", "float32", 1e-4, 1e-3),
+    ]
 
 
 # ------------------------------------------------------------------------ 2. tiny systematic errors
@@ -440,8 +459,10 @@ def test_the_tiny_factor_is_below_the_half_precision_thresholds(fns):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_correct_functions_never_get_the_systematic_warning(fns, dtype, seed):
     if dtype.is_complex:
-        cases = {"z*z": (fns.Square, rand(5, dtype=dtype, seed=seed)),
-                 "matmul": (fns.MatMul, rand(2, 3, dtype=dtype, seed=seed), rand(3, 2, dtype=dtype, seed=seed + 10))}
+        cases = {
+            "z*z": (fns.Square, rand(5, dtype=dtype, seed=seed)),
+            "matmul": (fns.MatMul, rand(2, 3, dtype=dtype, seed=seed), rand(3, 2, dtype=dtype, seed=seed + 10)),
+        }
     else:
         cases = real_cases(fns, dtype, seed)
     for label, (fn, *args) in cases.items():
@@ -452,11 +473,14 @@ def test_correct_functions_never_get_the_systematic_warning(fns, dtype, seed):
 
 
 def test_a_tighter_rtol_fails_the_tiny_factor(fns, write_spec):
-    result = spec_result(write_spec, """
+    result = spec_result(
+        write_spec,
+        """
         function: precmod:Softplus10005
         tolerance: {rtol: 1.0e-4}
         inputs: [{name: z, shape: [8]}]
-    """)
+    """,
+    )
     (bw,) = result.checks
     assert_fails(bw, "gradient of 'z'")
     assert row(bw, "z").rtol == 1e-4
@@ -516,8 +540,9 @@ def test_conjugate_convention_in_a_complex_matmul_with_two_inputs(fns, dtype):
 
 
 @pytest.mark.parametrize("label", list(HOLOMORPHIC))
-@pytest.mark.parametrize("factor, words", [(2.0, "analytical is 2.00x numerical"), (-1.0, "sign flipped"),
-                                           (1j, "gradient of 'z'")])
+@pytest.mark.parametrize(
+    "factor, words", [(2.0, "analytical is 2.00x numerical"), (-1.0, "sign flipped"), (1j, "gradient of 'z'")]
+)
 def test_other_wrong_complex_backwards_are_not_called_conjugate(fns, label, factor, words):
     bw = check(holomorphic(fns, label, factor=factor), rand(4, dtype=C128, seed=6))
     assert_fails(bw, words)
@@ -533,8 +558,11 @@ def test_a_real_function_never_gets_the_conjugate_diagnosis(fns):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_complex_verdicts_agree_with_torch_gradcheck(fns, seed):
-    cases = {f"{label} {kw}": (holomorphic(fns, label, **kw), rand(4, dtype=C128, seed=seed))
-             for label in HOLOMORPHIC for kw in ({}, {"conj": False}, {"factor": 2.0}, {"factor": -1.0})}
+    cases = {
+        f"{label} {kw}": (holomorphic(fns, label, **kw), rand(4, dtype=C128, seed=seed))
+        for label in HOLOMORPHIC
+        for kw in ({}, {"conj": False}, {"factor": 2.0}, {"factor": -1.0})
+    }
     a, b = rand(2, 3, dtype=C128, seed=seed), rand(3, 2, dtype=C128, seed=seed + 10)
     cases["matmul"], cases["matmul no conj"] = (fns.MatMul, a, b), (fns.MatMulNoConj, a, b)
     verdicts = {}
@@ -547,10 +575,13 @@ def test_complex_verdicts_agree_with_torch_gradcheck(fns, seed):
 
 
 def test_cli_json_names_the_conjugate_convention(fns, write_spec, invoke):
-    write_spec("""
+    write_spec(
+        """
         function: precmod:SquareNoConj
         inputs: [{name: z, shape: [3], dtype: complex128}]
-    """, "specs/conj.yaml")
+    """,
+        "specs/conj.yaml",
+    )
     result = invoke("specs/conj.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 1, result.output
     (bw,) = json.loads(result.stdout)["results"][0]["checks"]

@@ -11,6 +11,7 @@ float32 tolerances: the correct Functions pass with a warning that says what was
 1.01x and 1.1x wrong ones fail with the numbers there, and --strict fails the correct ones, saying
 that they agree there but are not counted as a pass.
 """
+
 from __future__ import annotations
 
 import math
@@ -102,8 +103,12 @@ def make_attention(factor: float = 1.0) -> type:
             p = torch.softmax(s.masked_fill(~mask[..., None, :], float("-inf")), -1)
             gp = g @ v.transpose(-1, -2)
             gs = p * (gp - (gp * p).sum(-1, keepdim=True))
-            return (factor * gs @ k * scale, factor * gs.transpose(-1, -2) @ q * scale,
-                    factor * p.transpose(-1, -2) @ g, None)
+            return (
+                factor * gs @ k * scale,
+                factor * gs.transpose(-1, -2) @ q * scale,
+                factor * p.transpose(-1, -2) @ g,
+                None,
+            )
 
     return Attention
 
@@ -160,8 +165,10 @@ def test_a_correct_function_passes_at_float32_level_with_a_warning_that_says_wha
     assert all(r.status is Status.PASS and r.pattern is Pattern.PRECISION for r in rows), rows
     assert len(bw.warnings) == len(rows)
     for row, warning in zip(rows, bw.warnings):
-        assert warning.startswith(f"'{row.name}': forward computes in float32 or lower precision inside, so finite "
-                                  "differences at eps=1e-06 measure rounding: judged at eps "), warning
+        assert warning.startswith(
+            f"'{row.name}': forward computes in float32 or lower precision inside, so finite "
+            "differences at eps=1e-06 measure rounding: judged at eps "
+        ), warning
         assert "with float32 tolerances (atol 0.0001, rtol 0.001)" in warning
         assert "a relative error below about 0.001 cannot be seen this way" in warning
         assert "give `reference: pkg.mod:fn` for a tighter check" in warning
@@ -180,8 +187,10 @@ def test_a_wrong_function_fails_with_the_float32_level_numbers(label, factor):
     rows = [r for r in bw.inputs if r.status is not Status.SKIP]
     assert all(r.status is Status.FAIL for r in rows), rows
     for row in rows:
-        assert row.diagnosis.startswith("forward computes in float32 or lower precision inside, so finite "
-                                        "differences at eps=1e-06 measure rounding: judged at eps"), row.diagnosis
+        assert row.diagnosis.startswith(
+            "forward computes in float32 or lower precision inside, so finite "
+            "differences at eps=1e-06 measure rounding: judged at eps"
+        ), row.diagnosis
         assert (row.atol, row.rtol) == (1e-4, 1e-3)
         assert row.pattern is Pattern.CONSTANT_RATIO, row.diagnosis
         assert row.ratio == pytest.approx(factor, rel=2e-3)

@@ -6,6 +6,7 @@ or 1e-2 with float32 tolerances (issue 34): a correct Function passes with a war
 fails with the factor. Under --strict that stays a fail, with the eps that works (never the one
 already used: issue 27 item 11); at that eps a correct Function passes and a wrong one still fails.
 """
+
 from __future__ import annotations
 
 import re
@@ -82,10 +83,12 @@ def test_a_correct_float32_forward_is_judged_again_at_float32_level_and_passes_w
     assert row.pattern is Pattern.PRECISION and row.at_kinks == 0
     assert (row.atol, row.rtol) == (1e-4, 1e-3)
     (warning,) = result.checks[0].warnings
-    assert warning == ("'x': forward computes in float32 or lower precision inside, so finite differences at "
-                       "eps=1e-06 measure rounding: judged at eps 0.01 with float32 tolerances (atol 0.0001, "
-                       "rtol 0.001); a relative error below about 0.001 cannot be seen this way; give "
-                       "`reference: pkg.mod:fn` for a tighter check")
+    assert warning == (
+        "'x': forward computes in float32 or lower precision inside, so finite differences at "
+        "eps=1e-06 measure rounding: judged at eps 0.01 with float32 tolerances (atol 0.0001, "
+        "rtol 0.001); a relative error below about 0.001 cannot be seen this way; give "
+        "`reference: pkg.mod:fn` for a tighter check"
+    )
 
 
 @pytest.mark.parametrize("factor", [1.01, 1.1, 1.5])
@@ -95,9 +98,11 @@ def test_a_wrong_gradient_behind_float32_fails_at_float32_level_with_its_factor(
     (row,) = result.checks[0].inputs
     assert result.status is Status.FAIL
     assert row.pattern is Pattern.CONSTANT_RATIO and row.ratio == pytest.approx(factor, rel=1e-3), row.diagnosis
-    assert row.diagnosis.startswith("forward computes in float32 or lower precision inside, so finite differences "
-                                    "at eps=1e-06 measure rounding: judged at eps 0.01 with float32 tolerances "
-                                    "(atol 0.0001, rtol 0.001): analytical is "), row.diagnosis
+    assert row.diagnosis.startswith(
+        "forward computes in float32 or lower precision inside, so finite differences "
+        "at eps=1e-06 measure rounding: judged at eps 0.01 with float32 tolerances "
+        "(atol 0.0001, rtol 0.001): analytical is "
+    ), row.diagnosis
 
 
 def test_a_quantised_forward_coarser_than_eps_1e2_resolves_stays_a_precision_fail_with_an_atol_that_works(x):
@@ -121,8 +126,10 @@ def test_strict_does_not_count_the_second_judgement_as_a_pass_and_says_how_to_ch
     assert row.pattern is Pattern.PRECISION and row.at_kinks == 0
     message = result.checks[0].message
     assert "kink" not in message and "tie" not in message, message
-    assert ("judged at eps 0.01 with float32 tolerances (atol 0.0001, rtol 0.001), it agrees; --strict does not "
-            "count a check limited by forward's precision as a pass") in message, message
+    assert (
+        "judged at eps 0.01 with float32 tolerances (atol 0.0001, rtol 0.001), it agrees; --strict does not "
+        "count a check limited by forward's precision as a pass"
+    ) in message, message
     tolerance = advised(row.diagnosis)
     assert tolerance == {"eps": 1e-2, "atol": 1e-4}
 

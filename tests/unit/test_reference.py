@@ -1,6 +1,7 @@
 """The reference check (issue 15): kernels against a plain PyTorch reference, under both rules, and
 intended gradients (reference_backward); its verdicts agree with finite differences on float64
 Functions, and backward refuses half-precision-only Functions with advice instead of a wrong verdict."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,10 +31,14 @@ def rows(result: Any) -> dict[str, Any]:
 
 # ------------------------------------------------------------------- each example under each rule
 
+
 @pytest.mark.parametrize("rule", [RELATIVE, ALLCLOSE, None], ids=["relative", "allclose", "default"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("fn, right", [(kernels.FusedGELU, True), (kernels.GELUBf16Inside, True),
-                                       (broken.GELUWrongGrad, False)], ids=["fused", "bf16_inside", "wrong_4pct"])
+@pytest.mark.parametrize(
+    "fn, right",
+    [(kernels.FusedGELU, True), (kernels.GELUBf16Inside, True), (broken.GELUWrongGrad, False)],
+    ids=["fused", "bf16_inside", "wrong_4pct"],
+)
 def test_kernel_examples_get_their_verdict_under_each_rule(fn, right, dtype, rule):
     if fn is kernels.GELUBf16Inside and dtype is torch.float16:
         right = False  # computing in bfloat16 inside a float16 kernel loses 3 bits that float16 keeps
@@ -54,8 +59,12 @@ def test_the_relative_rule_reports_the_baseline_and_allows_factor_times_it():
     assert result.checks[0].mode == "relative" and row.factor == 2.0
     assert row.baseline_err and row.max_abs_err > 2 * row.baseline_err
     assert f"{row.max_abs_err / row.baseline_err:.3g}x the reference's own" in result.checks[0].message
-    loose = check(broken.GELUWrongGrad, [x(16, 128)], reference=kernels.gelu_reference,
-                  reference_tolerance={"rule": "relative", "factor": 10.0})
+    loose = check(
+        broken.GELUWrongGrad,
+        [x(16, 128)],
+        reference=kernels.gelu_reference,
+        reference_tolerance={"rule": "relative", "factor": 10.0},
+    )
     assert loose.status is Status.PASS  # 4% is within 10x bfloat16's own error
 
 
@@ -87,11 +96,11 @@ def test_float32_that_fails_in_float64_still_differences_but_recommends_a_refere
         return t * t
 
     result = check(only_float32, [x(4, dtype=torch.float32)])
-    assert result.status is Status.PASS and any("reference: pkg.mod:fn" in w for c in result.checks
-                                                for w in c.warnings)
+    assert result.status is Status.PASS and any("reference: pkg.mod:fn" in w for c in result.checks for w in c.warnings)
 
 
 # ------------------------------------------------------------------------- intended gradients
+
 
 def test_a_straight_through_estimator_passes_against_its_intended_surrogate_and_fails_finite_differences():
     args = [x(6, 5, dtype=torch.float64, scale=2.0)]
@@ -119,8 +128,9 @@ def test_gradient_reversal_against_its_intended_gradient():
 
 
 def test_reference_backward_must_return_one_gradient_per_argument():
-    result = check(kernels.GradReverse, [x(3, dtype=torch.float64), 0.5],
-                   reference_backward=lambda inputs, grads: (grads[0],))
+    result = check(
+        kernels.GradReverse, [x(3, dtype=torch.float64), 0.5], reference_backward=lambda inputs, grads: (grads[0],)
+    )
     assert result.status is Status.ERROR and result.error.kind is ErrorKind.SPEC
     assert "reference_backward" in result.error.message and "1 value for 2 arguments" in result.error.message
 
@@ -155,8 +165,12 @@ def test_a_target_that_computes_in_bfloat16_inside_is_named_so(dtype):
 
 def test_a_reference_in_a_lower_precision_sets_the_allclose_defaults():
     # a float64 target against a float32 reference: float64's 1e-7 would fail a correct target
-    result = check(kernels.GELUBf16Inside, [x(8, 16, dtype=torch.float32)], reference=kernels.gelu_reference,
-                   reference_dtype="float64")
+    result = check(
+        kernels.GELUBf16Inside,
+        [x(8, 16, dtype=torch.float32)],
+        reference=kernels.gelu_reference,
+        reference_dtype="float64",
+    )
     assert result.status is Status.FAIL  # bfloat16 inside a float32 kernel: float32's rtol 1.3e-6 catches it
     exact = check(corpus.Square, [x(8, 16, dtype=torch.float64)], reference=lambda t: t * t, reference_dtype="float32")
     assert exact.status is Status.PASS, str(exact)
@@ -186,6 +200,7 @@ def test_nan_where_the_reference_has_nan_agrees_and_nan_elsewhere_fails():
 
 # --------------------------------------------------------- the reference rule agrees with finite differences
 
+
 def _autograd_of_forward(fn: type) -> Any:
     """The reference every corpus Function has: its own forward, differentiated by autograd (not by
     its hand-written backward)."""
@@ -200,8 +215,13 @@ AGREEMENT = [c for c in corpus.CORPUS if c.torch_can_judge]
 def test_the_reference_check_agrees_with_finite_differences_on_float64_functions(case):
     args = case.make_args(torch.Generator().manual_seed(0))
     by_fd = check(case.fn, args, case.kwargs)
-    by_reference = check(case.fn, args, case.kwargs, reference=_autograd_of_forward(case.fn),
-                         reference_tolerance={"rule": "allclose", "atol": 1e-5, "rtol": 1e-3})
+    by_reference = check(
+        case.fn,
+        args,
+        case.kwargs,
+        reference=_autograd_of_forward(case.fn),
+        reference_tolerance={"rule": "allclose", "atol": 1e-5, "rtol": 1e-3},
+    )
     if by_reference.status is Status.ERROR:
         pytest.skip(f"its forward is not differentiable by autograd as written: {by_reference.error.message}")
     assert by_fd.status is (Status.PASS if case.correct else Status.FAIL)

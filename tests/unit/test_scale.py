@@ -4,6 +4,7 @@ Host synchronisations (``aten._local_scalar_dense``: a ``float(t)``, ``int(t)``,
 number of torch operations a check makes, counted with a dispatch mode, are the same whether the
 input has 1,600 or 25,600 elements: a Python loop over columns or chunks would show up as a count
 that grows with them (as it did: 56 reads at (40, 40), 1,961 at (160, 160), a sum per chunk)."""
+
 from __future__ import annotations
 
 import collections

@@ -5,6 +5,7 @@ error names the file and the key path, e.g.
 ``specs/linear.yaml: inputs[1].shape: expected a list of non-negative ints, got 'x'``
 (our messages add ``:LINE`` after the file).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -152,13 +153,16 @@ def test_function_import_path_forms_are_accepted(write_spec, value):
 
 
 def test_shape_message_matches_the_contract_example(write_spec, tmp_path, monkeypatch):
-    write_spec("""\
+    write_spec(
+        """\
         function: gradcheck_cli.examples.linear:LinearFunction
         inputs:
           - shape: [20, 20]
           - name: weight
             shape: x
-    """, "specs/linear.yaml")
+    """,
+        "specs/linear.yaml",
+    )
     monkeypatch.chdir(tmp_path)
     err = error_of("specs/linear.yaml")
     assert str(err) == "specs/linear.yaml:5: inputs[1].shape: expected a list of non-negative ints, got 'x'"
@@ -196,8 +200,9 @@ def test_unknown_top_level_dtype(write_spec):
     assert_error(error_of(path), path, "dtype", "'double_precision'", "float64", line=2)
 
 
-@pytest.mark.parametrize("alias, canonical", [("double", "float64"), ("float", "float32"), ("long", "int64"),
-                                              ("cdouble", "complex128")])
+@pytest.mark.parametrize(
+    "alias, canonical", [("double", "float64"), ("float", "float32"), ("long", "int64"), ("cdouble", "complex128")]
+)
 def test_dtype_aliases_are_normalised(write_spec, alias, canonical):
     path = write_spec(f"{GOOD}dtype: {alias}\ninputs: [{{shape: [2], dtype: {alias}}}]\n")
     case = only_case(path)
@@ -228,12 +233,15 @@ def test_unknown_dist_lists_the_known_ones(write_spec):
     assert_error(error_of(path), path, "inputs[0].dist", "'gamma'", "normal", "uniform", "randint", line=4)
 
 
-@pytest.mark.parametrize("dist, param, takes", [
-    ("normal", "low", "mean, std"),
-    ("normal", "high", "mean, std"),
-    ("uniform", "mean", "low, high"),
-    ("randint", "std", "low, high"),
-])
+@pytest.mark.parametrize(
+    "dist, param, takes",
+    [
+        ("normal", "low", "mean, std"),
+        ("normal", "high", "mean, std"),
+        ("uniform", "mean", "low, high"),
+        ("randint", "std", "low, high"),
+    ],
+)
 def test_parameter_that_does_not_apply_to_the_dist(write_spec, dist, param, takes):
     path = write_spec(f"""\
         function: pkg.mod:Fn
@@ -251,25 +259,31 @@ def test_parameter_of_the_default_dist_normal(write_spec):
     assert_error(error_of(path), path, "inputs[0].low", "normal", "mean, std")
 
 
-@pytest.mark.parametrize("params, low, high", [
-    ("dist: uniform, low: 1, high: 1", 1.0, 1.0),
-    ("dist: uniform, low: 2, high: -1", 2.0, -1.0),
-    ("dist: uniform, low: 2", 2.0, 1.0),  # the default high (1) is below the given low
-    ("dist: randint, low: 5, high: 2", 5.0, 2.0),
-])
+@pytest.mark.parametrize(
+    "params, low, high",
+    [
+        ("dist: uniform, low: 1, high: 1", 1.0, 1.0),
+        ("dist: uniform, low: 2, high: -1", 2.0, -1.0),
+        ("dist: uniform, low: 2", 2.0, 1.0),  # the default high (1) is below the given low
+        ("dist: randint, low: 5, high: 2", 5.0, 2.0),
+    ],
+)
 def test_high_must_be_above_low(write_spec, params, low, high):
     path = write_spec(f"{GOOD}inputs:\n  - {{shape: [2], {params}}}\n")
     assert_error(error_of(path), path, "inputs[0].high", "high > low", f"low={low}", f"high={high}", line=3)
 
 
-@pytest.mark.parametrize("avoid, key", [
-    ("[0, 1]", "inputs[0].avoid"),
-    ("[[0]]", "inputs[0].avoid"),
-    ("[[0, 1, 2]]", "inputs[0].avoid"),
-    ("'0..1'", "inputs[0].avoid"),
-    ("[[1, 0]]", "inputs[0].avoid"),  # lo > hi
-    ("[[-1, 1], [a, 2]]", "inputs[0].avoid[1][0]"),
-])
+@pytest.mark.parametrize(
+    "avoid, key",
+    [
+        ("[0, 1]", "inputs[0].avoid"),
+        ("[[0]]", "inputs[0].avoid"),
+        ("[[0, 1, 2]]", "inputs[0].avoid"),
+        ("'0..1'", "inputs[0].avoid"),
+        ("[[1, 0]]", "inputs[0].avoid"),  # lo > hi
+        ("[[-1, 1], [a, 2]]", "inputs[0].avoid[1][0]"),
+    ],
+)
 def test_bad_avoid(write_spec, avoid, key):
     path = write_spec(f"""\
         function: pkg.mod:Fn
@@ -297,14 +311,17 @@ def test_requires_grad_must_be_a_bool(write_spec, value):
     assert_error(error_of(path), path, "inputs[0].requires_grad", "true or false", line=4)
 
 
-@pytest.mark.parametrize("entry, found", [
-    ("{name: x}", "none"),
-    ("{dtype: float32}", "none"),
-    ("{shape: [2], data: [1, 2]}", "shape, data"),
-    ("{shape: [2], value: 3}", "shape, value"),
-    ("{same_as: x, value: 3}", "value, same_as"),
-    ("{data: [1], same_as: x}", "data, same_as"),
-])
+@pytest.mark.parametrize(
+    "entry, found",
+    [
+        ("{name: x}", "none"),
+        ("{dtype: float32}", "none"),
+        ("{shape: [2], data: [1, 2]}", "shape, data"),
+        ("{shape: [2], value: 3}", "shape, value"),
+        ("{same_as: x, value: 3}", "value, same_as"),
+        ("{data: [1], same_as: x}", "data, same_as"),
+    ],
+)
 def test_entry_needs_exactly_one_of_shape_data_value_same_as(write_spec, entry, found):
     path = write_spec(f"""\
         function: pkg.mod:Fn
@@ -689,8 +706,9 @@ def test_exponent_without_a_dot_is_a_number(write_spec):
     assert dict(case.inputs[0].params) == {"low": -0.1, "high": 10.0}
 
 
-@pytest.mark.parametrize("key, value", [("eps", "0"), ("eps", "-1e-6"), ("atol", "-1"), ("rtol", "abc"),
-                                        ("atol", "true"), ("rtol", "[1]")])
+@pytest.mark.parametrize(
+    "key, value", [("eps", "0"), ("eps", "-1e-6"), ("atol", "-1"), ("rtol", "abc"), ("atol", "true"), ("rtol", "[1]")]
+)
 def test_bad_tolerance_values(write_spec, key, value):
     path = write_spec(f"{GOOD}tolerance:\n  {key}: {value}\n")
     assert_error(error_of(path), path, f"tolerance.{key}", "number", line=3)
@@ -824,8 +842,12 @@ def test_init_arguments(write_spec):
 
 
 def test_every_error_message_is_one_line_that_names_the_file(write_spec):
-    texts = ["function: x\n", "function: a.b\nfoo: 1\n", "function: a.b\ninputs: [{shape: [-1]}]\n",
-             "function: a.b\n  bad: indent\n"]
+    texts = [
+        "function: x\n",
+        "function: a.b\nfoo: 1\n",
+        "function: a.b\ninputs: [{shape: [-1]}]\n",
+        "function: a.b\n  bad: indent\n",
+    ]
     for i, text in enumerate(texts):
         path = write_spec(text, f"s{i}.yaml")
         msg = str(error_of(path))
@@ -847,12 +869,27 @@ def test_a_merge_key_written_with_its_tag_is_named_as_written_when_its_value_is_
     assert isinstance(err, SpecError) and err.key == "function" and "merge key" in str(err)
 
 
-@pytest.mark.parametrize("text, key, said", [
-    ("inputs: [{shpe: [3]}]", "inputs[0].shpe", "unknown key (did you mean 'shape'?); an argument needs exactly one of"),
-    ("inputs: [{name: x, shape: [3], dtyp: float32}]", "inputs[0].dtyp", "unknown key (did you mean 'dtype'?)"),
-    ("inputs: [{name: x, shape: [3]}]\ncasez: []", "casez", "unknown key (did you mean 'cases'?); allowed keys here"),
-    ("inputs: [{name: x, shape: [3]}]\ntolerance: {atl: 1e-3}", "tolerance.atl", "unknown key (did you mean 'atol'?)"),
-])
+@pytest.mark.parametrize(
+    "text, key, said",
+    [
+        (
+            "inputs: [{shpe: [3]}]",
+            "inputs[0].shpe",
+            "unknown key (did you mean 'shape'?); an argument needs exactly one of",
+        ),
+        ("inputs: [{name: x, shape: [3], dtyp: float32}]", "inputs[0].dtyp", "unknown key (did you mean 'dtype'?)"),
+        (
+            "inputs: [{name: x, shape: [3]}]\ncasez: []",
+            "casez",
+            "unknown key (did you mean 'cases'?); allowed keys here",
+        ),
+        (
+            "inputs: [{name: x, shape: [3]}]\ntolerance: {atl: 1e-3}",
+            "tolerance.atl",
+            "unknown key (did you mean 'atol'?)",
+        ),
+    ],
+)
 def test_a_typo_of_a_key_is_named_with_the_key_it_resembles(tmp_path, text, key, said):
     """issue 31 item 11: `shpe:` said "an argument needs exactly one of shape, data, ... (found none)" """
     path = tmp_path / "typo.yaml"

@@ -24,6 +24,7 @@ Each example writes into a fresh temporary directory (hypothesis does not mix wi
 function-scoped fixtures such as ``tmp_path``). The regression tests at the end pin each bug
 the fuzzer found.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -144,12 +145,17 @@ inputs:
 VALID = {"all_features": VALID_ALL_FEATURES, "several_docs": VALID_SEVERAL_DOCS, "module": VALID_MODULE}
 CORPUS = [(p.name, p.read_text(encoding="utf-8")) for p in SHIPPED] + sorted(VALID.items())
 
-ALL_KEYS = set(spec.TOP_KEYS + spec.CASE_KEYS + spec.TENSOR_KEYS + spec.TOLERANCE_KEYS
-               + ("value", "same_as", "list", "dict", "args", "kwargs"))
+ALL_KEYS = set(
+    spec.TOP_KEYS
+    + spec.CASE_KEYS
+    + spec.TENSOR_KEYS
+    + spec.TOLERANCE_KEYS
+    + ("value", "same_as", "list", "dict", "args", "kwargs")
+)
 NUMBER_KEYS = ("mean", "std", "low", "high", "eps", "atol", "rtol", "nondet_tol")
 
 # Build only tensors that are small, or so large that allocating them fails at once.
-SMALL_NUMEL, HOPELESS_NUMEL = 10 ** 6, 2 ** 50
+SMALL_NUMEL, HOPELESS_NUMEL = 10**6, 2**50
 
 
 # ----------------------------------------------------------------------- files and paths
@@ -267,7 +273,7 @@ def check_case(case: Case, path: str) -> None:
     assert case.path == path
     assert isinstance(case.label, str) and isinstance(case.description, str)
     assert isinstance(case.function, str) and re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?", case.function)
-    assert isinstance(case.seed, int) and not isinstance(case.seed, bool) and 0 <= case.seed < 2 ** 64
+    assert isinstance(case.seed, int) and not isinstance(case.seed, bool) and 0 <= case.seed < 2**64
     assert case.devices and all(isinstance(d, str) and re.fullmatch(r"cpu|cuda(:\d+)?|mps", d) for d in case.devices)
     assert case.dtype in spec.DTYPES.values()
     for k in spec.TOLERANCE_KEYS:
@@ -344,8 +350,11 @@ def same_tensors(a: Any, b: Any) -> None:
         assert a.requires_grad == b.requires_grad
         ra = torch.view_as_real(a.detach()) if a.is_complex() else a.detach()
         rb = torch.view_as_real(b.detach()) if b.is_complex() else b.detach()
-        assert torch.equal(ra, rb) or (ra.is_floating_point() and torch.equal(ra.isnan(), rb.isnan())
-                                       and torch.equal(ra.nan_to_num(), rb.nan_to_num()))
+        assert torch.equal(ra, rb) or (
+            ra.is_floating_point()
+            and torch.equal(ra.isnan(), rb.isnan())
+            and torch.equal(ra.nan_to_num(), rb.nan_to_num())
+        )
     else:
         assert repr(a) == repr(b)
 
@@ -375,22 +384,55 @@ def same_builds(first: tuple, second: tuple) -> None:
 # ----------------------------------------------------------------------- strategies
 
 
-VOCAB = sorted(ALL_KEYS) + list(spec.CHECKS) + sorted(spec.DTYPES) + list(spec.DISTS) + [
-    "all", "cpu", "cuda", "cuda:0", "cuda:12", "mps", "cpu\n", "gpu", "pkg.mod:Fn", "pkg.mod.Fn", "mod:Fn",
-    "gradcheck_cli.examples.linear:LinearFunction", "1e-6", "-1", "nan", "inf", "-inf", "", " ", "x", "0x10",
-]
-HUGE = [2 ** 63, 2 ** 64, 10 ** 30, -(10 ** 30), 10 ** 400, 1e300, -1e300, 1.7976931348623157e308]
+VOCAB = (
+    sorted(ALL_KEYS)
+    + list(spec.CHECKS)
+    + sorted(spec.DTYPES)
+    + list(spec.DISTS)
+    + [
+        "all",
+        "cpu",
+        "cuda",
+        "cuda:0",
+        "cuda:12",
+        "mps",
+        "cpu\n",
+        "gpu",
+        "pkg.mod:Fn",
+        "pkg.mod.Fn",
+        "mod:Fn",
+        "gradcheck_cli.examples.linear:LinearFunction",
+        "1e-6",
+        "-1",
+        "nan",
+        "inf",
+        "-inf",
+        "",
+        " ",
+        "x",
+        "0x10",
+    ]
+)
+HUGE = [2**63, 2**64, 10**30, -(10**30), 10**400, 1e300, -1e300, 1.7976931348623157e308]
 FUNCTIONS = ["pkg.mod:Fn", "gradcheck_cli.examples.relu:ReLU", "a.b.C"]
 
 small_ints = st.integers(-3, 12)
 scalars = st.one_of(
-    st.none(), st.booleans(), small_ints, st.integers(), st.sampled_from(HUGE),
-    st.floats(allow_nan=True, allow_infinity=True), st.floats(-10, 10),
-    st.sampled_from(VOCAB), st.text(max_size=10), st.binary(max_size=4),
+    st.none(),
+    st.booleans(),
+    small_ints,
+    st.integers(),
+    st.sampled_from(HUGE),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(-10, 10),
+    st.sampled_from(VOCAB),
+    st.text(max_size=10),
+    st.binary(max_size=4),
 )
 keys = st.one_of(st.sampled_from(sorted(ALL_KEYS)), st.text(max_size=8), st.integers(-2, 3), st.booleans(), st.none())
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4),
-                      max_leaves=12)
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(keys, inner, max_size=4), max_leaves=12
+)
 
 
 def sometimes_wrong(good: st.SearchStrategy) -> st.SearchStrategy:
@@ -398,70 +440,166 @@ def sometimes_wrong(good: st.SearchStrategy) -> st.SearchStrategy:
     return st.one_of(good, good, good, values)
 
 
-numbers = st.one_of(small_ints, st.floats(-5, 5), st.sampled_from([math.nan, math.inf, -math.inf, "1e-3", "x", None, True]),
-                    st.sampled_from(HUGE))
+numbers = st.one_of(
+    small_ints,
+    st.floats(-5, 5),
+    st.sampled_from([math.nan, math.inf, -math.inf, "1e-3", "x", None, True]),
+    st.sampled_from(HUGE),
+)
 names = st.sampled_from(["x", "w", "b", "input", "weight", "dim", "a"])
 shapes = st.lists(st.integers(0, 4), max_size=3)
-shapes_odd = st.lists(st.one_of(st.integers(-2, 4), st.sampled_from([2 ** 62, 2 ** 63, 10 ** 30, 1.5, "2", None, True])), max_size=3)
-nested_data = st.recursive(st.one_of(st.floats(-3, 3), small_ints, st.booleans(), st.sampled_from([math.nan, "x", None])),
-                           lambda inner: st.lists(inner, max_size=3), max_leaves=10)
-avoids = st.lists(st.one_of(st.lists(numbers, min_size=2, max_size=2), st.lists(numbers, max_size=3), values), max_size=3)
+shapes_odd = st.lists(
+    st.one_of(st.integers(-2, 4), st.sampled_from([2**62, 2**63, 10**30, 1.5, "2", None, True])), max_size=3
+)
+nested_data = st.recursive(
+    st.one_of(st.floats(-3, 3), small_ints, st.booleans(), st.sampled_from([math.nan, "x", None])),
+    lambda inner: st.lists(inner, max_size=3),
+    max_leaves=10,
+)
+avoids = st.lists(
+    st.one_of(st.lists(numbers, min_size=2, max_size=2), st.lists(numbers, max_size=3), values), max_size=3
+)
 dtypes = st.sampled_from(sorted(spec.DTYPES) + ["float128", "Float64"])
 dists = st.sampled_from(list(spec.DISTS) + ["gamma"])
 
 tensor_entry = st.fixed_dictionaries(
     {"shape": st.one_of(shapes, shapes, shapes_odd)},
-    optional={"name": sometimes_wrong(names), "dtype": sometimes_wrong(dtypes), "dist": sometimes_wrong(dists),
-              "mean": numbers, "std": numbers, "low": numbers, "high": numbers, "avoid": avoids,
-              "requires_grad": sometimes_wrong(st.booleans())})
+    optional={
+        "name": sometimes_wrong(names),
+        "dtype": sometimes_wrong(dtypes),
+        "dist": sometimes_wrong(dists),
+        "mean": numbers,
+        "std": numbers,
+        "low": numbers,
+        "high": numbers,
+        "avoid": avoids,
+        "requires_grad": sometimes_wrong(st.booleans()),
+    },
+)
 data_entry = st.fixed_dictionaries(
     {"data": sometimes_wrong(nested_data)},
-    optional={"name": names, "dtype": sometimes_wrong(dtypes), "requires_grad": st.booleans(), "dist": dists})
+    optional={"name": names, "dtype": sometimes_wrong(dtypes), "requires_grad": st.booleans(), "dist": dists},
+)
 value_entry = st.fixed_dictionaries({"value": values}, optional={"name": sometimes_wrong(names)})
 alias_entry = st.fixed_dictionaries({"same_as": sometimes_wrong(names)}, optional={"name": names})
-any_entry = st.dictionaries(st.sampled_from(spec.TENSOR_KEYS + ("value", "same_as", "list", "dict", "bogus")), values,
-                            max_size=4)
+any_entry = st.dictionaries(
+    st.sampled_from(spec.TENSOR_KEYS + ("value", "same_as", "list", "dict", "bogus")), values, max_size=4
+)
 plain_entries = st.one_of(tensor_entry, tensor_entry, data_entry, value_entry, alias_entry, any_entry, values)
 container_entries = st.recursive(  # list: / dict: entries, nested, their items now and then named (an error)
     plain_entries,
     lambda inner: st.one_of(
         st.fixed_dictionaries({"list": sometimes_wrong(st.lists(inner, max_size=3))}, optional={"name": names}),
-        st.fixed_dictionaries({"dict": sometimes_wrong(st.dictionaries(st.one_of(names, keys), inner, max_size=3))},
-                              optional={"name": names})),
-    max_leaves=5).filter(lambda e: isinstance(e, dict) and ("list" in e or "dict" in e))
-arg_entries = st.one_of(tensor_entry, tensor_entry, data_entry, value_entry, alias_entry, any_entry, values,
-                        container_entries)
+        st.fixed_dictionaries(
+            {"dict": sometimes_wrong(st.dictionaries(st.one_of(names, keys), inner, max_size=3))},
+            optional={"name": names},
+        ),
+    ),
+    max_leaves=5,
+).filter(lambda e: isinstance(e, dict) and ("list" in e or "dict" in e))
+arg_entries = st.one_of(
+    tensor_entry, tensor_entry, data_entry, value_entry, alias_entry, any_entry, values, container_entries
+)
 
-devices = sometimes_wrong(st.one_of(st.sampled_from(["cpu", "cuda", "cuda:1", "mps", "tpu"]),
-                                    st.lists(st.sampled_from(["cpu", "cuda", "cuda:0", "x"]), max_size=3)))
-checks = sometimes_wrong(st.one_of(st.sampled_from(list(spec.CHECKS) + ["all", "nope"]),
-                                   st.lists(st.sampled_from(list(spec.CHECKS) + ["all", "nope"]), max_size=3)))
+devices = sometimes_wrong(
+    st.one_of(
+        st.sampled_from(["cpu", "cuda", "cuda:1", "mps", "tpu"]),
+        st.lists(st.sampled_from(["cpu", "cuda", "cuda:0", "x"]), max_size=3),
+    )
+)
+checks = sometimes_wrong(
+    st.one_of(
+        st.sampled_from(list(spec.CHECKS) + ["all", "nope"]),
+        st.lists(st.sampled_from(list(spec.CHECKS) + ["all", "nope"]), max_size=3),
+    )
+)
 tolerances = sometimes_wrong(st.dictionaries(st.sampled_from(spec.TOLERANCE_KEYS + ("tol",)), numbers, max_size=3))
-inits = sometimes_wrong(st.fixed_dictionaries({}, optional={"args": sometimes_wrong(st.lists(values, max_size=3)),
-                                                            "kwargs": values}))
+inits = sometimes_wrong(
+    st.fixed_dictionaries({}, optional={"args": sometimes_wrong(st.lists(values, max_size=3)), "kwargs": values})
+)
 fields = {
-    "description": values, "seed": sometimes_wrong(st.integers(0, 2 ** 64 + 10)), "device": devices,
-    "dtype": sometimes_wrong(dtypes), "tolerance": tolerances, "checks": checks,
+    "description": values,
+    "seed": sometimes_wrong(st.integers(0, 2**64 + 10)),
+    "device": devices,
+    "dtype": sometimes_wrong(dtypes),
+    "tolerance": tolerances,
+    "checks": checks,
     "inputs": sometimes_wrong(st.lists(arg_entries, max_size=4)),
-    "kwargs": sometimes_wrong(st.dictionaries(names, arg_entries, max_size=3)), "init": inits,
+    "kwargs": sometimes_wrong(st.dictionaries(names, arg_entries, max_size=3)),
+    "init": inits,
 }
-case_entries = sometimes_wrong(st.fixed_dictionaries({}, optional={"name": sometimes_wrong(st.sampled_from(["a", "b", 1, "case1"])),
-                                                                   "function": sometimes_wrong(st.sampled_from(FUNCTIONS)),
-                                                                   **fields}))
+case_entries = sometimes_wrong(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "name": sometimes_wrong(st.sampled_from(["a", "b", 1, "case1"])),
+            "function": sometimes_wrong(st.sampled_from(FUNCTIONS)),
+            **fields,
+        },
+    )
+)
 spec_docs = st.tuples(
-    st.fixed_dictionaries({"function": sometimes_wrong(st.sampled_from(FUNCTIONS))},
-                          optional={**fields, "cases": sometimes_wrong(st.lists(case_entries, max_size=3))}),
+    st.fixed_dictionaries(
+        {"function": sometimes_wrong(st.sampled_from(FUNCTIONS))},
+        optional={**fields, "cases": sometimes_wrong(st.lists(case_entries, max_size=3))},
+    ),
     st.one_of(st.just({}), st.just({}), st.dictionaries(keys, values, max_size=2)),
     st.sets(st.sampled_from(["function"]), max_size=1),
 ).map(lambda t: {k: v for k, v in {**t[0], **t[1]}.items() if k not in t[2]})
 documents = st.one_of(spec_docs, spec_docs, spec_docs, values)
 
 YAML_TOKENS = list("abcfinpsu_.:0123456789 -[]{},#&*!|>'\"%@`?\n\t\\~") + [
-    "function: pkg.mod:Fn\n", "inputs:\n", "  - ", "shape: [2, 3]", "shape: ", "value: ", "same_as: ", "data: ",
-    "---\n", "...\n", "\n  ", "&a ", "*a", "<<: ", "<<: *a", "!!binary ", "!!python/object:os.system ", "!!str ",
-    "!!int ", "!!float ", "!!set ", "!!omap ", "!!timestamp ", "!!bool ", "!!null ", "!!map ", "!!seq ", "!!value ",
-    "!!merge ", "2001-13-45", "0b", "0x", "1:60", "? ", "\ufeff", "\x00", "\x85", "\u2028", "\r\n", "%YAML 1.1\n",
-    "%TAG ! tag:x,2000:\n", ".nan", ".inf", "1e999", "0o17", "0x1F", "9" * 30, "~", "null", "yes", "no",
+    "function: pkg.mod:Fn\n",
+    "inputs:\n",
+    "  - ",
+    "shape: [2, 3]",
+    "shape: ",
+    "value: ",
+    "same_as: ",
+    "data: ",
+    "---\n",
+    "...\n",
+    "\n  ",
+    "&a ",
+    "*a",
+    "<<: ",
+    "<<: *a",
+    "!!binary ",
+    "!!python/object:os.system ",
+    "!!str ",
+    "!!int ",
+    "!!float ",
+    "!!set ",
+    "!!omap ",
+    "!!timestamp ",
+    "!!bool ",
+    "!!null ",
+    "!!map ",
+    "!!seq ",
+    "!!value ",
+    "!!merge ",
+    "2001-13-45",
+    "0b",
+    "0x",
+    "1:60",
+    "? ",
+    "\ufeff",
+    "\x00",
+    "\x85",
+    "\u2028",
+    "\r\n",
+    "%YAML 1.1\n",
+    "%TAG ! tag:x,2000:\n",
+    ".nan",
+    ".inf",
+    "1e999",
+    "0o17",
+    "0x1F",
+    "9" * 30,
+    "~",
+    "null",
+    "yes",
+    "no",
 ]
 yaml_text = st.lists(st.sampled_from(YAML_TOKENS), max_size=60).map("".join)
 
@@ -499,8 +637,12 @@ def test_random_bytes(raw, how):
 @settings(FUZZ, max_examples=150)
 @given(data=st.data())
 def test_documents_cut_by_random_separators(data):
-    base = data.draw(st.one_of(st.sampled_from([t for _, t in CORPUS]),
-                               st.lists(documents, min_size=1, max_size=2).map(lambda d: dump(d, None))))
+    base = data.draw(
+        st.one_of(
+            st.sampled_from([t for _, t in CORPUS]),
+            st.lists(documents, min_size=1, max_size=2).map(lambda d: dump(d, None)),
+        )
+    )
     lines = base.splitlines(keepends=True)
     cuts = data.draw(st.lists(st.integers(0, len(lines)), max_size=4))
     marker = data.draw(st.sampled_from(["---\n", "--- \n", "---\n---\n", "...\n---\n", "--- |\n", "--- # c\n", "---"]))
@@ -559,13 +701,14 @@ def allowed_keys(doc: Any, key: tuple) -> Optional[tuple]:
         entry = get(doc, key)
         kind = next((k for k in ("value", "same_as", "list", "dict") if k in entry), None)
         return ("name", kind) if kind else spec.TENSOR_KEYS
-    return {"top": spec.TOP_KEYS, "case": spec.CASE_KEYS, "tolerance": spec.TOLERANCE_KEYS,
-            "init": spec.INIT_KEYS}.get(r)
+    return {"top": spec.TOP_KEYS, "case": spec.CASE_KEYS, "tolerance": spec.TOLERANCE_KEYS, "init": spec.INIT_KEYS}.get(
+        r
+    )
 
 
 def near_misses(name: str) -> list[str]:
-    out = {name[:i] + name[i + 1:] for i in range(len(name))}
-    out |= {name[:i] + name[i + 1] + name[i] + name[i + 2:] for i in range(len(name) - 1)}
+    out = {name[:i] + name[i + 1 :] for i in range(len(name))}
+    out |= {name[:i] + name[i + 1] + name[i] + name[i + 2 :] for i in range(len(name) - 1)}
     out |= {name[:i] + name[i] + name[i:] for i in range(len(name))}
     out |= {name.capitalize(), name.upper(), name + "s", name + "_", " " + name, name.replace("_", "-")}
     return sorted(n for n in out if n and n != name and n not in ALL_KEYS)
@@ -616,7 +759,9 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
     (new document, mutated key path, the error key the mutation surely causes or None,
     the keys that error must list as allowed)."""
     nodes = list(walk(doc))
-    kind = data.draw(st.sampled_from(["delete", "rename", "retype", "insert", "duplicate", "number", "alias"]), label="kind")
+    kind = data.draw(
+        st.sampled_from(["delete", "rename", "retype", "insert", "duplicate", "number", "alias"]), label="kind"
+    )
     event(f"mutation: {kind}")
     inner = [(k, v) for k, v in nodes if k]
     if kind == "delete":
@@ -628,8 +773,12 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
             sure = "function"
         elif r == "arg" and last in spec.KINDS:
             sure = spec.keystr(key[:-1])
-        elif (isinstance(parent, list) and len(parent) == 1 and role(doc, key[:-1]) in ("cases", "field", "list")
-              and key[-2] != "import"):  # `import: []` imports nothing, which is fine
+        elif (
+            isinstance(parent, list)
+            and len(parent) == 1
+            and role(doc, key[:-1]) in ("cases", "field", "list")
+            and key[-2] != "import"
+        ):  # `import: []` imports nothing, which is fine
             sure = spec.keystr(key[:-1])  # the only case, device, check or item of a list
         del parent[last]
         return doc, key, sure, ()
@@ -654,8 +803,12 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         r = role(doc, key)
         if key and r in ("case", "arg") and new is not None:
             sure = spec.keystr(key)
-        elif key[-1:] in (("function",), ("seed",), ("shape",)) and role(doc, key[:-1]) in ("top", "case", "arg") and not (
-                key[-1] == "shape" and isinstance(new, list)) and not (key[-1] == "seed" and type_class(new) == "number"):
+        elif (
+            key[-1:] in (("function",), ("seed",), ("shape",))
+            and role(doc, key[:-1]) in ("top", "case", "arg")
+            and not (key[-1] == "shape" and isinstance(new, list))
+            and not (key[-1] == "seed" and type_class(new) == "number")
+        ):
             sure = spec.keystr(key)
         if not key:
             return new, key, None, ()
@@ -664,8 +817,12 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
     if kind == "insert":
         mappings = [(k, v) for k, v in nodes if isinstance(v, dict)]
         key, mapping = data.draw(st.sampled_from(mappings), label="into")
-        new = data.draw(st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True).filter(
-            lambda n: n not in ALL_KEYS and n not in mapping), label="key")
+        new = data.draw(
+            st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True).filter(
+                lambda n: n not in ALL_KEYS and n not in mapping
+            ),
+            label="key",
+        )
         mapping[new] = value = data.draw(values, label="value")
         allowed = allowed_keys(doc, key)
         # a value holding two keys written alike ('0' and 0) is first a duplicate key inside it
@@ -687,7 +844,9 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
         if not nums:
             return doc, (), None, ()
         key, old = data.draw(st.sampled_from(nums), label="number")
-        new = data.draw(st.sampled_from([-old if old else -1, -abs(old) - 1, math.nan, math.inf, -math.inf] + HUGE), label="to")
+        new = data.draw(
+            st.sampled_from([-old if old else -1, -abs(old) - 1, math.nan, math.inf, -math.inf] + HUGE), label="to"
+        )
         get(doc, key[:-1])[key[-1]] = new
         r = role(doc, key[:-1])
         finite = isinstance(new, int) or math.isfinite(new)
@@ -696,10 +855,14 @@ def mutate(doc: Any, data: st.DataObject) -> tuple[Any, tuple, Optional[str], tu
             sure = spec.keystr(key)
         elif r == "tolerance" and (not finite or new < 0):
             sure = spec.keystr(key)
-        elif r in ("top", "case") and key[-1] == "seed" and not (spec.whole(new) is not None and 0 <= new < 2 ** 64):
+        elif r in ("top", "case") and key[-1] == "seed" and not (spec.whole(new) is not None and 0 <= new < 2**64):
             sure = spec.keystr(key)
-        elif len(key) >= 2 and key[-2] == "shape" and role(doc, key[:-2]) == "arg" and not (
-                spec.whole(new) is not None and new >= 0):  # 1.0 is a whole number, as in JSON
+        elif (
+            len(key) >= 2
+            and key[-2] == "shape"
+            and role(doc, key[:-2]) == "arg"
+            and not (spec.whole(new) is not None and new >= 0)
+        ):  # 1.0 is a whole number, as in JSON
             sure = spec.keystr(key[:-1])
         elif len(key) >= 3 and key[-3] == "avoid" and role(doc, key[:-3]) == "arg" and not finite:
             sure = spec.keystr(key)
@@ -764,7 +927,7 @@ def test_valid_specs_load_equal_twice_and_build_identically(name, text):
 
 
 @settings(FUZZ, max_examples=60)
-@given(data=st.data(), seed=st.one_of(st.integers(0, 2 ** 64 - 1), st.integers(0, 10)))
+@given(data=st.data(), seed=st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 10)))
 def test_same_seed_gives_identical_tensors(data, seed):
     name, text = data.draw(st.sampled_from(CORPUS), label="spec")
     docs = list(yaml.safe_load_all(text))
@@ -809,12 +972,15 @@ def only_case_of(text: str) -> Case:
     return items[0]
 
 
-@pytest.mark.parametrize("text, key", [
-    ("function: a.b:C\ndtype: []\n", "dtype"),
-    ("function: a.b:C\ndtype: {float64: 1}\n", "dtype"),
-    ("function: a.b:C\ninputs: [{shape: [2], dtype: [float64]}]\n", "inputs[0].dtype"),
-    ("function: a.b:C\ninputs: [{shape: [2], dist: {normal: 1}}]\n", "inputs[0].dist"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("function: a.b:C\ndtype: []\n", "dtype"),
+        ("function: a.b:C\ndtype: {float64: 1}\n", "dtype"),
+        ("function: a.b:C\ninputs: [{shape: [2], dtype: [float64]}]\n", "inputs[0].dtype"),
+        ("function: a.b:C\ninputs: [{shape: [2], dist: {normal: 1}}]\n", "inputs[0].dist"),
+    ],
+)
 def test_unhashable_dtype_or_dist_is_an_error_not_a_type_error(text, key):
     # was: TypeError: unhashable type: 'list' (from `value not in DTYPES` / `dist not in DISTS`)
     only_error(text, key, "unknown")
@@ -826,10 +992,22 @@ def test_control_characters_are_a_yaml_error(text):
     only_error(text, "", "not valid YAML", "unacceptable character")
 
 
-@pytest.mark.parametrize("tagged", [
-    "!!float a", "!!int a", "!!int 0x", "!!int 0o9", "!!float", "!!int", "!!bool x", "!!bool",
-    "!!timestamp 2001-13-45", "!!timestamp", "!!timestamp 2001-01-01 00:00:00 +99:99",
-])
+@pytest.mark.parametrize(
+    "tagged",
+    [
+        "!!float a",
+        "!!int a",
+        "!!int 0x",
+        "!!int 0o9",
+        "!!float",
+        "!!int",
+        "!!bool x",
+        "!!bool",
+        "!!timestamp 2001-13-45",
+        "!!timestamp",
+        "!!timestamp 2001-01-01 00:00:00 +99:99",
+    ],
+)
 def test_a_value_that_does_not_fit_its_tag_is_a_yaml_error(tagged):
     # was: ValueError / IndexError / KeyError / AttributeError from PyYAML's SafeConstructor
     only_error(f"function: a.b:C\nseed: {tagged}\n", "", "not valid YAML", "explicit tag")
@@ -838,27 +1016,42 @@ def test_a_value_that_does_not_fit_its_tag_is_a_yaml_error(tagged):
     assert isinstance(items[1], SpecError) and "explicit tag" in str(items[1])
 
 
-@pytest.mark.parametrize("opening, closing, depth", [
-    ("[", "]", 100), ("[", "]", 300), ("[", "]", 500),  # PyYAML reads nested flow lists in quadratic time
-    ("{a: ", "}", 100), ("{a: ", "}", 400), ("{a: ", "}", 20000), ("- ", "", 1000),
-])
+@pytest.mark.parametrize(
+    "opening, closing, depth",
+    [
+        ("[", "]", 100),
+        ("[", "]", 300),
+        ("[", "]", 500),  # PyYAML reads nested flow lists in quadratic time
+        ("{a: ", "}", 100),
+        ("{a: ", "}", 400),
+        ("{a: ", "}", 20000),
+        ("- ", "", 1000),
+    ],
+)
 def test_deeply_nested_documents_never_raise(opening, closing, depth):
     # was: RecursionError from PyYAML's composer
     nested = opening * depth + "1" + closing * depth
-    for text in (f"function: a.b:C\ndescription: {nested}\n", f"function: a.b:C\ninputs: [{{data: {nested}}}]\n",
-                 f"function: a.b:C\ninputs: [{{value: {nested}}}]\n", nested):
+    for text in (
+        f"function: a.b:C\ndescription: {nested}\n",
+        f"function: a.b:C\ninputs: [{{data: {nested}}}]\n",
+        f"function: a.b:C\ninputs: [{{value: {nested}}}]\n",
+        nested,
+    ):
         items = check_file(text)
         if depth <= 100:
             assert not any("nested too deeply" in str(i) for i in items)
 
 
-@pytest.mark.parametrize("text, key", [
-    ("function: a.b:C\ninputs: &a [*a]\n", "inputs[0]"),
-    ("function: a.b:C\ninputs: [&e {shape: [2], name: *e}]\n", "inputs[0].name"),
-    ("function: a.b:C\ninputs: [{data: &d [1.0, *d]}]\n", "inputs[0].data[1]"),
-    ("function: a.b:C\ninputs: [{value: &v {next: *v}}]\n", "inputs[0].value.next"),
-    ("&top\nfunction: a.b:C\ndescription: *top\n", "description"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("function: a.b:C\ninputs: &a [*a]\n", "inputs[0]"),
+        ("function: a.b:C\ninputs: [&e {shape: [2], name: *e}]\n", "inputs[0].name"),
+        ("function: a.b:C\ninputs: [{data: &d [1.0, *d]}]\n", "inputs[0].data[1]"),
+        ("function: a.b:C\ninputs: [{value: &v {next: *v}}]\n", "inputs[0].value.next"),
+        ("&top\nfunction: a.b:C\ndescription: *top\n", "description"),
+    ],
+)
 def test_an_alias_inside_the_node_it_names_is_an_error(text, key):
     # was: RecursionError in _node_lines (a YAML cycle: the loader builds a self-containing list)
     only_error(text, key, "alias", "infinite")
@@ -881,12 +1074,15 @@ def test_shared_aliases_still_work_and_keep_their_lines():
     assert [a.shape for a in case.inputs] == [(2, 3), (2, 3)]
 
 
-@pytest.mark.parametrize("text, key", [
-    (f"function: a.b:C\ntolerance: {{atol: {10 ** 400}}}\n", "tolerance.atol"),
-    (f"function: a.b:C\ntolerance: {{eps: {10 ** 400}}}\n", "tolerance.eps"),
-    (f"function: a.b:C\ninputs: [{{shape: [2], mean: {10 ** 400}}}]\n", "inputs[0].mean"),
-    (f"function: a.b:C\ninputs: [{{shape: [2], avoid: [[0, {10 ** 400}]]}}]\n", "inputs[0].avoid[0][1]"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        (f"function: a.b:C\ntolerance: {{atol: {10**400}}}\n", "tolerance.atol"),
+        (f"function: a.b:C\ntolerance: {{eps: {10**400}}}\n", "tolerance.eps"),
+        (f"function: a.b:C\ninputs: [{{shape: [2], mean: {10**400}}}]\n", "inputs[0].mean"),
+        (f"function: a.b:C\ninputs: [{{shape: [2], avoid: [[0, {10**400}]]}}]\n", "inputs[0].avoid[0][1]"),
+    ],
+)
 def test_an_int_too_large_for_a_float_is_an_error(text, key):
     # was: OverflowError: int too large to convert to float (math.isfinite in spec.number)
     only_error(text, key, "expected a finite")
@@ -894,31 +1090,37 @@ def test_an_int_too_large_for_a_float_is_an_error(text, key):
 
 def test_seed_must_fit_the_generator():
     # was: a valid Case whose inputs.build raised ValueError "Overflow when unpacking long long"
-    only_error(f"function: a.b:C\nseed: {2 ** 64}\n", "seed", "below 2**64")
-    case = only_case_of(f"function: a.b:C\nseed: {2 ** 64 - 1}\ninputs: [{{shape: [3]}}]\n")
+    only_error(f"function: a.b:C\nseed: {2**64}\n", "seed", "below 2**64")
+    case = only_case_of(f"function: a.b:C\nseed: {2**64 - 1}\ninputs: [{{shape: [3]}}]\n")
     same_builds(inputs.build(case, "cpu"), inputs.build(case, "cpu"))
 
 
-@pytest.mark.parametrize("text, key", [
-    ('function: a.b:C\ndevice: "cpu\\n"\n', "device"),
-    ('function: a.b:C\ndevice: [cpu, "cuda:0\\n"]\n', "device"),
-    ('function: "a.b:C\\n"\n', "function"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ('function: a.b:C\ndevice: "cpu\\n"\n', "device"),
+        ('function: a.b:C\ndevice: [cpu, "cuda:0\\n"]\n', "device"),
+        ('function: "a.b:C\\n"\n', "function"),
+    ],
+)
 def test_a_trailing_newline_does_not_pass_for_a_device_or_a_function(text, key):
     # was: accepted (`$` matches before a final newline); torch.device("cpu\n") then raised
     only_error(text, key, "expected")
 
 
-@pytest.mark.parametrize("bounds, key", [
-    ("low: 0.2, high: 0.8", "inputs[0].low"),  # int() made both 0: torch.randint(0, 0) raised
-    ("low: 0, high: 2.5", "inputs[0].high"),
-    (f"low: 0, high: {2 ** 63}", "inputs[0].high"),  # torch: Overflow when unpacking long long
-    ("low: -1.0e+30", "inputs[0].low"),
-])
+@pytest.mark.parametrize(
+    "bounds, key",
+    [
+        ("low: 0.2, high: 0.8", "inputs[0].low"),  # int() made both 0: torch.randint(0, 0) raised
+        ("low: 0, high: 2.5", "inputs[0].high"),
+        (f"low: 0, high: {2**63}", "inputs[0].high"),  # torch: Overflow when unpacking long long
+        ("low: -1.0e+30", "inputs[0].low"),
+    ],
+)
 def test_randint_bounds_must_be_int64_whole_numbers(bounds, key):
     only_error(f"function: a.b:C\ninputs: [{{shape: [2], dist: randint, {bounds}}}]\n", key, "whole number")
     case = only_case_of("function: a.b:C\ninputs: [{shape: [50], dist: randint, low: -2.0, high: 2}]\n")
-    (_, x), = inputs.build(case, "cpu")[0]
+    ((_, x),) = inputs.build(case, "cpu")[0]
     assert set(x.tolist()) <= {-2, -1, 0, 1}
 
 
@@ -927,7 +1129,7 @@ def test_a_default_case_name_that_is_taken_is_reported_at_the_case():
     only_error("function: a.b:C\ncases: [{name: case1}, {}]\n", "cases[1]", "'case1'", "name:")
 
 
-@pytest.mark.parametrize("shape", [[10 ** 30], [2 ** 62], [0, 2 ** 63], [2 ** 40, 2 ** 40]])
+@pytest.mark.parametrize("shape", [[10**30], [2**62], [0, 2**63], [2**40, 2**40]])
 def test_a_shape_too_large_to_draw_is_an_input_error(shape):
     # was: TypeError / RuntimeError from torch escaping inputs.build
     case = only_case_of(f"function: a.b:C\ninputs: [{{shape: {shape}}}]\n")
@@ -938,7 +1140,7 @@ def test_a_shape_too_large_to_draw_is_an_input_error(shape):
 
 def test_data_with_an_int_too_large_for_a_float_is_an_input_error():
     # was: OverflowError from torch.tensor escaping inputs.build
-    case = only_case_of(f"function: a.b:C\ninputs: [{{data: [{10 ** 400}, 3.0]}}]\n")
+    case = only_case_of(f"function: a.b:C\ninputs: [{{data: [{10**400}, 3.0]}}]\n")
     with pytest.raises(inputs.InputError) as info:
         inputs.build(case, "cpu")
     assert info.value.key == "inputs[0].data"

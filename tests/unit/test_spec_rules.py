@@ -1,6 +1,7 @@
 """The named validators of the rules a spec's JSON Schema cannot express (``spec.rules``): each one on
 values that keep and break it, and the loader's message where a document breaks it (file, line, key).
 That the schema lets each of these documents through is shown by test_spec_schema.py (SCHEMA_CANNOT)."""
+
 from __future__ import annotations
 
 import pytest
@@ -48,8 +49,9 @@ def _nested(n):
     return data
 
 
-@pytest.mark.parametrize("data, dims", [(1.0, 0), ([], 1), ([1, 2], 1), ([[1], [2]], 2), ([[], [1]], 2),
-                                        (_nested(64), 64)])
+@pytest.mark.parametrize(
+    "data, dims", [(1.0, 0), ([], 1), ([1, 2], 1), ([[1], [2]], 2), ([[], [1]], 2), (_nested(64), 64)]
+)
 def test_depth_counts_the_dimensions(data, dims):
     assert rules.depth(data) == dims
     assert rules.too_deep(data) is None
@@ -65,16 +67,28 @@ def test_too_deep_in_a_spec(tmp_path):
     assert loaded(tmp_path, {"inputs": [{"data": _nested(64)}]}) is None
 
 
-@pytest.mark.parametrize("value, outside", [(0.0, False), (-3.0, False), (2.0 ** 62, False), (-2.0 ** 63, False),
-                                            (2.0 ** 63, True), (-2.0 ** 64, True), (2.5, True), (-0.5, True)])
+@pytest.mark.parametrize(
+    "value, outside",
+    [
+        (0.0, False),
+        (-3.0, False),
+        (2.0**62, False),
+        (-(2.0**63), False),
+        (2.0**63, True),
+        (-(2.0**64), True),
+        (2.5, True),
+        (-0.5, True),
+    ],
+)
 def test_outside_int64(value, outside):
     assert rules.outside_int64(value) is outside
 
 
 def test_outside_int64_in_a_spec(tmp_path):
     doc = {"inputs": [{"shape": [3], "dist": "randint", "high": "2.5"}]}
-    assert loaded(tmp_path, doc) == ("s.yaml:6: inputs[0].high: randint draws integers: expected a whole number "
-                                     "within int64, got '2.5'")
+    assert loaded(tmp_path, doc) == (
+        "s.yaml:6: inputs[0].high: randint draws integers: expected a whole number within int64, got '2.5'"
+    )
     assert loaded(tmp_path, {"inputs": [{"shape": [3], "dist": "randint", "high": "1e2"}]}) is None
 
 
@@ -87,28 +101,43 @@ def test_name_taken():
 
 def test_name_taken_in_a_spec(tmp_path):
     assert loaded(tmp_path, {"cases": [{"name": 1}, {"name": "1"}]}) == (
-        "s.yaml:4: cases[1].name: expected a unique name, got '1'")
+        "s.yaml:4: cases[1].name: expected a unique name, got '1'"
+    )
     assert loaded(tmp_path, {"cases": [{"name": "case1"}, {}]}) == (
-        "s.yaml:4: cases[1]: its default name 'case1' is taken by another case; give it a unique `name:`")
+        "s.yaml:4: cases[1]: its default name 'case1' is taken by another case; give it a unique `name:`"
+    )
     assert loaded(tmp_path, {"cases": [{"name": "a"}, {}, {"name": "b"}]}) is None
 
 
-@pytest.mark.parametrize("pattern, ratio", [(None, None), (None, 2.0), ("constant_ratio", 0.5), ("sign_flip", -1.0),
-                                            ("sign_flip", None), ("transposed", None)])
+@pytest.mark.parametrize(
+    "pattern, ratio",
+    [
+        (None, None),
+        (None, 2.0),
+        ("constant_ratio", 0.5),
+        ("sign_flip", -1.0),
+        ("sign_flip", None),
+        ("transposed", None),
+    ],
+)
 def test_contradicts_lets_fields_that_can_hold_together_through(pattern, ratio):
     assert rules.contradicts(pattern, ratio) is None
 
 
 def test_contradicts():
     assert rules.contradicts("zero_analytical", 2.0) == (
-        "a ratio belongs to pattern constant_ratio or sign_flip, not zero_analytical")
+        "a ratio belongs to pattern constant_ratio or sign_flip, not zero_analytical"
+    )
     assert rules.contradicts("sign_flip", 0.5) == (
         "pattern sign_flip means ratio -1, got ratio 0.5: give the pattern or the ratio (`{ratio: 0.5}` for a "
-        "constant ratio)")
+        "constant ratio)"
+    )
     assert rules.contradicts("sign_flip", 0.5, "0.5").startswith("pattern sign_flip means ratio -1, got ratio '0.5':")
 
 
 def test_contradicts_in_a_spec(tmp_path):
     doc = {"expect": {"reason": "why", "x": {"pattern": "sign_flip", "ratio": "0.5"}}}
-    assert loaded(tmp_path, doc) == ("s.yaml:4: expect.x: pattern sign_flip means ratio -1, got ratio '0.5': give "
-                                     "the pattern or the ratio (`{ratio: 0.5}` for a constant ratio)")
+    assert loaded(tmp_path, doc) == (
+        "s.yaml:4: expect.x: pattern sign_flip means ratio -1, got ratio '0.5': give "
+        "the pattern or the ratio (`{ratio: 0.5}` for a constant ratio)"
+    )

@@ -10,6 +10,7 @@ included), and on fuzzed documents (the generators of test_spec_fuzz.py, extende
 added since: import, reference, reference_dtype, reference_backward, expect, tolerance.reference,
 strict, repeat, resample, the opcheck check).
 """
+
 from __future__ import annotations
 
 import math
@@ -39,21 +40,21 @@ SCHEMA_CANNOT = {
     r"expected high > low": "compares the values of two keys (low, high)",
     r"each interval must be \[lo, hi\] with lo <= hi": "compares the two numbers of an `avoid` interval",
     r"expected a unique name": "uniqueness of one key (`name`) across the items of a list (`uniqueItems` "
-                               "compares whole items); also `1` and '1' name the same case",
+    "compares whole items); also `1` and '1' name the same case",
     r"its default name .* is taken": "a case's default name (case0, case1, ...) depends on its position",
     r"expected a finite (positive )?number, got nan": "NaN passes every comparison keyword (JSON has no NaN)",
     r"expected a finite (positive )?number, got '[^']*[eE]\+?[0-9]{3,}'": "a numeric string beyond the float "
-                                                                        "range ('1e999') matches the pattern",
+    "range ('1e999') matches the pattern",
     r"randint draws integers: .*, got '": "whether a numeric string ('2.5', '1e2') is a whole number",
     r"lists nested \d+ deep": "the depth of nested `data` lists (its dimensions) has no keyword",
     r"draws values above low: expected low > 0, got '": "whether a numeric string ('0') is above 0",
     r"pattern sign_flip means ratio -1, got ratio '": "whether a numeric string ('-1.0', '-10e-1') is -1",
     r"duplicate key: keep one": "two YAML keys written alike ('true' and true, a string and a boolean) are "
-                                "one key to the validator and two to the schema (JSON keys are strings)",
+    "one key to the validator and two to the schema (JSON keys are strings)",
     r"overrides arguments by name, which needs the document's `inputs:` list": "a case's `inputs:` mapping "
-                                                                               "needs a key of the document",
+    "needs a key of the document",
     r"no argument named .* in the document's inputs": "a case's `inputs:` mapping names arguments by the `name:` "
-                                                      "of the document's inputs (values of another key)",
+    "of the document's inputs (values of another key)",
 }
 
 
@@ -128,13 +129,14 @@ def _nested(depth: int) -> Any:
         data = [data]
     return data
 
+
 TENSOR = {"shape": [3]}
 
 # documents that probe one rule each: (id, document, accepted by spec.py)
 PROBES = [
     ("seed whole float", {**BASE, "seed": 1.0}, True),
     ("seed fraction", {**BASE, "seed": 1.5}, False),
-    ("seed too large", {**BASE, "seed": 2 ** 64}, False),
+    ("seed too large", {**BASE, "seed": 2**64}, False),
     ("shape whole float", {**BASE, "inputs": [{"shape": [3.0, 2]}]}, True),
     ("shape fraction", {**BASE, "inputs": [{"shape": [2.5]}]}, False),
     ("shape bool", {**BASE, "inputs": [{"shape": [True]}]}, False),
@@ -158,10 +160,10 @@ PROBES = [
     ("eps zero string", {**BASE, "tolerance": {"eps": "0.0"}}, False),
     ("eps zero float", {**BASE, "tolerance": {"eps": 0.0}}, False),
     ("negative zero string", {**BASE, "tolerance": {"atol": "-0"}}, True),
-    ("huge int", {**BASE, "tolerance": {"atol": 10 ** 400}}, False),
+    ("huge int", {**BASE, "tolerance": {"atol": 10**400}}, False),
     ("randint fraction", {**BASE, "inputs": [{**TENSOR, "dist": "randint", "low": 0.5, "high": 3}]}, False),
     ("randint whole float", {**BASE, "inputs": [{**TENSOR, "dist": "randint", "low": 0.0, "high": 3.0}]}, True),
-    ("randint beyond int64", {**BASE, "inputs": [{**TENSOR, "dist": "randint", "high": 2 ** 63}]}, False),
+    ("randint beyond int64", {**BASE, "inputs": [{**TENSOR, "dist": "randint", "high": 2**63}]}, False),
     ("randint by dtype fraction", {**BASE, "inputs": [{**TENSOR, "dtype": "int64", "high": 2.5}]}, False),
     ("import one", {**BASE, "import": "my_pkg.ops"}, True),
     ("import list", {**BASE, "import": ["my_pkg.ops", "b"]}, True),
@@ -175,8 +177,11 @@ PROBES = [
     ("tolerance.reference relative", {**BASE, "tolerance": {"reference": {"rule": "relative", "factor": 3}}}, True),
     ("tolerance.reference allclose", {**BASE, "tolerance": {"reference": {"rule": "allclose", "rtol": 0.1}}}, True),
     ("tolerance.reference mixed", {**BASE, "tolerance": {"reference": {"factor": 2, "rtol": 0.1}}}, False),
-    ("tolerance.reference rtol on relative", {**BASE, "tolerance": {"reference": {"rule": "relative", "rtol": 1}}},
-     False),
+    (
+        "tolerance.reference rtol on relative",
+        {**BASE, "tolerance": {"reference": {"rule": "relative", "rtol": 1}}},
+        False,
+    ),
     ("tolerance.reference zero factor", {**BASE, "tolerance": {"reference": {"factor": 0}}}, False),
     ("tolerance.reference unknown rule", {**BASE, "tolerance": {"reference": {"rule": "close"}}}, False),
     ("expect", {**BASE, "expect": {"reason": "reversal", "x": "sign_flip", "w": {"ratio": -1}}}, True),
@@ -185,13 +190,22 @@ PROBES = [
     ("expect blank reason", {**BASE, "expect": {"reason": "  ", "x": "fail"}}, False),
     ("expect no argument", {**BASE, "expect": {"reason": "why"}}, False),
     ("expect unknown pattern", {**BASE, "expect": {"reason": "why", "x": "odd"}}, False),
-    ("expect ratio on zero pattern", {**BASE, "expect": {"reason": "why", "x": {"pattern": "zero_analytical",
-                                                                                  "ratio": 2}}}, False),
+    (
+        "expect ratio on zero pattern",
+        {**BASE, "expect": {"reason": "why", "x": {"pattern": "zero_analytical", "ratio": 2}}},
+        False,
+    ),
     ("expect ratio only", {**BASE, "expect": {"reason": "why", "x": {"ratio": 2}}}, True),
-    ("expect sign flip with its ratio", {**BASE, "expect": {"reason": "why", "x": {"pattern": "sign_flip",
-                                                                               "ratio": -1.0}}}, True),
-    ("expect sign flip with another ratio", {**BASE, "expect": {"reason": "why", "x": {"pattern": "sign_flip",
-                                                                                   "ratio": 0.5}}}, False),
+    (
+        "expect sign flip with its ratio",
+        {**BASE, "expect": {"reason": "why", "x": {"pattern": "sign_flip", "ratio": -1.0}}},
+        True,
+    ),
+    (
+        "expect sign flip with another ratio",
+        {**BASE, "expect": {"reason": "why", "x": {"pattern": "sign_flip", "ratio": 0.5}}},
+        False,
+    ),
     ("expect null", {**BASE, "expect": None}, True),
     ("opcheck", {**BASE, "checks": ["backward", "opcheck"]}, True),
     ("strict", {**BASE, "strict": True}, True),
@@ -200,8 +214,11 @@ PROBES = [
     ("list", {**BASE, "inputs": [{"name": "xs", "list": [TENSOR, {"value": 1}, {"same_as": "w"}]}]}, True),
     ("dict", {**BASE, "kwargs": {"feats": {"dict": {"q": TENSOR, "k": {"data": [1.0, 2.0]}}}}}, True),
     ("nested list and dict", {**BASE, "inputs": [{"list": [{"dict": {"a": TENSOR}}, {"list": [TENSOR]}]}]}, True),
-    ("list in a case override", {**BASE, "inputs": [{"name": "xs", **TENSOR}],
-                                 "cases": [{"inputs": {"xs": {"list": [TENSOR]}}}]}, True),
+    (
+        "list in a case override",
+        {**BASE, "inputs": [{"name": "xs", **TENSOR}], "cases": [{"inputs": {"xs": {"list": [TENSOR]}}}]},
+        True,
+    ),
     ("empty list", {**BASE, "inputs": [{"list": []}]}, False),
     ("list not a list", {**BASE, "inputs": [{"list": TENSOR}]}, False),
     ("empty dict", {**BASE, "inputs": [{"dict": {}}]}, False),
@@ -256,34 +273,55 @@ def test_the_schema_reads_numeric_strings_as_spec_py_does():
 
 modules = st.sampled_from(["my_pkg.ops", "gradcheck_cli.examples.custom_ops", "a", "my_pkg:ops", "1x", ""])
 patterns = st.sampled_from(list(EXPECTABLE) + ["fail", "odd"])
-expectations = st.one_of(patterns, st.fixed_dictionaries({}, optional={
-    "pattern": sometimes_wrong(patterns), "ratio": numbers}), values)
-expects = sometimes_wrong(st.one_of(st.none(), st.fixed_dictionaries(
-    {}, optional={"reason": sometimes_wrong(st.sampled_from(["ste", "", " ", "gradient reversal"])),
-                  "checks": sometimes_wrong(st.sampled_from([["backward"], ["reference"], "all", ["nope"]]))}
-).flatmap(lambda d: st.dictionaries(names, expectations, max_size=2).map(lambda a: {**d, **a})))).filter(
-    lambda v: not isinstance(v, list))
-rules = sometimes_wrong(st.fixed_dictionaries({}, optional={
-    "rule": sometimes_wrong(st.sampled_from(["relative", "allclose", "close"])),
-    "factor": numbers, "atol": numbers, "rtol": numbers}))
-tolerances = sometimes_wrong(st.dictionaries(st.sampled_from(spec.TOLERANCE_KEYS + ("tol",)),
-                                             st.one_of(numbers, rules), max_size=3))
-whole = st.one_of(st.integers(-1, 5), st.sampled_from([1.0, 2.0, 2.5, 1e3, 2 ** 64, 2.0 ** 64, 1001]))
+expectations = st.one_of(
+    patterns, st.fixed_dictionaries({}, optional={"pattern": sometimes_wrong(patterns), "ratio": numbers}), values
+)
+expects = sometimes_wrong(
+    st.one_of(
+        st.none(),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "reason": sometimes_wrong(st.sampled_from(["ste", "", " ", "gradient reversal"])),
+                "checks": sometimes_wrong(st.sampled_from([["backward"], ["reference"], "all", ["nope"]])),
+            },
+        ).flatmap(lambda d: st.dictionaries(names, expectations, max_size=2).map(lambda a: {**d, **a})),
+    )
+).filter(lambda v: not isinstance(v, list))
+rules = sometimes_wrong(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "rule": sometimes_wrong(st.sampled_from(["relative", "allclose", "close"])),
+            "factor": numbers,
+            "atol": numbers,
+            "rtol": numbers,
+        },
+    )
+)
+tolerances = sometimes_wrong(
+    st.dictionaries(st.sampled_from(spec.TOLERANCE_KEYS + ("tol",)), st.one_of(numbers, rules), max_size=3)
+)
+whole = st.one_of(st.integers(-1, 5), st.sampled_from([1.0, 2.0, 2.5, 1e3, 2**64, 2.0**64, 1001]))
 NEW_FIELDS = {
     "import": sometimes_wrong(st.one_of(modules, st.lists(modules, max_size=2))),
     "reference": sometimes_wrong(st.sampled_from(FUNCTIONS + ["f", None])),
     "reference_backward": sometimes_wrong(st.sampled_from(FUNCTIONS + ["f", None])),
     "reference_dtype": sometimes_wrong(st.sampled_from(spec.REFERENCE_DTYPES + ("double", "int64", "complex64"))),
-    "expect": expects, "tolerance": tolerances,
-    "strict": sometimes_wrong(st.booleans()), "resample": sometimes_wrong(st.booleans()),
-    "repeat": sometimes_wrong(whole), "seed": st.one_of(whole, st.integers(0, 2 ** 64 + 10), values),
+    "expect": expects,
+    "tolerance": tolerances,
+    "strict": sometimes_wrong(st.booleans()),
+    "resample": sometimes_wrong(st.booleans()),
+    "repeat": sometimes_wrong(whole),
+    "seed": st.one_of(whole, st.integers(0, 2**64 + 10), values),
     "checks": sometimes_wrong(st.lists(st.sampled_from(list(spec.CHECKS) + ["all", "nope"]), max_size=2)),
 }
 all_fields = {**fields, **NEW_FIELDS}
 case_names = sometimes_wrong(st.sampled_from(["a", "b", 1, 1.0, "1", "case1", 2.5]))
 cases = st.lists(st.fixed_dictionaries({}, optional={"name": case_names, **all_fields}), max_size=3)
-spec_documents = st.fixed_dictionaries({"function": sometimes_wrong(st.sampled_from(FUNCTIONS))},
-                                       optional={**all_fields, "cases": sometimes_wrong(cases)})
+spec_documents = st.fixed_dictionaries(
+    {"function": sometimes_wrong(st.sampled_from(FUNCTIONS))}, optional={**all_fields, "cases": sometimes_wrong(cases)}
+)
 
 
 @settings(FUZZ, max_examples=400)
@@ -293,13 +331,14 @@ def test_fuzzed_documents(doc):
 
 
 @settings(FUZZ, max_examples=200)
-@given(shape=st.lists(st.one_of(st.integers(-1, 4), st.sampled_from([1.0, 2.5, True, "2", 2 ** 63] + HUGE)),
-                      max_size=3),
-       low=st.one_of(st.none(), numbers), high=st.one_of(st.none(), numbers),
-       dist=st.sampled_from([None, *spec.DISTS]), dtype=st.sampled_from([None, "float64", "int64", "bool"]),
-       avoid=st.lists(st.lists(numbers, min_size=2, max_size=2), max_size=2))
+@given(
+    shape=st.lists(st.one_of(st.integers(-1, 4), st.sampled_from([1.0, 2.5, True, "2", 2**63] + HUGE)), max_size=3),
+    low=st.one_of(st.none(), numbers),
+    high=st.one_of(st.none(), numbers),
+    dist=st.sampled_from([None, *spec.DISTS]),
+    dtype=st.sampled_from([None, "float64", "int64", "bool"]),
+    avoid=st.lists(st.lists(numbers, min_size=2, max_size=2), max_size=2),
+)
 def test_fuzzed_tensor_entries(shape, low, high, dist, dtype, avoid):
     entry = {"shape": shape, "low": low, "high": high, "dist": dist, "dtype": dtype, "avoid": avoid}
     agree(SCHEMA, {**BASE, "inputs": [{k: v for k, v in entry.items() if v is not None}]})
-
-

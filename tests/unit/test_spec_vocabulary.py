@@ -10,6 +10,7 @@ the loader and the schema cannot drift apart:
   the rules the schema cannot express: test_spec_schema.SCHEMA_CANNOT);
 - model.py's constants are the schema's names, in the schema's order (the order messages list them in).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -33,16 +34,22 @@ X = {"name": "x", "shape": [3]}
 PLACES: dict[str, tuple[tuple[Any, ...], Callable[[dict[str, Any]], dict[str, Any]]]] = {
     "": ((), lambda obj: {"function": F, **obj}),
     "case": (("cases", 0), lambda obj: {"function": F, "cases": [obj]}),
-    "tensor": (("inputs", 0), lambda obj: {"function": F, "inputs": [{**({} if "data" in obj else {"shape": [3]}),
-                                                                        **obj}]}),
+    "tensor": (
+        ("inputs", 0),
+        lambda obj: {"function": F, "inputs": [{**({} if "data" in obj else {"shape": [3]}), **obj}]},
+    ),
     "value": (("inputs", 0), lambda obj: {"function": F, "inputs": [{"value": 1, **obj}]}),
-    "value_import": (("inputs", 0, "value"),
-                     lambda obj: {"function": F, "inputs": [{"value": {"import": "pkg.mod:f", **obj}}]}),
+    "value_import": (
+        ("inputs", 0, "value"),
+        lambda obj: {"function": F, "inputs": [{"value": {"import": "pkg.mod:f", **obj}}]},
+    ),
     "same_as": (("inputs", 1), lambda obj: {"function": F, "inputs": [X, {"same_as": "x", **obj}]}),
     "list": (("inputs", 0), lambda obj: {"function": F, "inputs": [{"list": [{"shape": [3]}], **obj}]}),
     "dict": (("inputs", 0), lambda obj: {"function": F, "inputs": [{"dict": {"a": {"shape": [3]}}, **obj}]}),
-    "size_of": (("inputs", 1, "high"), lambda obj: {"function": F, "inputs": [
-        X, {"shape": [2], "dist": "randint", "high": {"size_of": "x", **obj}}]}),
+    "size_of": (
+        ("inputs", 1, "high"),
+        lambda obj: {"function": F, "inputs": [X, {"shape": [2], "dist": "randint", "high": {"size_of": "x", **obj}}]},
+    ),
     "tolerance": (("tolerance",), lambda obj: {"function": F, "tolerance": obj}),
     "reference_rule": (("tolerance", "reference"), lambda obj: {"function": F, "tolerance": {"reference": obj}}),
     "init": (("init",), lambda obj: {"function": F, "init": obj}),
@@ -52,9 +59,39 @@ PLACES: dict[str, tuple[tuple[Any, ...], Callable[[dict[str, Any]], dict[str, An
 }
 EVERY_KEY = sorted({k for name in PLACES for k in vocabulary.keys(name)})
 # values of every JSON type, and the shapes the format's keys take
-VALUES: list[Any] = [None, True, False, 0, 1, 2, 3, -1, 1.5, 2 ** 64, "x", "", "0.5", "1e-3", "pkg.mod:f", "my_pkg.ops",
-                     "cpu", "cuda:1", [], [1], [3, 3], ["x"], [[0, 1]], [[1, 0]], {}, {"a": 1}, {"shape": [3]},
-                     [{"shape": [3]}], {"a": {"shape": [3]}}, {"size_of": "x"}, {"value": 1}]
+VALUES: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    1,
+    2,
+    3,
+    -1,
+    1.5,
+    2**64,
+    "x",
+    "",
+    "0.5",
+    "1e-3",
+    "pkg.mod:f",
+    "my_pkg.ops",
+    "cpu",
+    "cuda:1",
+    [],
+    [1],
+    [3, 3],
+    ["x"],
+    [[0, 1]],
+    [[1, 0]],
+    {},
+    {"a": 1},
+    {"shape": [3]},
+    [{"shape": [3]}],
+    {"a": {"shape": [3]}},
+    {"size_of": "x"},
+    {"value": 1},
+]
 
 
 def refs(schema: Any, seen: frozenset[str] = frozenset()) -> list[Any]:
@@ -65,7 +102,9 @@ def refs(schema: Any, seen: frozenset[str] = frozenset()) -> list[Any]:
         if ref and ref not in seen:
             out += refs(DEFS[ref], seen | {ref})
         out += list(schema.get("enum", [])) + ([schema["const"]] if "const" in schema else [])
-        out += [v for k, sub in schema.items() if k not in ("$ref", "enum", "const", "not", "if") for v in refs(sub, seen)]
+        out += [
+            v for k, sub in schema.items() if k not in ("$ref", "enum", "const", "not", "if") for v in refs(sub, seen)
+        ]
     elif isinstance(schema, list):
         out += [v for sub in schema for v in refs(sub, seen)]
     return out
@@ -125,7 +164,8 @@ def test_the_loader_and_the_schema_agree_on_every_key_and_value(name):
             message, accepts = loader(doc), schema_accepts(doc)
             assert accepts or message is not None, f"the loader accepts, the schema rejects: {doc}"
             assert not accepts or message is None or inexpressible(message), (
-                f"the loader rejects ({message}), the schema accepts: {doc}")
+                f"the loader rejects ({message}), the schema accepts: {doc}"
+            )
             rejected += message is not None
         if (name, key) != ("value", "value"):  # a literal argument may be anything
             assert rejected, f"{name}.{key}: the loader accepts every value"
@@ -193,8 +233,10 @@ def test_the_model_names_the_schemas_vocabulary_in_its_order():
     assert spec.CASE_KEYS == ("name",) + tuple(k for k in spec.TOP_KEYS if k != "cases")
     assert spec.KINDS == ("shape", "data", "value", "same_as", "list", "dict")
     assert spec.TENSOR_KEYS == tuple(DEFS["tensor"]["properties"])
-    assert spec.DISTS == {d: tuple(DEFS["tensor"]["properties"]["dist"]["x-parameters"][d])
-                          for d in DEFS["tensor"]["properties"]["dist"]["enum"]}
+    assert spec.DISTS == {
+        d: tuple(DEFS["tensor"]["properties"]["dist"]["x-parameters"][d])
+        for d in DEFS["tensor"]["properties"]["dist"]["enum"]
+    }
     assert spec.CHECKS == tuple(DEFS["check_name"]["enum"])
     assert spec.COMPILE_BACKENDS == tuple(DEFS["compile"]["properties"]["backend"]["enum"])
     assert spec.INIT_MODES == ("train", "eval")
@@ -207,20 +249,32 @@ def test_the_model_names_the_schemas_vocabulary_in_its_order():
 # the drifts the tests above found, each pinned: the loader now refuses what the schema refuses
 
 DRIFTS = [  # (document, the loader's message)
-    ({"function": F, "tolerance": {"reference": {"rule": ["relative"]}}},  # was: TypeError (unhashable), exit 4
-     "s.yaml: tolerance.reference.rule: unknown rule ['relative']; use relative (the target's error at most "
-     "`factor` times the reference's own in the target's dtype) or allclose"),
-    ({"function": F, "compile": False},  # was: read as `compile: {}`
-     "s.yaml: compile: expected a mapping with keys backend, atol, rtol; got False"),
-    ({"function": F, "cases": [{"compile": 0}]},
-     "s.yaml: cases[0].compile: expected a mapping with keys backend, atol, rtol; got 0"),
-    ({"function": F, "inputs": [{"shape": [3], "mean": {}}]},  # was: ignored
-     "s.yaml: inputs[0].mean: expected a finite number, got {}"),
-    ({"function": F, "inputs": [{"shape": [3], "dist": "normal", "std": {"size_of": "x"}}]},
-     "s.yaml: inputs[0].std: expected a finite number, got {'size_of': 'x'}"),
-    ({"function": F, "inputs": [{"shape": [3], "dist": None}]},  # was: read as no dist
-     "s.yaml: inputs[0].dist: unknown distribution None; use one of normal, uniform, randint, positive, sorted, "
-     "simplex, permutation, symmetric, spd, orthogonal"),
+    (
+        {"function": F, "tolerance": {"reference": {"rule": ["relative"]}}},  # was: TypeError (unhashable), exit 4
+        "s.yaml: tolerance.reference.rule: unknown rule ['relative']; use relative (the target's error at most "
+        "`factor` times the reference's own in the target's dtype) or allclose",
+    ),
+    (
+        {"function": F, "compile": False},  # was: read as `compile: {}`
+        "s.yaml: compile: expected a mapping with keys backend, atol, rtol; got False",
+    ),
+    (
+        {"function": F, "cases": [{"compile": 0}]},
+        "s.yaml: cases[0].compile: expected a mapping with keys backend, atol, rtol; got 0",
+    ),
+    (
+        {"function": F, "inputs": [{"shape": [3], "mean": {}}]},  # was: ignored
+        "s.yaml: inputs[0].mean: expected a finite number, got {}",
+    ),
+    (
+        {"function": F, "inputs": [{"shape": [3], "dist": "normal", "std": {"size_of": "x"}}]},
+        "s.yaml: inputs[0].std: expected a finite number, got {'size_of': 'x'}",
+    ),
+    (
+        {"function": F, "inputs": [{"shape": [3], "dist": None}]},  # was: read as no dist
+        "s.yaml: inputs[0].dist: unknown distribution None; use one of normal, uniform, randint, positive, sorted, "
+        "simplex, permutation, symmetric, spd, orthogonal",
+    ),
 ]
 
 

@@ -1,6 +1,7 @@
 """Issue 18, point 2: a loop of cases reads torch's ~29,000 names twice a case instead of four times
 (state.GUARD.consecutive(), a check's block starting from its case's copy, a case's end taken from its last
 check's), and still catches every change, told with the case or check that made it."""
+
 from __future__ import annotations
 
 import sys
@@ -121,8 +122,9 @@ def test_kept_for_call_puts_back_what_a_call_changed(quick: bool, monkeypatch: p
     assert (torch.is_grad_enabled(), torch.get_default_dtype()) == before
 
 
-def test_torch_rebinding_its_own_counters_keeps_the_quick_reading(fake: ModuleType,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_torch_rebinding_its_own_counters_keeps_the_quick_reading(
+    fake: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """torch.compile rebinds module globals of its own (counters, caches) in every compile: that took the
     guard to the full reading of ~29,000 names at every block's end; a rebound callable still does."""
     fake.counter = 0

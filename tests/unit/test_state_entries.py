@@ -5,6 +5,7 @@ and finds it put back after, named in the case's notes (or put back without a wo
 is normal, as for the random generators), or named as what cannot be put back. A new entry in
 ``state`` without a line here fails ``test_every_entry_has_its_test``.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,7 @@ from gradcheck_cli import state
 
 PUT_BACK, QUIET, STUCK = "put back and named", "put back quietly", "cannot be put back"
 SAID_AS = {  # where torch keeps one setting behind two names, the guard names the one it reads
-    "torch.backends.cuda.matmul.allow_tf32": "torch.set_float32_matmul_precision",
+    "torch.backends.cuda.matmul.allow_tf32": "torch.set_float32_matmul_precision"
 }
 _undo: list[Callable[[], Any]] = []  # what a STUCK change leaves, undone after its test
 
@@ -76,7 +77,8 @@ ENTRIES: dict[str, tuple[Callable[[], Any], str]] = {
     "torch.backends.cudnn's flags": (_flip_cudnn, PUT_BACK),
     "torch.backends.cuda.matmul.allow_tf32": (
         lambda: setattr(torch.backends.cuda.matmul, "allow_tf32", not torch.backends.cuda.matmul.allow_tf32),
-        PUT_BACK),
+        PUT_BACK,
+    ),
     "a torch function mode left active": (lambda: _leave_mode(TorchFunctionMode()), PUT_BACK),
     "a torch dispatch mode left active": (lambda: _leave_mode(TorchDispatchMode()), PUT_BACK),
     "torch's functions (monkeypatched)": (lambda: setattr(torch.nn.functional, "relu", None), PUT_BACK),

@@ -5,6 +5,7 @@ and every finite-difference forward draw the same mask, so the correct Function 
 wrong backward fails; ``torch.autograd.gradcheck`` (no fork) fails even the correct one, and so
 does gradcheck-cli with the fork switched off. The user's RNG is left as it was.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,6 +59,7 @@ def test_torch_gradcheck_fails_the_correct_one_and_agrees_once_the_rng_is_fixed(
             with torch.random.fork_rng(devices=[]):
                 torch.set_rng_state(state)
                 return fn.apply(t, 0.3)
+
         return call
 
     # with the RNG fixed per forward, torch and gradcheck-cli agree on both
@@ -69,7 +71,8 @@ def test_torch_gradcheck_fails_the_correct_one_and_agrees_once_the_rng_is_fixed(
 
 @pytest.mark.parametrize("compress, forwards", [(True, 1 + 4), (False, 1 + 2 * 6)], ids=["compressed", "plain"])
 def test_every_forward_of_a_check_draws_the_same_numbers(user_module, compress, forwards):
-    mod = user_module("""
+    mod = user_module(
+        """
         import torch
 
         MASKS = []
@@ -88,7 +91,9 @@ def test_every_forward_of_a_check_draws_the_same_numbers(user_module, compress, 
             def backward(ctx, g):
                 (u,) = ctx.saved_tensors
                 return g * (1 + u)
-    """, "noisy")
+    """,
+        "noisy",
+    )
     import importlib
 
     noisy = importlib.import_module(mod)
@@ -111,7 +116,8 @@ def test_the_users_global_rng_is_unchanged_by_a_check():
 
 
 def test_a_forward_that_raises_still_restores_the_rng(user_module):
-    mod = user_module("""
+    mod = user_module(
+        """
         import torch
 
         class DrawsThenRaises(torch.autograd.Function):
@@ -123,7 +129,9 @@ def test_a_forward_that_raises_still_restores_the_rng(user_module):
             @staticmethod
             def backward(ctx, g):
                 return g
-    """, "drawsraises")
+    """,
+        "drawsraises",
+    )
     import importlib
 
     state = torch.get_rng_state()

@@ -1,5 +1,6 @@
 """One seed path: the runner makes one ``Streams`` per attempt at a case (a trial, a resampled draw) and
 hands it down; every random draw of the case comes from it, seeded exactly as the reports have always been."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,16 +23,24 @@ def test_each_stream_is_seeded_by_the_formula_the_reports_were_made_with(seed: i
     gen = Streams(seed).generator(stream)
     assert gen.initial_seed() == (seed * 1_000_003 + 7919 * (int(stream) + 1)) % 2**63
     again = Streams(seed).generator(stream)  # a new generator each time, from the start of its stream
-    assert torch.equal(torch.rand(5, generator=gen, dtype=torch.float64),
-                       torch.rand(5, generator=again, dtype=torch.float64))
+    assert torch.equal(
+        torch.rand(5, generator=gen, dtype=torch.float64), torch.rand(5, generator=again, dtype=torch.float64)
+    )
 
 
 def test_drawn_numbers_are_the_ones_released_versions_drew() -> None:
     """Values drawn before the streams were one object (a seed replays a run: these must never move)."""
     assert signed_uniform((4,), Streams(0).generator(Stream.PROBES)).tolist() == [
-        0.2060699462890625, -0.0508880615234375, -0.4489288330078125, 0.9119110107421875]
+        0.2060699462890625,
+        -0.0508880615234375,
+        -0.4489288330078125,
+        0.9119110107421875,
+    ]
     assert signed_uniform((3,), Streams(LAST).generator(Stream.COMPILE)).tolist() == [
-        0.2036590576171875, -0.1574554443359375, 0.0364227294921875]
+        0.2036590576171875,
+        -0.1574554443359375,
+        0.0364227294921875,
+    ]
     assert Streams(LAST).generator(Stream.MODULE_INIT).initial_seed() == 9223372036854575624
     assert Streams(LAST).inputs().initial_seed() == LAST
 

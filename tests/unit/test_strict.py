@@ -1,6 +1,7 @@
 """--strict / `strict: true` / check(strict=True): a gradient off by a constant factor within the
 tolerance (1.001x everywhere) fails when that is well beyond the finite differences' own error;
 by default it passes with a warning, as torch.autograd.gradcheck passes it (issue 14, item 8)."""
+
 from __future__ import annotations
 
 import json
@@ -99,14 +100,17 @@ function: usermod:{fn}
 """
 
 
-@pytest.mark.parametrize(("fn", "strict", "flag", "code"), [
-    ("Off", "", False, 0),
-    ("Off", "strict: true\n", False, 1),
-    ("Off", "", True, 1),
-    ("Off", "strict: false\n", True, 1),  # the command line wins
-    ("Sin", "strict: true\n", False, 0),
-    ("Sin", "", True, 0),
-])
+@pytest.mark.parametrize(
+    ("fn", "strict", "flag", "code"),
+    [
+        ("Off", "", False, 0),
+        ("Off", "strict: true\n", False, 1),
+        ("Off", "", True, 1),
+        ("Off", "strict: false\n", True, 1),  # the command line wins
+        ("Sin", "strict: true\n", False, 0),
+        ("Sin", "", True, 0),
+    ],
+)
 def test_exit_codes_of_the_spec_key_and_the_flag(usermod, write_spec, invoke, fn, strict, flag, code):
     write_spec(SPEC.format(fn=fn, strict=strict), "specs/off.yaml")
     result = invoke("specs/off.yaml", "--no-isolate", "--format", "json", *(["--strict"] if flag else []))
@@ -118,15 +122,20 @@ def test_exit_codes_of_the_spec_key_and_the_flag(usermod, write_spec, invoke, fn
 
 
 def test_a_case_may_set_strict(usermod, write_spec, invoke):
-    write_spec("""
+    write_spec(
+        """
         function: usermod:Off
         inputs: [{name: x, shape: [3, 4]}]
         cases: [{name: lenient}, {name: strict, strict: true}]
-        """, "specs/off.yaml")
+        """,
+        "specs/off.yaml",
+    )
     result = invoke("specs/off.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 1
-    assert {r["case"]: r["status"] for r in json.loads(result.stdout)["results"]} == {"lenient": "pass",
-                                                                                       "strict": "fail"}
+    assert {r["case"]: r["status"] for r in json.loads(result.stdout)["results"]} == {
+        "lenient": "pass",
+        "strict": "fail",
+    }
 
 
 def test_strict_must_be_a_boolean(usermod, write_spec, invoke):
@@ -139,5 +148,8 @@ def test_strict_must_be_a_boolean(usermod, write_spec, invoke):
 def test_the_shipped_specs_pass_under_strict(invoke, monkeypatch):
     monkeypatch.chdir(ROOT)
     result = invoke("specs", "--strict", "--no-isolate", "--format", "json")
-    assert result.exit_code == 0, [(r["id"], [c["message"] for c in r["checks"]])
-                                   for r in json.loads(result.stdout)["results"] if r["status"] != "pass"]
+    assert result.exit_code == 0, [
+        (r["id"], [c["message"] for c in r["checks"]])
+        for r in json.loads(result.stdout)["results"]
+        if r["status"] != "pass"
+    ]

@@ -1,6 +1,7 @@
 """Structured inputs: dist spd, symmetric, orthogonal, simplex, sorted, permutation, positive, drawn
 on their set from the seed; randint bounds tied to another argument's size; symmetric inputs
 perturbed along the symmetric matrices, and `param:` transforms."""
+
 from __future__ import annotations
 
 import json
@@ -52,7 +53,9 @@ def test_every_structured_dist_draws_on_its_set(write_spec):
     s, y, q, r, p, k, perm, pos, idx = draw(write_spec, ALL)
     assert torch.equal(s, s.mT) and torch.linalg.eigvalsh(s).min() >= 1 - 1e-12
     assert torch.equal(y, y.mT) and not torch.equal(y, torch.zeros_like(y))
-    assert torch.allclose(q.mT @ q, torch.eye(3, dtype=q.dtype)) and torch.allclose(r @ r.mT, torch.eye(2, dtype=r.dtype))
+    assert torch.allclose(q.mT @ q, torch.eye(3, dtype=q.dtype)) and torch.allclose(
+        r @ r.mT, torch.eye(2, dtype=r.dtype)
+    )
     assert (p > 0).all() and torch.allclose(p.sum(0), torch.ones(3, dtype=p.dtype))
     assert (k.diff(dim=1) > 0).all() and k.min() > -2 and k.max() < 2
     assert perm.dtype == torch.int64 and not perm.requires_grad
@@ -81,40 +84,66 @@ def test_the_seed_option_redraws_structured_inputs(write_spec, invoke):
     assert numbers[0] == numbers[1] != numbers[2]
 
 
-@pytest.mark.parametrize("text, key, gist", [
-    ("{shape: [3], dist: spd}", "inputs[0].shape", "at least 2 dimensions (..., n, n), got [3]"),
-    ("{shape: [3, 4], dist: symmetric}", "inputs[0].shape", "square matrices"),
-    ("{shape: [3, 3], dist: spd, dtype: complex128}", "inputs[0].dtype", "draws real tensors"),
-    ("{shape: [3, 3], dist: sorted, dtype: int64}", "inputs[0].dtype", "floating-point values"),
-    ("{shape: [3, 3], dist: simplex, dim: 2}", "inputs[0].dim", "an int within shape [3, 3]"),
-    ("{shape: [3], dist: sorted, dim: x}", "inputs[0].dim", "expected a dimension"),
-    ("{shape: [3], dist: normal, dim: 0}", "inputs[0].dim", "`dim` does not apply to dist normal"),
-    ("{shape: [3, 3], dist: spd, low: 1}", "inputs[0].low", "`low` does not apply to dist spd; it takes no parameters"),
-    ("{shape: [3], dist: sorted, mean: 1}", "inputs[0].mean", "it takes low, high, dim"),
-    ("{shape: [3], dist: positive, low: 0}", "inputs[0].low", "expected low > 0"),
-    ("{shape: [3], dist: sorted, low: 2, high: 1}", "inputs[0].high", "expected high > low"),
-    ("{shape: [3], dist: sorted, avoid: [[0, 0.1]]}", "inputs[0].avoid", "would leave the set dist sorted"),
-    ("{shape: [3], dist: uniform, high: {size_of: x}}", "inputs[0].high", "for dist randint (indices), not uniform"),
-    ("{shape: [3], dist: randint, high: {size_of: 3}}", "inputs[0].high.size_of", "name of another argument"),
-    ("{shape: [3], dist: randint, high: {size_of: x, dim: a}}", "inputs[0].high.dim", "a dimension of 'x'"),
-    ("{shape: [3], dist: randint, high: {size_of: x, axis: 0}}", "inputs[0].high.axis", "unknown key"),
-    ("{shape: [3], param: nope}", "inputs[0].param", "expected an import path"),
-])
+@pytest.mark.parametrize(
+    "text, key, gist",
+    [
+        ("{shape: [3], dist: spd}", "inputs[0].shape", "at least 2 dimensions (..., n, n), got [3]"),
+        ("{shape: [3, 4], dist: symmetric}", "inputs[0].shape", "square matrices"),
+        ("{shape: [3, 3], dist: spd, dtype: complex128}", "inputs[0].dtype", "draws real tensors"),
+        ("{shape: [3, 3], dist: sorted, dtype: int64}", "inputs[0].dtype", "floating-point values"),
+        ("{shape: [3, 3], dist: simplex, dim: 2}", "inputs[0].dim", "an int within shape [3, 3]"),
+        ("{shape: [3], dist: sorted, dim: x}", "inputs[0].dim", "expected a dimension"),
+        ("{shape: [3], dist: normal, dim: 0}", "inputs[0].dim", "`dim` does not apply to dist normal"),
+        (
+            "{shape: [3, 3], dist: spd, low: 1}",
+            "inputs[0].low",
+            "`low` does not apply to dist spd; it takes no parameters",
+        ),
+        ("{shape: [3], dist: sorted, mean: 1}", "inputs[0].mean", "it takes low, high, dim"),
+        ("{shape: [3], dist: positive, low: 0}", "inputs[0].low", "expected low > 0"),
+        ("{shape: [3], dist: sorted, low: 2, high: 1}", "inputs[0].high", "expected high > low"),
+        ("{shape: [3], dist: sorted, avoid: [[0, 0.1]]}", "inputs[0].avoid", "would leave the set dist sorted"),
+        (
+            "{shape: [3], dist: uniform, high: {size_of: x}}",
+            "inputs[0].high",
+            "for dist randint (indices), not uniform",
+        ),
+        ("{shape: [3], dist: randint, high: {size_of: 3}}", "inputs[0].high.size_of", "name of another argument"),
+        ("{shape: [3], dist: randint, high: {size_of: x, dim: a}}", "inputs[0].high.dim", "a dimension of 'x'"),
+        ("{shape: [3], dist: randint, high: {size_of: x, axis: 0}}", "inputs[0].high.axis", "unknown key"),
+        ("{shape: [3], param: nope}", "inputs[0].param", "expected an import path"),
+    ],
+)
 def test_bad_structured_entries_name_the_key(write_spec, text, key, gist):
     msg = error(write_spec, f"inputs:\n  - {text}\n")
     assert f":3: {key}: " in msg and gist in msg, msg
 
 
-@pytest.mark.parametrize("entries, key, gist", [
-    ("[{shape: [3], dtype: int64, high: {size_of: x}}, {name: x, shape: [4]}]", "inputs[0].high.size_of",
-     "'x' is not an earlier argument"),
-    ("[{name: x, value: 3}, {shape: [3], dtype: int64, high: {size_of: x}}]", "inputs[1].high.size_of",
-     "'x' is not a tensor"),
-    ("[{name: x, shape: [4]}, {shape: [3], dtype: int64, high: {size_of: x, dim: 1}}]", "inputs[1].high.dim",
-     "'x' has shape [4]: no dimension 1"),
-    ("[{name: x, shape: [0]}, {shape: [3], dtype: int64, high: {size_of: x}}]", "inputs[1].high",
-     "expected high > low, got low=0, high=0 (the size of 'x')"),
-])
+@pytest.mark.parametrize(
+    "entries, key, gist",
+    [
+        (
+            "[{shape: [3], dtype: int64, high: {size_of: x}}, {name: x, shape: [4]}]",
+            "inputs[0].high.size_of",
+            "'x' is not an earlier argument",
+        ),
+        (
+            "[{name: x, value: 3}, {shape: [3], dtype: int64, high: {size_of: x}}]",
+            "inputs[1].high.size_of",
+            "'x' is not a tensor",
+        ),
+        (
+            "[{name: x, shape: [4]}, {shape: [3], dtype: int64, high: {size_of: x, dim: 1}}]",
+            "inputs[1].high.dim",
+            "'x' has shape [4]: no dimension 1",
+        ),
+        (
+            "[{name: x, shape: [0]}, {shape: [3], dtype: int64, high: {size_of: x}}]",
+            "inputs[1].high",
+            "expected high > low, got low=0, high=0 (the size of 'x')",
+        ),
+    ],
+)
 def test_bounds_tied_to_a_missing_or_small_argument_are_errors(write_spec, entries, key, gist):
     case = case_of(write_spec, f"inputs: {entries}\n")
     with pytest.raises(inputs.InputError) as info:

@@ -1,5 +1,6 @@
 """The one tolerance module: its comparison is torch's, its table is the one every check reads,
 and each argument is judged by its own dtype's limits."""
+
 from __future__ import annotations
 
 import io
@@ -19,8 +20,11 @@ floats = st.one_of(st.just(float("nan")), st.floats(min_value=-1e6, max_value=1e
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(floats, floats), min_size=1, max_size=20),
-       st.sampled_from([0.0, 1e-8, 1e-5, 1e-2]), st.sampled_from([0.0, 1e-5, 1e-3, 0.5]))
+@given(
+    st.lists(st.tuples(floats, floats), min_size=1, max_size=20),
+    st.sampled_from([0.0, 1e-8, 1e-5, 1e-2]),
+    st.sampled_from([0.0, 1e-5, 1e-3, 0.5]),
+)
 def test_within_is_torch_isclose_and_nan_is_within_nothing(pairs, atol, rtol):
     a = torch.tensor([p[0] for p in pairs], dtype=torch.float64)
     n = torch.tensor([p[1] for p in pairs], dtype=torch.float64)
@@ -40,12 +44,18 @@ def test_limit_is_the_same_number_for_a_float_and_a_tensor_and_leaves_its_argume
 def test_the_table_holds_torchs_own_defaults():
     # two computations of the same values: torch.allclose's defaults; rule allclose: assert_close's rtol
     assert (by_dtype(torch.float64).same.atol, by_dtype(torch.float64).same.rtol) == (1e-8, 1e-5)
-    for dtype, rtol in ((torch.float64, 1e-7), (torch.float32, 1.3e-6), (torch.float16, 1e-3),
-                        (torch.bfloat16, 1.6e-2)):
+    for dtype, rtol in (
+        (torch.float64, 1e-7),
+        (torch.float32, 1.3e-6),
+        (torch.float16, 1e-3),
+        (torch.bfloat16, 1.6e-2),
+    ):
         assert by_dtype(dtype).close.rtol == rtol
     default = Tolerance()
     assert (default.eps, default.atol, default.rtol) == (1e-6, 1e-5, 1e-3)  # torch.autograd.gradcheck's
-    assert by_dtype(torch.complex64) == by_dtype(torch.float32) and by_dtype(torch.complex128) == by_dtype(torch.float64)
+    assert by_dtype(torch.complex64) == by_dtype(torch.float32) and by_dtype(torch.complex128) == by_dtype(
+        torch.float64
+    )
     assert set(PRECISIONS) == {"float64", "float32", "float16", "bfloat16", "complex128", "complex64"}
 
 
@@ -68,8 +78,10 @@ def _code(path: Path) -> str:
 
 def test_no_module_writes_the_comparison_or_a_dtype_table_of_its_own():
     """``atol + rtol |n|`` and the per-dtype limits are written once, in tolerance.py."""
-    comparison = re.compile(r"atol \+ [\w. ]*?rtol \*|\* [\w. ]*?rtol \+ [\w. ]*?atol\b|rtol \* [\w.() ]+? \+ [\w. ]*?atol\b|"
-                            r"\. mul_? \( [\w. ]*?rtol \) \. add_? \( [\w. ]*?atol \)")
+    comparison = re.compile(
+        r"atol \+ [\w. ]*?rtol \*|\* [\w. ]*?rtol \+ [\w. ]*?atol\b|rtol \* [\w.() ]+? \+ [\w. ]*?atol\b|"
+        r"\. mul_? \( [\w. ]*?rtol \) \. add_? \( [\w. ]*?atol \)"
+    )
     table = re.compile(r"torch \. (float16|bfloat16|float32) : \(")
     found = []
     for path in PACKAGE.rglob("*.py"):

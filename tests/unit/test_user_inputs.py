@@ -1,6 +1,7 @@
 """User code, inputs and options that were internal errors (exit 4), now a result or a usage or
 spec error (issue 14, item 12: backward returning a tensor that requires grad, a correct complex
 Function under double_backward, more than 64 dimensions, seeds at the end of their range)."""
+
 from __future__ import annotations
 
 import json
@@ -117,8 +118,7 @@ class ConjugateOutput(torch.autograd.Function):
 @pytest.mark.parametrize("probes", [0, 3], ids=["elementwise", "--fast"])
 @pytest.mark.parametrize("fn", [ComplexSquare, ConjugateOutput])
 def test_a_correct_complex_function_passes_every_order(fn: type, probes: int) -> None:
-    result = check(fn, [z3(dtype=torch.complex128)], checks=["backward", "double_backward", "batched"],
-                   probes=probes)
+    result = check(fn, [z3(dtype=torch.complex128)], checks=["backward", "double_backward", "batched"], probes=probes)
     assert result.error is None, result.error
     assert [c.status for c in result.checks] == [Status.PASS] * 3, [c.message for c in result.checks]
 
@@ -135,10 +135,13 @@ def test_the_conjugate_convention_mistake_still_fails() -> None:
 GOOD = "function: gradcheck_cli.examples.mul_constant:MulConstant\n"
 
 
-@pytest.mark.parametrize("entry, key", [
-    ("{shape: [" + ", ".join(["1"] * 65) + "]}", "inputs[0].shape"),
-    ("{data: " + "[" * 65 + "1.0" + "]" * 65 + "}", "inputs[0].data"),
-])
+@pytest.mark.parametrize(
+    "entry, key",
+    [
+        ("{shape: [" + ", ".join(["1"] * 65) + "]}", "inputs[0].shape"),
+        ("{data: " + "[" * 65 + "1.0" + "]" * 65 + "}", "inputs[0].data"),
+    ],
+)
 def test_more_than_64_dimensions_is_a_spec_error(write_spec: Any, invoke: Any, entry: str, key: str) -> None:
     path = write_spec(f"{GOOD}inputs: [{entry}, {{value: 2.0}}]\n")
     result = invoke(str(path), "--format", "json", "--no-isolate")

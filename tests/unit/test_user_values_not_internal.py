@@ -2,6 +2,7 @@
 output, a reference that returns integers, booleans, complex values for a real target, or NaN, and a
 forward that runs out of memory on the CPU are each an error result of the right kind (exit 3), with a
 message that names the value, never exit 4."""
+
 from __future__ import annotations
 
 import json
@@ -70,6 +71,7 @@ def run(invoke):
     def run(*args: str) -> tuple[int, dict]:
         got = invoke(*args, "--format", "json", "-i", "4x3")
         return got.exit_code, json.loads(got.stdout)
+
     return run
 
 
@@ -79,30 +81,44 @@ def only_error(report: dict) -> dict:
     return result["error"]
 
 
-@pytest.mark.parametrize("function,kind,words", [
-    ("Float8Out", "forward", "forward returned a float8_e4m3fn tensor (output 0): 8-bit floats"),
-    ("CpuOutOfMemory", "out_of_memory", "DefaultCPUAllocator: can't allocate memory"),
-    ("PythonOutOfMemory", "out_of_memory", "forward raised MemoryError"),
-])
-def test_a_forward_that_cannot_be_judged_or_runs_out_of_memory_is_an_error_of_its_kind(user_module, run, function,
-                                                                                         kind, words):
+@pytest.mark.parametrize(
+    "function,kind,words",
+    [
+        ("Float8Out", "forward", "forward returned a float8_e4m3fn tensor (output 0): 8-bit floats"),
+        ("CpuOutOfMemory", "out_of_memory", "DefaultCPUAllocator: can't allocate memory"),
+        ("PythonOutOfMemory", "out_of_memory", "forward raised MemoryError"),
+    ],
+)
+def test_a_forward_that_cannot_be_judged_or_runs_out_of_memory_is_an_error_of_its_kind(
+    user_module, run, function, kind, words
+):
     mod = user_module(MODULE)
     code, report = run(f"{mod}:{function}")
     error = only_error(report)
     assert code == 3 and error["kind"] == kind and words in error["message"], error
 
 
-@pytest.mark.parametrize("reference,words", [
-    ("as_int", "output 0 of the reference usermod:as_int is int64, the target's is float64"),
-    ("as_bool", "output 0 of the reference usermod:as_bool is bool, the target's is float64"),
-    ("as_complex", "output 0 of the reference usermod:as_complex is complex128, the target's is float64"),
-    ("nan", "output 0 of the reference usermod:nan is NaN or infinite at [0, 0] where the target's is finite "
-            "(12 of 12 values)"),
-    ("nan_at_one", "output 0 of the reference usermod:nan_at_one is NaN or infinite at [0, 1] where the target's "
-                   "is finite (1 of 12 values)"),
-])
-def test_a_reference_that_cannot_judge_is_a_reference_error_not_a_failure_of_the_target(user_module, run,
-                                                                                         reference, words):
+@pytest.mark.parametrize(
+    "reference,words",
+    [
+        ("as_int", "output 0 of the reference usermod:as_int is int64, the target's is float64"),
+        ("as_bool", "output 0 of the reference usermod:as_bool is bool, the target's is float64"),
+        ("as_complex", "output 0 of the reference usermod:as_complex is complex128, the target's is float64"),
+        (
+            "nan",
+            "output 0 of the reference usermod:nan is NaN or infinite at [0, 0] where the target's is finite "
+            "(12 of 12 values)",
+        ),
+        (
+            "nan_at_one",
+            "output 0 of the reference usermod:nan_at_one is NaN or infinite at [0, 1] where the target's "
+            "is finite (1 of 12 values)",
+        ),
+    ],
+)
+def test_a_reference_that_cannot_judge_is_a_reference_error_not_a_failure_of_the_target(
+    user_module, run, reference, words
+):
     mod = user_module(MODULE)
     code, report = run(f"{mod}:Double", "--reference", f"{mod}:{reference}", "--check", "reference")
     error = only_error(report)
@@ -119,8 +135,9 @@ def test_a_right_reference_still_passes_the_target(user_module, run):
 def test_a_sparse_gradient_is_judged_by_its_values(user_module, run, function, status):
     # it was exit 4 (torch.equal and comparisons do not run on sparse tensors)
     mod = user_module(MODULE)
-    code, report = run(f"{mod}:{function}", "--check", "backward", "--check", "double_backward",
-                       "--check", "undefined_grad")
+    code, report = run(
+        f"{mod}:{function}", "--check", "backward", "--check", "double_backward", "--check", "undefined_grad"
+    )
     (result,) = report["results"]
     assert result["error"] is None, result["error"]
     assert {c["check"]: c["status"] for c in result["checks"]}["backward"] == status

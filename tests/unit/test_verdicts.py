@@ -1,4 +1,5 @@
 """Wrong verdicts found while restructuring, each with the test that failed before its fix."""
+
 from __future__ import annotations
 
 import json
@@ -56,22 +57,28 @@ class NoReturn(torch.autograd.Function):
 """
 
 
-@pytest.mark.parametrize("name, said", [
-    ("returns_none", "forward returned None"),
-    ("returns_int", "forward returned an int (3)"),
-    ("returns_dict", "forward returned a dict"),
-    ("returns_floats", "forward returned a list of 2 floats"),
-    ("NoReturn", "forward returned None"),
-])
-def test_a_forward_that_returns_no_tensor_is_an_error_that_says_what_it_returned(user_module, write_spec, invoke,
-                                                                                  name, said):
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("returns_none", "forward returned None"),
+        ("returns_int", "forward returned an int (3)"),
+        ("returns_dict", "forward returned a dict"),
+        ("returns_floats", "forward returned a list of 2 floats"),
+        ("NoReturn", "forward returned None"),
+    ],
+)
+def test_a_forward_that_returns_no_tensor_is_an_error_that_says_what_it_returned(
+    user_module, write_spec, invoke, name, said
+):
     # it used to pass ("1 argument checked, all within tolerance") with backward never called
     user_module(RETURNS)
     write_spec(f"function: usermod:{name}\ninputs: [{{shape: [3]}}]\n", "specs/s.yaml")
     result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 3, result.output
     error = json.loads(result.stdout)["results"][0]["error"]
-    assert error["kind"] == "forward" and said in error["message"] and "tensor or a tuple of tensors" in error["message"]
+    assert (
+        error["kind"] == "forward" and said in error["message"] and "tensor or a tuple of tensors" in error["message"]
+    )
 
 
 def test_a_list_of_tensors_is_a_fine_return(user_module, write_spec, invoke):
@@ -80,10 +87,13 @@ def test_a_list_of_tensors_is_a_fine_return(user_module, write_spec, invoke):
     assert invoke("specs/s.yaml", "--no-isolate").exit_code == 0
 
 
-@pytest.mark.parametrize("function, value", [("os:system", "touch pwned"), ("builtins:eval", "open('pwned', 'w')"),
-                                             ("pathlib:Path.touch", "pwned")])
-def test_a_spec_with_no_argument_that_requires_grad_never_calls_its_target(write_spec, invoke, tmp_path, monkeypatch,
-                                                                         function, value):
+@pytest.mark.parametrize(
+    "function, value",
+    [("os:system", "touch pwned"), ("builtins:eval", "open('pwned', 'w')"), ("pathlib:Path.touch", "pwned")],
+)
+def test_a_spec_with_no_argument_that_requires_grad_never_calls_its_target(
+    write_spec, invoke, tmp_path, monkeypatch, function, value
+):
     # it used to run the command, report SKIP and exit 0
     monkeypatch.chdir(tmp_path)
     write_spec(f"function: {function}\ninputs: [{{value: {json.dumps(value)}}}]\n", "specs/s.yaml")
@@ -96,21 +106,25 @@ def test_a_spec_with_no_argument_that_requires_grad_never_calls_its_target(write
 
 def test_a_tensor_that_does_not_require_grad_is_not_enough(write_spec, invoke, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write_spec("function: gradcheck_cli.examples.relu:ReLU\ninputs: [{shape: [3], requires_grad: false}]\n",
-               "specs/s.yaml")
+    write_spec(
+        "function: gradcheck_cli.examples.relu:ReLU\ninputs: [{shape: [3], requires_grad: false}]\n", "specs/s.yaml"
+    )
     result = invoke("specs/s.yaml", "--no-isolate")
     assert result.exit_code == 3 and "no argument is a tensor that requires grad" in result.stdout
 
 
-@pytest.mark.parametrize("checks, options, code, status", [
-    ("[backward, forward_ad]", [], 1, "fail"),  # named in the spec: asked for, so it fails (was a skip, exit 0)
-    ("all", [], 0, "skip"),  # every applicable check: not applicable is a skip
-    ("[backward]", ["--check", "forward_ad"], 1, "fail"),  # named on the command line
-    ("[backward]", ["--check", "all"], 0, "skip"),
-])
-def test_a_check_the_function_cannot_support_fails_when_named_and_skips_under_all(write_spec, invoke, tmp_path,
-                                                                                 monkeypatch, checks, options, code,
-                                                                                 status):
+@pytest.mark.parametrize(
+    "checks, options, code, status",
+    [
+        ("[backward, forward_ad]", [], 1, "fail"),  # named in the spec: asked for, so it fails (was a skip, exit 0)
+        ("all", [], 0, "skip"),  # every applicable check: not applicable is a skip
+        ("[backward]", ["--check", "forward_ad"], 1, "fail"),  # named on the command line
+        ("[backward]", ["--check", "all"], 0, "skip"),
+    ],
+)
+def test_a_check_the_function_cannot_support_fails_when_named_and_skips_under_all(
+    write_spec, invoke, tmp_path, monkeypatch, checks, options, code, status
+):
     monkeypatch.chdir(tmp_path)  # corpus.Sin: first order only, no jvp
     write_spec(f"function: corpus:Sin\nchecks: {checks}\ninputs: [{{shape: [3]}}]\n", "specs/s.yaml")
     result = invoke("specs/s.yaml", "--no-isolate", "--format", "json", *options)
@@ -169,19 +183,25 @@ def test_forward_that_modifies_its_input_is_named_as_forward_not_backward(user_m
     assert "backward modified" not in message
 
 
-def test_an_input_holding_nan_is_not_called_modified_and_the_wrong_gradient_is_still_reported(user_module, write_spec,
-                                                                                              invoke):
+def test_an_input_holding_nan_is_not_called_modified_and_the_wrong_gradient_is_still_reported(
+    user_module, write_spec, invoke
+):
     # torch.equal calls NaN unequal to itself: "backward modified input 'x' in place" (fatal) hid a wrong gradient
     user_module(IN_PLACE)
     # (NaN in an input that requires grad is a spec error since issue 27: here it sits in one that does not)
-    write_spec("function: usermod:Mul2WrongBeside\ninputs: [{name: x, data: [0.0, 1.0, 2.0]}, "
-               "{name: m, data: [.nan, 1.0, 2.0], requires_grad: false}]\n", "specs/s.yaml")
+    write_spec(
+        "function: usermod:Mul2WrongBeside\ninputs: [{name: x, data: [0.0, 1.0, 2.0]}, "
+        "{name: m, data: [.nan, 1.0, 2.0], requires_grad: false}]\n",
+        "specs/s.yaml",
+    )
     result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 1, result.output
     (check,) = json.loads(result.stdout)["results"][0]["checks"]
     assert "in place" not in check["message"]
     row = check["inputs"][0]
-    assert row["status"] == "fail" and row["analytical"] == pytest.approx(3.0) and row["numerical"] == pytest.approx(2.0)
+    assert (
+        row["status"] == "fail" and row["analytical"] == pytest.approx(3.0) and row["numerical"] == pytest.approx(2.0)
+    )
 
 
 NUMPY_BACKWARD = """
@@ -212,11 +232,15 @@ class AlwaysRaises(torch.autograd.Function):
 
 
 def test_a_backward_that_cannot_be_differentiated_fails_double_backward_and_the_other_checks_run(
-        user_module, write_spec, invoke):
+    user_module, write_spec, invoke
+):
     # it was an error of the whole case (exit 3), and the checks after it never ran
     user_module(NUMPY_BACKWARD)
-    write_spec("function: usermod:NumpyBackward\nchecks: [backward, double_backward, undefined_grad]\n"
-               "inputs: [{shape: [3]}]\n", "specs/s.yaml")
+    write_spec(
+        "function: usermod:NumpyBackward\nchecks: [backward, double_backward, undefined_grad]\n"
+        "inputs: [{shape: [3]}]\n",
+        "specs/s.yaml",
+    )
     result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 1, result.output
     (res,) = json.loads(result.stdout)["results"]
@@ -247,8 +271,9 @@ def test_batched_on_a_64_dimensional_tensor_is_unsupported_not_a_wrong_gradient(
     assert named.status is Status.FAIL and "named explicitly" in named.checks[0].message
 
 
-@pytest.mark.parametrize("numerical, said", [(0.0, "zero_numerical"), (1e-10, "zero_numerical"),
-                                             (2e-8, "some_elements")])
+@pytest.mark.parametrize(
+    "numerical, said", [(0.0, "zero_numerical"), (1e-10, "zero_numerical"), (2e-8, "some_elements")]
+)
 def test_a_numerical_gradient_at_rounding_level_is_zero_for_the_diagnosis(numerical, said):
     """Batched forwards round each batch row in their own way: an input the outputs do not depend on gets
     differences of about 1e-10, which the diagnosis takes as zero (below atol / 1000), and nothing larger."""
@@ -314,9 +339,11 @@ def test_a_low_precision_argument_leaves_the_float64_ones_their_own_tolerance(x_
 
 def test_a_low_precision_argument_says_the_others_keep_their_tolerance():
     (note,) = check(Coupled, _coupled_args(torch.float32)).checks[0].warnings
-    assert note == ("'x' is float32: the numerical gradient comes from forward run in float64 (the reference), with "
-                    "tolerances for float32: atol 0.0001, rtol 0.001 (the other arguments keep atol 1e-05, rtol "
-                    "0.001: each is judged by its own dtype's)")
+    assert note == (
+        "'x' is float32: the numerical gradient comes from forward run in float64 (the reference), with "
+        "tolerances for float32: atol 0.0001, rtol 0.001 (the other arguments keep atol 1e-05, rtol "
+        "0.001: each is judged by its own dtype's)"
+    )
 
 
 class Float32Kernel(torch.autograd.Function):
