@@ -186,7 +186,13 @@ def test_on_a_gpu_every_shipped_spec_passes_on_cuda_and_agrees_with_the_cpu(monk
     result = invoke("specs/", "--device", "cpu", "--device", "cuda", "--require-device", "--format", "json")
     assert result.exit_code == 0, result.stdout
     res = json.loads(result.stdout)["results"]
-    assert {r["status"] for r in res} == {"pass"}
+    # every case passes on both devices, or is the documented mismatch (expect: xfail) on both (issue 30 item 5:
+    # specs/kernels.yaml's xfail failed a test that asked for pass everywhere)
+    assert {r["status"] for r in res} <= {"pass", "xfail"} and "pass" in {r["status"] for r in res}
+    by_case: dict[str, dict[str, str]] = {}
+    for r in res:
+        by_case.setdefault(r["id"].rsplit("[", 1)[0], {})[r["device"]] = r["status"]
+    assert all(len(set(statuses.values())) == 1 for statuses in by_case.values()), by_case
     consistency = [c for r in res for c in r["checks"] if c["check"] == "device_consistency" and r["device"] == "cuda"]
     assert consistency and all(c["status"] == "pass" for c in consistency)
 
