@@ -34,7 +34,7 @@ from ..binding import Bound
 from ..errors import UserCodeError
 from ..nn_module import ModuleTarget, call_with, restore_buffers
 from ..numerics import as_tuple, is_float_tensor
-from ..numerics.streams import Stream, Streams
+from ..numerics.streams import Streams
 from ..results import CheckResult, InputReport, Pattern, Status
 from ..rng import seed_plus
 from ..target import Target
@@ -43,6 +43,8 @@ from .base import CheckContext, call_forward, differentiable, fresh_leaves, prob
 from .diagnosis import ratio_text
 from .sides import compare, gradients, output_row, side
 from .verdict import begin, conclude, skip, unsupported
+
+STREAM = 31  # the random stream of the compile check's grad_outputs (a seed replays it)
 
 VJP = "torch.func.vjp"
 # logger -> its level while compiling; fake_tensor's traceback of a failing fake kernel: the check's message says it
@@ -109,7 +111,7 @@ def _attempt(ctx: CheckContext) -> CheckResult:
     with _in_place_buffers(target, changed):
         eager = side(target, bound, bound.values, checked, "forward")
     positions = differentiable(eager.outputs)
-    gen = ctx.streams.generator(Stream.COMPILE)
+    gen = ctx.streams.generator(STREAM)
     probes = {p: probe_like(eager.outputs[p], gen) for p in positions}
     eager.grads = gradients(eager, probes, "backward")
     rule = ctx.tolerance.compile

@@ -12,11 +12,12 @@ from ..binding import Bound
 from ..devices import device_problem
 from ..errors import guarded
 from ..numerics import as_tuple, is_float_tensor, unravel, vjp
-from ..numerics.streams import Stream
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..target import Target
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
 from .rows import columns, dtype_name, fill, statistics
+
+STREAM = 2  # the random stream of device_consistency's grad_output (a seed replays it)
 
 
 def gradients(target: Target, bound: Bound) -> tuple[tuple[Any, ...], list[Optional[torch.Tensor]]]:
@@ -28,7 +29,7 @@ def gradients(target: Target, bound: Bound) -> tuple[tuple[Any, ...], list[Optio
     outputs = as_tuple(call_forward(target, bound, leaves))
     live = [outputs[p] for p in differentiable(outputs)]
     wanted = [v for v in leaves if isinstance(v, torch.Tensor) and v.requires_grad]
-    gen = bound.streams.generator(Stream.DEVICES)
+    gen = bound.streams.generator(STREAM)
     probes = [probe_like(o, gen) for o in live]
     grads = guarded(ErrorKind.BACKWARD, "backward", vjp, live, wanted, probes) if live and wanted else ()
     by_id = {id(v): g for v, g in zip(wanted, grads)}

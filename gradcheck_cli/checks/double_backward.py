@@ -17,7 +17,7 @@ import torch
 from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, engine, kinks, vjp
 from ..numerics.realify import Vjp, strided
-from ..numerics.streams import Stream, Streams
+from ..numerics.streams import Streams
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..tolerance import Tolerance
 from .base import (
@@ -34,6 +34,8 @@ from .rows import fill_jacobian
 from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again
 from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, label, labels, reword, skip, unsupported
+
+STREAM = 10  # the random stream of double_backward's grad_outputs (a seed replays it)
 
 FULL_BITS = 0.7853981633974483  # pi / 4: 53 significant bits
 ONCE = "trying to differentiate twice a function that was marked with @once_differentiable"
@@ -72,7 +74,7 @@ def run(ctx: CheckContext) -> CheckResult:
             "grad): there is no backward to differentiate",
             start,
         )
-    gen = ctx.streams.generator(Stream.DOUBLE_BACKWARD)
+    gen = ctx.streams.generator(STREAM)
     # probes with every bit of their dtype: where backward scales them by 0 or 1 (relu), values of 17 bits
     # would look like a coarse grid to the second look (numerics.precision)
     vs = [probe_like(outputs[p], gen) * FULL_BITS for p in live]

@@ -19,22 +19,17 @@ import torch
 
 
 class Stream(enum.IntEnum):
-    """The random streams (the numbers are part of the reproducibility: a seed replays a run)."""
+    """The random streams of the numerics and of the backward check's parts (the numbers are part of the
+    reproducibility: a seed replays a run). Every other check declares its own number, ``STREAM`` in its
+    module (a test keeps them all apart)."""
 
     PROJECTION = 0  # the random projection of the outputs that names patterns (e.g. a transpose)
     BACKWARD = 1  # backward's contract and determinism grad_outputs
-    DEVICES = 2  # device_consistency's grad_output
     PROBES = 3  # --fast probes v^T J u
     STRICT = 4  # --strict: the direction along which the finite differences' own error is estimated
     COMPRESSION = 5  # compressed finite differences: the weights of the groups' second moves
     ROW_GROUPS = 6  # compressed analytical rows: the weights that name each column's row
     LINEARITY = 7  # backward's linearity in grad_output: the one-hot's places
-    DOUBLE_BACKWARD = 10  # double_backward's grad_outputs
-    FORWARD_AD = 11  # forward_ad's projection
-    BATCHED = 20  # batched's stack of grad_outputs
-    UNDEFINED_GRAD = 21  # undefined_grad's grad_outputs
-    REFERENCE = 30  # the reference check's grad_outputs
-    COMPILE = 31  # the compile check's grad_outputs
     MODULE_INIT = 100  # an nn.Module's parameters
 
 
@@ -45,7 +40,7 @@ class Streams:
 
     seed: int = 0
 
-    def generator(self, stream: Stream) -> torch.Generator:
+    def generator(self, stream: int) -> torch.Generator:
         """A new CPU generator for ``stream`` (each call starts it afresh), independent of the inputs' stream."""
         return torch.Generator().manual_seed((self.seed * 1_000_003 + 7919 * (int(stream) + 1)) % 2**63)
 
