@@ -143,9 +143,11 @@ def compare(
     else:
         budget(2 * layout.n_cols + layout.n_rows, 1)
         if store is None:  # the diagonals, else one-hot rows
-            store = (
-                RowGroups(jac, streams.generator(Stream.ROW_GROUPS), most, tried=True).store() if grouping else None
-            ) or (None if small else jac.sparse_rows(most, early=fits))
+            diagonals = RowGroups(jac, streams.generator(Stream.ROW_GROUPS), most, tried=True) if grouping else None
+            store = diagonals.store() if diagonals is not None else None
+            # where the diagonals already found more than ``most`` non-zero entries, the one-hot rows would too
+            if store is None and not small and not (diagonals is not None and diagonals.too_many):
+                store = jac.sparse_rows(most, early=fits)
         if store is None and block < layout.n_cols:
             passes = -(-layout.n_cols // block)  # after the pass that looked for the non-zero entries
             budget(2 * layout.n_cols + (passes + 1) * layout.n_rows, passes)

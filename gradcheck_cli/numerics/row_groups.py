@@ -53,6 +53,7 @@ class RowGroups:
         self.key_dtype = torch.int32 if self.layout.n_cols * n < 2**31 else torch.long
         self.keys, self.vals = torch.empty(0, dtype=self.key_dtype), torch.empty(0, dtype=torch.float64)
         self.count = 0
+        self.too_many = False  # ``store`` gave up on finding more than ``limit`` entries (each entry once)
         row_bytes = sum(o.numel() * o.element_size() for o in rows.live) + 8 * self.layout.n_cols * 2
         stage = stage_size(ROW_STAGE, row_bytes, rows.memory_bytes, ROW_GROUP_STAGE_BYTES)
         self.stage = max(1, stage // CALLS)  # groups
@@ -101,13 +102,15 @@ class RowGroups:
         groups = list(torch.split(order, torch.bincount(diagonal, minlength=longest).tolist()))
         self._grow(self.count + min(self.limit, len(groups) * self.layout.n_cols))  # at most one entry a column
         overlapping = self._groups(out, k, groups)
-        if len(overlapping) * 2 > len(groups) or self.count > self.limit:
+        self.too_many = self.count > self.limit
+        if len(overlapping) * 2 > len(groups) or self.too_many:
             return False
         return all(self._one_hot(out, k, members) for members in overlapping)
 
     def _groups(self, out: torch.Tensor, k: int, groups: list[torch.Tensor]) -> list[torch.Tensor]:
         """The entries of ``groups`` (real indices into ``out``) into the buffers; returns the groups
-        that overlap (they add nothing)."""
+        that overlap (they add nothing). Stops once more than ``limit`` entries are found: the store
+        cannot hold them, whatever the other groups hold (``too_many``)."""
         overlapping = []
         for g0 in range(0, len(groups), self.stage):
             stage = groups[g0 : g0 + self.stage]
@@ -118,6 +121,8 @@ class RowGroups:
                 continue
             self.calls += len(got)
             overlapping += self._decode(got, [k + members for members in stage], stage)
+            if self.count > self.limit:
+                break
         return overlapping
 
     def _grad_outputs(self, out: torch.Tensor, k: int, stage: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -202,5 +207,6 @@ class RowGroups:
             r, c = got.nonzero(as_tuple=True)  # NaN counts as non-zero
             self._keep(c, k + part[r], got[r, c])
             if self.count > self.limit:
+                self.too_many = True
                 return False
         return True
