@@ -189,3 +189,16 @@ def _forget(tops: set[str]) -> None:
     for mod in list(sys.modules):
         if mod.split(".")[0] in tops:
             del sys.modules[mod]
+
+
+@pytest.fixture
+def gradcheck_argv() -> list[str]:
+    """The command that runs gradcheck in a child process where Ctrl-C (SIGINT) reaches it as in a terminal.
+    A job that a non-interactive shell starts in the background ignores SIGINT, exec keeps that, and Python
+    then installs no handler: a test that sends SIGINT would wait forever. The child puts Python's handler
+    back before it runs gradcheck's ``__main__``."""
+    code = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'gradcheck'; runpy.run_module('gradcheck_cli', run_name='__main__', alter_sys=True)"
+    )
+    return [sys.executable, "-c", code]

@@ -205,22 +205,13 @@ def test_processes_the_code_under_test_starts_end_with_its_case(user_module, wri
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_an_interrupt_reports_what_finished_and_ends_the_workers(user_module, write_spec, tmp_path, signum, code):
+def test_an_interrupt_reports_what_finished_and_ends_the_workers(
+    user_module, write_spec, tmp_path, signum, code, gradcheck_argv
+):
     user_module(USER)
     spec(write_spec, "Square", "Wrong", "Hangs", "Square")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gradcheck_cli",
-            "specs/",
-            "--format",
-            "json",
-            "-j",
-            "1",
-            "--junit-xml",
-            "out/junit.xml",
-        ],
+        [*gradcheck_argv, "specs/", "--format", "json", "-j", "1", "--junit-xml", "out/junit.xml"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

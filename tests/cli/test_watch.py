@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -191,11 +190,13 @@ def test_a_module_that_registers_a_custom_op_is_reloaded_in_a_fresh_worker(user_
     assert "a fresh worker, as opmod.py registers custom ops" in run.err.getvalue()
 
 
-def test_ctrl_c_stops_the_watch_with_the_state_exit_code_and_no_traceback(user_module, write_spec, tmp_path):
+def test_ctrl_c_stops_the_watch_with_the_state_exit_code_and_no_traceback(
+    user_module, write_spec, tmp_path, gradcheck_argv
+):
     user_module(square("3"), "sqmod")
     write_spec(spec_text("sqmod:Square"), "specs/square.yaml")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gradcheck_cli", "--watch", "specs/", "--no-color"],
+        [*gradcheck_argv, "--watch", "specs/", "--no-color"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
