@@ -122,9 +122,7 @@ def check(
     if max_memory is not None and memory_bytes is not None:
         raise ValueError("give max_memory (MB) or memory_bytes, not both")
     memory = max_memory * 2**20 if max_memory is not None else memory_bytes
-    opts = Options(
-        tolerance, memory or MEMORY_BYTES, FAST_PROBES if fast and not probes else probes, repeat, compress=compress
-    )
+    opts = Options(tolerance, memory or MEMORY_BYTES, FAST_PROBES if fast and not probes else probes, compress)
 
     streams = Streams(seed)  # every draw of the checks, and the state every forward starts from
     given_values = [*args, *(kwargs or {}).values()]
@@ -159,6 +157,7 @@ def check(
             on,
             named=list(checks) != ["all"],
             oracle=oracle,
+            settings={"repeat": repeat},
         )
         with vmap_fallback_quiet():
             result.checks.extend(runner.run_check(n, ctx) for n in names)

@@ -25,6 +25,7 @@ from .plan import RunOptions, Task
 from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Status, overall
 from .rng import seed_plus
 from .spec import Case, SpecError, TensorArg, ValueArg
+from .spec.settings import thawed
 from .structured import symmetric_part
 from .target import Target
 
@@ -186,9 +187,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     chosen = case.checks_given and opts.checks is None  # the checks are the ones the spec's `checks:` lists
     expectations.validate(case.expect, bound.names, case.checks, chosen)
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
-    options = Options(
-        case.tolerance, opts.memory_bytes or MEMORY_BYTES, opts.probes, case.repeat, case.compile.backend, opts.compress
-    )
+    options = Options(case.tolerance, opts.memory_bytes or MEMORY_BYTES, opts.probes, opts.compress)
     ctx = CheckContext(
         target,
         bound,
@@ -198,6 +197,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
         lambda other: bind_case(target, case, other, streams),
         named=not case.all_checks,
         oracle=oracle.load(case, target, device, streams) if "reference" in case.checks else None,
+        settings={key: thawed(value) for key, value in case.settings},
     )
     declined = plan.declined(case)
     running = [name for name in case.checks if name not in declined]

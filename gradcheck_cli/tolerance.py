@@ -18,7 +18,8 @@ numbers can be held to where the spec sets nothing:
 
 ``Tolerance`` is what a case is judged by: the spec's eps, atol and rtol (each argument of a lower
 dtype gets its own dtype's ``gradient`` limits where the spec did not set them), nondet_tol, and the
-rules of the reference and compile checks.
+reference check's rule: what the spec writes under ``tolerance:``. (The compile check's ``compile: {atol,
+rtol}`` is its own setting, a ``ReferenceRule`` it builds.)
 """
 
 from __future__ import annotations
@@ -130,7 +131,6 @@ class Tolerance:
     # differences' own error estimate fails (by default it is a warning, as torch.autograd.gradcheck passes it)
     strict: bool = False
     reference: ReferenceRule = ReferenceRule()
-    compile: ReferenceRule = ReferenceRule("allclose")  # the compile check's: allclose, per dtype unless set
 
     def at_least(self, dtype: torch.dtype, eps: bool = False) -> Tolerance:
         """This tolerance with ``dtype``'s gradient limits (and, with ``eps``, its step) where the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any, Callable, Optional
 
@@ -31,6 +31,18 @@ Columns = Callable[[list[int], dict[int, torch.Tensor]], Iterator[tuple[int, tor
 STRICT_MARGIN = 10  # --strict fails a constant factor off 1 by this many times the finite differences' own error
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The spec's keys this check owns (``x-check: backward`` in the schema)."""
+
+    repeat: int = 3  # backward calls with the same grad_output that must agree (determinism)
+
+    @classmethod
+    def of(cls, ctx: CheckContext) -> Settings:
+        given = ctx.settings.get("repeat")
+        return cls() if given is None else cls(repeat=given)
+
+
 def run(ctx: CheckContext) -> CheckResult:
     """Check backward of ``ctx.target`` called with ``ctx.bound``. User errors raise UserCodeError."""
     if not ctx.options.probes:
@@ -46,9 +58,8 @@ def _check(ctx: CheckContext) -> CheckResult:
     tol = opts.tolerance
     gen = ctx.streams.generator(Stream.BACKWARD)
     start, reports, checked, result = begin(bound, "backward", "elementwise")
-    found = (
-        contract.inspect(target, bound, gen, tol.nondet_tol, opts.repeat) if target.is_function else contract.Findings()
-    )
+    repeat = Settings.of(ctx).repeat
+    found = contract.inspect(target, bound, gen, tol.nondet_tol, repeat) if target.is_function else contract.Findings()
     result.warnings += found.warnings
     if found.fatal:
         for i in checked:
@@ -172,7 +183,7 @@ def _check(ctx: CheckContext) -> CheckResult:
         []
         if found.repeated
         else _determinism(  # the contract compared its repeated calls
-            outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, opts.repeat
+            outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, repeat
         )
     )
     return _finish(result, found, nondeterministic, start)

@@ -3,7 +3,7 @@ and calling the user's forward safely."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -29,13 +29,12 @@ WORK_LIMIT = 10**11  # calls x tensor elements per call: an element-by-element c
 
 @dataclass(frozen=True)
 class Options:
-    """How a check compares: tolerances, the memory budget, --fast's probes, and backward's repeated calls."""
+    """How every check compares: the tolerances, the memory budget, and the run's options (--fast's
+    probes, --no-compress). What one check alone reads from the spec is its own (``CheckContext.settings``)."""
 
     tolerance: Tolerance = field(default_factory=Tolerance)
     memory_bytes: int = MEMORY_BYTES
     probes: int = 0  # > 0: decide with this many signed random probes, element by element only if one fails
-    repeat: int = 3  # backward calls with the same grad_output that must agree
-    compile_backend: str = "aot_eager"  # the compile check's torch.compile backend
     compress: bool = True  # compressed finite differences where the Jacobian is sparse (see numerics.compressed)
 
 
@@ -49,6 +48,8 @@ class CheckContext:
     support fails when it was ``named`` and skips under ``checks: all``. ``oracle`` is what the
     spec's ``reference``/``reference_backward`` name, loaded when the case runs the reference check.
     ``streams`` are the random streams of this attempt at the case, which the arguments were drawn from.
+    ``settings`` are the spec's keys that a check owns (``x-check`` in the schema: ``repeat``, ``compile``),
+    by key, as the spec gave them (a key not given is absent); each check builds its own ``Settings``.
     """
 
     target: Target
@@ -59,6 +60,7 @@ class CheckContext:
     rebind: Optional[Callable[[str], Bound]] = None
     named: bool = True  # the check was named (`checks: [...]`, --check NAME), not run under `all`
     oracle: Optional[Oracle] = None  # the reference implementation the spec names, for the reference check
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def tolerance(self) -> Tolerance:

@@ -25,7 +25,7 @@ import time
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 import torch
@@ -59,6 +59,21 @@ _GUARD_PROFILE = "profile_guard_manager"  # torch._dynamo.guards times every gua
 BREAKS_SHOWN = 3  # graph-break reasons named in the warning
 
 
+@dataclass(frozen=True)
+class Settings:
+    """The spec's ``compile: {backend, atol, rtol}`` (``x-check: compile`` in the schema): torch.compile's
+    backend, and the rule compiled is compared with eager by (allclose; per dtype where not given)."""
+
+    backend: str = "aot_eager"
+    rule: ReferenceRule = field(default_factory=lambda: ReferenceRule("allclose"))
+
+    @classmethod
+    def of(cls, ctx: CheckContext) -> Settings:
+        given = ctx.settings.get("compile") or {}
+        rule = ReferenceRule("allclose", atol=given.get("atol"), rtol=given.get("rtol"))
+        return cls(given.get("backend") or cls.backend, rule)
+
+
 class _Calls(Target):
     """A callable of all the bound values (module parameters included), called as a target is; a module
     target's buffers are put back as built after every call, outside the compiled code too."""
@@ -83,7 +98,7 @@ def run(ctx: CheckContext) -> CheckResult:
     start = time.perf_counter()
     missing = _unavailable()
     if missing:
-        result = begin(ctx.bound, "compile", ctx.options.compile_backend)[3]
+        result = begin(ctx.bound, "compile", Settings.of(ctx).backend)[3]
         return skip(result, f"torch.compile is not available here: {missing}", start)
     first = _attempt(ctx)
     if not any(r.status is Status.FAIL for r in first.inputs):
@@ -105,7 +120,8 @@ def run(ctx: CheckContext) -> CheckResult:
 def _attempt(ctx: CheckContext) -> CheckResult:
     """One comparison of the compiled target with eager, on fresh leaves and buffers as built."""
     target, bound = ctx.target, ctx.bound
-    backend = ctx.options.compile_backend
+    settings = Settings.of(ctx)
+    backend = settings.backend
     start, rows, checked, result = begin(bound, "compile", backend)
     changed: list[str] = []
     with _in_place_buffers(target, changed):
@@ -114,7 +130,7 @@ def _attempt(ctx: CheckContext) -> CheckResult:
     gen = ctx.streams.generator(STREAM)
     probes = {p: probe_like(eager.outputs[p], gen) for p in positions}
     eager.grads = gradients(eager, probes, "backward")
-    rule = ctx.tolerance.compile
+    rule = settings.rule
     breaks: dict[str, int] = {}
     n, kw = bound.n_positional, bound.kw_names
     call = _traced(target)

@@ -6,7 +6,8 @@ one error and the others are still read.
 
 The package, bottom up: ``model`` (the keys, SpecError and the dataclasses), ``lines`` (YAML ->
 documents with each key path's line), ``values`` (one value read and checked), ``arguments`` (argument
-entries), ``document`` (a document and its cases); here ``load_file``, and every public name.
+entries), ``settings`` (the keys a check owns), ``document`` (a document and its cases); here
+``load_file``, and every public name.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from .model import (
     BOUNDS,
     CASE_KEYS,
     CHECKS,
-    COMPILE_BACKENDS,
-    COMPILE_KEYS,
     DIST_DEFAULTS,
     DISTS,
     DTYPES,
@@ -34,6 +33,7 @@ from .model import (
     KINDS,
     MATRIX_DISTS,
     MAX_DIMS,
+    OWNED,
     REFERENCE_DTYPES,
     RULES,
     SET_DISTS,
@@ -44,7 +44,6 @@ from .model import (
     AliasArg,
     Arg,
     Case,
-    CompileOptions,
     Container,
     DictArg,
     Expect,
@@ -73,8 +72,6 @@ __all__ = [
     "BOUNDS",
     "CASE_KEYS",
     "CHECKS",
-    "COMPILE_BACKENDS",
-    "COMPILE_KEYS",
     "DEVICE_RE",
     "DISTS",
     "DIST_DEFAULTS",
@@ -88,6 +85,7 @@ __all__ = [
     "MATRIX_DISTS",
     "MAX_DIMS",
     "MAX_NODES",
+    "OWNED",
     "MERGE_TAG",
     "MODULE_RE",
     "NUMERIC_RE",
@@ -101,7 +99,6 @@ __all__ = [
     "AliasArg",
     "Arg",
     "Case",
-    "CompileOptions",
     "Container",
     "Ctx",
     "DictArg",

@@ -1,5 +1,6 @@
 """One document -> its cases: the top-level keys, the case entries and what each overrides, and the
-keys' values (tolerance and its reference rule, checks, compile, init, expect)."""
+keys' values (tolerance and its reference rule, checks, init, expect); the keys a check owns are read
+by ``settings``."""
 
 from __future__ import annotations
 
@@ -14,25 +15,23 @@ from .lines import Ctx, keystr
 from .model import (
     CASE_KEYS,
     CHECKS,
-    COMPILE_BACKENDS,
-    COMPILE_KEYS,
     EXPECT_KEYS,
     EXPECTED_KEYS,
     INIT_KEYS,
     INIT_MODES,
+    OWNED,
     REFERENCE_DTYPES,
-    REPEATS,
     RULES,
     TOLERANCE_KEYS,
     TOP_KEYS,
     Arg,
     Case,
-    CompileOptions,
     Expect,
     Expected,
     Key,
 )
 from .rules import contradicts, name_taken
+from .settings import setting
 from .values import devices, dtype_of, import_path, mapping, module_names, number, show, whole
 
 
@@ -108,15 +107,6 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
         changes["checks_given"] = True
         changes["all_checks"] = doc["checks"] in ("all", ["all"])
         changes["spec_checks"] = () if changes["all_checks"] else changes["checks"]
-    if "repeat" in doc:
-        repeat = whole(doc["repeat"])
-        if repeat is None or not REPEATS[0] <= repeat <= REPEATS[1]:
-            raise ctx.fail(
-                key + ("repeat",),
-                f"expected an integer from {REPEATS[0]} to {REPEATS[1]} (backward "
-                f"calls compared for determinism), got {show(doc['repeat'])}",
-            )
-        changes["repeat"] = repeat
     if "resample" in doc:
         if not isinstance(doc["resample"], bool):
             raise ctx.fail(key + ("resample",), f"expected true or false, got {show(doc['resample'])}")
@@ -160,9 +150,9 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
                 f"arguments), got {show(doc['clone_inputs'])}",
             )
         changes["clone_inputs"] = doc["clone_inputs"]
-    if "compile" in doc:
-        changes["compile"], rule = _compile(doc["compile"], key + ("compile",), ctx)
-        changes["tolerance"] = replace(changes.get("tolerance", case.tolerance), compile=rule)
+    owned = {k: setting(doc[k], OWNED[k][1], key + (k,), ctx) for k in OWNED if k in doc}
+    if owned:
+        changes["settings"] = tuple({**dict(case.settings), **owned}.items())
     for name in ("reference", "reference_backward"):
         if name in doc:
             changes[name] = None if doc[name] is None else import_path(doc[name], key + (name,), ctx)
@@ -210,23 +200,6 @@ def _override(inputs: tuple[Arg, ...], entries: dict[Any, Any], key: Key, ctx: C
             raise ctx.fail(key + (name, "name"), f"the key names the argument ({name!r}): drop `name:` here")
         out[named.index(name)] = argument(entry, key + (name,), ctx, name=name)
     return tuple(out)
-
-
-def _compile(value: Any, key: Key, ctx: Ctx) -> tuple[CompileOptions, ReferenceRule]:
-    """`compile: {backend, atol, rtol}`: the backend, and the tolerances as ``Tolerance.compile``."""
-    value = {} if value is None else value
-    mapping(value, key, COMPILE_KEYS, ctx)
-    backend = value.get("backend", "aot_eager")
-    if backend not in COMPILE_BACKENDS:
-        raise ctx.fail(
-            key + ("backend",),
-            f"expected one of {', '.join(COMPILE_BACKENDS)} (torch.compile's backend), got {show(backend)}",
-        )
-    tols = {k: number(value[k], key + (k,), ctx) for k in ("atol", "rtol") if value.get(k) is not None}
-    for k, v in tols.items():
-        if v < 0:
-            raise ctx.fail(key + (k,), f"expected a non-negative number, got {show(value[k])}")
-    return CompileOptions(backend), ReferenceRule("allclose", atol=tols.get("atol"), rtol=tols.get("rtol"))
 
 
 def _tolerance(value: Any, base: Tolerance, key: Key, ctx: Ctx) -> Tolerance:

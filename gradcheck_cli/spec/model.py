@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 from ..tolerance import Tolerance
-from .vocabulary import DEFS, alternatives, enum, keys, prop, required
+from .vocabulary import DEFS, alternatives, enum, keys, owned, prop, required
 
 _DTYPE, _DIST, _RULE = DEFS["dtype"], prop("tensor", "dist"), prop("reference_rule", "rule")
 DTYPES = {name: _DTYPE["x-canonical"].get(name, name) for name in enum(_DTYPE)}  # name or alias -> the dtype
@@ -22,7 +22,6 @@ MATRIX_DISTS = ("symmetric", "spd", "orthogonal")  # the last two dimensions are
 SET_DISTS = MATRIX_DISTS + ("simplex", "sorted", "permutation")  # a set: `avoid` (redrawing values) would leave it
 SYMMETRIC_DISTS = ("symmetric", "spd")  # perturbed along the set: the check differentiates f(sym(X)), sym = (X + X^T)/2
 MAX_DIMS: int = prop("tensor", "shape")["maxItems"]  # dimensions of a torch tensor, at most
-REPEATS: tuple[int, int] = (DEFS["repeat"]["minimum"], DEFS["repeat"]["maximum"])  # `repeat`: from, to
 TOP_KEYS = keys()
 CASE_KEYS = keys("case")
 KINDS = tuple(k for alternative in alternatives("argument") for k in required(alternative))  # exactly one of these
@@ -36,8 +35,7 @@ RULES = {rule: tuple(_RULE["x-keys"][rule]) for rule in enum(_RULE)}  # toleranc
 REFERENCE_DTYPES = tuple(dict.fromkeys(DTYPES[n] for n in enum(DEFS["reference_dtype"])))  # complex: its complex kind
 INIT_KEYS = keys("init")  # init: constructor arguments, and train | eval
 INIT_MODES = enum(prop("init", "mode"))  # init.mode: module.train() / module.eval() before checking
-COMPILE_KEYS = keys("compile")  # `compile`: the compile check's backend and tolerances
-COMPILE_BACKENDS = enum(prop("compile", "backend"))
+OWNED = owned()  # the keys a check owns (`repeat`, `compile`): key -> (check, schema); see ``settings``
 EXPECT_KEYS = keys("expect")  # the other keys of `expect` are argument names
 EXPECTED_KEYS = keys("expected")  # an argument's expectation written as a mapping
 CHECKS = enum(DEFS["check_name"])  # `checks: all` runs them in this order (the registry's, which a test compares)
@@ -155,13 +153,6 @@ class Expect:
 
 
 @dataclass(frozen=True)
-class CompileOptions:
-    """`compile`: the compile check's torch.compile backend (its tolerances are ``Tolerance.compile``)."""
-
-    backend: str = "aot_eager"
-
-
-@dataclass(frozen=True)
 class Case:
     """One fully resolved case of one spec document: everything needed to check it."""
 
@@ -178,7 +169,6 @@ class Case:
     checks_given: bool = False  # `checks` was written (else: backward, or reference where one is given)
     all_checks: bool = False  # `checks: all`: every applicable check (an unsupported one skips, a named one fails)
     spec_checks: tuple[str, ...] = ()  # the checks the spec's `checks:` names (none for `all` or no `checks:`)
-    repeat: int = 3  # backward calls with the same grad_output that must agree (determinism)
     resample: bool = False  # draw again (next seed) when an input sits on a kink or domain edge
     inputs: tuple[Arg, ...] = ()
     kwargs: tuple[tuple[str, Arg], ...] = ()
@@ -186,7 +176,7 @@ class Case:
     init_kwargs: tuple[tuple[str, Any], ...] = ()
     init_mode: Optional[str] = None  # `init.mode`: train | eval (None: as the constructor leaves it)
     clone_inputs: bool = False  # call the target on copies of its tensor arguments (an in-place Function)
-    compile: CompileOptions = CompileOptions()
+    settings: tuple[tuple[str, Any], ...] = ()  # the keys checks own (OWNED), as written and checked
     reference: Optional[str] = None  # import path of a reference implementation
     reference_dtype: str = "float64"  # the reference runs on copies of the inputs in this dtype
     reference_backward: Optional[str] = None  # import path of fn(inputs, grad_outputs) -> the intended gradients
@@ -200,6 +190,11 @@ class Case:
         """Stable id stem: ``path::label``, with ``#doc`` when the file holds several documents."""
         doc = f"#{self.doc}" if self.n_docs > 1 else ""
         return f"{self.path}{doc}::{self.label}"
+
+    def setting(self, key: str) -> Any:
+        """The value of ``key``, a key a check owns, as the spec wrote it (a mapping frozen as (key, value)
+        pairs), or None where the spec does not give it."""
+        return dict(self.settings).get(key)
 
 
 def leaves(arg: Arg, path: str = "") -> list[tuple[str, Arg]]:

@@ -45,3 +45,17 @@ def required(name: str) -> tuple[str, ...]:
 def alternatives(name: str) -> tuple[str, ...]:
     """The ``$defs`` entries that ``name``'s ``oneOf`` refers to (an argument: tensor, value, ...)."""
     return tuple(alternative["$ref"].rpartition("/")[2] for alternative in DEFS[name]["oneOf"])
+
+
+def resolve(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its ``$ref`` (into ``$defs``) followed."""
+    while "$ref" in schema:
+        schema = DEFS[schema["$ref"].rpartition("/")[2]]
+    return schema
+
+
+def owned(name: str = "") -> dict[str, tuple[str, dict[str, Any]]]:
+    """The keys of mapping ``name`` (a ``$defs`` entry; ``''``: a document) that a check owns, each with
+    that check's name and the key's schema: those whose schema entry says ``x-check``."""
+    properties = (DEFS[name] if name else SCHEMA)["properties"]
+    return {k: (resolve(s)["x-check"], s) for k, s in properties.items() if "x-check" in resolve(s)}

@@ -14,6 +14,7 @@ import torch
 
 import gradcheck_cli
 from gradcheck_cli import checks
+from gradcheck_cli.checks.base import CheckContext
 from gradcheck_cli.results import Status
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -59,3 +60,9 @@ def test_the_readmes_new_check_runs_as_written(my_check, want, status):
     (check,) = result.checks
     assert check.check == "my_check" and check.status is status, check.message
     assert result.status is status
+
+
+def test_the_readmes_new_check_reads_its_own_setting(my_check):
+    assert my_check.Settings.of(CheckContext(None, None)).samples == 2  # type: ignore[arg-type]
+    given = CheckContext(None, None, settings={"my_check": {"samples": 5}})  # type: ignore[arg-type]
+    assert my_check.Settings.of(given).samples == 5
