@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Optional
 
+from .checks.verdict import status_of
 from .errors import BindError
 from .results import CaseResult, CheckResult, InputReport, Pattern, Status
 from .spec import Expect, Expected, contradicts
@@ -108,9 +109,11 @@ def _conclude(check: CheckResult, sentences: list[str], reason: str) -> None:
     are expected ones, else FAIL with the sentences added."""
     if not sentences:
         return
-    if not check.problems and not any(row.status is Status.FAIL for row in check.inputs):
+    was = check.status
+    check.status = status_of(check)
+    if check.status is Status.XFAIL:
         found = [f"'{row.name}': {row.diagnosis or 'mismatch'}" for row in check.inputs if row.status is Status.XFAIL]
-        check.status, check.message = Status.XFAIL, f"expected mismatch ({reason}): {'; '.join(found)}"
+        check.message = f"expected mismatch ({reason}): {'; '.join(found)}"
         return
-    before = [check.message] if check.status is Status.FAIL and check.message else []
-    check.status, check.message = Status.FAIL, "; ".join(before + sentences)
+    before = [check.message] if was is Status.FAIL and check.message else []
+    check.message = "; ".join(before + sentences)

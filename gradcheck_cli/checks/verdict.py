@@ -1,4 +1,12 @@
-"""A check's verdict: its start, a skip, and the one builder of its status and message from its rows."""
+"""A check's verdict: its start, a skip, and the one builder of its status and message from its rows.
+
+The verdict of a case is built in four stages, each in one place, each on a named type:
+1. a row (``InputReport``, one per argument or output) from its comparison: ``rows.fill``;
+2. a check (``CheckResult``) from its rows and problems: ``conclude`` here (``status_of``);
+3. the rows the spec's ``expect:`` names, judged again (XFAIL, or FAIL where the expected mismatch went
+   away or changed), and their check's status from its rows again (``status_of``): ``expectations.apply``;
+4. the case (``CaseResult``) from its checks: ``results.overall``, or its error, in ``runner.guard``.
+"""
 
 from __future__ import annotations
 
@@ -63,6 +71,15 @@ def unsupported(
     return skip(result, reason, start, Status.FAIL if named else Status.SKIP, row_reason)
 
 
+def status_of(result: CheckResult) -> Status:
+    """A check's status from its rows and problems: FAIL where a problem was found or a row fails, XFAIL
+    where its only mismatches are expected ones, else PASS (``conclude`` makes a check that compared
+    nothing a SKIP)."""
+    if result.problems or any(r.status is Status.FAIL for r in result.inputs):
+        return Status.FAIL
+    return Status.XFAIL if any(r.status is Status.XFAIL for r in result.inputs) else Status.PASS
+
+
 def conclude(
     result: CheckResult,
     start: float,
@@ -84,7 +101,7 @@ def conclude(
     right = [r for r in result.inputs if r.status is Status.PASS]
     parts = list(problems) + [s for s in map(wrong, failing) if s]
     result.problems = list(problems)
-    if problems or failing:
+    if status_of(result) is Status.FAIL:
         result.status = Status.FAIL
         if name_right and right and failing:
             parts.append(f"{labels(right)} {'is' if len(right) == 1 else 'are'} right")
