@@ -158,16 +158,16 @@ def task_id(task: Task) -> str:
     return f"{task.case.name}[{task.device}]"
 
 
-def new_result(task: Task, seed: Optional[int] = None) -> CaseResult:
+def new_result(task: Task) -> CaseResult:
     """An empty (passing) result for ``task``, to be filled by the checks."""
-    case, seed = task.case, task.seed if seed is None else seed
+    case = task.case
     return CaseResult(
         id=task_id(task),
         spec=case.path,
         case=case.label,
         function=case.function,
         device=task.device,
-        seed=seed,
+        seed=task.seed,
         status=Status.PASS,
         line=case.line,
     )

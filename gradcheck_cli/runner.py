@@ -99,7 +99,9 @@ def _resampled(task: Task, seed: int) -> CaseResult:
             with state.GUARD.preserved(r.warnings, ends_with_block=True):
                 _check(task.case, task.device, task.opts, r, drawn, streams)
 
-        result = guard(plan.new_result(task, streams.seed), body, where=_at(task.case))
+        result = plan.new_result(task)
+        result.seed = streams.seed  # this attempt's (a trial's or a redraw's); the seed goes no further up
+        result = guard(result, body, where=_at(task.case))
         result.warnings[:0] = notes
         at = [f"'{row.name}'" for check in result.checks for row in check.inputs if row.at_kinks and row.name in drawn]
         if not (task.case.resample and at) or k == RESAMPLES:
