@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
@@ -196,11 +196,19 @@ def differentiable(outputs: tuple[Any, ...]) -> list[int]:
     return [p for p, o in enumerate(outputs) if is_float_tensor(o) and o.requires_grad]
 
 
-def graph_forward(target: Target, bound: Bound) -> tuple[list[Any], tuple[Any, ...], list[int]]:
+class Graph(NamedTuple):
+    """A forward in a new graph (``graph_forward``)."""
+
+    leaves: list[Any]  # fresh leaves of the arguments
+    outputs: tuple[Any, ...]  # forward's outputs on them
+    positions: list[int]  # the outputs a backward flows through
+
+
+def graph_forward(target: Target, bound: Bound) -> Graph:
     """Fresh leaves of ``bound``'s values, forward's outputs on them, and the differentiable ones' positions."""
     leaves = fresh_leaves(bound.values)
     outputs = as_tuple(call_forward(target, bound, leaves))
-    return leaves, outputs, differentiable(outputs)
+    return Graph(leaves, outputs, differentiable(outputs))
 
 
 def refuse_if_too_big(ctx: CheckContext, outputs: tuple[Any, ...]) -> None:
