@@ -330,6 +330,15 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
     help="Start no new case after N failures or errors (0: no limit).",
 )
 @click.option(
+    "--lf",
+    "--last-failed",
+    "last_failed",
+    is_flag=True,
+    help="Check only the cases that failed or could not be checked last time (all of them when none did); "
+    "every run records its failures in .gradcheck_cache/ beside pyproject.toml, or in the current folder.",
+)
+@click.option("--cache-clear", is_flag=True, help="Forget the failures recorded in .gradcheck_cache/ first.")
+@click.option(
     "--shard",
     callback=_parse_shard,
     metavar="I/N",
@@ -478,6 +487,8 @@ def check_cmd(
     timeout: Optional[float],
     fail_fast: bool,
     maxfail: int,
+    last_failed: bool,
+    cache_clear: bool,
     shard: Optional[tuple[int, int]],
     seed: Optional[int],
     trials: int,
@@ -529,7 +540,7 @@ def check_cmd(
             "--watch checks in a worker process of its own (a module that cannot be imported "
             "twice needs a fresh one): leave out --no-isolate"
         )
-    from . import plan, pool, replay, reporters, session
+    from . import lastfailed, plan, pool, replay, reporters, session
 
     def collect() -> list[Item]:
         """The targets' cases (-k, --shard applied); TargetError when there is nothing to check."""
@@ -540,6 +551,13 @@ def check_cmd(
         items = collect()
     except TargetError as exc:
         raise click.UsageError(str(exc)) from exc
+    config = ctx.meta[CONFIG].path
+    root = config.parent if config is not None else Path.cwd()  # where .gradcheck_cache/ is
+    if cache_clear:
+        lastfailed.clear(root)
+    if last_failed:
+        items, said = lastfailed.select(items, lastfailed.read(root))
+        click.echo(f"gradcheck: {said}", err=True)
     opts = plan.run_options(
         max_memory,
         seed,
@@ -595,6 +613,9 @@ def check_cmd(
     with _progress(len(planned)) as on_result, _handling({signal.SIGTERM: _terminate}):
         report = session.execute(items, opts, settings, on_result)
     write(report, planned)
+    warning = lastfailed.update(root, report.results)
+    if warning:
+        click.echo(f"gradcheck: warning: {warning}", err=True)
     sys.exit(report.exit_code())
 
 
