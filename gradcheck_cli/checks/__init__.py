@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {  # check name -> its module in this package; `check
     "forward_ad": "forward_ad",
     "batched": "batched",
     "undefined_grad": "undefined_grad",
+    "noncontiguous": "noncontiguous",
     "device_consistency": "device_consistency",
     "opcheck": "opcheck",
     "compile": "compile",

@@ -1,0 +1,116 @@
+"""The ``noncontiguous`` check: backward again with the same values laid out otherwise in memory.
+
+Its truth set: Functions right for every layout pass; a backward right only for contiguous tensors fails,
+naming the side whose layout broke it; a backward wrong for contiguous tensors too is the backward check's
+to report (a skip here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import gradcheck_cli
+from gradcheck_cli.checks.noncontiguous import relaid
+from gradcheck_cli.examples import broken, layouts
+from gradcheck_cli.examples.linear import LinearFunction
+from gradcheck_cli.results import Status
+
+
+def _check(fn: Any, *shapes: tuple[int, ...]) -> Any:
+    torch.manual_seed(0)
+    args = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes]
+    (found,) = gradcheck_cli.check(fn, args, checks=["noncontiguous"]).checks
+    return found
+
+
+class ViewInput(torch.autograd.Function):
+    """Forward flattens its argument with .view: it raises for a transposed one."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.shape = x.shape
+        return x.view(-1) * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return (g * 2).reshape(ctx.shape)
+
+
+class Seen(torch.autograd.Function):
+    """Records the layouts it is called with (x * 3, right for every layout)."""
+
+    inputs: list[bool] = []
+    grads: list[bool] = []
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        Seen.inputs.append(x.is_contiguous())
+        return x * 3
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        Seen.grads.append(g.is_contiguous())
+        return g * 3
+
+
+@pytest.mark.parametrize(
+    "fn,shapes",
+    [
+        (layouts.RowScale, [(3, 4), (3,)]),
+        (LinearFunction, [(4, 3), (5, 3), (5,)]),
+        (torch.sin, [(2, 3, 4)]),
+        (Seen, [(5,)]),
+        (Seen, [(1, 1)]),  # a single element: no other layout, and nothing wrong
+    ],
+)
+def test_a_backward_right_for_every_layout_passes(fn, shapes):
+    found = _check(fn, *shapes)
+    assert found.status is Status.PASS, found.message
+    assert found.message.startswith("with transposed, or strided where 1-D arguments and grad_outputs: ")
+
+
+def test_the_function_sees_non_contiguous_arguments_and_grad_outputs():
+    Seen.inputs.clear(), Seen.grads.clear()
+    assert _check(Seen, (3, 4)).status is Status.PASS
+    assert False in Seen.inputs and False in Seen.grads
+
+
+@pytest.mark.parametrize(
+    "fn,shapes,words",
+    [
+        (layouts.RowScaleView, [(3, 4), (3,)], "backward raised RuntimeError: view size is not compatible"),
+        (layouts.RowScaleRawStorage, [(3, 4), (3,)], "backward is wrong when the grad_outputs are non-contiguous"),
+        (ViewInput, [(3, 4)], "with the arguments non-contiguous (transposed, or strided where 1-D): forward raised"),
+    ],
+)
+def test_a_backward_right_only_for_contiguous_tensors_fails_naming_the_side(fn, shapes, words):
+    found = _check(fn, *shapes)
+    assert found.status is Status.FAIL and words in found.message, found.message
+    assert "right when they are contiguous" in found.message or "with contiguous ones it does not" in found.message
+
+
+def test_the_same_functions_pass_the_backward_check_with_contiguous_tensors():
+    # what makes the cases above a layout bug: the ordinary check passes them
+    for fn, shapes in [(layouts.RowScaleView, [(3, 4), (3,)]), (layouts.RowScaleRawStorage, [(3, 4), (3,)])]:
+        torch.manual_seed(0)
+        args = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in shapes]
+        assert gradcheck_cli.check(fn, args).status is Status.PASS
+        assert torch.autograd.gradcheck(fn.apply, tuple(args))
+
+
+def test_a_backward_wrong_with_contiguous_tensors_too_is_left_to_the_backward_check():
+    found = _check(broken.LinearDoubleBias, (4, 3), (5, 3), (5,))
+    assert found.status is Status.SKIP and "fails with contiguous tensors too" in found.message
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (5,), (3, 4), (2, 3, 4), (3, 1), (0, 3)])
+def test_relaid_keeps_the_values_and_the_gradient_and_is_non_contiguous_where_it_can_be(shape):
+    x = torch.randn(shape, dtype=torch.float64, requires_grad=True)
+    y = relaid(x)
+    assert torch.equal(y, x) and y.shape == x.shape
+    assert y.is_contiguous() is (x.numel() <= 1)
+    g = torch.randn(shape, dtype=torch.float64)
+    (got,) = torch.autograd.grad(y, x, g)
+    assert torch.equal(got, g)
