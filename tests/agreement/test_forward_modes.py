@@ -1,0 +1,374 @@
+"""The ``forward_over_reverse`` and ``batched_forward`` checks.
+
+A labelled corpus (the Functions of ``gradcheck_cli.examples.forward_modes`` and a few written here:
+correct ones, and ones with a wrong forward-mode derivative of backward or a jvp that is wrong only under
+vmap) is run through both checks, and the verdicts must equal those of
+``torch.autograd.gradgradcheck(check_fwd_over_rev=True, check_rev_over_rev=False)`` and
+``torch.autograd.gradcheck(check_forward_ad=True, check_batched_forward_grad=True)`` on the same inputs.
+What the checks cannot support (no jvp in backward's helper, a jvp that vmap refuses) skips under
+`checks: all` and fails when named; torch raises on those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch.autograd import Function
+
+import gradcheck_cli
+from gradcheck_cli.examples import forward_modes as fm
+from gradcheck_cli.examples.higher import LogSumExp, MaxWithIndex, ScaledMul
+from gradcheck_cli.results import CheckResult, Status
+
+DT = torch.float64
+
+
+def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(shape, generator=g, dtype=DT).requires_grad_(True)
+
+
+def check_of(name: str, fn: Any, args: tuple) -> CheckResult:
+    result = gradcheck_cli.check(fn, args, checks=[name])
+    assert result.error is None, result.error
+    (check,) = result.checks
+    return check
+
+
+def under_all(name: str, fn: Any, args: tuple) -> CheckResult:
+    """Check ``name`` as ``checks: all`` runs it (the check not named)."""
+    result = gradcheck_cli.check(fn, args, checks=["all"])
+    assert result.error is None, result.error
+    return next(c for c in result.checks if c.check == name)
+
+
+# ------------------------------------------------------------------------ Functions of their own
+
+
+class ExpJvpTwice(fm.Exp):
+    """exp whose jvp is 2x: backward uses the saved output, whose tangent comes from this jvp."""
+
+    @staticmethod
+    def jvp(ctx, t):
+        (y,) = ctx.saved_tensors
+        return 2 * t * y
+
+
+class ProductDropsSecondTangent(Function):
+    """a * b whose jvp forgets the tangent of b (backward right): a helper of BilinearByHelper."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        ctx.save_for_forward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return g * b, g * a
+
+    @staticmethod
+    def jvp(ctx, a_t, b_t):
+        a, b = ctx.saved_tensors
+        return a_t * b  # BUG: + a * b_t
+
+
+class BilinearByHelper(fm.Bilinear):
+    """(x * y).sum(-1) whose backward multiplies through ProductDropsSecondTangent."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y = ctx.saved_tensors
+        g = grad.unsqueeze(-1)
+        return ProductDropsSecondTangent.apply(g, y), ProductDropsSecondTangent.apply(g, x)
+
+
+class SinDetachedInBackward(fm.SinByHelper):
+    """Right first-order backward computed on x.detach(): not differentiable in either mode."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.detach().cos()
+
+
+class SquareMixesBatch(Function):
+    """x ** 2 whose jvp mixes the entries of a tangent under vmap only (it branches on being batched)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_forward(x)
+        ctx.save_for_backward(x)
+        return x**2
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        if "Batched" in str(torch._C._dispatch_keys(t)):  # BUG: a path of its own for batches
+            return 2 * x * t.flip(-1)
+        return 2 * x * t
+
+
+class CubeBufferJvp(fm.Cube):
+    """x ** 3 whose jvp writes into a buffer it created itself: vmap refuses it."""
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        out = torch.zeros(x.shape, dtype=x.dtype)
+        out.copy_(3 * x**2 * t)
+        return out
+
+
+# ------------------------------------------------------------------------------- the corpus
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    fn: Any
+    make_args: Callable[[torch.Generator], tuple]
+    correct: bool
+    wrong_rows: tuple = field(default=())
+
+
+def _x(g):
+    return (_randn(g, 3, 4),)
+
+
+def _two(g):
+    return (_randn(g, 3, 4), _randn(g, 3, 4))
+
+
+CORRECT = [
+    Case("ok_cube", fm.Cube, _x, True),
+    Case("ok_exp_saved_output", fm.Exp, _x, True),
+    Case("ok_backward_calls_a_right_helper", fm.SinByHelper, _x, True),
+    Case("ok_bilinear_two_inputs", fm.Bilinear, _two, True),
+    Case("ok_scaled_mul_nontensor", ScaledMul, lambda g: (*_two(g), 2.5), True),
+    Case("ok_logsumexp_int_dim", LogSumExp, lambda g: (_randn(g, 3, 5), 0), True),
+    Case("ok_max_with_int_output", MaxWithIndex, lambda g: (_randn(g, 3, 5),), True),
+    Case("ok_plain_callable", fm.softplus, lambda g: (_randn(g, 6), 2.0), True),
+]
+
+FORWARD_OVER_REVERSE = CORRECT + [
+    Case("bad_helper_jvp_sign", fm.SinHelperWrongJvp, _x, False, ("x",)),
+    Case("bad_helper_jvp_zero", fm.SinHelperZeroJvp, _x, False, ("x",)),
+    Case("bad_helper_jvp_drops_a_term", BilinearByHelper, _two, False, ("x", "y")),
+    Case("bad_own_jvp_2x_saved_output", ExpJvpTwice, _x, False, ("x",)),
+]
+
+BATCHED_FORWARD = CORRECT + [
+    Case("bad_fallback_forgets_factor", fm.DoubleZeroFastPath, _x, False, ("x",)),
+    Case("bad_batch_path_mixes_entries", SquareMixesBatch, _x, False, ("x",)),
+]
+
+
+def _args(case: Case) -> tuple:
+    return case.make_args(torch.Generator().manual_seed(1234))
+
+
+def _apply(fn: Any) -> Callable:
+    return fn.apply if isinstance(fn, type) else fn
+
+
+def torch_says(check: str, fn: Any, args: tuple) -> bool:
+    try:
+        if check == "forward_over_reverse":
+            return bool(
+                torch.autograd.gradgradcheck(
+                    _apply(fn),
+                    args,
+                    check_fwd_over_rev=True,
+                    check_rev_over_rev=False,
+                    check_undefined_grad=False,
+                    raise_exception=False,
+                )
+            )
+        return bool(
+            torch.autograd.gradcheck(
+                _apply(fn),
+                args,
+                check_forward_ad=True,
+                check_backward_ad=False,
+                check_undefined_grad=False,
+                check_batched_forward_grad=True,
+                raise_exception=False,
+            )
+        )
+    except Exception:  # torch raised instead of answering: not a pass
+        return False
+
+
+def test_corpus_is_big_enough():
+    for cases in (FORWARD_OVER_REVERSE, BATCHED_FORWARD):
+        assert sum(c.correct for c in cases) >= 8 and sum(not c.correct for c in cases) >= 2
+
+
+@pytest.mark.parametrize(
+    "check_name,case",
+    [("forward_over_reverse", c) for c in FORWARD_OVER_REVERSE] + [("batched_forward", c) for c in BATCHED_FORWARD],
+    ids=[f"forward_over_reverse-{c.name}" for c in FORWARD_OVER_REVERSE]
+    + [f"batched_forward-{c.name}" for c in BATCHED_FORWARD],
+)
+def test_verdict_agrees_with_torch(check_name, case):
+    args = _args(case)
+    assert torch_says(check_name, case.fn, args) is case.correct, "the corpus label disagrees with torch"
+    check = check_of(check_name, case.fn, args)
+    assert check.status is (Status.PASS if case.correct else Status.FAIL), check.message
+    failed = {r.name for r in check.inputs if r.status is Status.FAIL}
+    assert failed == set(case.wrong_rows), (failed, check.message)
+    for r in check.inputs:
+        if r.status is Status.FAIL:
+            assert r.mismatched and r.worst_index is not None and r.max_abs_err, r
+
+
+def test_the_broken_helpers_pass_every_older_check():
+    """What forward_over_reverse finds, backward, double_backward and forward_ad all miss (and torch's
+    gradgradcheck in reverse over reverse too)."""
+    for fn in (fm.SinHelperWrongJvp, fm.SinHelperZeroJvp):
+        args = _x(torch.Generator().manual_seed(0))
+        assert torch.autograd.gradgradcheck(fn.apply, args)
+        result = gradcheck_cli.check(fn, args, checks=["backward", "double_backward", "forward_ad"])
+        assert [c.status for c in result.checks] == [Status.PASS] * 3, [c.message for c in result.checks]
+
+
+# ------------------------------------------------------------------------ forward_over_reverse in words
+
+
+def test_a_wrong_helper_jvp_is_named_with_its_pattern():
+    check = check_of("forward_over_reverse", fm.SinHelperWrongJvp, _x(torch.Generator().manual_seed(0)))
+    assert check.message.startswith("the forward-mode derivative of backward along 'x' is wrong: sign flipped")
+    assert [(r.name, r.status) for r in check.inputs] == [("x", Status.FAIL), ("grad_output 0", Status.PASS)]
+
+
+def test_a_tangent_lost_in_forward_mode_only_is_wrong_everywhere():
+    args = _x(torch.Generator().manual_seed(0))
+    named = check_of("forward_over_reverse", fm.SinHelperZeroJvp, args)
+    assert named.status is Status.FAIL
+    assert "reverse mode (double_backward) finds a derivative there" in named.message
+    assert "a Function that backward calls has a jvp that drops it" in named.message
+
+
+@pytest.mark.slow
+def test_helper_without_jvp_fails_when_named_and_skips_under_all_saying_where():
+    args = _x(torch.Generator().manual_seed(0))
+    named = check_of("forward_over_reverse", fm.SinHelperNoJvp, args)
+    assert named.status is Status.FAIL and "named explicitly" in named.message
+    assert named.message.startswith("backward cannot be pushed forward: ")
+    assert "defines no jvp()" in named.message and "forward_modes.py:" in named.message
+    assert under_all("forward_over_reverse", fm.SinHelperNoJvp, args).status is Status.SKIP
+    assert not torch_says("forward_over_reverse", fm.SinHelperNoJvp, args)
+    # the lost tangent of a helper is a finding everywhere, not an unsupported case
+    assert under_all("forward_over_reverse", fm.SinHelperZeroJvp, args).status is Status.FAIL
+
+
+@pytest.mark.slow
+def test_backward_outside_autograd_is_a_hazard_a_fail_when_named():
+    args = _x(torch.Generator().manual_seed(0))
+    named = check_of("forward_over_reverse", SinDetachedInBackward, args)
+    assert named.status is Status.FAIL
+    assert "backward is not differentiable with respect to 'x'" in named.message
+    assert "named explicitly" in named.message
+    every = under_all("forward_over_reverse", SinDetachedInBackward, args)
+    assert every.status is Status.SKIP and "a warning under `checks: all`" in every.message
+    assert not torch_says("forward_over_reverse", SinDetachedInBackward, args)
+
+
+def test_a_function_without_jvp_cannot_run_forward_on_dual_numbers():
+    from gradcheck_cli.examples.vmap import Softplus  # backward only
+
+    args = _x(torch.Generator().manual_seed(0))
+    for name in ("forward_over_reverse", "batched_forward"):
+        check = check_of(name, Softplus, args)
+        assert check.status is Status.FAIL and "defines no jvp()" in check.message, check.message
+    assert not torch_says("forward_over_reverse", Softplus, args)
+
+
+# ------------------------------------------------------------------------ batched_forward in words
+
+
+def test_a_fallback_taken_under_vmap_only_is_named_by_element_and_values():
+    check = check_of("batched_forward", fm.DoubleZeroFastPath, _x(torch.Generator().manual_seed(0)))
+    (x,) = check.inputs
+    assert x.status is Status.FAIL and x.mismatched == 12 and x.max_abs_err == pytest.approx(1.0)
+    assert check.message.startswith(
+        "the tangent along 'x' differs when batched (max abs err 1, one-hot tangent at x[0, 0], output 0 [0, 0]; "
+        "batched 1, alone 2)"
+    )
+
+
+@pytest.mark.parametrize("fn,words", [(fm.CubeItemJvp, "jvp calls .item()"), (CubeBufferJvp, "jvp writes batched")])
+def test_jvp_code_vmap_refuses_fails_when_named(fn, words):
+    args = _x(torch.Generator().manual_seed(0))
+    check = check_of("batched_forward", fn, args)
+    assert check.status is Status.FAIL and check.message.startswith(words), check.message
+    assert "forward_modes.py:" in check.message or "test_forward_modes.py:" in check.message
+    assert "batched_forward was named explicitly" in check.message
+    assert not torch_says("batched_forward", fn, args)
+
+
+@pytest.mark.slow
+def test_jvp_code_vmap_refuses_is_a_warning_under_all():
+    args = _x(torch.Generator().manual_seed(0))
+    result = gradcheck_cli.check(fm.CubeItemJvp, args, checks=["all"])
+    check = next(c for c in result.checks if c.check == "batched_forward")
+    assert check.status is Status.SKIP and "a warning under `checks: all`" in check.message
+    assert any("jvp calls .item()" in w for w in result.warnings)
+
+
+def test_nothing_requires_grad_or_no_differentiable_output_is_a_skip():
+    x = torch.randn(3, dtype=DT)
+    for name in ("forward_over_reverse", "batched_forward"):
+        check = check_of(name, lambda a, b: (a * b).sum(), (x, torch.randn(3, dtype=DT).requires_grad_()))
+        assert check.status is Status.PASS  # 'a' does not require grad, 'b' does
+        check = check_of(name, lambda a: (a > 0).long(), (x.clone().requires_grad_(),))
+        assert check.status is Status.SKIP and "no output is differentiable" in check.message
+
+
+def test_same_tensor_twice_and_complex():
+    g = torch.Generator().manual_seed(3)
+    x = _randn(g, 4)
+    z = torch.randn(3, generator=g, dtype=torch.complex128).requires_grad_()
+    for name in ("forward_over_reverse", "batched_forward"):
+        assert check_of(name, lambda a, b: a * b.sin(), (x, x)).status is Status.PASS
+        assert check_of(name, lambda a: a * a.sin(), (z,)).status is Status.PASS
+    assert check_of("forward_over_reverse", lambda a: (a * a.conj()).real + a.abs(), (z,)).status is Status.PASS
+
+
+def test_what_torch_cannot_batch_is_a_skip_not_a_fail():
+    """conj() under torch's vmap over forward-mode AD trips an internal assert of torch (torch's gradcheck
+    raises it too): torch's limit, not the function's."""
+    z = torch.randn(3, generator=torch.Generator().manual_seed(3), dtype=torch.complex128).requires_grad_()
+    fn = lambda a: (a * a.conj()).real  # noqa: E731
+    check = check_of("batched_forward", fn, (z,))
+    assert check.status is Status.SKIP and "cannot be checked here" in check.message, check.message
+    assert "INTERNAL ASSERT FAILED" in check.message
+
+
+# ------------------------------------------------------------------------ specs
+
+
+@pytest.mark.slow
+def test_shipped_specs_pass_and_broken_ones_fail(monkeypatch, invoke):
+    import json
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    good = invoke("specs/forward_modes.yaml", "--no-isolate", "--format", "json")
+    assert good.exit_code == 0, good.output
+    for res in json.loads(good.stdout)["results"]:
+        statuses = {c["check"]: c["status"] for c in res["checks"]}
+        assert statuses["forward_over_reverse"] == statuses["batched_forward"] == "pass", (res["id"], statuses)
+    bad = invoke("broken-specs/", "--no-isolate", "--format", "json", "-k", "forward_modes")
+    assert bad.exit_code == 1, bad.output
+    results = json.loads(bad.stdout)["results"]
+    assert len(results) == 2 and all(r["status"] == "fail" for r in results)
