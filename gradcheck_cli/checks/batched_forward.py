@@ -30,7 +30,7 @@ from ..results import CheckResult, InputReport, Status
 from ..tolerance import same
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big, work_limit
 from .batched import hazard, is_defect, refusal, untold
-from .forward_ad import _jvp_call, _jvp_column, no_jvp
+from .forward_ad import jvp_call, jvp_column, no_jvp
 from .rows import fill, output_at
 from .verdict import begin, conclude, labels, skip, unsupported
 
@@ -70,7 +70,7 @@ def run(ctx: CheckContext) -> CheckResult:
     work_limit(ctx, "batched_forward", checked, outputs, positions)(layout.n_cols + -(-layout.n_cols // CHUNK), 1)
     limits = same(_widest(outputs, positions), ctx.tolerance.nondet_tol)  # two computations of the same tangents
     probe = signed_uniform((layout.n_rows,), ctx.streams.generator(STREAM))
-    jvp = _jvp_call(ctx)
+    jvp = jvp_call(ctx)
     hazards: list[str] = []
     problems: list[str] = []
     untold_: list[str] = []
@@ -82,7 +82,7 @@ def run(ctx: CheckContext) -> CheckResult:
             for c0 in range(0, entry.real_numel, CHUNK):
                 span = range(c0, min(entry.real_numel, c0 + CHUNK))
                 batch = _batched(jvp, plain, value, span, positions)
-                alone = torch.stack([_jvp_column(jvp, plain, value, c, positions) for c in span])
+                alone = torch.stack([jvp_column(jvp, plain, value, c, positions) for c in span])
                 entry.update(batch, alone, c0, probe)
         except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
             row.status, row.reason = Status.SKIP, "not compared: vmap failed (see the message)"

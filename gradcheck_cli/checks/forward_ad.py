@@ -93,11 +93,11 @@ def run(ctx: CheckContext) -> CheckResult:
     assert upcast is not None  # half precision skipped above
     result.warnings += notes
     budget = work_limit(ctx, "forward_ad", checked, outputs, positions)
-    cols = Columns(_jvp_call(ctx), forward, plain, upcast, checked, outputs, positions, budget)
+    cols = Columns(jvp_call(ctx), forward, plain, upcast, checked, outputs, positions, budget)
     try:
         layout, entries = compare_columns(ctx, cols, checked, tols)
     except UserCodeError as exc:
-        named = _named_mistake(exc, target, bound, plain, checked)
+        named = named_mistake(exc, target, bound, plain, checked)
         if named is None:
             raise
         status, message = named
@@ -201,7 +201,7 @@ def compare_columns(
     for i, t, entry in zip(which, tols, entries):
         for c0 in range(0, entry.real_numel, chunk):
             span = range(c0, min(entry.real_numel, c0 + chunk))
-            a = torch.stack([_jvp_column(cols.jvp, plain, plain[i], c, positions) for c in span])
+            a = torch.stack([jvp_column(cols.jvp, plain, plain[i], c, positions) for c in span])
             n = torch.stack([central_difference(cols.forward, moved, moved[i], c, t.eps, positions) for c in span])
             entry.update(a, n, c0, probe)
     return layout, entries
@@ -237,7 +237,7 @@ def judge_rows(
                 moved[i],
                 positions,
                 tols[k],
-                partial(_jvp_column, cols.jvp, plain, plain[i], positions=positions),
+                partial(jvp_column, cols.jvp, plain, plain[i], positions=positions),
                 derivative,
             )
             if look.kind == PRECISION and look.eps:
@@ -257,7 +257,7 @@ def judge_rows(
     return imprecise
 
 
-def _jvp_call(ctx: CheckContext) -> Callable[[list[Any]], Any]:
+def jvp_call(ctx: CheckContext) -> Callable[[list[Any]], Any]:
     """Forward on dual numbers (through call_forward: a random forward draws the same numbers as in
     the finite differences); what it raises is labelled as jvp's."""
     what = "jvp" if ctx.target.is_function else "forward-mode AD through the function"
@@ -277,7 +277,7 @@ def _flat(tensors: list[Optional[torch.Tensor]], like: list[torch.Tensor]) -> to
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def _jvp_column(
+def jvp_column(
     jvp: Callable[[list[Any]], Any], values: list[Any], t: torch.Tensor, col: int, positions: list[int]
 ) -> torch.Tensor:
     """J e_col: one forward on a dual number whose tangent is 1 at real element ``col`` of ``t``."""
@@ -300,7 +300,7 @@ _UNSUPPORTED = re.compile(r"Trying to use forward AD with (.*?) that does not su
 _NO_JVP = "You must implement the jvp function"
 
 
-def _named_mistake(
+def named_mistake(
     exc: UserCodeError, target: Target, bound: Any, values: list[Any], checked: list[int]
 ) -> Optional[tuple[Status, str]]:
     """A known error from forward-mode AD as (status, message in the user's terms), or None."""

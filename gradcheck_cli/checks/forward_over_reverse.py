@@ -34,8 +34,8 @@ from .base import (
     refuse_if_too_big,
     work_limit,
 )
-from .double_backward import FULL_BITS, UNDIFFERENTIABLE, _backward_of, _grad_output_rows
-from .forward_ad import Columns, _named_mistake, compare_columns, judge_rows, no_jvp
+from .double_backward import FULL_BITS, UNDIFFERENTIABLE, backward_of, grad_output_rows
+from .forward_ad import Columns, compare_columns, judge_rows, named_mistake, no_jvp
 from .upcast import reference
 from .verdict import begin, conclude, label, labels, skip, unsupported
 
@@ -71,7 +71,7 @@ def run(ctx: CheckContext) -> CheckResult:
     gen = ctx.streams.generator(STREAM)
     vs = [probe_like(outputs[p], gen) * FULL_BITS for p in live]  # every bit of the dtype, as double_backward's
     n = len(bound.values)
-    grad_of = _backward_of(ctx, checked, live)
+    grad_of = backward_of(ctx, checked, live)
     v_leaves = [v.clone().requires_grad_(True) for v in vs]
     try:  # backward run as forward over reverse runs it: recording its graph
         grads = grad_of(leaves + v_leaves, create_graph=True)
@@ -83,7 +83,7 @@ def run(ctx: CheckContext) -> CheckResult:
         hazard = f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
         return _hazard(ctx, result, hazard + UNDIFFERENTIABLE, start, "backward could not be differentiated")
     plain = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
-    rows = [reports[i] for i in checked] + _grad_output_rows(outputs, live, n)
+    rows = [reports[i] for i in checked] + grad_output_rows(outputs, live, n)
     result.inputs = reports + rows[len(checked) :]
     moved = checked + list(range(n, n + len(vs)))  # what is pushed forward and moved: arguments, grad_outputs
     names = list(bound.names) + [r.name for r in rows[len(checked) :]]
@@ -104,7 +104,7 @@ def run(ctx: CheckContext) -> CheckResult:
     try:
         layout, entries = compare_columns(ctx, cols, moved, tols)
     except UserCodeError as exc:
-        named = _named_mistake(exc, target, bound, plain, checked)
+        named = named_mistake(exc, target, bound, plain, checked)
         if named is None:
             raise
         status, message = named
