@@ -18,19 +18,20 @@ calls fail everywhere.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap
 
+from ..errors import UserCodeError
 from ..numerics import Entry, as_tuple, make_layout
 from ..numerics.streams import signed_uniform
 from ..results import CheckResult, InputReport, Status
 from ..tolerance import same
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big, work_limit
 from .batched import hazard, is_defect, refusal, untold
-from .forward_ad import jvp_call, jvp_column, no_jvp
+from .forward_ad import jvp_call, jvp_column, named_mistake, no_jvp
 from .rows import fill, output_at
 from .verdict import begin, conclude, labels, skip, unsupported
 
@@ -78,22 +79,33 @@ def run(ctx: CheckContext) -> CheckResult:
     for k, i in enumerate(checked):
         row, value = reports[i], plain[i]
         entry = Entry(layout.col_starts[k + 1] - layout.col_starts[k], limits.atol, limits.rtol)
+        refused: Optional[BaseException] = None
         try:
             for c0 in range(0, entry.real_numel, CHUNK):
                 span = range(c0, min(entry.real_numel, c0 + CHUNK))
-                batch = _batched(jvp, plain, value, span, positions)
                 alone = torch.stack([jvp_column(jvp, plain, value, c, positions) for c in span])
+                try:
+                    batch = _batched(jvp, plain, value, span, positions)
+                except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
+                    refused = exc
+                    break
                 entry.update(batch, alone, c0, probe)
-        except Exception as exc:  # noqa: BLE001 - whatever vmap refuses is the finding
+        except UserCodeError as exc:  # single calls failed: forward-mode AD itself (forward_ad's words)
+            named = named_mistake(exc, target, bound, plain, checked)
+            if named is None:
+                raise
+            status, message = named
+            if status is Status.SKIP:  # a Function it calls has no jvp, torch has no formula: unsupported
+                return unsupported(result, message, start, ctx.named, "jvp failed (see the message)")
+            return skip(result, message, start, status, "jvp failed (see the message)")
+        if refused is not None:
             row.status, row.reason = Status.SKIP, "not compared: vmap failed (see the message)"
-            if is_defect(exc):
-                said = hazard("jvp", exc, "jvp", USES)
-                if said:
-                    hazards.append(said)
-                else:
-                    problems.append(refusal("jvp", STAGE, exc))
+            if not is_defect(refused):
+                untold_.append(untold("jvp", STAGE, refused))
+            elif said := hazard("jvp", refused, "jvp", USES):
+                hazards.append(said)
             else:
-                untold_.append(untold("jvp", STAGE, exc))
+                problems.append(refusal("jvp", STAGE, refused))
             continue
         fill(row, entry, value, output_at(layout, outputs), parts=True)
         row.reason = f"{entry.real_numel} tangents along it, {CHUNK} at a time under vmap, against single calls"
