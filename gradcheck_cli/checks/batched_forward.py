@@ -18,6 +18,7 @@ calls fail everywhere.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
@@ -130,7 +131,9 @@ def _batched(
             # a missing tangent is zeros; unbatched, vmap repeats it for each batch member
             return tuple(d.tangent if d.tangent is not None else torch.zeros_like(d.primal) for d in found)
 
-    got = _vmap(one)(tangents)
+    with warnings.catch_warnings():  # torch's note that it loops where it has no batching rule: right, only slower
+        warnings.filterwarnings("ignore", message="There is a performance drop")
+        got = _vmap(one)(tangents)
     parts = [(torch.view_as_real(g) if g.is_complex() else g).reshape(len(span), -1) for g in as_tuple(got)]
     return torch.cat(parts, dim=1).to("cpu", torch.float64)
 

@@ -374,3 +374,30 @@ def test_shipped_specs_pass_and_broken_ones_fail(monkeypatch, invoke):
     assert bad.exit_code == 1, bad.output
     results = json.loads(bad.stdout)["results"]
     assert len(results) == 2 and all(r["status"] == "fail" for r in results)
+
+
+class CubeDetachJvp(fm.Cube):
+    """x ** 3 whose jvp detaches its tangent: right, but torch's vmap has no batching rule for aten::detach."""
+
+    @staticmethod
+    def jvp(ctx, t):
+        (x,) = ctx.saved_tensors
+        return 3 * x**2 * t.detach()
+
+
+def test_an_op_torch_cannot_batch_is_named_in_a_skip():
+    args = _x(torch.Generator().manual_seed(0))
+    check = check_of("batched_forward", CubeDetachJvp, args)
+    assert check.status is Status.SKIP, check.message
+    assert check.message.startswith("torch has no batching rule for aten::detach (used by jvp at ")
+    assert "test_forward_modes.py:" in check.message
+    assert check_of("forward_ad", CubeDetachJvp, args).status is Status.PASS
+
+
+@pytest.mark.parametrize("fn", [fm.Cube, fm.Exp, fm.SinByHelper])
+def test_float32_functions_pass_judged_in_float64(fn):
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(5)).requires_grad_()  # float32
+    for name in ("forward_over_reverse", "batched_forward"):
+        check = check_of(name, fn, (x,))
+        assert check.status is Status.PASS, check.message
+    assert check_of("forward_over_reverse", fm.SinHelperWrongJvp, (x,)).status is Status.FAIL
