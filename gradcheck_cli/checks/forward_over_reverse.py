@@ -108,8 +108,12 @@ def run(ctx: CheckContext) -> CheckResult:
         if named is None:
             raise
         status, message = named
-        if status is Status.SKIP:  # a Function backward calls has no jvp, torch has no formula: unsupported
-            why = f"backward cannot be pushed forward: {message}"
+        if status is Status.SKIP:  # a Function it calls has no jvp, torch has no formula: unsupported
+            why = (
+                f"backward cannot be pushed forward: {message}"
+                if exc.kind is ErrorKind.BACKWARD
+                else f"{message} (forward over reverse runs forward on dual numbers, which needs it)"
+            )
             return unsupported(result, why, start, ctx.named, "forward-mode AD failed (see the message)")
         return skip(result, message, start, status, "jvp failed (see the message)")
     imprecise = judge_rows(

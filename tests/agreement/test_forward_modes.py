@@ -401,3 +401,12 @@ def test_float32_functions_pass_judged_in_float64(fn):
         check = check_of(name, fn, (x,))
         assert check.status is Status.PASS, check.message
     assert check_of("forward_over_reverse", fm.SinHelperWrongJvp, (x,)).status is Status.FAIL
+
+
+def test_a_function_without_jvp_called_in_forward_is_not_blamed_on_backward():
+    from gradcheck_cli.examples.vmap import Softplus  # backward only
+
+    check = check_of("forward_over_reverse", lambda x: Softplus.apply(x) * 2, _x(torch.Generator().manual_seed(0)))
+    assert check.status is Status.FAIL
+    assert check.message.startswith("forward-mode AD is not supported: an autograd.Function it calls defines no jvp()")
+    assert "(forward over reverse runs forward on dual numbers, which needs it)" in check.message
