@@ -101,7 +101,7 @@ def run(ctx: CheckContext) -> CheckResult:
             start,
             row_reason="backward could not be differentiated",
         )
-    if any(_once_differentiable(g) for g in grads):
+    if any(marked_once_differentiable(g) for g in grads):
         return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     copies = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
     rows = [reports[i] for i in checked] + grad_output_rows(outputs, live, len(bound.values))
@@ -423,7 +423,7 @@ def backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Calla
     return call
 
 
-def _once_differentiable(grad: torch.Tensor) -> bool:
+def marked_once_differentiable(grad: torch.Tensor) -> bool:
     """Whether ``grad`` came out of a backward marked @once_differentiable (its node is a DelayedError)."""
     return grad.grad_fn is not None and type(grad.grad_fn).__name__ == "Error"
 

@@ -34,7 +34,14 @@ from .base import (
     refuse_if_too_big,
     work_limit,
 )
-from .double_backward import FULL_BITS, UNDIFFERENTIABLE, backward_of, grad_output_rows
+from .double_backward import (
+    FULL_BITS,
+    ONCE_SKIP,
+    UNDIFFERENTIABLE,
+    backward_of,
+    grad_output_rows,
+    marked_once_differentiable,
+)
 from .forward_ad import Columns, compare_columns, judge_rows, named_mistake, no_jvp
 from .upcast import reference
 from .verdict import begin, conclude, label, labels, skip, unsupported
@@ -82,6 +89,8 @@ def run(ctx: CheckContext) -> CheckResult:
         at = f" at {exc.where}" if exc.where else ""
         hazard = f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
         return _hazard(ctx, result, hazard + UNDIFFERENTIABLE, start, "backward could not be differentiated")
+    if any(marked_once_differentiable(g) for g in grads):  # torch's forward mode finds no tangent through it
+        return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     plain = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
     rows = [reports[i] for i in checked] + grad_output_rows(outputs, live, n)
     result.inputs = reports + rows[len(checked) :]
@@ -142,22 +151,22 @@ def _dual_backward(ctx: CheckContext, checked: list[int], live: list[int]) -> Ca
     what = "jvp" if target.is_function else "forward-mode AD through the function"
 
     def call(values: list[Any]) -> tuple[Any, ...]:
-        args = list(values[:n])
-        for i in checked:
+        args = list(values)
+        for i in checked + list(range(n, len(values))):  # the arguments and grad_outputs require grad, as in torch's
             if not args[i].requires_grad:
                 primal, tangent = fwAD.unpack_dual(values[i])
                 leaf = primal.detach().requires_grad_(True)
                 dual = fwAD.make_dual(leaf, tangent) if tangent is not None else leaf
                 args = [dual if a is values[i] else a for a in args]  # keep aliases (same_as) aliased
         with torch.enable_grad():
-            outs = as_tuple(call_forward(target, bound, args, ErrorKind.JVP, what))
+            outs = as_tuple(call_forward(target, bound, args[:n], ErrorKind.JVP, what))
             grads = guarded(
                 ErrorKind.BACKWARD,
                 "backward",
                 engine.grad,
                 [outs[p] for p in live],
                 [args[i] for i in checked],
-                list(values[n:]),
+                args[n:],
                 create_graph=True,
                 allow_unused=True,
             )

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import pytest
 import torch
 from torch.autograd import Function
+from torch.autograd.function import once_differentiable
 
 import gradcheck_cli
 from gradcheck_cli.examples import forward_modes as fm
@@ -410,3 +411,21 @@ def test_a_function_without_jvp_called_in_forward_is_not_blamed_on_backward():
     assert check.status is Status.FAIL
     assert check.message.startswith("forward-mode AD is not supported: an autograd.Function it calls defines no jvp()")
     assert "(forward over reverse runs forward on dual numbers, which needs it)" in check.message
+
+
+class SinOnce(fm.SinByHelper):
+    """Right, with a jvp, and backward marked @once_differentiable: no second derivative declared."""
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos()
+
+
+def test_once_differentiable_fails_when_named_and_skips_under_all():
+    args = _x(torch.Generator().manual_seed(0))
+    named = check_of("forward_over_reverse", SinOnce, args)
+    assert named.status is Status.FAIL and named.message.startswith("backward is marked @once_differentiable")
+    assert under_all("forward_over_reverse", SinOnce, args).status is Status.SKIP
+    assert not torch_says("forward_over_reverse", SinOnce, args)  # torch finds no tangent through it
