@@ -113,7 +113,7 @@ def run(ctx: CheckContext) -> CheckResult:
     try:
         layout, entries = compare_columns(ctx, cols, moved, tols)
     except UserCodeError as exc:
-        named = named_mistake(exc, target, bound, plain, checked)
+        named = named_mistake(exc, target, bound, plain[:n], checked)
         if named is None:
             raise
         status, message = named

@@ -25,6 +25,11 @@ from gradcheck_cli.examples import forward_modes as fm
 from gradcheck_cli.examples.higher import LogSumExp, MaxWithIndex, ScaledMul
 from gradcheck_cli.results import CheckResult, Status
 
+try:  # tests/agreement on sys.path (rootdir-style collection) or tests/ as a package
+    from test_higher_order import DOUBLE_BACKWARD, FORWARD_AD, SinNoGradBackward
+except ImportError:  # pragma: no cover
+    from tests.agreement.test_higher_order import DOUBLE_BACKWARD, FORWARD_AD, SinNoGradBackward
+
 DT = torch.float64
 
 
@@ -429,3 +434,45 @@ def test_once_differentiable_fails_when_named_and_skips_under_all():
     assert named.status is Status.FAIL and named.message.startswith("backward is marked @once_differentiable")
     assert under_all("forward_over_reverse", SinOnce, args).status is Status.SKIP
     assert not torch_says("forward_over_reverse", SinOnce, args)  # torch finds no tangent through it
+
+
+# ------------------------------------------------------------------------ the older corpora
+
+
+def _batched_part_of_torchs_check(fn: Any, args: tuple) -> bool:
+    """torch's check_batched_forward_grad alone (gradcheck runs it after judging the jvp's values, which
+    forward_ad judges here)."""
+    import sys
+
+    try:
+        return bool(sys.modules["torch.autograd.gradcheck"]._test_batched_grad_forward_ad(_apply(fn), args))
+    except Exception:  # torch raised instead of answering: not a pass
+        return False
+
+
+OLDER = {f"double_backward-{c.name}": c for c in DOUBLE_BACKWARD} | {f"forward_ad-{c.name}": c for c in FORWARD_AD}
+
+
+@pytest.mark.parametrize("key", sorted(OLDER))
+def test_forward_over_reverse_agrees_with_torch_on_the_older_corpora(key):
+    case = OLDER[key]
+    args = case.make_args(torch.Generator().manual_seed(1234))
+    check = check_of("forward_over_reverse", case.fn, args)
+    if case.fn is SinNoGradBackward:
+        # backward under torch.no_grad(): forward mode still carries the right tangent through it, so this check
+        # passes; torch fails it because its outputs do not require grad ("Numerical gradient for function
+        # expected to be zero"), a reverse-mode property that double_backward judges
+        assert check.status is Status.PASS, check.message
+        assert not torch_says("forward_over_reverse", case.fn, args)
+        assert check_of("double_backward", case.fn, args).status is Status.FAIL
+        return
+    assert (check.status is Status.PASS) is torch_says("forward_over_reverse", case.fn, args), check.message
+
+
+@pytest.mark.parametrize("key", sorted(k for k in OLDER if k.startswith("forward_ad-")))
+def test_batched_forward_agrees_with_torchs_batched_part_on_wrong_and_right_jvps(key):
+    """A wrong jvp that is wrong the same way batched is forward_ad's finding, not this check's."""
+    case = OLDER[key]
+    args = case.make_args(torch.Generator().manual_seed(1234))
+    assert _batched_part_of_torchs_check(case.fn, args)
+    assert check_of("batched_forward", case.fn, args).status is Status.PASS
