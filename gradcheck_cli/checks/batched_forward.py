@@ -121,7 +121,7 @@ def _batched(
     one-hot e_c (torch's vmap over forward-mode AD): [len(span), realified outputs] float64 on the CPU."""
     tangents = torch.zeros((len(span),) + tuple(t.shape), dtype=t.dtype, device=t.device)
     flat = (torch.view_as_real(tangents) if t.is_complex() else tangents).view(len(span), -1)
-    flat[torch.arange(len(span)), torch.tensor(list(span))] = 1
+    flat[torch.arange(len(span), device=t.device), torch.tensor(list(span), device=t.device)] = 1
 
     def one(tangent: torch.Tensor) -> tuple[torch.Tensor, ...]:
         with fwAD.dual_level():
