@@ -181,12 +181,13 @@ def refusal(who: str, stage: str, exc: BaseException) -> str:
     return f"{stage} failed{at}: {who} {why} ({_said(exc)})" if why else f"{stage} failed{at}: {_said(exc)}"
 
 
-def hazard(who: str, exc: BaseException) -> Optional[str]:
-    """The hazard, in words, when vmap refused ``exc`` in backward's own code (REFUSALS: it writes batched
-    values in place into a tensor it created itself, calls .item(), branches on a tensor's value, reads its
-    memory, ...): right one grad_output at a time, but batched gradients through it fail; else None."""
+def hazard(who: str, exc: BaseException, method: str = "backward", uses: str = BATCHED_USES) -> Optional[str]:
+    """The hazard, in words, when vmap refused ``exc`` in the own code of ``method`` (backward; jvp for
+    batched_forward) (REFUSALS: it writes batched values in place into a tensor it created itself, calls
+    .item(), branches on a tensor's value, reads its memory, ...): right one grad_output (tangent) at a time,
+    but batched ``uses`` through it fail; else None."""
     inner = _unwrapped(exc)
-    if _method(who, exc) != "backward":
+    if _method(who, exc) != method:
         return None
     why = next((w for keys, w in REFUSALS if any(k in str(inner) for k in keys)), None)
     if why is None:
@@ -194,9 +195,9 @@ def hazard(who: str, exc: BaseException) -> Optional[str]:
     where = user_frame(inner)
     at = f", at {where}" if where else ""
     if any(k in str(inner) for k in IN_PLACE):
-        return f"backward {BUFFER}{at}: {BATCHED_USES}, since {BUFFER_FIX} ({_said(inner)})"
+        return f"{method} {BUFFER}{at}: {uses}, since {BUFFER_FIX} ({_said(inner)})"
     what, _, fix = why.partition(": ")
-    return f"backward {what}{at}: {BATCHED_USES}, since {fix} ({_said(inner)})"
+    return f"{method} {what}{at}: {uses}, since {fix} ({_said(inner)})"
 
 
 @dataclass

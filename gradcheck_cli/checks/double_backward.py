@@ -79,7 +79,7 @@ def run(ctx: CheckContext) -> CheckResult:
     # would look like a coarse grid to the second look (numerics.precision)
     vs = [probe_like(outputs[p], gen) * FULL_BITS for p in live]
     n = len(bound.values)
-    grad_of = _backward_of(ctx, checked, live)
+    grad_of = backward_of(ctx, checked, live)
     v_leaves = [v.clone().requires_grad_(True) for v in vs]
     try:
         grads = grad_of(leaves + v_leaves, create_graph=True)
@@ -101,10 +101,10 @@ def run(ctx: CheckContext) -> CheckResult:
             start,
             row_reason="backward could not be differentiated",
         )
-    if any(_once_differentiable(g) for g in grads):
+    if any(marked_once_differentiable(g) for g in grads):
         return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     copies = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
-    rows = [reports[i] for i in checked] + _grad_output_rows(outputs, live, len(bound.values))
+    rows = [reports[i] for i in checked] + grad_output_rows(outputs, live, len(bound.values))
     result.inputs = reports + rows[len(checked) :]
     moved = checked + list(range(n, n + len(vs)))  # what finite differences move: arguments, grad_outputs
     plain, tols, notes = reference(
@@ -390,7 +390,7 @@ def _not_differentiable(failing: list[InputReport]) -> Optional[str]:
     )
 
 
-def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Callable[..., tuple[Any, ...]]:
+def backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Callable[..., tuple[Any, ...]]:
     """G: (argument values..., grad_outputs...) -> the gradients of the checked arguments.
 
     Tensors among the checked arguments that do not require grad (the detached copies that
@@ -423,12 +423,12 @@ def _backward_of(ctx: CheckContext, checked: list[int], live: list[int]) -> Call
     return call
 
 
-def _once_differentiable(grad: torch.Tensor) -> bool:
+def marked_once_differentiable(grad: torch.Tensor) -> bool:
     """Whether ``grad`` came out of a backward marked @once_differentiable (its node is a DelayedError)."""
     return grad.grad_fn is not None and type(grad.grad_fn).__name__ == "Error"
 
 
-def _grad_output_rows(outputs: tuple[Any, ...], live: list[int], first_index: int) -> list[InputReport]:
+def grad_output_rows(outputs: tuple[Any, ...], live: list[int], first_index: int) -> list[InputReport]:
     """One row per random grad_output, numbered after the arguments (it has no line in the spec)."""
     return [
         InputReport(

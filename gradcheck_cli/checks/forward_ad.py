@@ -10,7 +10,8 @@ O(chunk x outputs), never N x M. Plain callables are checked through forward AD 
 from __future__ import annotations
 
 import re
-from dataclasses import fields, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any, Callable, Optional
 
@@ -36,37 +37,39 @@ from .base import (
 from .rows import fill_jacobian
 from .second_look import EXPLAINED, PRECISION, look_again
 from .upcast import reference
-from .verdict import begin, conclude, labels, reword, skip, unsupported
+from .verdict import begin, conclude, label, labels, reword, skip, unsupported
 
 STREAM = 11  # the random stream of forward_ad's projection (a seed replays it)
 
 CHECKED = "forward-mode AD (jvp) compared with finite differences along"
 
 
+def no_jvp(target: Target) -> Optional[str]:
+    """Why forward-mode AD cannot go through ``target`` at all (a Function without ``jvp``, a custom op
+    without a forward-AD rule), with how to support it; None where it can."""
+    if target.is_function and target.obj.jvp is torch.autograd.Function.jvp:
+        return (
+            f"{target.obj.__name__} defines no jvp(): forward-mode AD is not supported; to support it, "
+            "define `@staticmethod def jvp(ctx, *tangents)` and save what it needs with "
+            "ctx.save_for_forward(...)"
+        )
+    if isinstance(target, OpTarget) and not target.forward_ad_rule():
+        return (
+            f"the custom op {target.name} has no forward-AD rule: register_autograd gives "
+            "it a backward only, so forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) "
+            "cannot go through it; to support it, implement the op in PyTorch ops "
+            "(CompositeImplicitAutograd) or call it through an autograd.Function with a jvp"
+        )
+    return None
+
+
 def run(ctx: CheckContext) -> CheckResult:
     """Check forward-mode AD of ``ctx.target`` column by column against central differences."""
     target, bound = ctx.target, ctx.bound
     start, reports, checked, result = begin(bound, "forward_ad", "elementwise")
-    if target.is_function and target.obj.jvp is torch.autograd.Function.jvp:
-        name = target.obj.__name__
-        return unsupported(
-            result,
-            f"{name} defines no jvp(): forward-mode AD is not supported; to support it, "
-            "define `@staticmethod def jvp(ctx, *tangents)` and save what it needs with "
-            "ctx.save_for_forward(...)",
-            start,
-            ctx.named,
-        )
-    if isinstance(target, OpTarget) and not target.forward_ad_rule():
-        return unsupported(
-            result,
-            f"the custom op {target.name} has no forward-AD rule: register_autograd gives "
-            "it a backward only, so forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) "
-            "cannot go through it; to support it, implement the op in PyTorch ops "
-            "(CompositeImplicitAutograd) or call it through an autograd.Function with a jvp",
-            start,
-            ctx.named,
-        )
+    missing = no_jvp(target)
+    if missing:
+        return unsupported(result, missing, start, ctx.named)
     if not checked:
         return skip(result, "no argument requires grad: there is no tangent to push forward", start)
     half = half_precision(bound, checked, "the derivative")
@@ -90,53 +93,28 @@ def run(ctx: CheckContext) -> CheckResult:
     assert upcast is not None  # half precision skipped above
     result.warnings += notes
     budget = work_limit(ctx, "forward_ad", checked, outputs, positions)
+    cols = Columns(jvp_call(ctx), forward, plain, upcast, checked, outputs, positions, budget)
     try:
-        layout, entries = _compare(ctx, (plain, upcast), checked, tols, outputs, positions, budget)
+        layout, entries = compare_columns(ctx, cols, checked, tols)
     except UserCodeError as exc:
-        named = _named_mistake(exc, target, bound, plain, checked)
+        named = named_mistake(exc, target, bound, plain, checked)
         if named is None:
             raise
         status, message = named
         if status is Status.SKIP:  # a Function it calls has no jvp, torch has no formula: unsupported
             return unsupported(result, message, start, ctx.named, "jvp failed (see the message)")
         return skip(result, message, start, status, "jvp failed (see the message)")
-    jvp = _jvp_call(ctx)
-    imprecise: list[str] = []
-    for k, (i, entry) in enumerate(zip(checked, entries)):
-        row = reports[i]
-        fill_jacobian(row, entry, layout, bound.values[i], outputs)
-        reword(
-            entry,
-            row,
-            f"a term for '{row.name}' is missing from jvp's tangent, or jvp does not use its tangent argument",
-            "jvp",
-        )
-        if row.status is Status.FAIL and row.mismatched:
-            look = look_again(
-                row,
-                entry,
-                forward,
-                upcast,
-                upcast[i],
-                positions,
-                tols[k],
-                partial(_jvp_column, jvp, plain, plain[i], positions=positions),
-                "jvp",
-            )
-            if look.kind == PRECISION and look.eps:
-                t = replace(tols[k].at_least(torch.float32), eps=look.eps)
-                again, (fresh,) = _compare(ctx, (plain, upcast), [i], [t], outputs, positions, budget)
-                _refill(row, fresh, again, bound.values[i], outputs, t, tols[k].eps)
-            elif look.kind == EXPLAINED:
-                row.status, row.mismatched, row.diagnosis, row.ratio = Status.PASS, 0, None, None
-                row.pattern, row.at_kinks, row.reason = Pattern.KINK, look.count, look.text
-            elif look.kind == PRECISION:
-                row.pattern, row.ratio, row.diagnosis = Pattern.PRECISION, None, look.text
-                imprecise.append(row.name)
-            elif look.text:
-                row.diagnosis = "; ".join(d for d in [row.diagnosis, look.text] if d)
-        if row.status is Status.PASS and (row.at_kinks or row.pattern is Pattern.PRECISION):
-            result.warnings.append(f"'{row.name}': {row.reason}")
+    imprecise = judge_rows(
+        ctx,
+        cols,
+        [reports[i] for i in checked],
+        layout,
+        entries,
+        tols,
+        lambda row: f"a term for '{row.name}' is missing from jvp's tangent, or jvp does not use its tangent argument",
+        "jvp",
+        result.warnings,
+    )
     failing = [r for r in reports if r.status is Status.FAIL]
     if failing and all(r.name in imprecise for r in failing):  # no verdict: finite differences measure rounding
         return unsupported(
@@ -184,23 +162,35 @@ def _wrong(row: InputReport) -> str:
     return f"{what}: {row.diagnosis}" if row.diagnosis else what
 
 
-def _compare(
-    ctx: CheckContext,
-    values: tuple[list[Any], list[Any]],
-    checked: list[int],
-    tols: list[Tolerance],
-    outputs: tuple[Any, ...],
-    positions: list[int],
-    budget: Callable[[int, int], None],
+@dataclass(frozen=True)
+class Columns:
+    """What a column-by-column comparison of forward-mode AD with finite differences runs: ``jvp`` (the
+    function on dual numbers, what it raises labelled as the code that runs in forward mode) on ``plain``,
+    ``forward`` (the same function) on ``moved`` (what finite differences move: float64 copies of
+    low-precision values), the positions of the values compared, the ``outputs`` (from one call) and the
+    positions of the differentiable ones, and the ``budget`` of ``base.work_limit``."""
+
+    jvp: Callable[[list[Any]], Any]
+    forward: Callable[[Sequence[Any]], Any]
+    plain: list[Any]
+    moved: list[Any]
+    checked: list[int]
+    outputs: tuple[Any, ...]
+    positions: list[int]
+    budget: Callable[[int, int], None]
+
+
+def compare_columns(
+    ctx: CheckContext, cols: Columns, which: list[int], tols: list[Tolerance]
 ) -> tuple[Any, list[Entry]]:
-    """Fold jvp columns and central difference columns into one Entry per checked argument (``values``: the
-    arguments jvp runs on, and those finite differences move: float64 copies of low-precision ones; ``tols``:
-    each argument's tolerance); ``budget`` is told the calls first (see ``numerics.compare``)."""
+    """Fold jvp columns and central difference columns into one Entry per value at ``which`` (positions in
+    ``cols.plain``; ``tols``: each one's tolerance); the budget is told the calls first (see
+    ``numerics.compare``)."""
     opts = ctx.options
-    plain, moved = values
-    inputs = [plain[i] for i in checked]
-    layout = make_layout(inputs, outputs, positions)
-    budget(3 * layout.n_cols, 1)  # a dual-number forward and two perturbed forwards per column
+    plain, moved, positions = cols.plain, cols.moved, cols.positions
+    inputs = [plain[i] for i in which]
+    layout = make_layout(inputs, cols.outputs, positions)
+    cols.budget(3 * layout.n_cols, 1)  # a dual-number forward and two perturbed forwards per column
     probe = signed_uniform((layout.n_rows,), ctx.streams.generator(STREAM))
     keep = opts.memory_bytes // 16 // max(1, len(inputs))  # mismatching columns kept whole, per argument
     entries = [
@@ -208,18 +198,66 @@ def _compare(
         for k, t in enumerate(tols)
     ]
     chunk = max(1, opts.memory_bytes // 8 // 8 // max(1, layout.n_rows))  # columns held at once (both sides)
-    jvp = _jvp_call(ctx)
-    forward = lambda vals: call_forward(ctx.target, ctx.bound, vals)  # noqa: E731
-    for i, t, entry in zip(checked, tols, entries):
+    for i, t, entry in zip(which, tols, entries):
         for c0 in range(0, entry.real_numel, chunk):
-            cols = range(c0, min(entry.real_numel, c0 + chunk))
-            a = torch.stack([_jvp_column(jvp, plain, plain[i], c, positions) for c in cols])
-            n = torch.stack([central_difference(forward, moved, moved[i], c, t.eps, positions) for c in cols])
+            span = range(c0, min(entry.real_numel, c0 + chunk))
+            a = torch.stack([jvp_column(cols.jvp, plain, plain[i], c, positions) for c in span])
+            n = torch.stack([central_difference(cols.forward, moved, moved[i], c, t.eps, positions) for c in span])
             entry.update(a, n, c0, probe)
     return layout, entries
 
 
-def _jvp_call(ctx: CheckContext) -> Callable[[list[Any]], Any]:
+def judge_rows(
+    ctx: CheckContext,
+    cols: Columns,
+    rows: list[InputReport],
+    layout: Any,
+    entries: list[Entry],
+    tols: list[Tolerance],
+    all_zeros: Callable[[InputReport], str],
+    derivative: str,
+    warnings: list[str],
+) -> list[str]:
+    """Fill ``rows`` (one per position of ``cols.checked``) from ``compare_columns``'s entries, and look
+    again at the mismatches (``second_look``): a kink, tie or domain edge explains them (a pass with a
+    warning), or the Function computes in float32 inside (judged again at a larger step), or they stand.
+    ``all_zeros(row)`` says why an analytical side may be all zeros, ``derivative`` what gives it. Returns
+    the names of the rows that fail where finite differences measure rounding (no verdict)."""
+    imprecise: list[str] = []
+    plain, moved, outputs, positions = cols.plain, cols.moved, cols.outputs, cols.positions
+    for k, (i, entry, row) in enumerate(zip(cols.checked, entries, rows)):
+        fill_jacobian(row, entry, layout, plain[i], outputs)
+        reword(entry, row, all_zeros(row), derivative)
+        if row.status is Status.FAIL and row.mismatched:
+            look = look_again(
+                row,
+                entry,
+                cols.forward,
+                moved,
+                moved[i],
+                positions,
+                tols[k],
+                partial(jvp_column, cols.jvp, plain, plain[i], positions=positions),
+                derivative,
+            )
+            if look.kind == PRECISION and look.eps:
+                t = replace(tols[k].at_least(torch.float32), eps=look.eps)
+                again, (fresh,) = compare_columns(ctx, cols, [i], [t])
+                _refill(row, fresh, again, plain[i], outputs, t, tols[k].eps)
+            elif look.kind == EXPLAINED:
+                row.status, row.mismatched, row.diagnosis, row.ratio = Status.PASS, 0, None, None
+                row.pattern, row.at_kinks, row.reason = Pattern.KINK, look.count, look.text
+            elif look.kind == PRECISION:
+                row.pattern, row.ratio, row.diagnosis = Pattern.PRECISION, None, look.text
+                imprecise.append(row.name)
+            elif look.text:
+                row.diagnosis = "; ".join(d for d in [row.diagnosis, look.text] if d)
+        if row.status is Status.PASS and (row.at_kinks or row.pattern is Pattern.PRECISION):
+            warnings.append(f"{label(row)}: {row.reason}")
+    return imprecise
+
+
+def jvp_call(ctx: CheckContext) -> Callable[[list[Any]], Any]:
     """Forward on dual numbers (through call_forward: a random forward draws the same numbers as in
     the finite differences); what it raises is labelled as jvp's."""
     what = "jvp" if ctx.target.is_function else "forward-mode AD through the function"
@@ -239,7 +277,7 @@ def _flat(tensors: list[Optional[torch.Tensor]], like: list[torch.Tensor]) -> to
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
 
 
-def _jvp_column(
+def jvp_column(
     jvp: Callable[[list[Any]], Any], values: list[Any], t: torch.Tensor, col: int, positions: list[int]
 ) -> torch.Tensor:
     """J e_col: one forward on a dual number whose tangent is 1 at real element ``col`` of ``t``."""
@@ -262,7 +300,7 @@ _UNSUPPORTED = re.compile(r"Trying to use forward AD with (.*?) that does not su
 _NO_JVP = "You must implement the jvp function"
 
 
-def _named_mistake(
+def named_mistake(
     exc: UserCodeError, target: Target, bound: Any, values: list[Any], checked: list[int]
 ) -> Optional[tuple[Status, str]]:
     """A known error from forward-mode AD as (status, message in the user's terms), or None."""
