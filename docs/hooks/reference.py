@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 ROOT = Path(__file__).resolve().parents[2]  # the checkout whose code the pages describe
 
 NOTE = (
-    "!!! note \"Generated\"\n"
+    '!!! note "Generated"\n'
     "    This page is generated from {source} at every build of these docs (`docs/hooks/reference.py`), "
     "so it says what this version of the code does.\n"
 )
@@ -164,7 +164,8 @@ def cli_page() -> str:
         if arguments:
             out += ["| argument | type | default |", "|---|---|---|"]
             for p in arguments:
-                out.append(f"| `{p.human_readable_name}` | {_option_type(p)} | {code(option_default(p)) if option_default(p) else '-'} |")
+                default = option_default(p)
+                out.append(f"| `{p.human_readable_name}` | {_option_type(p)} | {code(default) if default else '-'} |")
             out.append("")
         options = [p for p in cmd.params if isinstance(p, click.Option) and not p.hidden]
         if options:
@@ -172,7 +173,8 @@ def cli_page() -> str:
             for p in options:
                 names = ", ".join(code(n) for n in option_names(p))
                 default = option_default(p)
-                out.append(f"| {names} | {_option_type(p)} | {code(default) if default else '-'} | {cell(p.help or '')} |")
+                shown = code(default) if default else "-"
+                out.append(f"| {names} | {_option_type(p)} | {shown} | {cell(p.help or '')} |")
         if isinstance(cmd, click.Group):
             out += ["", "Commands: " + ", ".join(f"[`{n}`](#gradcheck-{n})" for n in sorted(cmd.commands))]
     return "\n".join(out) + "\n"
@@ -242,35 +244,38 @@ def anchor_of(section: str) -> str:
     return "def-" + section.replace(".", "-").replace("_", "-")
 
 
-def _objects(node: Any, path: str, found: list[tuple[str, dict[str, Any]]]) -> None:
-    """Inline mappings with ``properties`` under ``node``, as (``path``, node), outermost first."""
-    if not isinstance(node, dict):
+def _visit(node: Any, path: str, found: list[tuple[str, dict[str, Any]]]) -> None:
+    """``node`` and the mappings with ``properties`` nested in it (not behind a ``$ref``, which is its own
+    section), as (``path``, node), outermost first; a path already taken gets a number."""
+    if not isinstance(node, dict) or "$ref" in node:
         return
+    if "properties" in node:
+        taken = {name for name, _ in found}
+        name, n = path, 2
+        while name in taken:
+            name, n = f"{path}-{n}", n + 1
+        found.append((name, node))
+        path = name
+    _nested(node, path, found)
+
+
+def _nested(node: dict[str, Any], path: str, found: list[tuple[str, dict[str, Any]]]) -> None:
     for key, sub in (node.get("properties") or {}).items():
-        if isinstance(sub, dict) and "properties" in sub and "$ref" not in sub:
-            found.append((f"{path}.{key}", sub))
-            _objects(sub, f"{path}.{key}", found)
-        elif isinstance(sub, dict):
-            _objects({"properties": {}, **{k: v for k, v in sub.items() if k != "properties"}}, path, found)
+        _visit(sub, f"{path}.{key}", found)
     for combinator in ("anyOf", "oneOf", "allOf"):
         for alt in node.get(combinator) or []:
-            if isinstance(alt, dict) and "properties" in alt and "$ref" not in alt:
-                _objects(alt, path, found)
-    items = node.get("items")
-    if isinstance(items, dict) and "properties" in items and "$ref" not in items:
-        found.append((f"{path}[]", items))
-        _objects(items, f"{path}[]", found)
+            _visit(alt, path, found)
+    for key, suffix in (("items", "[]"), ("additionalProperties", ".*"), ("not", "")):
+        _visit(node.get(key), path + suffix, found)
 
 
 def sections(schema: dict[str, Any], root_name: str) -> list[tuple[str, dict[str, Any]]]:
     """Every mapping of a schema that has keys, as (section name, node): the document itself
     (``root_name``), each ``$defs`` entry with ``properties``, and the inline mappings inside them."""
     found: list[tuple[str, dict[str, Any]]] = [(root_name, schema)]
-    _objects(schema, root_name, found)
+    _nested(schema, root_name, found)
     for name, node in schema.get("$defs", {}).items():
-        if isinstance(node, dict) and "properties" in node:
-            found.append((name, node))
-            _objects(node, name, found)
+        _visit(node, name, found)
     return found
 
 
@@ -316,8 +321,9 @@ def schema_page(name: str, title: str, intro: str, root_name: str) -> str:
     out += ["| name | type | description |", "|---|---|---|"]
     for def_name, node in defs.items():
         if "properties" not in node:
-            shown = type_of({k: v for k, v in node.items() if k != "title"}, defs) if "$ref" not in node else type_of(node, defs)
-            out.append(f"| <span id=\"{anchor_of(def_name)}\">`{def_name}`</span> | {shown} | {cell(node.get('description', ''))} |")
+            shown = type_of({k: v for k, v in node.items() if k != "title"}, defs)
+            name = f'<span id="{anchor_of(def_name)}">`{def_name}`</span>'
+            out.append(f"| {name} | {shown} | {cell(node.get('description', ''))} |")
     return "\n".join(out) + "\n"
 
 
@@ -367,7 +373,12 @@ def exit_codes_page() -> str:
     words = member_comments(ExitCode)
     out = ["# Exit codes", "", NOTE.format(source="`gradcheck_cli.results.ExitCode`"), ""]
     out += [cell(inspect.getdoc(ExitCode) or ""), ""]
-    out += ["When results disagree, the run exits with the most severe: 3 wins over 1.", ""]
+    out += [
+        "When results disagree, 3 wins over 1. An interrupted run (SIGINT, SIGTERM) still reports what "
+        "finished, in every requested format, with the count not run. `--watch` exits with the code of every "
+        "watched case's latest result, or 130 / 143 when stopped during a round.",
+        "",
+    ]
     out += ["| code | name | meaning |", "|---|---|---|"]
     for member in ExitCode:
         out.append(f"| {int(member)} | `ExitCode.{member.name}` | {cell(words.get(member.name, ''))} |")
@@ -424,7 +435,7 @@ def checks_page() -> str:
     out += ["", "| check | module |", "|---|---|"]
     for name, module, _, _ in check_docs():
         out.append(f"| [`{name}`](#{name.replace('_', '-')}) | `gradcheck_cli/checks/{module}.py` |")
-    for name, module, doc, run_doc in check_docs():
+    for name, _module, doc, run_doc in check_docs():
         out += ["", f"## `{name}` {{#{name.replace('_', '-')}}}", "", _rst_to_md(doc), ""]
         if run_doc:
             out += [f"`run(ctx)`: {_rst_to_md(run_doc)}", ""]
@@ -464,4 +475,3 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
-
