@@ -43,11 +43,21 @@ def _ensure_importable() -> None:
 
 
 def cell(text: Any) -> str:
-    """``text`` made safe for a Markdown table cell: no table pipes, no emphasis, no HTML, one line."""
-    out = html.escape(" ".join(str(text).split()), quote=False)
-    for char, entity in (("|", "&#124;"), ("*", "&#42;"), ("[", "&#91;")):
-        out = out.replace(char, entity)
-    return out if out.count("`") % 2 == 0 else out.replace("`", "&#96;")  # balanced backticks stay code
+    """``text`` made safe for a Markdown table cell: one line, no table pipes, no emphasis, no HTML; its
+    `code spans` kept as code (escaped only where they hold a pipe)."""
+    parts = " ".join(str(text).split()).split("`")
+    if len(parts) % 2 == 0:  # an unbalanced backtick: all of it is plain text
+        parts = ["&#96;".join(parts)]
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 and "|" not in part and part.strip():
+            out.append(f"`{part}`")
+            continue
+        part = html.escape(part, quote=False)
+        for char, entity in (("|", "&#124;"), ("*", "&#42;"), ("[", "&#91;")):
+            part = part.replace(char, entity)
+        out.append(part if i % 2 == 0 else f"<code>{part}</code>")
+    return "".join(out)
 
 
 def code(text: Any) -> str:
