@@ -262,23 +262,37 @@ def test_console_blocks_show_what_gradcheck_prints(page, tmp_path):
 # --- the site builds, and renders -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The site, built with warnings as errors (broken links and anchors fail it)."""
+def _build(config: Path, target: Path) -> subprocess.CompletedProcess[str]:
+    """``mkdocs build --strict`` of ``config`` into ``target`` (never with -q: it hides the warnings that strict counts)."""
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")
-    target = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"), "-d", str(target)],
-        cwd=ROOT,
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(target)],
+        cwd=config.parent,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built with warnings as errors (broken links and anchors fail it)."""
+    target = tmp_path_factory.mktemp("site")
+    done = _build(ROOT / "mkdocs.yml", target)
     assert done.returncode == 0, done.stdout + done.stderr
     return target
+
+
+def test_a_broken_link_fails_the_build(tmp_path):
+    shutil.copytree(DOCS, tmp_path / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    with open(tmp_path / "docs" / "index.md", "a", encoding="utf-8") as page:
+        page.write("\nSee [the tutorial's last step](tutorial.md#6-no-such-step).\n")
+    done = _build(tmp_path / "mkdocs.yml", tmp_path / "site")
+    assert done.returncode == 1 and "#6-no-such-step" in done.stderr, done.stderr
 
 
 def test_the_site_builds_strict_with_the_generated_reference(site):
@@ -302,6 +316,7 @@ def test_readme_and_dev_extra_give_the_build_command():
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed to render the page")
 def test_headless_chromium_renders_a_page_offline(site, tmp_path):
     page = site / "tutorial" / "index.html"
