@@ -45,7 +45,7 @@ def _ensure_importable() -> None:
 def cell(text: Any) -> str:
     """``text`` made safe for a Markdown table cell: one line, no table pipes, no emphasis, no HTML; its
     `code spans` kept as code (escaped only where they hold a pipe)."""
-    parts = " ".join(str(text).split()).split("`")
+    parts = " ".join(str(text).split()).replace("``", "`").split("`")  # reST's ``code`` is Markdown's `code`
     if len(parts) % 2 == 0:  # an unbalanced backtick: all of it is plain text
         parts = ["&#96;".join(parts)]
     out = []

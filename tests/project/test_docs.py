@@ -259,6 +259,42 @@ def test_console_blocks_show_what_gradcheck_prints(page, tmp_path):
         assert _normal(done.stdout) == _normal(text), f"{page}: `{what}` now prints:\n{done.stdout}"
 
 
+def _command_lines() -> list[tuple[str, str]]:
+    """(file, command) for every ``gradcheck ...`` the docs and the README show: inline code, and the
+    lines of ``bash`` blocks (up to a redirection or pipe; comments dropped)."""
+    found = []
+    for path in [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]:
+        text = path.read_text(encoding="utf-8")
+        for block in re.findall(r"^```(?:bash|sh|shell)\n(.*?)^```", text, flags=re.S | re.M):
+            for line in block.splitlines():
+                for part in re.split(r"&&|\|\||;", re.split(r"\s#\s", f" {line}")[0]):
+                    if part.strip().startswith("gradcheck"):
+                        found.append((path.name, part.strip()))
+        prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M).replace("\n", " ")
+        found += [(path.name, m) for m in re.findall(r"`(gradcheck(?: [^`]*)?)`", prose)]
+    return [(name, re.split(r"\s[>|<]", command)[0]) for name, command in found]
+
+
+def test_every_command_line_shown_parses_with_the_current_options():
+    """A renamed or removed option makes the docs' (and the README's) command lines that use it fail here."""
+    lines = _command_lines()
+    assert len(lines) > 40
+    wrong = []
+    for where, line in lines:
+        args = shlex.split(line)[1:]
+        if {"-h", "--help", "-V", "--version"} & set(args):
+            continue  # eager options that print and exit
+        name, rest = (args[0], args[1:]) if args and args[0] in cli.commands else ("check", args)
+        root = click.Context(cli, info_name="gradcheck")
+        try:
+            cli.commands[name].make_context(name, rest, parent=root)
+        except (click.MissingParameter, click.exceptions.Exit):
+            pass  # a command named without its arguments, as prose does
+        except click.ClickException as error:
+            wrong.append(f"{where}: `{line}`: {error.format_message()}")
+    assert not wrong, "\n".join(wrong)
+
+
 # --- the site builds, and renders -------------------------------------------------------------------------
 
 
