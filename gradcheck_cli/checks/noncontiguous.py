@@ -1,31 +1,36 @@
-"""The ``noncontiguous`` check: the backward check again, with the same values laid out otherwise in
-memory. Every tensor argument reaches forward, and every grad_output reaches backward, non-contiguous:
-transposed where it has two dimensions or more (``t.mT.contiguous().mT``), every other element of a
-buffer twice as long where it has one (``stack([t, 0], -1)[..., 0]``). A backward that is right only for
-contiguous tensors (``grad.view(...)`` on a transposed grad_output, a kernel that reads the storage as
-if it were contiguous) fails, and the message says whether the arguments or the grad_outputs broke it.
+"""The ``noncontiguous`` check: backward with the same values laid out otherwise in memory must give the
+same gradients. Every tensor argument reaches forward, and every grad_output reaches backward,
+non-contiguous: transposed where it has two dimensions or more (``t.mT.contiguous().mT``), every other
+element of a buffer twice as long where it has one (``stack([t, 0], -1)[..., 0]``); the layouts are
+differentiable identities inside the call. For a few random grad_outputs, the gradients with the
+arguments non-contiguous, with the grad_outputs non-contiguous, and with both, are compared with those
+of contiguous tensors, within the limits of two computations of the same values. A backward that is
+right only for contiguous tensors (``grad.view(...)`` on a transposed grad_output, a kernel that reads
+the storage as if it were contiguous) fails, and the message says which layout broke it.
 
-The layouts are differentiable identities inside the call (the finite differences see the same
-function), so the backward check's own comparison judges it, with its own random grad_outputs: the
-same ones as the contiguous run. A backward that fails with contiguous tensors too is left to the
-backward check (a skip here, so one bug is reported once)."""
+It compares backward with itself, not with finite differences: whether backward is right is the
+backward check's question; this one asks whether the layout changes its answer (a few calls, at any
+size)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
-from ..errors import UserCodeError
-from ..numerics import as_tuple, is_float_tensor
-from ..results import CheckResult, Status
+from ..errors import UserCodeError, guarded
+from ..numerics import as_tuple, is_float_tensor, vjp
+from ..results import CheckResult, ErrorKind, Status
 from ..target import Target
-from . import backward
-from .base import CheckContext
-from .verdict import begin, skip
+from ..tolerance import same
+from .base import CheckContext, graph_forward, probe_like
+from .rows import agreement, fill, zeros_if_none
+from .verdict import begin, conclude, label, skip
+
+STREAM = 23  # the random stream of the noncontiguous check's grad_outputs (a seed replays it)
+PROBES = 3  # random grad_outputs, each compared
+SIDES = {"arguments": (True, False), "grad_outputs": (False, True), "arguments and grad_outputs": (True, True)}
 
 WHAT = "transposed, or strided where 1-D"
 
@@ -53,11 +58,7 @@ class _GradLayout(torch.autograd.Function):
 
 class Relaid:
     """``target`` called with its tensor arguments (``inputs``) and its outputs' gradients (``outputs``)
-    non-contiguous; everything else is the target's own. It is a plain callable to the backward check
-    (``is_function`` False): that check inspects a Function's contract itself, and every forward of this
-    check goes through ``call``, the finite differences' too."""
-
-    is_function = False
+    non-contiguous; everything else is the target's own."""
 
     def __init__(self, target: Target, inputs: bool, outputs: bool) -> None:
         self.inner, self.inputs, self.outputs = target, inputs, outputs
@@ -75,61 +76,68 @@ class Relaid:
         return laid[0] if isinstance(out, torch.Tensor) else laid
 
 
-def _backward(ctx: CheckContext, inputs: bool, outputs: bool) -> tuple[Optional[CheckResult], Optional[str]]:
-    """The backward check with these sides non-contiguous: its result, or the error it raised (said)."""
-    target: Any = Relaid(ctx.target, inputs, outputs) if inputs or outputs else ctx.target
-    try:
-        return backward.run(replace(ctx, target=target)), None
-    except UserCodeError as exc:
-        return None, str(exc)
-
-
-def _broken(ctx: CheckContext, inputs: bool, outputs: bool) -> bool:
-    """Whether backward fails (or raises) with these sides non-contiguous."""
-    got, error = _backward(ctx, inputs, outputs)
-    return error is not None or (got is not None and got.status is Status.FAIL)
-
-
-def _sides(ctx: CheckContext) -> str:
-    """Which side's layout breaks backward: the arguments', the grad_outputs', or only both together."""
-    broken = [
-        name for name, i, o in (("the arguments", True, False), ("the grad_outputs", False, True)) if _broken(ctx, i, o)
-    ]
-    return " and ".join(broken) if broken else "the arguments and grad_outputs together"
+def _gradients(ctx: CheckContext, target: Any, checked: list[int], gen_state: torch.Tensor) -> list[torch.Tensor]:
+    """Backward of ``target`` for PROBES random grad_outputs (the same for every layout: drawn from the
+    generator state ``gen_state``), stacked per checked argument: ``[PROBES, *shape]``."""
+    gen = ctx.streams.generator(STREAM)
+    gen.set_state(gen_state)
+    leaves, outputs, positions = graph_forward(target, ctx.bound)
+    live = [outputs[p] for p in positions]
+    inputs = [leaves[i] for i in checked]
+    got: list[list[torch.Tensor]] = [[] for _ in checked]
+    for _ in range(PROBES):
+        probes = [probe_like(o, gen) for o in live]
+        grads = zeros_if_none(guarded(ErrorKind.BACKWARD, "backward", vjp, live, inputs, probes), inputs)
+        for k, g in enumerate(grads):
+            got[k].append(g)
+    return [torch.stack(g) for g in got]
 
 
 def run(ctx: CheckContext) -> CheckResult:
-    """``noncontiguous``: backward with non-contiguous arguments and grad_outputs (see the module)."""
-    start, _, checked, result = begin(ctx.bound, "noncontiguous", WHAT)
+    """``noncontiguous``: backward with non-contiguous arguments and grad_outputs against contiguous ones."""
+    start, rows, checked, result = begin(ctx.bound, "noncontiguous", WHAT)
     if ctx.bound.clone_inputs:
         return skip(result, "forward changes an argument in place (mark_dirty): it is called on copies", start)
     if not checked:
         return skip(result, "no argument requires grad: nothing to check", start)
-    got, error = _backward(ctx, True, True)
-    if got is not None and got.status is not Status.FAIL:
-        got.check, got.mode = "noncontiguous", WHAT
-        got.message = f"with {WHAT} arguments and grad_outputs: {got.message}"
-        got.duration_s = time.perf_counter() - start
-        return got
-    if _broken(ctx, False, False):
-        return skip(
-            result,
-            "backward fails with contiguous tensors too (see the backward check): the layout is not what breaks it",
-            start,
-        )
-    sides = _sides(ctx)
-    if error is not None:
-        return skip(
-            result,
-            f"with {sides} non-contiguous ({WHAT}): {error.rstrip('.')}; with contiguous ones it does not: "
-            "the Function assumes a layout (.reshape instead of .view, or .contiguous() before code that needs it)",
-            start,
-            status=Status.FAIL,
-        )
-    assert got is not None
-    got.check, got.mode = "noncontiguous", WHAT
-    got.message = (
-        f"backward is wrong when {sides} are non-contiguous ({WHAT}) and right when they are contiguous: {got.message}"
+    state = ctx.streams.generator(STREAM).get_state()
+    want = _gradients(ctx, ctx.target, checked, state)
+    raised: dict[str, str] = {}  # side -> the error its layout made the Function raise
+    compared = False
+    for side, (inputs, outputs) in SIDES.items():
+        try:
+            got = _gradients(ctx, Relaid(ctx.target, inputs, outputs), checked, state)
+        except UserCodeError as exc:
+            raised[side] = str(exc).rstrip(".")
+            continue
+        compared = True
+        for k, i in enumerate(checked):
+            if rows[i].status is Status.FAIL:
+                continue  # a layout tried before (one side alone) broke it already
+            limits = same(ctx.bound.values[i].dtype, ctx.tolerance.nondet_tol)
+            fill(rows[i], agreement(got[k], want[k], limits), ctx.bound.values[i], lambda r: f"grad_output {r}")
+            if rows[i].status is Status.FAIL:
+                rows[i].reason = rows[i].diagnosis = f"changes when the {side} are non-contiguous"
+    if not compared:
+        for i in checked:
+            rows[i].status, rows[i].reason = Status.SKIP, "backward raised (see the message)"
+    alone = [side for side in raised if side != "arguments and grad_outputs"] or list(raised)
+    problems = [
+        f"with non-contiguous {side} ({WHAT}), {raised[side]}; with contiguous ones it does not: the Function "
+        "assumes a layout (.reshape instead of .view, or .contiguous() before code that needs it)"
+        for side in alone
+    ]
+    return conclude(
+        result,
+        start,
+        problems,
+        lambda row: f"the gradient of {label(row)} {row.reason}" if row.reason else None,
+        lambda right: (
+            f"{PROBES} random grad_outputs: the gradients of {_names(right)} are the same with "
+            f"non-contiguous arguments and grad_outputs ({WHAT})"
+        ),
     )
-    got.duration_s = time.perf_counter() - start
-    return got
+
+
+def _names(rows: Sequence[Any]) -> str:
+    return ", ".join(label(r) for r in rows)

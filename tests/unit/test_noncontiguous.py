@@ -68,7 +68,10 @@ class Seen(torch.autograd.Function):
 def test_a_backward_right_for_every_layout_passes(fn, shapes):
     found = _check(fn, *shapes)
     assert found.status is Status.PASS, found.message
-    assert found.message.startswith("with transposed, or strided where 1-D arguments and grad_outputs: ")
+    assert found.message.startswith("3 random grad_outputs: the gradients of ")
+    assert found.message.endswith(
+        "are the same with non-contiguous arguments and grad_outputs (transposed, or strided where 1-D)"
+    )
 
 
 def test_the_function_sees_non_contiguous_arguments_and_grad_outputs():
@@ -80,15 +83,23 @@ def test_the_function_sees_non_contiguous_arguments_and_grad_outputs():
 @pytest.mark.parametrize(
     "fn,shapes,words",
     [
-        (layouts.RowScaleView, [(3, 4), (3,)], "backward raised RuntimeError: view size is not compatible"),
-        (layouts.RowScaleRawStorage, [(3, 4), (3,)], "backward is wrong when the grad_outputs are non-contiguous"),
-        (ViewInput, [(3, 4)], "with the arguments non-contiguous (transposed, or strided where 1-D): forward raised"),
+        (
+            layouts.RowScaleView,
+            [(3, 4), (3,)],
+            "with non-contiguous grad_outputs (transposed, or strided where 1-D), backward raised RuntimeError: view size",
+        ),
+        (
+            layouts.RowScaleRawStorage,
+            [(3, 4), (3,)],
+            "the gradient of 'x' changes when the grad_outputs are non-contiguous",
+        ),
+        (ViewInput, [(3, 4)], "with non-contiguous arguments (transposed, or strided where 1-D), forward raised"),
     ],
 )
 def test_a_backward_right_only_for_contiguous_tensors_fails_naming_the_side(fn, shapes, words):
     found = _check(fn, *shapes)
     assert found.status is Status.FAIL and words in found.message, found.message
-    assert "right when they are contiguous" in found.message or "with contiguous ones it does not" in found.message
+    assert "arguments and grad_outputs" not in found.message  # the side alone that breaks it, not both
 
 
 def test_the_same_functions_pass_the_backward_check_with_contiguous_tensors():
@@ -100,9 +111,46 @@ def test_the_same_functions_pass_the_backward_check_with_contiguous_tensors():
         assert torch.autograd.gradcheck(fn.apply, tuple(args))
 
 
-def test_a_backward_wrong_with_contiguous_tensors_too_is_left_to_the_backward_check():
+def test_a_backward_wrong_with_contiguous_tensors_too_is_the_backward_checks_to_fail():
+    # this check asks whether the layout changes backward's answer: here it does not (backward fails it)
     found = _check(broken.LinearDoubleBias, (4, 3), (5, 3), (5,))
-    assert found.status is Status.SKIP and "fails with contiguous tensors too" in found.message
+    assert found.status is Status.PASS, found.message
+    args = [torch.randn(*s, dtype=torch.float64, requires_grad=True) for s in [(4, 3), (5, 3), (5,)]]
+    assert gradcheck_cli.check(broken.LinearDoubleBias, args).status is Status.FAIL
+
+
+class Strict(torch.autograd.Function):
+    """A kernel wrapper that refuses non-contiguous tensors in forward and in backward (right otherwise)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_contiguous():
+            raise ValueError("the kernel needs a contiguous x")
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        if not g.is_contiguous():
+            raise ValueError("the kernel needs a contiguous grad")
+        return g * 2
+
+
+def test_rows_hold_what_the_layouts_that_ran_compared():
+    found = _check(layouts.RowScaleView, (3, 4), (3,))
+    # the grad_outputs' layout raises; the arguments' alone do not, and compare equal
+    assert found.status is Status.FAIL and [r.status for r in found.inputs] == [Status.PASS, Status.PASS]
+
+
+def test_a_function_that_raises_for_every_layout_leaves_its_rows_unjudged_and_names_each_side():
+    found = _check(Strict, (3, 4))
+    assert found.status is Status.FAIL and [r.status for r in found.inputs] == [Status.SKIP]
+    assert (
+        "with non-contiguous arguments (transposed, or strided where 1-D), forward raised ValueError" in found.message
+    )
+    assert (
+        "with non-contiguous grad_outputs (transposed, or strided where 1-D), backward raised ValueError"
+        in found.message
+    )
 
 
 @pytest.mark.parametrize("shape", [(), (1,), (5,), (3, 4), (2, 3, 4), (3, 1), (0, 3)])
