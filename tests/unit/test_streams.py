@@ -37,6 +37,7 @@ def test_every_stream_has_a_number_of_its_own_and_the_checks_that_draw_declare_t
             "batched",
             "batched_forward",
             "undefined_grad",
+            "noncontiguous",
             "device_consistency",
             "compile",
         )
