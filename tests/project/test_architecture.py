@@ -145,13 +145,13 @@ def test_the_cli_and_the_check_names_import_no_torch():
     importlib.import_module("gradcheck_cli.checks")
 
 
-def test_the_readmes_development_map_lists_every_module():
-    """README's Development map names each module of the package under its folder (examples/ and
+def test_the_development_map_lists_every_module():
+    """The development guide's map (docs/development.md) names each module of the package under its folder (examples/ and
     schemas/ as folders): a new module is not done until the map says what it is for."""
     import re
 
-    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    block = readme[readme.index("```\ngradcheck_cli/\n") :]
+    guide = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
+    block = guide[guide.index("```\ngradcheck_cli/\n") :]
     block = block[: block.index("\n```")]
     listed, folder = set(), ""
     for line in block.splitlines()[2:]:

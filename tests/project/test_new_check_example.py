@@ -1,4 +1,5 @@
-"""The README's "a new check is one module and one registry line" example runs as written: put in
+"""The development guide's (docs/development.md) "a new check is one module and one registry line" example
+runs as written: put in
 the package with one registry line, it passes a Function whose two computations agree and fails one
 whose computations differ."""
 
@@ -17,13 +18,13 @@ from gradcheck_cli import checks
 from gradcheck_cli.checks.base import CheckContext
 from gradcheck_cli.results import Status
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "development.md"
 
 
 def _example() -> str:
-    text = README.read_text()
+    text = GUIDE.read_text()
     blocks = re.findall(r"```python\n(# gradcheck_cli/checks/my_check\.py\n.*?)```", text, re.S)
-    assert len(blocks) == 1, "the README's new-check example is gone or doubled"
+    assert len(blocks) == 1, "the development guide's new-check example is gone or doubled"
     module = blocks[0].split("# gradcheck_cli/checks/__init__.py")[0]
     assert "got, want = ..., ..." in module
     return module
@@ -31,7 +32,7 @@ def _example() -> str:
 
 @pytest.fixture
 def my_check(tmp_path, monkeypatch):
-    """The README's module with its placeholder filled: ``got`` is the gradient, ``want`` what the
+    """The guide's module with its placeholder filled: ``got`` is the gradient, ``want`` what the
     test module's ``WANT`` makes of it."""
     source = _example().replace(
         "got, want = ..., ...", "got = ctx.bound.values[i].detach().clone()[None]; want = WANT(got)"
@@ -53,7 +54,7 @@ def my_check(tmp_path, monkeypatch):
     [(lambda got: got.clone(), Status.PASS), (lambda got: got * 1.01, Status.FAIL)],
     ids=["agree", "differ"],
 )
-def test_the_readmes_new_check_runs_as_written(my_check, want, status):
+def test_the_guides_new_check_runs_as_written(my_check, want, status):
     my_check.WANT = want
     x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     result = gradcheck_cli.check(torch.sin, (x,), checks=["my_check"])
@@ -62,7 +63,7 @@ def test_the_readmes_new_check_runs_as_written(my_check, want, status):
     assert result.status is status
 
 
-def test_the_readmes_new_check_reads_its_own_setting(my_check):
+def test_the_guides_new_check_reads_its_own_setting(my_check):
     assert my_check.Settings.of(CheckContext(None, None)).samples == 2  # type: ignore[arg-type]
     given = CheckContext(None, None, settings={"my_check": {"samples": 5}})  # type: ignore[arg-type]
     assert my_check.Settings.of(given).samples == 5
