@@ -8,7 +8,7 @@ validate it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from ..tolerance import Tolerance
 from .vocabulary import DEFS, alternatives, enum, keys, prop, required
@@ -70,6 +70,7 @@ class TensorArg:
     dim: int = -1  # simplex, sorted, permutation: along this dimension
     size_of: tuple[tuple[str, str, int], ...] = ()  # (low | high, argument, dim): a bound that is that size
     param: Optional[str] = None  # import path of fn: the target gets fn(X), the check perturbs X
+    placement: Optional[str] = None  # under `distributed`: replicate (None), shard(d) or per_rank
 
     @property
     def via(self) -> Optional[str]:
@@ -191,6 +192,8 @@ class Case:
     reference_dtype: str = "float64"  # the reference runs on copies of the inputs in this dtype
     reference_backward: Optional[str] = None  # import path of fn(inputs, grad_outputs) -> the intended gradients
     expect: Optional[Expect] = None
+    distributed: Optional[Distributed] = None  # `distributed:`: run on several ranks
+    outputs: tuple[str, ...] = ()  # under `distributed`: each output's placement (none given: replicate)
     line: Optional[int] = None
     doc: int = 1  # 1-based document number within the file
     n_docs: int = 1
