@@ -16,8 +16,8 @@ from .binding import Bound, bind
 from .checks import broken, verdict
 from .checks.base import MEMORY_BYTES, CheckContext, Options
 from .custom_op import vmap_fallback_quiet
-from .distributed import check as distributed
 from .devices import device_problem
+from .distributed import check as distributed
 from .errors import BindError, LoadError, UserCodeError, device_kind, guarded
 from .nn_module import init_target
 from .numerics import engine

@@ -43,7 +43,9 @@ def unavailable(backend: str, device: str, size: int) -> str:
     return ""
 
 
-def run(target: Target, case: Case, device: str, bind: Callable[[str, Streams], Bound], streams: Streams, result: CaseResult) -> None:
+def run(
+    target: Target, case: Case, device: str, bind: Callable[[str, Streams], Bound], streams: Streams, result: CaseResult
+) -> None:
     """Check ``case`` across ranks; append the checks' results to ``result`` (raises what makes it an error)."""
     config = case.distributed
     assert config is not None
@@ -55,9 +57,9 @@ def run(target: Target, case: Case, device: str, bind: Callable[[str, Streams], 
         return
     _refuse(target, case)
     first = bind("cpu", streams)  # on the CPU: a CUDA context must not exist before the ranks are forked
-    placements = [
-        layout.Placement.of(e.placement if isinstance(e, TensorArg) else None) for e in first.entries
-    ] + [layout.Placement("replicate")] * (len(first.values) - len(first.entries))
+    placements = [layout.Placement.of(e.placement if isinstance(e, TensorArg) else None) for e in first.entries] + [
+        layout.Placement("replicate")
+    ] * (len(first.values) - len(first.entries))
     own = any(p.kind == "per_rank" for p in placements)
     bounds = [first] + [
         bind("cpu", Streams(seed_plus(streams.seed, r * RANK_STRIDE))) if own else first for r in range(1, size)
@@ -96,16 +98,16 @@ def run(target: Target, case: Case, device: str, bind: Callable[[str, Streams], 
         outputs=case.outputs,
         streams=streams,
     )
+    _warm()
     try:
         answers = launch.run_world(size, lambda r, progress: rank.run(plan, r, progress), config.timeout)
     except launch.WorldFailure as exc:
         raise UserCodeError(exc.kind, exc.message, exc.where, exc.frames) from None
     _agree(answers, case)
     result.checks = [
-        _judge(begun, answers, plan, placements, shapes, tolerances) if name == "backward"
-        else verdict.skip(
-            CheckResult(name, Status.PASS, inputs=skeleton(first)), ONLY_BACKWARD, time.perf_counter()
-        )
+        _judge(begun, answers, plan, placements, shapes, tolerances)
+        if name == "backward"
+        else verdict.skip(CheckResult(name, Status.PASS, inputs=skeleton(first)), ONLY_BACKWARD, time.perf_counter())
         for name in case.checks
     ]
 
@@ -149,8 +151,10 @@ def _judge(
         begun.start,
         problems,
         wrong,
-        lambda right: f"every rank's gradient of {verdict.labels(_arguments(right))} matches finite differences "
-        f"of the global objective ({size} ranks)",
+        lambda right: (
+            f"every rank's gradient of {verdict.labels(_arguments(right))} matches finite differences "
+            f"of the global objective ({size} ranks)"
+        ),
     )
 
 
@@ -161,6 +165,13 @@ def _arguments(rows: list[InputReport]) -> list[InputReport]:
         name = row.name.rpartition("@rank")[0] or row.name
         seen.setdefault(name, InputReport(row.index, name, row.shape, row.dtype, row.status))
     return list(seen.values())
+
+
+def _warm() -> None:
+    """Pay once, here, what torch loads on a process's first backward with grad_outputs (sympy, through
+    torch.fx): each forked rank would otherwise load it again."""
+    x = torch.ones(1, requires_grad=True)
+    torch.autograd.grad(x * 2, x, torch.ones(1))
 
 
 def _agree(answers: list[dict[str, Any]], case: Case) -> None:

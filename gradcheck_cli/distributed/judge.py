@@ -27,7 +27,7 @@ def rows(
         row = copy.copy(template)
         row.name, row.shape, row.numel = f"{template.name}@rank{r}", list(a.shape), a.numel()
         entry = agreement(a.unsqueeze(0), n.unsqueeze(0), limits)
-        fill(row, entry, a, lambda _: "the global objective")
+        fill(row, entry, a, lambda _: None)
         if row.numel:
             diagnose(row, entry, tuple(a.shape))
         out.append(row)
@@ -71,14 +71,28 @@ def across_ranks(
                 "every rank should hold (a missing all-reduce in backward?)"
             )
     if said is None and placement.kind == "shard":
-        found = [(row, _slice_of(a, full, placement, size, limits)) for row, a in zip(ranked, grads) if row.mismatched]
-        named = [(row, where) for row, where in found if where is not None]
-        if named:
-            said = "; ".join(
-                f"'{row.name}' is {where}, not rank {row.name.rpartition('@rank')[2]}'s slice along dim "
-                f"{placement.dim}: a split or gather along the wrong dim?"
-                for row, where in named
-            )
+        found = [
+            (r, _slice_of(a, full, size, limits)) for r, (row, a) in enumerate(zip(ranked, grads)) if row.mismatched
+        ]
+        named = [(r, where) for r, where in found if where is not None]
+        if named and len(named) == len(failing):
+            dims = {d for _, (_, d, _) in named}
+            if all(s == r for r, (s, _, _) in named) and len(dims) == 1:
+                d = dims.pop()
+                said = (
+                    f"each rank's gradient of '{name}' is its slice of the gradient along dim {d}"
+                    f"{' (reshaped)' if any(shaped for _, (_, _, shaped) in named) else ''}, not along dim "
+                    f"{placement.dim} ({placement}): a split or gather along the wrong dim?"
+                )
+            else:
+                said = (
+                    "; ".join(
+                        f"'{name}@rank{r}' is rank {s}'s slice of the gradient along dim {d}"
+                        f"{' (reshaped)' if shaped else ''}, not rank {r}'s along dim {placement.dim}"
+                        for r, (s, d, shaped) in named
+                    )
+                    + ": a split or gather along the wrong dim, or the ranks' chunks in the wrong order?"
+                )
     if said is not None:
         for row in failing:
             row.diagnosis = said
@@ -102,15 +116,13 @@ def _own_slices(grads: list[torch.Tensor], full: torch.Tensor, size: int, limits
     return None
 
 
-def _slice_of(a: torch.Tensor, full: torch.Tensor, placement: Placement, size: int, limits: Limits) -> Optional[str]:
-    """Which other slice of the global gradient ``full`` rank's gradient ``a`` is, in words: another rank's
-    chunk along the argument's dim, or a chunk along another dim (reshaped to the rank's shape)."""
+def _slice_of(a: torch.Tensor, full: torch.Tensor, size: int, limits: Limits) -> Optional[tuple[int, int, bool]]:
+    """Which slice of the global gradient ``full`` a rank's gradient ``a`` is: (rank s, dim d, reshaped) for
+    the chunk s along dim d of ``full`` (of ``a``'s size, reshaped to ``a``'s shape where it differs)."""
     for d in range(full.dim()):
         if full.shape[d] % size:
             continue
         for s, chunk in enumerate(full.chunk(size, d)):
-            if chunk.numel() != a.numel():
-                continue
-            if bool(within(a, chunk.reshape(a.shape), limits.atol, limits.rtol).all()):
-                return f"rank {s}'s slice along dim {d}" + (" (reshaped)" if chunk.shape != a.shape else "")
+            if chunk.numel() == a.numel() and bool(within(a, chunk.reshape(a.shape), limits.atol, limits.rtol).all()):
+                return s, d, chunk.shape != a.shape
     return None

@@ -75,7 +75,9 @@ def moves(placement: Placement, shape: tuple[int, ...], size: int) -> Moves:
     return Moves(owner, index)
 
 
-def expected(numerical: torch.Tensor, placement: Placement, shape: tuple[int, ...], rank: int, size: int) -> torch.Tensor:
+def expected(
+    numerical: torch.Tensor, placement: Placement, shape: tuple[int, ...], rank: int, size: int
+) -> torch.Tensor:
     """Rank ``rank``'s part of an argument's numerical gradient (``numerical``: one value per move, in
     ``moves``' order): the whole gradient for replicate, the rank's chunk for shard(d), its own for per_rank."""
     if placement.kind == "replicate":

@@ -67,10 +67,12 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
     wanted = [outs[p] for p in positions if outs[p].requires_grad]
     given = [g for p, g in zip(positions, grads_out) if outs[p].requires_grad]
     try:
-        grads = torch.autograd.grad(wanted, [values[i] for i in plan.checked], given, allow_unused=True) if wanted else ()
+        grads = (
+            torch.autograd.grad(wanted, [values[i] for i in plan.checked], given, allow_unused=True) if wanted else ()
+        )
     except Exception as exc:  # noqa: BLE001 - the user's backward raised
         raise user_error(ErrorKind.BACKWARD, "backward", exc, getattr(exc, "_gradcheck_collective", "")) from None
-    grads = [
+    found = [
         g.detach().cpu() if g is not None else torch.zeros(values[i].shape, dtype=values[i].dtype)
         for g, i in zip(grads or [None] * len(plan.checked), plan.checked)
     ]
@@ -98,7 +100,7 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
                     progress.step()
                 row += 1
     progress.phase(DONE)
-    return {"grads": grads, "replicated": replicated, "shapes": shapes, "objective": objective}
+    return {"grads": found, "replicated": replicated, "shapes": shapes, "objective": objective}
 
 
 def _call(plan: Plan, values: list[Any]) -> tuple[Any, ...]:

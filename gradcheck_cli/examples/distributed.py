@@ -165,6 +165,21 @@ class RowParallelLinear(torch.autograd.Function):
         return g @ weight, g.t() @ x, g.sum(0)
 
 
+class RowParallelPartial(torch.autograd.Function):
+    """y = x W^T with W's columns split across ranks and no all-reduce: x shard(-1) [N, in], weight shard(1)
+    [out, in] -> y partial (the ranks' products add up to y; the reduction comes later)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x, weight = ctx.saved_tensors
+        return g @ weight, g.t() @ x
+
+
 # ----------------------------------------------------------------------------- the classic bugs
 
 

@@ -5,11 +5,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from .lines import Ctx
-from .model import Case, Key, SpecError, TensorArg
+from .model import Case, Distributed, Key, SpecError, TensorArg
 from .values import mapping, number, show, whole
 from .vocabulary import DEFS, enum, keys, prop
 
@@ -21,17 +20,7 @@ WORLD_SIZES: tuple[int, int] = (
 )
 INPUT_PLACEMENT = re.compile(DEFS["placement"]["pattern"])
 OUTPUT_PLACEMENT = re.compile(DEFS["outputs"]["items"]["pattern"])
-DEFAULT_TIMEOUT = 60.0  # seconds without progress on any rank
-
-
-@dataclass(frozen=True)
-class Distributed:
-    """``distributed:``: how many ranks, the backend (None: gloo on the CPU, nccl on CUDA) and the
-    seconds without progress after which every rank is ended."""
-
-    world_size: int
-    backend: Optional[str] = None
-    timeout: float = DEFAULT_TIMEOUT
+DEFAULT_TIMEOUT = Distributed.timeout  # seconds without progress on any rank
 
 
 def shard_dim(placement: str) -> Optional[int]:
@@ -80,8 +69,7 @@ def outputs(value: Any, key: Key, ctx: Ctx) -> tuple[str, ...]:
     for i, item in enumerate(value):
         if not isinstance(item, str) or not OUTPUT_PLACEMENT.fullmatch(item):
             raise ctx.fail(
-                key + (i,),
-                f"expected replicate, shard(d) (d an integer dim), partial or per_rank, got {show(item)}",
+                key + (i,), f"expected replicate, shard(d) (d an integer dim), partial or per_rank, got {show(item)}"
             )
     return tuple(value)
 
@@ -91,7 +79,11 @@ def placement(value: Any, key: Key, ctx: Ctx) -> Optional[str]:
     if value is None:
         return None
     if not isinstance(value, str) or not INPUT_PLACEMENT.fullmatch(value):
-        hint = " (partial is an output's placement; an input that differs per rank is per_rank)" if value == "partial" else ""
+        hint = (
+            " (partial is an output's placement; an input that differs per rank is per_rank)"
+            if value == "partial"
+            else ""
+        )
         raise ctx.fail(key, f"expected replicate, shard(d) (d an integer dim) or per_rank{hint}, got {show(value)}")
     return value
 

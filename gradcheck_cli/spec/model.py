@@ -8,7 +8,7 @@ validate it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import Any, Optional, Union
 
 from ..tolerance import Tolerance
 from .vocabulary import DEFS, alternatives, enum, keys, prop, required
@@ -160,6 +160,16 @@ class CompileOptions:
     """`compile`: the compile check's torch.compile backend (its tolerances are ``Tolerance.compile``)."""
 
     backend: str = "aot_eager"
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """``distributed:``: how many ranks, the backend (None: gloo on the CPU, nccl on CUDA) and the
+    seconds without progress on any rank after which every rank is ended."""
+
+    world_size: int
+    backend: Optional[str] = None
+    timeout: float = 60.0
 
 
 @dataclass(frozen=True)
