@@ -53,7 +53,7 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
         init_method=f"tcp://127.0.0.1:{plan.port}",
         rank=rank,
         world_size=plan.size,
-        timeout=datetime.timedelta(seconds=plan.timeout),
+        timeout=datetime.timedelta(seconds=2 * plan.timeout + 10),  # the coordinator's timeout decides first
     )
     values = [v.to(device) if isinstance(v, torch.Tensor) else v for v in plan.values[rank]]
     for i in plan.checked:
