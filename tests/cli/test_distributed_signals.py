@@ -51,8 +51,7 @@ def test_an_interrupt_ends_every_rank(user_module, write_spec, tmp_path, gradche
     marks.mkdir()
     user_module(HANGS.format(marks=str(marks)), name="hangmod")
     write_spec(
-        "function: hangmod:HangsOnRank1\ninputs: [{name: x, shape: [3]}]\n"
-        "distributed: {world_size: 2, timeout: 600}\n",
+        "function: hangmod:HangsOnRank1\ninputs: [{name: x, shape: [3]}]\ndistributed: {world_size: 2, timeout: 600}\n",
         "specs/hang.yaml",
     )
     proc = subprocess.Popen(

@@ -173,7 +173,9 @@ def test_semantic_rules(write_spec, user_module):
         name="distmod",
     )
     body = "inputs: [{name: x, shape: [3]}]\ndistributed: {world_size: 2}\n"
-    passed = one(write_spec, "function: distmod:RankScaled\noutputs: [per_rank]\nchecks: [backward, double_backward]\n" + body)
+    passed = one(
+        write_spec, "function: distmod:RankScaled\noutputs: [per_rank]\nchecks: [backward, double_backward]\n" + body
+    )
     assert passed.status is Status.PASS, str(passed)
     backward, double = passed.checks
     assert [row.name for row in backward.inputs] == ["x@rank0", "x@rank1"]
