@@ -261,14 +261,17 @@ def _death(pid: int) -> str:
     return f"exited with status {os.WEXITSTATUS(status)} (os._exit or a crash)"
 
 
-def _where(shared: Any, rank: int) -> str:
-    """Where rank ``rank`` was: its phase, and the collective it waits in."""
+def _where(shared: Any, rank: int, answers: dict[int, Any]) -> str:
+    """Where rank ``rank`` was: finished, or its phase and the collective it waits in; its collective calls."""
     base = rank * SLOT
+    calls = shared[base + COLLECTIVES]
+    if rank in answers:
+        return f"finished after {calls} collective call{'s' * (calls != 1)}"
     phase = PHASES[shared[base + PHASE]] if 0 <= shared[base + PHASE] < len(PHASES) else "?"
     code = shared[base + IN_COLLECTIVE]
-    calls = shared[base + COLLECTIVES]
-    inside = f", in {COLLECTIVE_NAMES[code]} (its collective call {calls})" if 0 < code < len(COLLECTIVE_NAMES) else ""
-    return f"{phase}{inside}, {calls} collective call{'s' * (calls != 1)} made"
+    if 0 < code < len(COLLECTIVE_NAMES):
+        return f"{phase}, in {COLLECTIVE_NAMES[code]} (its collective call {calls})"
+    return f"{phase}, {calls} collective call{'s' * (calls != 1)} made"
 
 
 def _timed_out(
@@ -278,7 +281,7 @@ def _timed_out(
     if died or errors:
         return _blame(size, shared, answers, errors, died)
     stuck = [r for r in range(size) if r not in answers]
-    states = "; ".join(f"rank {r}: " + ("finished" if r in answers else _where(shared, r)) for r in range(size))
+    states = "; ".join(f"rank {r}: {_where(shared, r, answers)}" for r in range(size))
     counts = {shared[r * SLOT + COLLECTIVES] for r in range(size)}
     why = " (the ranks made different numbers of collective calls: mismatched collectives?)" if len(counts) > 1 else ""
     names = ", ".join(map(str, stuck))
@@ -302,9 +305,7 @@ def _blame(
         return WorldFailure(e.kind, f"rank {r}: {e.message}", r, e.where, e.frames)
     if died:
         r = min(died)
-        others = "; ".join(
-            f"rank {o}: " + ("finished" if o in answers else _where(shared, o)) for o in range(size) if o != r
-        )
+        others = "; ".join(f"rank {o}: {_where(shared, o, answers)}" for o in range(size) if o != r)
         return WorldFailure(
             ErrorKind.CRASH,
             f"rank {r} {died[r]} during {PHASES[shared[r * SLOT + PHASE]]}, and every rank was ended ({others})",
@@ -316,7 +317,7 @@ def _blame(
         return WorldFailure(
             e.kind,
             f"rank {r}: {e.message} (in {e.collective}; "
-            + "; ".join(f"rank {o}: " + ("finished" if o in answers else _where(shared, o)) for o in range(size))
+            + "; ".join(f"rank {o}: {_where(shared, o, answers)}" for o in range(size))
             + ")",
             r,
             e.where,

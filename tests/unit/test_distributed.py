@@ -287,7 +287,7 @@ def test_a_failing_rank_ends_every_rank_and_is_an_error_naming_it(write_spec, fa
         assert result.error.where is not None and "failmod.py" in result.error.where
     if kind is ErrorKind.TIMEOUT:  # where each rank was
         assert "rank 0: finite differences, in all_reduce" in result.error.message, result.error.message
-        assert "rank 1: finished" in result.error.message and "mismatched collectives" in result.error.message
+        assert "rank 1: finished after" in result.error.message and "mismatched collectives" in result.error.message
     pids = [int(p.read_text()) for p in sorted(failing.glob("rank*.pid"))]
     assert len(pids) == 2
     assert all(gone(pid) for pid in pids)
