@@ -107,7 +107,7 @@ def test_exit_1_on_the_broken_examples(monkeypatch, invoke):
     monkeypatch.chdir(REPO)
     result = invoke("broken-specs/", "--no-color")
     assert result.exit_code == 1
-    assert "18 results: 0 passed, 18 failed" in result.stdout
+    assert "23 results: 0 passed, 23 failed" in result.stdout
     assert "analytical is 2.00x numerical" in result.stdout
     assert "sign flipped" in result.stdout
     assert "backward returned 2 gradients, but forward takes 3 inputs" in result.stdout
