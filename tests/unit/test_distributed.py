@@ -292,3 +292,35 @@ def test_a_failing_rank_ends_every_rank_and_is_an_error_naming_it(write_spec, fa
     assert len(pids) == 2
     assert all(gone(pid) for pid in pids)
     assert children() == before
+
+
+@pytest.mark.parametrize(
+    "backend, device, gpus, words",
+    [
+        ("nccl", "cuda", 1, "world_size 2 with nccl needs 2 GPUs (one per rank); this machine has 1"),
+        ("nccl", "cpu", 0, "backend nccl runs on CUDA devices (one GPU per rank): use `--device cuda`"),
+        ("gloo", "cuda", 2, "backend gloo runs the ranks on the CPU: use backend nccl for `--device cuda`"),
+        ("gloo", "cpu", 0, ""),
+    ],
+)
+def test_a_world_that_cannot_run_here_is_a_skip_with_the_reason(monkeypatch, backend, device, gpus, words):
+    import torch
+
+    from gradcheck_cli.distributed import check
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    found = check.unavailable(backend, device, 2)
+    assert words in found if words else found == ""
+
+
+def test_world_size_1_runs(write_spec):
+    result = one(
+        write_spec,
+        "function: gradcheck_cli.examples.distributed:ColumnParallelLinear\ndistributed: {world_size: 1}\n"
+        "inputs: [{name: x, shape: [2, 3]}, {name: w, shape: [4, 3], placement: shard(0)}, {name: b, shape: [4]}]\n"
+        "outputs: [shard(-1)]\n",
+    )
+    assert result.status is Status.PASS, str(result)
+    assert [row.name for row in result.checks[0].inputs] == ["x@rank0", "w@rank0", "b@rank0"]
