@@ -15,7 +15,7 @@ from ..errors import BindError, UserCodeError
 from ..numerics.streams import Streams
 from ..results import CaseResult, CheckResult, ErrorKind, InputReport, Status
 from ..rng import seed_plus
-from ..spec import Case, TensorArg
+from ..spec import Case, Container, TensorArg
 from ..target import Target
 from ..tolerance import Limits, same, within
 from . import judge, launch, layout, rank
@@ -207,7 +207,7 @@ def _refuse(target: Target, case: Case) -> None:
         )
     if case.expect is not None:
         raise BindError("expect", "`expect:` is not supported under `distributed` yet: drop it")
-    if any(not isinstance(arg, (TensorArg,)) and getattr(arg, "items", None) for arg in case.inputs):
+    if any(isinstance(arg, Container) for arg in [*case.inputs, *(arg for _, arg in case.kwargs)]):
         raise BindError("inputs", "`list:` and `dict:` arguments are not supported under `distributed` yet")
 
 
