@@ -3,6 +3,7 @@ backward check's result with a row per argument and rank. Other checks are skipp
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any, Callable
 
@@ -102,14 +103,50 @@ def run(
     try:
         answers = launch.run_world(size, lambda r, progress: rank.run(plan, r, progress), config.timeout)
     except launch.WorldFailure as exc:
-        raise UserCodeError(exc.kind, exc.message, exc.where, exc.frames) from None
+        if exc.error is None or exc.error.broken is None:
+            raise UserCodeError(exc.kind, exc.message, exc.where, exc.frames) from None
+        result.checks = [
+            _broken(begun, exc, plan) if name == "backward" else _skipped(first, name) for name in case.checks
+        ]
+        return
     _agree(answers, case)
     result.checks = [
-        _judge(begun, answers, plan, placements, shapes, tolerances)
-        if name == "backward"
-        else verdict.skip(CheckResult(name, Status.PASS, inputs=skeleton(first)), ONLY_BACKWARD, time.perf_counter())
+        _judge(begun, answers, plan, placements, shapes, tolerances) if name == "backward" else _skipped(first, name)
         for name in case.checks
     ]
+
+
+def _skipped(bound: Bound, name: str) -> CheckResult:
+    """Check ``name``, not run across ranks: a skip with the reason."""
+    return verdict.skip(CheckResult(name, Status.PASS, inputs=skeleton(bound)), ONLY_BACKWARD, time.perf_counter())
+
+
+def _broken(begun: verdict.Begun, failure: launch.WorldFailure, plan: rank.Plan) -> CheckResult:
+    """The backward check's fail where autograd rejected what the ranks' backward returned (its contract): the
+    rows of the arguments (every one, for a wrong count) of the ranks where it did fail, the others are not
+    compared."""
+    broken = {r: e.broken for r, e in failure.errors.items() if e.broken is not None}
+    rows: list[InputReport] = []
+    for i, row in enumerate(begun.rows):
+        if i not in begun.checked:
+            rows.append(row)
+            continue
+        for r in range(plan.size):
+            one = copy.copy(row)
+            one.name, one.shape = f"{row.name}@rank{r}", list(plan.values[r][i].shape)
+            hit = r in broken and broken[r] in (-1, row.index)
+            one.status = Status.FAIL if hit else Status.SKIP
+            one.reason = "backward's contract is broken (see below)" if hit else "not compared (see the message)"
+            rows.append(one)
+    begun.result.inputs = rows
+    ranks = sorted(broken)
+    message = (
+        failure.message
+        if len(ranks) < 2
+        else f"ranks {', '.join(map(str, ranks))}: " + failure.message.split(": ", 1)[1]
+    )
+    begun.result.problems = [message]
+    return verdict.skip(begun.result, message, begun.start, Status.FAIL, "not compared (see the message)")
 
 
 def _judge(

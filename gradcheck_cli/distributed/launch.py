@@ -59,6 +59,8 @@ class RankError(Exception):
     where: Optional[str] = None
     frames: tuple[str, ...] = ()
     collective: str = ""
+    broken: Optional[int] = None  # backward broke its contract (autograd rejected what it returned): the gradient's
+    # index where autograd names one (-1: the count)
 
 
 @dataclass
@@ -70,6 +72,8 @@ class WorldFailure(Exception):
     rank: int
     where: Optional[str] = None
     frames: tuple[str, ...] = field(default_factory=tuple)
+    error: Optional[RankError] = None  # the rank's own error, where it raised one
+    errors: dict[int, RankError] = field(default_factory=dict)  # every rank's error, by rank
 
     def __str__(self) -> str:
         return self.message
@@ -302,7 +306,7 @@ def _blame(
     if own:
         r = own[0]
         e = errors[r]
-        return WorldFailure(e.kind, f"rank {r}: {e.message}", r, e.where, e.frames)
+        return WorldFailure(e.kind, f"rank {r}: {e.message}", r, e.where, e.frames, e, dict(errors))
     if died:
         r = min(died)
         others = "; ".join(f"rank {o}: {_where(shared, o, answers)}" for o in range(size) if o != r)

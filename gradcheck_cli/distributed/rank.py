@@ -7,6 +7,7 @@ its share of the objective at each move; the coordinator does the sums."""
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,6 +21,7 @@ from .launch import COLLECTIVE_NAMES, Progress, RankError, user_error
 from .layout import Moves, Placement, grad_output, share
 
 FORWARD, BACKWARD, DIFFERENCES, DONE = 2, 3, 4, 5  # launch.PHASES
+CONTRACT = re.compile(r"returned an (?:invalid gradient at index (\d+)|incorrect number of gradients)")  # autograd's
 
 
 @dataclass
@@ -70,8 +72,13 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
         grads = (
             torch.autograd.grad(wanted, [values[i] for i in plan.checked], given, allow_unused=True) if wanted else ()
         )
-    except Exception as exc:  # noqa: BLE001 - the user's backward raised
-        raise user_error(ErrorKind.BACKWARD, "backward", exc, getattr(exc, "_gradcheck_collective", "")) from None
+    except Exception as exc:  # noqa: BLE001 - the user's backward raised, or autograd rejected what it returned
+        error = user_error(ErrorKind.BACKWARD, "backward", exc, getattr(exc, "_gradcheck_collective", ""))
+        rejected = CONTRACT.search(str(exc))
+        if rejected:
+            error.broken = int(rejected.group(1)) if rejected.group(1) else -1
+            error.message = f"backward's contract is broken: {exc}"
+        raise error from None
     found = [
         g.detach().cpu() if g is not None else torch.zeros(values[i].shape, dtype=values[i].dtype)
         for g, i in zip(grads or [None] * len(plan.checked), plan.checked)

@@ -324,3 +324,39 @@ def test_world_size_1_runs(write_spec):
     )
     assert result.status is Status.PASS, str(result)
     assert [row.name for row in result.checks[0].inputs] == ["x@rank0", "w@rank0", "b@rank0"]
+
+
+def test_a_backward_that_breaks_its_contract_fails_naming_the_rank(write_spec, user_module):
+    """A gather whose backward splits along dim 0 returns a gradient of the wrong shape: autograd rejects it
+    on the ranks, and that is the backward check's fail (exit 1), as for one process, not an error."""
+    user_module(
+        """
+        import torch
+        import torch.distributed as dist
+
+        class GatherSplitsDim0(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+                dist.all_gather(parts, x.contiguous())
+                return torch.cat(parts, -1)
+
+            @staticmethod
+            def backward(ctx, g):
+                return g.chunk(dist.get_world_size(), 0)[dist.get_rank()]
+        """,
+        name="shapemod",
+    )
+    result = one(
+        write_spec,
+        "function: shapemod:GatherSplitsDim0\ninputs: [{name: x, shape: [4, 4], placement: shard(-1)}]\n"
+        "distributed: {world_size: 2}\n",
+    )
+    assert result.status is Status.FAIL and result.error is None, str(result)
+    (check,) = result.checks
+    assert "backward's contract is broken" in check.message
+    assert "returned an invalid gradient at index 0 - got [2, 4] but expected shape compatible with [4, 2]" in (
+        check.message
+    )
+    failing = [row for row in check.inputs if row.status is Status.FAIL]
+    assert failing and all(row.name in ("x@rank0", "x@rank1") and row.shape == [4, 2] for row in failing)
