@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional
 
-from .lines import Ctx
+from .lines import Ctx, keystr
 from .model import Case, Distributed, Key, SpecError, TensorArg
 from .values import mapping, number, show, whole
 from .vocabulary import DEFS, enum, keys, prop
@@ -88,27 +88,28 @@ def placement(value: Any, key: Key, ctx: Ctx) -> Optional[str]:
     return value
 
 
-def consistent(case: Case, ctx: Ctx) -> Case:
-    """``case`` when its placements fit it: placements and ``outputs`` only under ``distributed``, and a
-    ``shard(d)`` input's dim d within its shape and a multiple of the world size long."""
+def consistent(case: Case, ctx: Ctx, where: Key) -> Case:
+    """``case`` when its placements fit it: placements and ``outputs`` (written at ``where``: the document or
+    a case entry) only under ``distributed``, and a ``shard(d)`` input's dim d within its shape and a multiple
+    of the world size long."""
     placed = [arg for arg in case.inputs if isinstance(arg, TensorArg) and arg.placement is not None]
     placed += [arg for _, arg in case.kwargs if isinstance(arg, TensorArg) and arg.placement is not None]
-    where = f"case {case.label!r}: " if case.label != "default" else ""
+    label = f"case {case.label!r}: " if case.label != "default" else ""
     if case.distributed is None:
         if placed:
             arg = placed[0]
             raise SpecError(
                 ctx.path,
                 f"{arg.key}.placement",
-                f"{where}a placement needs `distributed: {{world_size: N}}` in the spec (or drop it)",
+                f"{label}a placement needs `distributed: {{world_size: N}}` in the spec (or drop it)",
                 arg.line,
             )
         if case.outputs:
             raise SpecError(
                 ctx.path,
-                "outputs",
-                f"{where}`outputs` places outputs across ranks: it needs `distributed: {{world_size: N}}` (or drop it)",
-                case.line,
+                keystr(where + ("outputs",)),
+                f"{label}`outputs` places outputs across ranks: it needs `distributed: {{world_size: N}}` (or drop it)",
+                ctx.lines.get(ctx.prefix + where + ("outputs",)),
             )
         return case
     size = case.distributed.world_size
@@ -121,14 +122,14 @@ def consistent(case: Case, ctx: Ctx) -> Case:
             raise SpecError(
                 ctx.path,
                 f"{arg.key}.placement",
-                f"{where}shard({dim}) of a tensor with {n} dims: give a dim from {-n} to {n - 1}",
+                f"{label}shard({dim}) of a tensor with {n} dims: give a dim from {-n} to {n - 1}",
                 arg.line,
             )
         if arg.shape[dim] % size:
             raise SpecError(
                 ctx.path,
                 f"{arg.key}.placement",
-                f"{where}shard({dim}) splits dim {dim} of shape {list(arg.shape)} into {size} equal chunks "
+                f"{label}shard({dim}) splits dim {dim} of shape {list(arg.shape)} into {size} equal chunks "
                 f"(world_size {size}): make its size a multiple of {size}",
                 arg.line,
             )

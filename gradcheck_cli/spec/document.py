@@ -46,7 +46,7 @@ def parse_document(doc: Any, ctx: Ctx, doc_index: int = 1, n_docs: int = 1) -> l
     base = _apply(base, doc, (), ctx)
     cases = doc.get("cases")
     if cases is None:
-        return [consistent(_default_checks(base), ctx)]
+        return [consistent(_default_checks(base), ctx, ())]
     if not isinstance(cases, list) or not cases:
         raise ctx.fail(("cases",), f"expected a non-empty list of cases, got {show(cases)}")
     out: list[Case] = []
@@ -63,7 +63,8 @@ def parse_document(doc: Any, ctx: Ctx, doc_index: int = 1, n_docs: int = 1) -> l
             raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {show(entry['name'])}")
         names.add(str(name))
         case = replace(base, label=str(name), line=ctx.lines.get(("cases", i)))
-        out.append(consistent(_default_checks(_apply(case, entry, ("cases", i), ctx)), ctx))
+        where = ("cases", i) if "outputs" in entry else ()  # where the case's `outputs` was written
+        out.append(consistent(_default_checks(_apply(case, entry, ("cases", i), ctx)), ctx, where))
     return out
 
 
