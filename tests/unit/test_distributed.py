@@ -93,6 +93,7 @@ def test_the_keys_load(write_spec):
         ("outputs: [replicate]", "outputs", "it needs `distributed: {world_size: N}`"),
         ("distributed: {world_size: 2}\noutputs: [shard(x)]", "outputs[0]", "expected replicate, shard(d)"),
         ("distributed: {world_size: 2}\noutputs: []", "outputs", "one placement per output"),
+        ("cases: [{name: a, outputs: [partial]}]", "cases[0].outputs", "case 'a': `outputs` places outputs"),
     ],
 )
 def test_bad_keys_are_spec_errors_that_name_the_key(write_spec, lines, key, words):
