@@ -50,27 +50,44 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
     if device != "cpu":
         torch.cuda.set_device(rank)
     progress.phase(1)
-    torch.distributed.init_process_group(
-        plan.backend,
-        init_method=f"tcp://127.0.0.1:{plan.port}",
-        rank=rank,
-        world_size=plan.size,
-        timeout=datetime.timedelta(seconds=2 * plan.timeout + 10),  # the coordinator's timeout decides first
-    )
+    try:
+        torch.distributed.init_process_group(
+            plan.backend,
+            init_method=f"tcp://127.0.0.1:{plan.port}",
+            rank=rank,
+            world_size=plan.size,
+            timeout=datetime.timedelta(seconds=2 * plan.timeout + 10),  # the coordinator's timeout decides first
+        )
+    except Exception as exc:  # noqa: BLE001 - the machine's network (a port taken meanwhile), not the user's code
+        raise RankError(
+            ErrorKind.DEVICE,
+            f"could not join the process group ({plan.backend}, 127.0.0.1:{plan.port}): {type(exc).__name__}: {exc}",
+        ) from None
     values = [v.to(device) if isinstance(v, torch.Tensor) else v for v in plan.values[rank]]
     for i in plan.checked:
         values[i] = values[i].detach().requires_grad_(True)
     progress.phase(FORWARD)
     outs = _call(plan, values)
-    positions = [p for p, y in enumerate(outs) if isinstance(y, torch.Tensor) and y.is_floating_point()]
+    if any(isinstance(y, torch.Tensor) and y.is_complex() for y in outs):
+        raise RankError(
+            ErrorKind.SPEC, "outputs: forward returns a complex tensor: not checked under `distributed` yet"
+        )
+    # the differentiable outputs (as torch.autograd.gradcheck takes them): floating, and requiring grad
+    positions = [
+        p for p, y in enumerate(outs) if isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad
+    ]
+    if not positions:
+        raise RankError(
+            ErrorKind.FORWARD,
+            "no output of forward requires grad (mark_non_differentiable, or computed without autograd): "
+            "there is no gradient to check",
+        )
     placements = _placements(plan, outs, positions)
     grads_out = [grad_output(outs[p], placements[k], p, rank, plan.size, plan.streams) for k, p in enumerate(positions)]
     progress.phase(BACKWARD)
-    wanted = [outs[p] for p in positions if outs[p].requires_grad]
-    given = [g for p, g in zip(positions, grads_out) if outs[p].requires_grad]
     try:
-        grads = (
-            torch.autograd.grad(wanted, [values[i] for i in plan.checked], given, allow_unused=True) if wanted else ()
+        grads = torch.autograd.grad(
+            [outs[p] for p in positions], [values[i] for i in plan.checked], grads_out, allow_unused=True
         )
     except Exception as exc:  # noqa: BLE001 - the user's backward raised, or autograd rejected what it returned
         error = user_error(ErrorKind.BACKWARD, "backward", exc, getattr(exc, "_gradcheck_collective", ""))
