@@ -361,3 +361,44 @@ def test_a_backward_that_breaks_its_contract_fails_naming_the_rank(write_spec, u
     )
     failing = [row for row in check.inputs if row.status is Status.FAIL]
     assert failing and all(row.name in ("x@rank0", "x@rank1") and row.shape == [4, 2] for row in failing)
+
+
+def test_outputs_that_do_not_require_grad_are_left_out_as_torch_leaves_them_out(write_spec, user_module):
+    user_module(
+        """
+        import torch
+        import torch.distributed as dist
+
+        class WithRankMarker(torch.autograd.Function):
+            # y = x on each rank (per_rank); a second output, the rank, marked non-differentiable
+            @staticmethod
+            def forward(ctx, x):
+                marker = torch.full((1,), float(dist.get_rank()), dtype=x.dtype)
+                ctx.mark_non_differentiable(marker)
+                return x.clone(), marker
+
+            @staticmethod
+            def backward(ctx, g, _):
+                out = g.clone()
+                dist.all_reduce(out)
+                return out
+
+        class OnlyMarker(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                marker = x.detach().clone()
+                ctx.mark_non_differentiable(marker)
+                return marker
+
+            @staticmethod
+            def backward(ctx, g):
+                return g
+        """,
+        name="markmod",
+    )
+    body = "inputs: [{name: x, shape: [3]}]\ndistributed: {world_size: 2}\n"
+    passed = one(write_spec, "function: markmod:WithRankMarker\noutputs: [per_rank, replicate]\n" + body)
+    assert passed.status is Status.PASS, str(passed)
+    nothing = one(write_spec, "function: markmod:OnlyMarker\n" + body)
+    assert nothing.error is not None and nothing.error.kind is ErrorKind.FORWARD
+    assert "no output of forward requires grad" in nothing.error.message
