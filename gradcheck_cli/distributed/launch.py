@@ -285,15 +285,18 @@ def _timed_out(
     if died or errors:
         return _blame(size, shared, answers, errors, died)
     stuck = [r for r in range(size) if r not in answers]
+    outside = [r for r in stuck if shared[r * SLOT + IN_COLLECTIVE] == 0]  # the others wait for these
+    blamed = outside if outside and len(outside) < len(stuck) else stuck
     states = "; ".join(f"rank {r}: {_where(shared, r, answers)}" for r in range(size))
     counts = {shared[r * SLOT + COLLECTIVES] for r in range(size)}
     why = " (the ranks made different numbers of collective calls: mismatched collectives?)" if len(counts) > 1 else ""
-    names = ", ".join(map(str, stuck))
+    names = ", ".join(map(str, blamed))
     return WorldFailure(
         ErrorKind.TIMEOUT,
-        f"rank{'s' * (len(stuck) != 1)} {names} made no progress for {timeout:g} s (distributed.timeout), "
-        f"and every rank was ended{why}: {states}",
-        stuck[0] if stuck else 0,
+        f"rank{'s' * (len(blamed) != 1)} {names} made no progress for {timeout:g} s (distributed.timeout)"
+        + (" outside any collective, while the others waited in one" if blamed is outside else "")
+        + f", and every rank was ended{why}: {states}",
+        blamed[0] if blamed else 0,
     )
 
 
