@@ -136,9 +136,7 @@ def run_world(size: int, body: Callable[[int, Progress], Any], timeout: float) -
             release_read, release_write = os.pipe()
             pid = os.fork()
             if pid == 0:  # the rank: never returns
-                os.close(read_fd)
-                os.close(release_write)
-                _rank_main(rank, body, Progress(shared, rank), write_fd, release_read)
+                _rank_main(rank, body, Progress(shared, rank), write_fd, release_read, (read_fd, release_write))
             os.close(write_fd)
             os.close(release_read)
             pids.append(pid)
@@ -188,10 +186,15 @@ def run_world(size: int, body: Callable[[int, Progress], Any], timeout: float) -
         _end([pid for pid in pids if pid not in reaped])
 
 
-def _rank_main(rank: int, body: Callable[[int, Progress], Any], progress: Progress, out: int, release: int) -> None:
-    """A forked rank: run ``body``, write its answer (or error) to ``out``, wait for the release, exit."""
+def _rank_main(
+    rank: int, body: Callable[[int, Progress], Any], progress: Progress, out: int, release: int, ends: tuple[int, ...]
+) -> None:
+    """A forked rank: run ``body``, write its answer (or error) to ``out``, wait for the release, exit (``ends``:
+    the coordinator's ends of this rank's pipes, closed here)."""
     code = 0
     try:
+        for fd in ends:
+            os.close(fd)
         try:  # Linux: die with the coordinator, even when it is killed (SIGKILL)
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
