@@ -17,6 +17,7 @@ from .checks import broken, verdict
 from .checks.base import MEMORY_BYTES, CheckContext, Options
 from .custom_op import vmap_fallback_quiet
 from .devices import device_problem
+from .distributed import check as distributed
 from .errors import BindError, LoadError, UserCodeError, device_kind, guarded
 from .nn_module import init_target
 from .numerics import engine
@@ -177,6 +178,9 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     target = loader.load(case.function)
     _import_effects(names, set(sys.modules) - known, state.changes(before) if before is not None else [])
     init_target(target, case.init_args, dict(case.init_kwargs), streams, case.dtype, device, case.init_mode)
+    if case.distributed is not None:  # across ranks that it starts (gradcheck_cli.distributed)
+        distributed.run(target, case, device, lambda where, s: bind_case(target, case, where, s), streams, result)
+        return
     bound = bind_case(target, case, device, streams)
     if not any(isinstance(v, torch.Tensor) and v.requires_grad for v in bound.values):
         raise BindError(

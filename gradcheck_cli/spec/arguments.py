@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Optional
 
+from .distributed import placement
 from .lines import Ctx, keystr
 from .model import (
     ALIAS_KEYS,
@@ -224,6 +225,7 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         dim=_dim(entry, shape, key, ctx),
         size_of=size_of,
         param=param,
+        placement=placement(entry.get("placement"), key + ("placement",), ctx),
     )
 
 

@@ -11,6 +11,7 @@ from ..results import EXPECTABLE
 from ..rng import SEEDS
 from ..tolerance import ReferenceRule, Tolerance
 from .arguments import argument
+from .distributed import consistent, distributed, outputs
 from .lines import Ctx, keystr
 from .model import (
     CASE_KEYS,
@@ -44,7 +45,7 @@ def parse_document(doc: Any, ctx: Ctx, doc_index: int = 1, n_docs: int = 1) -> l
     base = _apply(base, doc, (), ctx)
     cases = doc.get("cases")
     if cases is None:
-        return [_default_checks(base)]
+        return [consistent(_default_checks(base), ctx, ())]
     if not isinstance(cases, list) or not cases:
         raise ctx.fail(("cases",), f"expected a non-empty list of cases, got {show(cases)}")
     out: list[Case] = []
@@ -61,7 +62,8 @@ def parse_document(doc: Any, ctx: Ctx, doc_index: int = 1, n_docs: int = 1) -> l
             raise ctx.fail(("cases", i, "name"), f"expected a unique name, got {show(entry['name'])}")
         names.add(str(name))
         case = replace(base, label=str(name), line=ctx.lines.get(("cases", i)))
-        out.append(_default_checks(_apply(case, entry, ("cases", i), ctx)))
+        where = ("cases", i) if "outputs" in entry else ()  # where the case's `outputs` was written
+        out.append(consistent(_default_checks(_apply(case, entry, ("cases", i), ctx)), ctx, where))
     return out
 
 
@@ -167,6 +169,10 @@ def _apply(case: Case, doc: dict[str, Any], key: Key, ctx: Ctx) -> Case:
         changes["reference_dtype"] = dtype
     if "expect" in doc:
         changes["expect"] = None if doc["expect"] is None else _expect(doc["expect"], key + ("expect",), ctx)
+    if "distributed" in doc:
+        changes["distributed"] = distributed(doc["distributed"], key + ("distributed",), ctx)
+    if "outputs" in doc:
+        changes["outputs"] = outputs(doc["outputs"], key + ("outputs",), ctx)
     return replace(case, **changes)
 
 

@@ -68,6 +68,7 @@ class TensorArg:
     dim: int = -1  # simplex, sorted, permutation: along this dimension
     size_of: tuple[tuple[str, str, int], ...] = ()  # (low | high, argument, dim): a bound that is that size
     param: Optional[str] = None  # import path of fn: the target gets fn(X), the check perturbs X
+    placement: Optional[str] = None  # under `distributed`: replicate (None), shard(d) or per_rank
 
     @property
     def via(self) -> Optional[str]:
@@ -153,6 +154,16 @@ class Expect:
 
 
 @dataclass(frozen=True)
+class Distributed:
+    """``distributed:``: how many ranks, the backend (None: gloo on the CPU, nccl on CUDA) and the
+    seconds without progress on any rank after which every rank is ended."""
+
+    world_size: int
+    backend: Optional[str] = None
+    timeout: float = 60.0
+
+
+@dataclass(frozen=True)
 class Case:
     """One fully resolved case of one spec document: everything needed to check it."""
 
@@ -181,6 +192,8 @@ class Case:
     reference_dtype: str = "float64"  # the reference runs on copies of the inputs in this dtype
     reference_backward: Optional[str] = None  # import path of fn(inputs, grad_outputs) -> the intended gradients
     expect: Optional[Expect] = None
+    distributed: Optional[Distributed] = None  # `distributed:`: run on several ranks
+    outputs: tuple[str, ...] = ()  # under `distributed`: each output's placement (none given: replicate)
     line: Optional[int] = None
     doc: int = 1  # 1-based document number within the file
     n_docs: int = 1

@@ -734,6 +734,8 @@ def related(err: str, mutated: tuple, doc: Any) -> bool:
         return True  # a case's `inputs: {NAME: ...}` names entries of the document's list
     if mutated[0] == "cases" and re.fullmatch(r"cases\[\d+\]\.name", err):
         return True  # case names are unique: a changed case can clash with another one's name
+    if re.search(r"(\.placement|outputs)$", err) and ("distributed" in mutated or "shape" in mutated):
+        return True  # a placement needs `distributed`, and shard(d) fits the shape to the world size
     parent = mutated[:-1]
     if parent and parent[-1] == "expect" and err in {spec.keystr(parent + (k,)) for k in spec.EXPECT_KEYS}:
         return True  # renaming `reason` (or removing it) leaves `reason` missing

@@ -55,6 +55,10 @@ SCHEMA_CANNOT = {
     "needs a key of the document",
     r"no argument named .* in the document's inputs": "a case's `inputs:` mapping names arguments by the `name:` "
     "of the document's inputs (values of another key)",
+    r"a placement needs `distributed": "an input's `placement` needs another key (`distributed`) in the document",
+    r"`outputs` places outputs across ranks": "`outputs` needs another key (`distributed`) in the document",
+    r"give a dim from": "a shard(d)'s dim against the length of another key (`shape`)",
+    r"make its size a multiple of": "a shard(d)'s size against another key's value (`distributed.world_size`)",
 }
 
 
@@ -229,6 +233,37 @@ PROBES = [
     ("leaf with a name", {**BASE, "inputs": [{"list": [{**TENSOR, "name": "a"}]}]}, False),
     ("leaf not a mapping", {**BASE, "kwargs": {"feats": {"dict": {"q": 3}}}}, False),
     ("list with a bad key", {**BASE, "inputs": [{"list": [TENSOR], "dtype": "float32"}]}, False),
+    ("distributed", {**BASE, "distributed": {"world_size": 2, "backend": "gloo", "timeout": "5"}}, True),
+    ("distributed null", {**BASE, "distributed": None, "outputs": None}, True),
+    ("distributed whole float", {**BASE, "distributed": {"world_size": 2.0}}, True),
+    ("distributed world_size 0", {**BASE, "distributed": {"world_size": 0}}, False),
+    ("distributed no world_size", {**BASE, "distributed": {"backend": "gloo"}}, False),
+    ("distributed backend mpi", {**BASE, "distributed": {"world_size": 2, "backend": "mpi"}}, False),
+    ("distributed bad key", {**BASE, "distributed": {"world_size": 2, "ranks": 2}}, False),
+    ("distributed timeout 0", {**BASE, "distributed": {"world_size": 2, "timeout": 0}}, False),
+    (
+        "placements",
+        {
+            **BASE,
+            "distributed": {"world_size": 3},
+            "inputs": [{**TENSOR, "placement": p} for p in ("replicate", "shard(0)", "shard(-1)", "per_rank")],
+            "outputs": ["replicate", "shard(-1)", "partial", "per_rank"],
+        },
+        True,
+    ),
+    (
+        "placement partial",
+        {**BASE, "distributed": {"world_size": 2}, "inputs": [{**TENSOR, "placement": "partial"}]},
+        False,
+    ),
+    (
+        "placement shard(x)",
+        {**BASE, "distributed": {"world_size": 2}, "inputs": [{**TENSOR, "placement": "shard(x)"}]},
+        False,
+    ),
+    ("outputs empty", {**BASE, "distributed": {"world_size": 2}, "outputs": []}, False),
+    ("outputs shard()", {**BASE, "distributed": {"world_size": 2}, "outputs": ["shard()"]}, False),
+    ("case distributed", {**BASE, "cases": [{"distributed": {"world_size": 2}, "outputs": ["per_rank"]}]}, True),
 ]
 
 
@@ -252,6 +287,10 @@ INEXPRESSIBLE = [  # one document per rule of SCHEMA_CANNOT, in its order
     {**BASE, "expect": {"reason": "why", "true": "sign_flip", True: "sign_flip"}},
     {**BASE, "cases": [{"inputs": {"x": TENSOR}}]},
     {**BASE, "inputs": [{"name": "x", **TENSOR}], "cases": [{"inputs": {"y": TENSOR}}]},
+    {**BASE, "inputs": [{**TENSOR, "placement": "shard(0)"}]},
+    {**BASE, "outputs": ["partial"]},
+    {**BASE, "distributed": {"world_size": 3}, "inputs": [{**TENSOR, "placement": "shard(1)"}]},
+    {**BASE, "distributed": {"world_size": 2}, "inputs": [{**TENSOR, "placement": "shard(0)"}]},
 ]
 
 

@@ -54,6 +54,7 @@ PLACES: dict[str, tuple[tuple[Any, ...], Callable[[dict[str, Any]], dict[str, An
     "reference_rule": (("tolerance", "reference"), lambda obj: {"function": F, "tolerance": {"reference": obj}}),
     "init": (("init",), lambda obj: {"function": F, "init": obj}),
     "compile": (("compile",), lambda obj: {"function": F, "compile": obj}),
+    "distributed": (("distributed",), lambda obj: {"function": F, "distributed": {"world_size": 2, **obj}}),
     "expect": (("expect",), lambda obj: {"function": F, "expect": {"reason": "why", "x": "fail", **obj}}),
     "expected": (("expect", "x"), lambda obj: {"function": F, "expect": {"reason": "why", "x": obj}}),
 }

@@ -1,0 +1,265 @@
+"""A case under ``distributed:``: the arguments of every rank, the world started and ended, and the
+backward check's result with a row per argument and rank. Other checks are skipped with the reason."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any, Callable
+
+import torch
+
+from ..binding import Bound
+from ..checks import verdict
+from ..checks.rows import skeleton
+from ..errors import BindError, UserCodeError
+from ..numerics.streams import Streams
+from ..results import CaseResult, CheckResult, ErrorKind, InputReport, Status
+from ..rng import seed_plus
+from ..spec import Case, Container, TensorArg
+from ..target import Target
+from ..tolerance import Limits, same, within
+from . import judge, launch, layout, rank
+
+RANK_STRIDE = 7_777_777  # rank r's per_rank arguments are drawn with seed + r * RANK_STRIDE
+ONLY_BACKWARD = "not run across ranks: under `distributed`, gradcheck-cli checks backward only"
+
+
+def unavailable(backend: str, device: str, size: int) -> str:
+    """Why the world cannot run here ('' when it can)."""
+    if not torch.distributed.is_available():
+        return "torch.distributed is not available in this build of torch"
+    if backend == "nccl":
+        if not device.startswith("cuda"):
+            return "backend nccl runs on CUDA devices (one GPU per rank): use `--device cuda`, or backend gloo"
+        if not torch.distributed.is_nccl_available():
+            return "backend nccl is not available in this build of torch"
+        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if found < size:
+            return f"world_size {size} with nccl needs {size} GPUs (one per rank); this machine has {found}"
+    elif not torch.distributed.is_gloo_available():
+        return "backend gloo is not available in this build of torch"
+    elif device.startswith("cuda"):
+        return "backend gloo runs the ranks on the CPU: use backend nccl for `--device cuda`"
+    return ""
+
+
+def run(
+    target: Target, case: Case, device: str, bind: Callable[[str, Streams], Bound], streams: Streams, result: CaseResult
+) -> None:
+    """Check ``case`` across ranks; append the checks' results to ``result`` (raises what makes it an error)."""
+    config = case.distributed
+    assert config is not None
+    size = config.world_size
+    backend = config.backend or ("nccl" if device.startswith("cuda") else "gloo")
+    problem = unavailable(backend, device, size)
+    if problem:
+        result.checks = [CheckResult(name, Status.SKIP, message=problem) for name in case.checks]
+        return
+    _refuse(target, case)
+    first = bind("cpu", streams)  # on the CPU: a CUDA context must not exist before the ranks are forked
+    placements = [layout.Placement.of(e.placement if isinstance(e, TensorArg) else None) for e in first.entries] + [
+        layout.Placement("replicate")
+    ] * (len(first.values) - len(first.entries))
+    own = any(p.kind == "per_rank" for p in placements)
+    bounds = [first] + [
+        bind("cpu", Streams(seed_plus(streams.seed, r * RANK_STRIDE))) if own else first for r in range(1, size)
+    ]
+    begun = verdict.begin(first, "backward", f"distributed: {size} ranks, {backend}")
+    if not begun.checked:
+        raise BindError(
+            "inputs",
+            f"no argument is a tensor that requires grad, so there is no gradient to check, and {case.function} "
+            "was not called: give it a floating-point tensor argument (`shape: [...]`)",
+        )
+    for i in begun.checked:
+        _fits(first, i, placements[i], size)
+    values = [
+        [
+            (b if placements[i].kind == "per_rank" else first).values[i]
+            if not isinstance(first.values[i], torch.Tensor)
+            else layout.local((b if placements[i].kind == "per_rank" else first).values[i], placements[i], r, size)
+            for i in range(len(first.values))
+        ]
+        for r, b in enumerate(bounds)
+    ]
+    shapes = [tuple(first.values[i].shape) for i in begun.checked]
+    tolerances = [case.tolerance.at_least(first.values[i].dtype, eps=True) for i in begun.checked]
+    plan = rank.Plan(
+        size=size,
+        backend=backend,
+        port=launch.free_port(),
+        timeout=config.timeout,
+        device=device,
+        call=lambda vs: target.call(first.arguments(vs), first.n_positional, first.kw_names),
+        values=values,
+        checked=list(begun.checked),
+        moves=[layout.moves(placements[i], s, size) for i, s in zip(begun.checked, shapes)],
+        eps=[t.eps for t in tolerances],
+        outputs=case.outputs,
+        streams=streams,
+    )
+    _warm()
+    try:
+        answers = launch.run_world(size, lambda r, progress: rank.run(plan, r, progress), config.timeout)
+    except launch.WorldFailure as exc:
+        if exc.error is None or exc.error.broken is None:
+            raise UserCodeError(exc.kind, exc.message, exc.where, exc.frames) from None
+        result.checks = [
+            _broken(begun, exc, plan) if name == "backward" else _skipped(first, name) for name in case.checks
+        ]
+        return
+    _agree(answers, case)
+    result.checks = [
+        _judge(begun, answers, plan, placements, shapes, tolerances) if name == "backward" else _skipped(first, name)
+        for name in case.checks
+    ]
+
+
+def _skipped(bound: Bound, name: str) -> CheckResult:
+    """Check ``name``, not run across ranks: a skip with the reason."""
+    return verdict.skip(CheckResult(name, Status.PASS, inputs=skeleton(bound)), ONLY_BACKWARD, time.perf_counter())
+
+
+def _broken(begun: verdict.Begun, failure: launch.WorldFailure, plan: rank.Plan) -> CheckResult:
+    """The backward check's fail where autograd rejected what the ranks' backward returned (its contract): the
+    rows of the arguments (every one, for a wrong count) of the ranks where it did fail, the others are not
+    compared."""
+    broken = {r: e.broken for r, e in failure.errors.items() if e.broken is not None}
+    rows: list[InputReport] = []
+    for i, row in enumerate(begun.rows):
+        if i not in begun.checked:
+            rows.append(row)
+            continue
+        for r in range(plan.size):
+            one = copy.copy(row)
+            one.name, one.shape = f"{row.name}@rank{r}", list(plan.values[r][i].shape)
+            hit = r in broken and broken[r] in (-1, row.index)
+            one.status = Status.FAIL if hit else Status.SKIP
+            one.reason = "backward's contract is broken (see below)" if hit else "not compared (see the message)"
+            rows.append(one)
+    begun.result.inputs = rows
+    ranks = sorted(broken)
+    message = (
+        failure.message
+        if len(ranks) < 2
+        else f"ranks {', '.join(map(str, ranks))}: " + failure.message.split(": ", 1)[1]
+    )
+    begun.result.problems = [message]
+    return verdict.skip(begun.result, message, begun.start, Status.FAIL, "not compared (see the message)")
+
+
+def _judge(
+    begun: verdict.Begun,
+    answers: list[dict[str, Any]],
+    plan: rank.Plan,
+    placements: list[layout.Placement],
+    shapes: list[tuple[int, ...]],
+    tolerances: list[Any],
+) -> CheckResult:
+    """The backward check's result: the rows of every rank, and what they show together."""
+    size = plan.size
+    objective = torch.stack([a["objective"] for a in answers]).sum(0)  # the global objective at each move
+    spans = torch.tensor([0] + [int(m.owner.numel()) for m in plan.moves]).cumsum(0).tolist()
+    replaced: dict[int, list[InputReport]] = {}
+    problems: list[str] = []
+    for k, i in enumerate(plan.checked):
+        part = objective[spans[k] : spans[k + 1]]
+        numerical = (part[:, 1] - part[:, 0]) / (2 * plan.eps[k])  # central differences of L
+        grads = [a["grads"][k] for a in answers]
+        wanted = [layout.expected(numerical, placements[i], shapes[k], r, size) for r in range(size)]
+        limits = Limits(tolerances[k].atol, tolerances[k].rtol)
+        ranked = judge.rows(begun.rows[i], grads, wanted, limits)
+        full = numerical.view(size, *shapes[k]) if placements[i].kind == "per_rank" else numerical.view(shapes[k])
+        said = judge.across_ranks(begun.rows[i].name, placements[i], grads, wanted, full, ranked, limits)
+        if said:
+            problems.append(said)
+        replaced[i] = ranked
+    begun.result.inputs = [row for i, one in enumerate(begun.rows) for row in replaced.get(i, [one])]
+    said_for = set(problems)
+
+    def wrong(row: InputReport) -> str | None:
+        if row.diagnosis in said_for:
+            return None
+        return f"gradient of '{row.name}' is wrong" + (f": {row.diagnosis}" if row.diagnosis else "")
+
+    return verdict.conclude(
+        begun.result,
+        begun.start,
+        problems,
+        wrong,
+        lambda right: (
+            f"every rank's gradient of {verdict.labels(_arguments(right))} matches finite differences "
+            f"of the global objective ({size} ranks)"
+        ),
+    )
+
+
+def _arguments(rows: list[InputReport]) -> list[InputReport]:
+    """One row per argument (the rank 0 rows), for messages."""
+    seen: dict[str, InputReport] = {}
+    for row in rows:
+        name = row.name.rpartition("@rank")[0] or row.name
+        seen.setdefault(name, InputReport(row.index, name, row.shape, row.dtype, row.status))
+    return list(seen.values())
+
+
+def _warm() -> None:
+    """Pay once, here, what torch loads on a process's first backward with grad_outputs (sympy, through
+    torch.fx): each forked rank would otherwise load it again."""
+    x = torch.ones(1, requires_grad=True)
+    torch.autograd.grad(x * 2, x, torch.ones(1))
+
+
+def _agree(answers: list[dict[str, Any]], case: Case) -> None:
+    """Replicate outputs hold the same values on every rank; shard outputs the same shape."""
+    for k, first in enumerate(answers[0]["replicated"]):
+        for r, answer in enumerate(answers[1:], start=1):
+            other = answer["replicated"][k]
+            limits = same(first.dtype)
+            if other.shape != first.shape or not bool(within(other, first, limits.atol, limits.rtol).all()):
+                raise UserCodeError(
+                    ErrorKind.FORWARD,
+                    f"replicate output {k} differs between rank 0 and rank {r}"
+                    + (f" (shapes {list(first.shape)} and {list(other.shape)})" if other.shape != first.shape else "")
+                    + ": forward is missing a collective (an all-reduce?), or give the output its placement in "
+                    "`outputs:` (partial, per_rank or shard(d))",
+                )
+    for r, answer in enumerate(answers[1:], start=1):
+        if answer["shapes"] != answers[0]["shapes"]:
+            raise UserCodeError(
+                ErrorKind.FORWARD,
+                f"rank {r}'s outputs have shapes {answer['shapes']}, rank 0's {answers[0]['shapes']}: "
+                "gradcheck-cli takes outputs of the same shape on every rank (shard(d): equal chunks)",
+            )
+
+
+def _refuse(target: Target, case: Case) -> None:
+    """What a distributed case cannot hold yet, said as a spec error."""
+    if target.is_module:
+        raise BindError(
+            "distributed",
+            "an nn.Module class is not checked across ranks yet: name a Function, or a function that builds "
+            "and calls the module",
+        )
+    if case.expect is not None:
+        raise BindError("expect", "`expect:` is not supported under `distributed` yet: drop it")
+    if any(isinstance(arg, Container) for arg in [*case.inputs, *(arg for _, arg in case.kwargs)]):
+        raise BindError("inputs", "`list:` and `dict:` arguments are not supported under `distributed` yet")
+
+
+def _fits(bound: Bound, i: int, placement: layout.Placement, size: int) -> None:
+    """A checked argument that its placement can split, and real."""
+    value = bound.values[i]
+    if value.is_complex():
+        raise BindError(
+            f"inputs[{i}]", f"'{bound.names[i]}' is complex: only real tensors are checked under `distributed`"
+        )
+    if placement.kind == "shard":
+        d = placement.dim or 0
+        if not -value.dim() <= d < max(value.dim(), 1) or value.dim() == 0 or value.shape[d] % size:
+            raise BindError(
+                f"inputs[{i}].placement",
+                f"'{bound.names[i]}' of shape {list(value.shape)} cannot be split along dim {d} into {size} equal "
+                "chunks: give it a shape whose size along that dim is a multiple of world_size",
+            )

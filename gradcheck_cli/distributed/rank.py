@@ -1,0 +1,178 @@
+"""What every rank runs, in lockstep with the others: join the process group, forward and backward with
+its grad_outputs, then the forwards of finite differences, every rank through the same list of moves
+(an element moves on the rank that holds it, or on every rank for a replicate argument), so that the
+collectives inside forward stay matched. A rank answers with its gradients, its replicate outputs and
+its share of the objective at each move; the coordinator does the sums."""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from ..numerics import as_tuple
+from ..numerics.differences import elements
+from ..numerics.streams import Streams
+from ..results import ErrorKind
+from .launch import COLLECTIVE_NAMES, Progress, RankError, user_error
+from .layout import Moves, Placement, grad_output, share
+
+FORWARD, BACKWARD, DIFFERENCES, DONE = 2, 3, 4, 5  # launch.PHASES
+CONTRACT = re.compile(r"returned an (?:invalid gradient at index (\d+)|incorrect number of gradients)")  # autograd's
+
+
+@dataclass
+class Plan:
+    """What every rank needs, made by the coordinator before it forks the ranks."""
+
+    size: int
+    backend: str
+    port: int
+    timeout: float
+    device: str  # cpu, or cuda (rank r on cuda:r)
+    call: Callable[[list[Any]], Any]  # the target on one value per argument
+    values: list[list[Any]]  # per rank: its value of each argument
+    checked: list[int]  # the argument positions whose gradient is checked
+    moves: list[Moves]  # per checked argument
+    eps: list[float]  # per checked argument
+    outputs: tuple[str, ...]  # the spec's output placements (none: every output replicate)
+    streams: Streams
+
+
+def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
+    """The body of rank ``rank``."""
+    torch.set_num_threads(1)
+    _watch_collectives(progress)
+    device = f"cuda:{rank}" if plan.device.startswith("cuda") else "cpu"
+    if device != "cpu":
+        torch.cuda.set_device(rank)
+    progress.phase(1)
+    try:
+        torch.distributed.init_process_group(
+            plan.backend,
+            init_method=f"tcp://127.0.0.1:{plan.port}",
+            rank=rank,
+            world_size=plan.size,
+            timeout=datetime.timedelta(seconds=2 * plan.timeout + 10),  # the coordinator's timeout decides first
+        )
+    except Exception as exc:  # noqa: BLE001 - the machine's network (a port taken meanwhile), not the user's code
+        raise RankError(
+            ErrorKind.DEVICE,
+            f"could not join the process group ({plan.backend}, 127.0.0.1:{plan.port}): {type(exc).__name__}: {exc}",
+        ) from None
+    values = [v.to(device) if isinstance(v, torch.Tensor) else v for v in plan.values[rank]]
+    for i in plan.checked:
+        values[i] = values[i].detach().requires_grad_(True)
+    progress.phase(FORWARD)
+    outs = _call(plan, values)
+    if any(isinstance(y, torch.Tensor) and y.is_complex() for y in outs):
+        raise RankError(
+            ErrorKind.SPEC, "outputs: forward returns a complex tensor: not checked under `distributed` yet"
+        )
+    # the differentiable outputs (as torch.autograd.gradcheck takes them): floating, and requiring grad
+    positions = [
+        p for p, y in enumerate(outs) if isinstance(y, torch.Tensor) and y.is_floating_point() and y.requires_grad
+    ]
+    if not positions:
+        raise RankError(
+            ErrorKind.FORWARD,
+            "no output of forward requires grad (mark_non_differentiable, or computed without autograd): "
+            "there is no gradient to check",
+        )
+    placements = _placements(plan, outs, positions)
+    grads_out = [grad_output(outs[p], placements[k], p, rank, plan.size, plan.streams) for k, p in enumerate(positions)]
+    progress.phase(BACKWARD)
+    try:
+        grads = torch.autograd.grad(
+            [outs[p] for p in positions], [values[i] for i in plan.checked], grads_out, allow_unused=True
+        )
+    except Exception as exc:  # noqa: BLE001 - the user's backward raised, or autograd rejected what it returned
+        error = user_error(ErrorKind.BACKWARD, "backward", exc, getattr(exc, "_gradcheck_collective", ""))
+        rejected = CONTRACT.search(str(exc))
+        if rejected:
+            error.broken = int(rejected.group(1)) if rejected.group(1) else -1
+            error.message = f"backward's contract is broken: {exc}"
+        raise error from None
+    found = [
+        g.detach().cpu() if g is not None else torch.zeros(values[i].shape, dtype=values[i].dtype)
+        for g, i in zip(grads or [None] * len(plan.checked), plan.checked)
+    ]
+    replicated = [outs[p].detach().cpu() for k, p in enumerate(positions) if placements[k].kind == "replicate"]
+    shapes = [list(outs[p].shape) for p in positions]
+    progress.phase(DIFFERENCES)
+    plain = [v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+    objective = torch.zeros(sum(int(m.owner.numel()) for m in plan.moves), 2, dtype=torch.float64)
+    row = 0
+    with torch.no_grad():
+        for k, i in enumerate(plan.checked):
+            element = elements(plain[i])
+            owners, indices = plan.moves[k].owner.tolist(), plan.moves[k].index.tolist()
+            for owner, index in zip(owners, indices):
+                for side, step in enumerate((-plan.eps[k], plan.eps[k])):
+                    moved = element(index).to(step) if owner in (-1, rank) else None
+                    if moved is not None:
+                        moved.apply()
+                    try:
+                        ys = _call(plan, plain)
+                    finally:
+                        if moved is not None:
+                            moved.restore()
+                    objective[row, side] = share([ys[p] for p in positions], grads_out, placements, rank)
+                    progress.step()
+                row += 1
+    progress.phase(DONE)
+    return {"grads": found, "replicated": replicated, "shapes": shapes, "objective": objective}
+
+
+def _call(plan: Plan, values: list[Any]) -> tuple[Any, ...]:
+    try:
+        return as_tuple(plan.call(values))
+    except Exception as exc:  # noqa: BLE001 - the user's forward raised
+        raise user_error(ErrorKind.FORWARD, "forward", exc, getattr(exc, "_gradcheck_collective", "")) from None
+
+
+def _placements(plan: Plan, outs: tuple[Any, ...], positions: list[int]) -> list[Placement]:
+    """Each floating output's placement, as the spec's ``outputs`` gives them (one per tensor output)."""
+    if not plan.outputs:
+        return [Placement("replicate")] * len(positions)
+    tensors = [p for p, y in enumerate(outs) if isinstance(y, torch.Tensor)]
+    if len(tensors) != len(plan.outputs):
+        raise RankError(
+            ErrorKind.SPEC,
+            f"outputs: forward returns {len(tensors)} tensor{'s' * (len(tensors) != 1)} and `outputs` places "
+            f"{len(plan.outputs)}: give one placement per tensor output, in order",
+        )
+    by_position = dict(zip(tensors, plan.outputs))
+    return [Placement.of(by_position[p]) for p in positions]
+
+
+def _watch_collectives(progress: Progress) -> None:
+    """Count this rank's collective calls and note the one it is in (torch.distributed's functions as the
+    user's code finds them on the module; this is a forked rank: the coordinator keeps the originals)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for name in COLLECTIVE_NAMES[1:]:
+        original = getattr(c10d, name, None)
+        if original is None:
+            continue
+
+        def watched(*args: Any, __name: str = name, __original: Any = original, **kwargs: Any) -> Any:
+            progress.enter(__name)
+            try:
+                return __original(*args, **kwargs)
+            except BaseException as exc:
+                try:
+                    exc._gradcheck_collective = __name  # type: ignore[attr-defined]
+                except AttributeError:
+                    pass
+                raise
+            finally:
+                progress.leave()
+
+        for module in (dist, c10d):
+            if getattr(module, name, None) is original:
+                setattr(module, name, watched)
