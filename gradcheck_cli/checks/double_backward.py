@@ -10,7 +10,7 @@ grad_outputs v are random (seeded from the spec's seed) and are arguments of G t
 from __future__ import annotations
 
 from dataclasses import fields, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -22,6 +22,7 @@ from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..tolerance import Tolerance
 from .base import (
     CheckContext,
+    Graph,
     call_forward,
     fresh_leaves,
     graph_forward,
@@ -56,24 +57,37 @@ DETACHED = (
 )
 
 
+def backward_graph(
+    ctx: CheckContext, result: CheckResult, start: float, checked: list[int], order: str, purpose: str
+) -> Union[CheckResult, Graph]:
+    """The graph of forward whose backward a check of backward's derivative differentiates (``purpose``:
+    "differentiate", "push forward"), or that check's skip: no argument requires grad, a half-precision
+    argument (``order``: what finite differences cannot judge there), or no differentiable output."""
+    if not checked:
+        return skip(result, f"no argument requires grad: there is no backward to {purpose}", start)
+    half = half_precision(ctx.bound, checked, order)
+    if half:
+        return skip(result, half, start, row_reason="half precision")
+    graph = graph_forward(ctx.target, ctx.bound)
+    refuse_if_too_big(ctx, graph.outputs)
+    if not graph.positions:
+        return skip(
+            result,
+            "no output is differentiable (none is a floating-point tensor that requires "
+            f"grad): there is no backward to {purpose}",
+            start,
+        )
+    return graph
+
+
 def run(ctx: CheckContext) -> CheckResult:
     """Check the second derivative of ``ctx.target``: backward against finite differences of backward."""
     target, bound, opts, tol = ctx.target, ctx.bound, ctx.options, ctx.tolerance
     start, reports, checked, result = begin(bound, "double_backward", "elementwise")
-    if not checked:
-        return skip(result, "no argument requires grad: there is no backward to differentiate", start)
-    half = half_precision(bound, checked, "the second derivative")
-    if half:
-        return skip(result, half, start, row_reason="half precision")
-    leaves, outputs, live = graph_forward(target, bound)
-    refuse_if_too_big(ctx, outputs)
-    if not live:
-        return skip(
-            result,
-            "no output is differentiable (none is a floating-point tensor that requires "
-            "grad): there is no backward to differentiate",
-            start,
-        )
+    graph = backward_graph(ctx, result, start, checked, "the second derivative", "differentiate")
+    if isinstance(graph, CheckResult):
+        return graph
+    leaves, outputs, live = graph
     gen = ctx.streams.generator(STREAM)
     # probes with every bit of their dtype: where backward scales them by 0 or 1 (relu), values of 17 bits
     # would look like a coarse grid to the second look (numerics.precision)

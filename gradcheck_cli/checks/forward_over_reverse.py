@@ -24,20 +24,12 @@ from ..errors import UserCodeError, guarded
 from ..numerics import as_tuple, engine
 from ..numerics.realify import strided
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
-from .base import (
-    CheckContext,
-    call_forward,
-    fresh_leaves,
-    graph_forward,
-    half_precision,
-    probe_like,
-    refuse_if_too_big,
-    work_limit,
-)
+from .base import CheckContext, call_forward, fresh_leaves, probe_like, work_limit
 from .double_backward import (
     FULL_BITS,
     ONCE_SKIP,
     UNDIFFERENTIABLE,
+    backward_graph,
     backward_of,
     grad_output_rows,
     marked_once_differentiable,
@@ -61,20 +53,10 @@ def run(ctx: CheckContext) -> CheckResult:
     if missing:
         why = f"{missing} (forward over reverse runs forward on dual numbers, which needs it)"
         return unsupported(result, why, start, ctx.named)
-    if not checked:
-        return skip(result, "no argument requires grad: there is no backward to push forward", start)
-    half = half_precision(bound, checked, "the derivative of backward")
-    if half:
-        return skip(result, half, start, row_reason="half precision")
-    leaves, outputs, live = graph_forward(target, bound)
-    refuse_if_too_big(ctx, outputs)
-    if not live:
-        return skip(
-            result,
-            "no output is differentiable (none is a floating-point tensor that requires grad): "
-            "there is no backward to push forward",
-            start,
-        )
+    graph = backward_graph(ctx, result, start, checked, "the derivative of backward", "push forward")
+    if isinstance(graph, CheckResult):
+        return graph
+    leaves, outputs, live = graph
     gen = ctx.streams.generator(STREAM)
     vs = [probe_like(outputs[p], gen) * FULL_BITS for p in live]  # every bit of the dtype, as double_backward's
     n = len(bound.values)
