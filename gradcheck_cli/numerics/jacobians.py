@@ -219,7 +219,8 @@ def compare(
 
 
 def _blocks(counts: list[int], most: int) -> list[list[int]]:
-    """Consecutive arguments in blocks whose non-zero entries (``counts``, each at most ``most``) fit together."""
+    """Consecutive arguments in blocks whose non-zero entries (``counts``, each at most ``most``) fit together
+    (the counts may be lower bounds: a block that does not fit is then compared as its own check would be)."""
     blocks: list[list[int]] = []
     held = most + 1
     for i, c in enumerate(counts):

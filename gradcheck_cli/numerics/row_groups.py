@@ -48,8 +48,9 @@ class RowGroups:
         """``at_once``: only the guess of every element of an output in one group (``store`` is None
         where it fails for an output); ``tried``: that guess failed before, start with the diagonals.
         ``parts``: where each argument's columns start (and the end): past ``limit`` entries, the pass
-        goes on counting each argument's entries without keeping them, until one argument alone has more
-        (``too_many``); where none has, ``counted`` is set and ``per_part`` holds each one's count."""
+        goes on counting each argument's entries without keeping them (at least, see ``_groups``), until one
+        argument alone has more (``too_many``); where none has, ``counted`` is set and ``per_part`` holds each
+        one's count (a block planned from them that does not fit after all finds that out on its own)."""
         self.rows, self.layout, self.limit = rows, rows.layout, limit
         self.at_once, self.tried = at_once, tried
         self.calls = 0  # backward calls made
@@ -117,32 +118,48 @@ class RowGroups:
     def _groups(self, out: torch.Tensor, k: int, groups: list[torch.Tensor]) -> list[torch.Tensor]:
         """The entries of ``groups`` (real indices into ``out``) into the buffers; returns the groups
         that overlap (they add nothing). Stops once more than ``limit`` entries are found (of one argument,
-        with ``parts``): the store cannot hold them, whatever the other groups hold (``too_many``)."""
+        with ``parts``): the store cannot hold them, whatever the other groups hold (``too_many``). Past
+        ``limit`` with ``parts``, a group takes its unit call alone and counts the columns it reaches, each
+        of which holds at least one of its entries: a lower bound on each argument's entries."""
         overlapping = []
         for g0 in range(0, len(groups), self.stage):
             stage = groups[g0 : g0 + self.stage]
+            counting = self.parts is not None and self.count > self.limit
             try:
-                got = self.rows.products(self._grad_outputs(out, k, stage))
+                got = self.rows.products(self._grad_outputs(out, k, stage, 1 if counting else CALLS))
             except Exception:  # noqa: BLE001 - a backward that fails on grouped grad_outputs: one-hot rows,
                 overlapping += stage  # where a backward that fails there too fails the check as before
                 continue
             self.calls += len(got)
-            overlapping += self._decode(got, [k + members for members in stage], stage)
+            if counting:
+                self._count(got.ne(0))  # NaN counts as non-zero
+            else:
+                overlapping += self._decode(got, [k + members for members in stage], stage)
             if self._hopeless():
                 break
         return overlapping
 
-    def _grad_outputs(self, out: torch.Tensor, k: int, stage: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _grad_outputs(
+        self, out: torch.Tensor, k: int, stage: list[torch.Tensor], calls: int = CALLS
+    ) -> list[torch.Tensor]:
         """Per group of ``stage``: grad_outputs 1, w and w' at its elements of ``out`` (0 elsewhere, and
-        in the other outputs)."""
-        grads, flat = self._blank(out, CALLS * len(stage))
+        in the other outputs); the first ``calls`` of them."""
+        grads, flat = self._blank(out, calls * len(stage))
         members = torch.cat(stage)
         sizes = torch.tensor([len(m) for m in stage])
         unit = torch.repeat_interleave(torch.arange(len(stage)), sizes)  # the unit calls first, then the w, the w'
         flat[unit, members] = 1
-        flat[unit + len(stage), members] = self.w[0, k + members].to(flat)
-        flat[unit + 2 * len(stage), members] = self.w[1, k + members].to(flat)
+        for i in range(1, calls):
+            flat[unit + i * len(stage), members] = self.w[i - 1, k + members].to(flat)
         return grads
+
+    def _count(self, reached: torch.Tensor) -> None:
+        """A stage's unit calls' columns reached (groups x columns) into ``count`` and ``per_part``."""
+        assert self.parts is not None
+        starts = [0, *self.parts.tolist(), reached.shape[1]]
+        found = torch.stack([reached[:, a:b].sum() for a, b in zip(starts, starts[1:])])
+        self.per_part += found
+        self.count += int(found.sum())
 
     def _decode(self, got: torch.Tensor, rows: list[torch.Tensor], stage: list[torch.Tensor]) -> list[torch.Tensor]:
         """The entries of a stage of groups (``rows``: each group's rows; ``got``: their three products
