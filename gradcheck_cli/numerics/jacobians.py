@@ -150,7 +150,8 @@ def compare(
         if store is None:  # the diagonals, else one-hot rows
             # where the dense rows would be recomputed per block, the diagonals count each argument's entries
             # past the store's limit: arguments that fit on their own are compared in blocks that fit
-            parts = layout.col_starts if not fits and len({id(x) for x in plain_inputs}) > 1 else None
+            distinct = len({id(x) for x in plain_inputs}) == len(plain_inputs) > 1  # a tensor passed twice: joint
+            parts = layout.col_starts if not fits and distinct else None
             diagonals = (
                 RowGroups(jac, streams.generator(Stream.ROW_GROUPS), most, tried=True, parts=parts)
                 if grouping
