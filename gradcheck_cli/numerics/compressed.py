@@ -180,9 +180,10 @@ class _At:
         mine = groups.colours[cols] - k0
         self.group = torch.repeat_interleave(mine, repeats)
         self.col = torch.repeat_interleave(cols, repeats)
-        self.place = self.group * m + groups.store.rows.index_select(0, self.entries)
+        rows = groups.store.rows.index_select(0, self.entries)
+        self.place = self.group * m + rows
         self.want = groups.store.vals.index_select(0, self.entries)
-        self.limits = groups.limits.index_select(0, self.entries)
+        self.limits = groups.row_limits.index_select(0, rows)
         sizes = torch.zeros(self.n, dtype=torch.long).index_add_(0, mine, counts)  # each (group, row): one entry
         self.rows_left = bool((sizes < m).any())  # at most, so rows without one exist: they must be zero
 
@@ -211,8 +212,8 @@ class Groups:
         self.colours, self.n_groups = found if found is not None else (torch.zeros(0, dtype=torch.long), 0)
         n = self.layout.n_cols
         # R_r at each entry, and each column's d (its largest R_r over atol): what its group's bound rests on
-        self.limits = row_limits(outputs, self.layout.inputs, columns.eps).index_select(0, store.rows)
-        col_limit = _column_max(self.limits, store.bounds, n)
+        self.row_limits = row_limits(outputs, self.layout.inputs, columns.eps)  # looked up a stage at a time
+        col_limit = _column_max(self.row_limits.index_select(0, store.rows), store.bounds, n)
         self.d = col_limit / atol if atol > 0 else torch.where(col_limit > 0, math.inf, 0.0)
         self.kinds: list[int] = []  # per group: SPREAD, RANDOM or DOUBT (see ``plan``)
         if self.coloured and n:
@@ -257,10 +258,10 @@ class Groups:
         return self.ok[self.colours]
 
     def worthwhile(self) -> bool:
-        """Fewer forwards than two per column, and the groups' rows (five float64 values per group and row, a stage
-        of moves at a time) fit in half the memory budget (the share that dense analytical rows would hold)."""
-        fits = 5 * 8 * self.n_groups * self.layout.n_rows <= self.columns.memory_bytes // 2
-        return self.coloured and fits and self.forwards < 2 * self.layout.n_cols
+        """Coloured, and fewer forwards than two per column. Its memory is the store's (with the numerical
+        value at each entry) and a few values per column; the groups' quotients are made a stage of groups at a
+        time, within a stage's share of the budget (``_evaluate``), however many groups there are."""
+        return self.coloured and self.forwards < 2 * self.layout.n_cols
 
     def evaluate(self) -> None:
         """Every group's forwards and its verdict: ``accepted`` per column, and ``numerical`` per

@@ -9,6 +9,7 @@ comparison serves real and complex functions alike. Pure torch.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -19,7 +20,7 @@ from .compressed import Groups
 from .layout import Layout, make_layout
 from .realify import Call, Vjp, real_numel, vjp
 from .row_groups import RowGroups
-from .rows import Rows, SparseRows
+from .rows import Rows, SparseRows, store_limit
 from .stats import Entry
 from .streams import Stream, Streams, signed_uniform
 
@@ -75,6 +76,7 @@ def compare(
     batched: Call | None = None,
     budget: Callable[[int, int], None] = no_limit,
     compress: bool = True,
+    keep_share: int = 0,
 ) -> tuple[Layout, list[Entry]]:
     """Compare analytical and numerical Jacobians entry by entry, block of columns by block.
 
@@ -96,14 +98,17 @@ def compare(
     raises to stop the comparison (work that would not finish in reasonable time).
     ``compress``: where the non-zero entries are kept, take the numerical columns a group of
     structurally orthogonal columns at a time (see ``compressed``), each group's columns made one
-    by one where the group's check does not accept them.
+    by one where the group's check does not accept them. Where the non-zero entries of all the
+    arguments do not fit in the store at once, and the dense rows would be recomputed per block of
+    columns, each argument is compared on its own (its own store: ``_by_argument``).
+    ``keep_share``: the number of arguments that share the kept mismatching columns' memory (0: these).
     """
     layout = make_layout(plain_inputs, outputs, positions)
     jac = Jacobians(
         call, grad, [outputs[p] for p in positions], grad_inputs, plain_values, layout, eps, batched, memory_bytes
     )
     probe = projection(layout, streams)
-    keep = memory_bytes // 16 // max(1, len(plain_inputs))  # mismatching columns kept whole, per argument
+    keep = memory_bytes // 16 // max(1, keep_share or len(plain_inputs))  # mismatching columns kept whole, each
     entries = [Entry(real_numel(t), atol, rtol, keep_bytes=keep) for t in plain_inputs]
     per_col = 8 * max(1, layout.n_rows)
     # the memory budget: analytical rows held at once (3/4), a stage of batched calls (1/8, see
@@ -112,12 +117,12 @@ def compare(
     block = max(1, memory_bytes * 3 // 4 // per_col)
     chunk = max(1, min(block, memory_bytes // 8 // 8 // per_col))
     # The non-zero entries, from one pass of backward calls, are kept instead of the dense rows
-    # when they fit in a quarter of the memory and, if the dense rows fit too, are at most an
+    # when they fit in the dense rows' share (``store_limit``) and, if the dense rows fit too, are at most an
     # eighth of the entries: each chunk of numerical columns is then compared at those entries
     # (and wherever it is non-zero itself), never scanning the entries zero on both sides. Else
     # the dense rows are computed per block.
     fits = block >= layout.n_cols
-    limit = memory_bytes // 4 // 24
+    limit = store_limit(memory_bytes)
     most = min(limit, layout.n_rows * layout.n_cols // 8) if fits else limit
     # a small Jacobian (rows one batched backward, columns at most four batched forwards) is taken
     # whole: grouping's fixed costs (its own backward calls, the colouring, a forward per group and
@@ -143,10 +148,42 @@ def compare(
     else:
         budget(2 * layout.n_cols + layout.n_rows, 1)
         if store is None:  # the diagonals, else one-hot rows
-            diagonals = RowGroups(jac, streams.generator(Stream.ROW_GROUPS), most, tried=True) if grouping else None
+            # where the dense rows would be recomputed per block, the diagonals count each argument's entries
+            # past the store's limit: arguments that fit on their own are compared in blocks that fit
+            distinct = len({id(x) for x in plain_inputs}) == len(plain_inputs) > 1  # a tensor passed twice: joint
+            parts = layout.col_starts if not fits and distinct else None
+            diagonals = (
+                RowGroups(jac, streams.generator(Stream.ROW_GROUPS), most, tried=True, parts=parts)
+                if grouping
+                else None
+            )
             store = diagonals.store() if diagonals is not None else None
+            if diagonals is not None and diagonals.counted:
+                return _in_blocks(
+                    partial(
+                        compare,
+                        call,
+                        outputs,
+                        positions,
+                        plain_values=plain_values,
+                        eps=eps,
+                        atol=atol,
+                        rtol=rtol,
+                        memory_bytes=memory_bytes,
+                        grad=grad,
+                        streams=streams,
+                        batched=batched,
+                        compress=compress,
+                        keep_share=len(plain_inputs),
+                    ),
+                    layout,
+                    grad_inputs,
+                    plain_inputs,
+                    _blocks(diagonals.per_part.tolist(), most),
+                    budget,
+                )
             # where the diagonals already found more than ``most`` non-zero entries, the one-hot rows would too
-            if store is None and not small and not (diagonals is not None and diagonals.too_many):
+            if store is None and not small and not (diagonals is not None and diagonals.count > diagonals.limit):
                 store = jac.sparse_rows(most, early=fits)
         if store is None and block < layout.n_cols:
             passes = -(-layout.n_cols // block)  # after the pass that looked for the non-zero entries
@@ -180,6 +217,60 @@ def compare(
                         entry.update(a_block[lo - col0 : hi - col0], n, start, probe)
         del a_block  # free it before the next block is allocated: one block at a time
     return layout, entries
+
+
+def _blocks(counts: list[int], most: int) -> list[list[int]]:
+    """Consecutive arguments in blocks whose non-zero entries (``counts``, each at most ``most``) fit together
+    (the counts may be lower bounds: a block that does not fit is then compared as its own check would be)."""
+    blocks: list[list[int]] = []
+    held = most + 1
+    for i, c in enumerate(counts):
+        if held + c > most:
+            blocks.append([])
+            held = 0
+        blocks[-1].append(i)
+        held += c
+    return blocks
+
+
+def _in_blocks(
+    one: Callable[..., tuple[Layout, list[Entry]]],
+    layout: Layout,
+    grad_inputs: list[torch.Tensor],
+    plain_inputs: list[torch.Tensor],
+    blocks: list[list[int]],
+    budget: Callable[[int, int], None],
+) -> tuple[Layout, list[Entry]]:
+    """Each block of arguments compared on its own (``one``: ``compare`` but for the arguments), its non-zero
+    entries in a store of their own: the same entries, columns and statistics as a joint comparison makes, a
+    pass of backward calls per block. ``budget`` is told the calls of the blocks before too."""
+    spent = _Spent(budget)
+    entries: list[Entry] = []
+    for block in blocks:
+        found = one(
+            grad_inputs=[grad_inputs[i] for i in block],
+            plain_inputs=[plain_inputs[i] for i in block],
+            budget=spent.next(),
+        )
+        entries += found[1]
+    return layout, entries
+
+
+class _Spent:
+    """One ``budget`` over several comparisons: each is told the calls of those before it too."""
+
+    def __init__(self, budget: Callable[[int, int], None]) -> None:
+        self.budget, self.done, self.last = budget, 0, 0
+
+    def next(self) -> Callable[[int, int], None]:
+        """The budget of the next comparison (the calls of the one before counted as made)."""
+        self.done, self.last = self.done + self.last, 0
+
+        def told(calls: int, passes: int) -> None:
+            self.last = max(self.last, calls)
+            self.budget(self.done + calls, passes)
+
+        return told
 
 
 def _groups(jac: Jacobians, store: SparseRows, atol: float, rtol: float, streams: Streams) -> Groups | None:

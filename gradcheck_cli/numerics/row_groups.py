@@ -27,7 +27,7 @@ import torch
 
 from .batching import ROW_GROUP_STAGE_BYTES, ROW_STAGE, stage_size
 from .realify import real_numel, real_view, unravel
-from .rows import Rows, SparseRows
+from .rows import Rows, SparseRows, from_keys
 
 EXACT = 1e-12  # relative: a single row's ratios are its weights to within a few roundings
 CALLS = 3  # backward calls per group: unit, weights w, weights w'
@@ -37,10 +37,20 @@ class RowGroups:
     """The analytical Jacobian's non-zero entries from grouped backward calls (see the module)."""
 
     def __init__(
-        self, rows: Rows, gen: torch.Generator, limit: int, at_once: bool = False, tried: bool = False
+        self,
+        rows: Rows,
+        gen: torch.Generator,
+        limit: int,
+        at_once: bool = False,
+        tried: bool = False,
+        parts: list[int] | None = None,
     ) -> None:
         """``at_once``: only the guess of every element of an output in one group (``store`` is None
-        where it fails for an output); ``tried``: that guess failed before, start with the diagonals."""
+        where it fails for an output); ``tried``: that guess failed before, start with the diagonals.
+        ``parts``: where each argument's columns start (and the end): past ``limit`` entries, the pass
+        goes on counting each argument's entries without keeping them (at least, see ``_groups``), until one
+        argument alone has more (``too_many``); where none has, ``counted`` is set and ``per_part`` holds each
+        one's count (a block planned from them that does not fit after all finds that out on its own)."""
         self.rows, self.layout, self.limit = rows, rows.layout, limit
         self.at_once, self.tried = at_once, tried
         self.calls = 0  # backward calls made
@@ -49,11 +59,13 @@ class RowGroups:
         self.w[0].sub_(1.5).div_(2).add_(torch.arange(n, dtype=torch.float64)).add_(0.5).div_(n).add_(1)  # w_r
         self.group = torch.full((n,), -1, dtype=torch.long)  # per row: its group's place in the stage decoded
         # the entries found, as (column x rows + row, value), in buffers grown by doubling (one mapping each,
-        # handed back whole: a list of small pieces fragments the heap); 32-bit keys where they fit
-        self.key_dtype = torch.int32 if self.layout.n_cols * n < 2**31 else torch.long
-        self.keys, self.vals = torch.empty(0, dtype=self.key_dtype), torch.empty(0, dtype=torch.float64)
+        # handed back whole: a list of small pieces fragments the heap)
+        self.keys, self.vals = torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.float64)
         self.count = 0
         self.too_many = False  # ``store`` gave up on finding more than ``limit`` entries (each entry once)
+        self.parts = torch.tensor(parts[1:-1], dtype=torch.long) if parts is not None else None
+        self.per_part = torch.zeros(len(parts) - 1 if parts is not None else 1, dtype=torch.long)
+        self.counted = False  # the pass went through, past ``limit`` entries, every argument within it
         row_bytes = sum(o.numel() * o.element_size() for o in rows.live) + 8 * self.layout.n_cols * 2
         stage = stage_size(ROW_STAGE, row_bytes, rows.memory_bytes, ROW_GROUP_STAGE_BYTES)
         self.stage = max(1, stage // CALLS)  # groups
@@ -72,16 +84,12 @@ class RowGroups:
             if out.requires_grad and not self._output(out, k):
                 return None
             k += real_numel(out)
-        keys, order = torch.sort(self.keys[: self.count])  # by column then row, as the one-hot pass
-        self.keys = torch.empty(0)
-        vals = self.vals[: self.count].index_select(0, order)
-        self.vals = order = torch.empty(0)  # one copy of the entries at a time: a Linear layer's
-        n, n_cols = self.layout.n_rows, self.layout.n_cols  # n = 128 has 4.2 million
-        ends = torch.searchsorted(keys, torch.arange(1, n_cols + 1, dtype=keys.dtype) * n)  # integer division is slow
-        counts = torch.diff(ends, prepend=ends.new_zeros(1))
-        cols = torch.repeat_interleave(torch.arange(n_cols, dtype=keys.dtype), counts)
-        rows = keys.sub_(cols * n)  # in place: the keys are not needed past here
-        return SparseRows(cols, rows, vals, n_cols, ordered=True)
+        if self.parts is not None and self.count > self.limit:  # counted, not kept: each argument fits alone
+            self.counted = True
+            return None
+        keys, vals = self.keys[: self.count], self.vals[: self.count]
+        self.keys = self.vals = torch.empty(0)  # one copy of the entries at a time
+        return from_keys(keys, vals, self.layout.n_rows, self.layout.n_cols)
 
     def _output(self, out: torch.Tensor, k: int) -> bool:
         """The entries of output ``out`` (its rows start at row ``k``) into the buffers; False to give up."""
@@ -102,40 +110,56 @@ class RowGroups:
         groups = list(torch.split(order, torch.bincount(diagonal, minlength=longest).tolist()))
         self._grow(self.count + min(self.limit, len(groups) * self.layout.n_cols))  # at most one entry a column
         overlapping = self._groups(out, k, groups)
-        self.too_many = self.count > self.limit
+        self.too_many = self._hopeless()
         if len(overlapping) * 2 > len(groups) or self.too_many:
             return False
         return all(self._one_hot(out, k, members) for members in overlapping)
 
     def _groups(self, out: torch.Tensor, k: int, groups: list[torch.Tensor]) -> list[torch.Tensor]:
         """The entries of ``groups`` (real indices into ``out``) into the buffers; returns the groups
-        that overlap (they add nothing). Stops once more than ``limit`` entries are found: the store
-        cannot hold them, whatever the other groups hold (``too_many``)."""
+        that overlap (they add nothing). Stops once more than ``limit`` entries are found (of one argument,
+        with ``parts``): the store cannot hold them, whatever the other groups hold (``too_many``). Past
+        ``limit`` with ``parts``, a group takes its unit call alone and counts the columns it reaches, each
+        of which holds at least one of its entries: a lower bound on each argument's entries."""
         overlapping = []
         for g0 in range(0, len(groups), self.stage):
             stage = groups[g0 : g0 + self.stage]
+            counting = self.parts is not None and self.count > self.limit
             try:
-                got = self.rows.products(self._grad_outputs(out, k, stage))
+                got = self.rows.products(self._grad_outputs(out, k, stage, 1 if counting else CALLS))
             except Exception:  # noqa: BLE001 - a backward that fails on grouped grad_outputs: one-hot rows,
                 overlapping += stage  # where a backward that fails there too fails the check as before
                 continue
             self.calls += len(got)
-            overlapping += self._decode(got, [k + members for members in stage], stage)
-            if self.count > self.limit:
+            if counting:
+                self._count(got.ne(0))  # NaN counts as non-zero
+            else:
+                overlapping += self._decode(got, [k + members for members in stage], stage)
+            if self._hopeless():
                 break
         return overlapping
 
-    def _grad_outputs(self, out: torch.Tensor, k: int, stage: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _grad_outputs(
+        self, out: torch.Tensor, k: int, stage: list[torch.Tensor], calls: int = CALLS
+    ) -> list[torch.Tensor]:
         """Per group of ``stage``: grad_outputs 1, w and w' at its elements of ``out`` (0 elsewhere, and
-        in the other outputs)."""
-        grads, flat = self._blank(out, CALLS * len(stage))
+        in the other outputs); the first ``calls`` of them."""
+        grads, flat = self._blank(out, calls * len(stage))
         members = torch.cat(stage)
         sizes = torch.tensor([len(m) for m in stage])
         unit = torch.repeat_interleave(torch.arange(len(stage)), sizes)  # the unit calls first, then the w, the w'
         flat[unit, members] = 1
-        flat[unit + len(stage), members] = self.w[0, k + members].to(flat)
-        flat[unit + 2 * len(stage), members] = self.w[1, k + members].to(flat)
+        for i in range(1, calls):
+            flat[unit + i * len(stage), members] = self.w[i - 1, k + members].to(flat)
         return grads
+
+    def _count(self, reached: torch.Tensor) -> None:
+        """A stage's unit calls' columns reached (groups x columns) into ``count`` and ``per_part``."""
+        assert self.parts is not None
+        starts = [0, *self.parts.tolist(), reached.shape[1]]
+        found = torch.stack([reached[:, a:b].sum() for a, b in zip(starts, starts[1:])])
+        self.per_part += found
+        self.count += int(found.sum())
 
     def _decode(self, got: torch.Tensor, rows: list[torch.Tensor], stage: list[torch.Tensor]) -> list[torch.Tensor]:
         """The entries of a stage of groups (``rows``: each group's rows; ``got``: their three products
@@ -173,9 +197,18 @@ class RowGroups:
         self._keep(cols[good], row[good], value[good])
         return [members for members, b in zip(stage, bad.tolist()) if b]
 
+    def _hopeless(self) -> bool:
+        """More entries found than the store holds: of all the arguments, or with ``parts`` of one of them."""
+        return bool(self.per_part.max() > self.limit) if self.parts is not None else self.count > self.limit
+
     def _keep(self, cols: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor) -> None:
-        """Entries into the buffers."""
+        """Entries into the buffers (with ``parts``, past ``limit`` only counted)."""
         end = self.count + len(cols)
+        if self.parts is not None:
+            self.per_part += torch.bincount(torch.bucketize(cols, self.parts, right=True), minlength=len(self.per_part))
+            if end > self.limit:
+                self.count = end
+                return
         if end > len(self.keys):
             self._grow(max(end, 2 * len(self.keys), 2**16))
         self.keys[self.count : end] = cols * self.layout.n_rows + rows
@@ -185,7 +218,7 @@ class RowGroups:
     def _grow(self, size: int) -> None:
         if size <= len(self.keys):
             return
-        keys, vals = torch.empty(size, dtype=self.key_dtype), torch.empty(size, dtype=torch.float64)
+        keys, vals = torch.empty(size, dtype=torch.long), torch.empty(size, dtype=torch.float64)
         keys[: self.count], vals[: self.count] = self.keys[: self.count], self.vals[: self.count]
         self.keys, self.vals = keys, vals
 
@@ -206,7 +239,7 @@ class RowGroups:
             self.calls += len(got)
             r, c = got.nonzero(as_tuple=True)  # NaN counts as non-zero
             self._keep(c, k + part[r], got[r, c])
-            if self.count > self.limit:
+            if self._hopeless():
                 self.too_many = True
                 return False
         return True

@@ -13,7 +13,6 @@ Pure torch.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -24,30 +23,99 @@ from .batching import ROW_STAGE, same, stage_size, try_batched
 from .layout import Layout
 from .realify import Vjp, real_flat, real_numel, real_view
 
+# The store's bytes per entry: while it is built (the buffers of 64-bit keys and values, the sort's
+# order and the rows it makes), and while it is held by the compressed check (32-bit rows, values,
+# and the numerical values at them); its size per column and the rows' limits are not per entry
+BUILD_BYTES = 28
+HELD_BYTES = 20
 
-@dataclass
+
+def store_limit(memory_bytes: int) -> int:
+    """How many non-zero entries a check may store within ``memory_bytes``: the build's peak within seven
+    eighths (nothing else large is held then), the held store within three quarters (the dense rows'
+    share, which a stored Jacobian does not hold; the rest holds a stage of calls and the kept columns)."""
+    return min(memory_bytes * 7 // 8 // BUILD_BYTES, memory_bytes * 3 // 4 // HELD_BYTES)
+
+
 class SparseRows:
-    """The non-zero entries of the analytical Jacobian, sorted by column (then row), read a span of
-    columns at a time (``cols`` and ``rows`` may be 32-bit; ``entries`` gives them 64-bit)."""
+    """The non-zero entries of the analytical Jacobian, by column (then row), read a span of columns at
+    a time: their rows (32-bit where they fit) and values, and where each column's entries start
+    (``bounds``, a tensor, and ``starts``, a list); the columns themselves are implied (``entries``)."""
 
-    cols: torch.Tensor
-    rows: torch.Tensor
-    vals: torch.Tensor
-    n_cols: int
-    ordered: bool = False  # given by column already
+    def __init__(
+        self, cols: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor, n_cols: int, ordered: bool = False
+    ) -> None:
+        if not ordered:
+            order = torch.argsort(cols, stable=True)
+            cols, rows, vals = cols[order], rows[order], vals[order]
+        bounds = torch.searchsorted(cols, torch.arange(n_cols + 1, dtype=cols.dtype))
+        self._set(narrow_rows(rows), vals, bounds)
 
-    def __post_init__(self) -> None:
-        if not self.ordered:
-            order = torch.argsort(self.cols, stable=True)
-            self.cols, self.rows, self.vals = self.cols[order], self.rows[order], self.vals[order]
-        # each column's first entry (and the end), as a tensor and as a list (read one at a time)
-        self.bounds = torch.searchsorted(self.cols, torch.arange(self.n_cols + 1, dtype=self.cols.dtype))
+    @classmethod
+    def by_column(cls, rows: torch.Tensor, vals: torch.Tensor, bounds: torch.Tensor) -> SparseRows:
+        """A store from entries already by column then row, column j's at ``bounds[j]``..``bounds[j + 1]``."""
+        store = cls.__new__(cls)
+        store._set(narrow_rows(rows), vals, bounds)
+        return store
+
+    def _set(self, rows: torch.Tensor, vals: torch.Tensor, bounds: torch.Tensor) -> None:
+        self.rows, self.vals, self.bounds = rows, vals, bounds.long()
+        self.n_cols = len(bounds) - 1
         self.starts = self.bounds.tolist()
+
+    @property
+    def cols(self) -> torch.Tensor:
+        """Each entry's column (made when asked: the store does not hold them)."""
+        return torch.repeat_interleave(torch.arange(self.n_cols), torch.diff(self.bounds))
 
     def entries(self, col0: int, col1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The non-zero entries of columns col0..col1: column - col0, row and value, by column then row."""
         lo, hi = self.starts[col0], self.starts[col1]
-        return self.cols[lo:hi].long() - col0, self.rows[lo:hi].long(), self.vals[lo:hi]
+        counts = self.bounds[col0 + 1 : col1 + 1] - self.bounds[col0:col1]
+        cols = torch.repeat_interleave(torch.arange(col1 - col0), counts, output_size=hi - lo)
+        return cols, self.rows[lo:hi].long(), self.vals[lo:hi]
+
+
+CHUNK = 2**20  # entries rearranged at once while a store is sorted (their temporaries stay small)
+
+
+def from_keys(keys: torch.Tensor, vals: torch.Tensor, n_rows: int, n_cols: int) -> SparseRows:
+    """A store from entries given as 64-bit keys column * n_rows + row (each once, in any order; the
+    buffer is overwritten) and their values, within BUILD_BYTES an entry: each key and its place are
+    packed into one integer where they fit and sorted in place (else a sort's order is made), and the
+    rows and values are rearranged a chunk at a time."""
+    count = len(keys)
+    bits = max(1, (count - 1).bit_length())
+    if count and (n_cols * n_rows - 1).bit_length() + bits <= 63:
+        packed = keys.mul_(1 << bits)  # key, then the entry's place in the low bits
+        for a in range(0, count, CHUNK):
+            packed[a : a + CHUNK].add_(torch.arange(a, min(count, a + CHUNK)))
+        packed.numpy().sort()  # in place, keys unique
+        place = lambda a, b: packed[a:b] & ((1 << bits) - 1)  # noqa: E731
+        key = lambda a, b: packed[a:b] >> bits  # noqa: E731
+    else:
+        order = torch.from_numpy(keys.numpy().argsort())
+        place = lambda a, b: order[a:b]  # noqa: E731
+        key = lambda a, b: keys.index_select(0, order[a:b])  # noqa: E731
+    rows = torch.empty(count, dtype=torch.int32 if n_rows <= 2**31 else torch.long)
+    sorted_vals = torch.empty(count, dtype=vals.dtype)
+    counts = torch.zeros(n_cols, dtype=torch.long)
+    for a in range(0, count, CHUNK):
+        b = min(count, a + CHUNK)
+        k = key(a, b)
+        col = torch.div(k, n_rows, rounding_mode="floor")
+        rows[a:b] = k - col * n_rows
+        counts += torch.bincount(col, minlength=n_cols)
+        torch.index_select(vals, 0, place(a, b), out=sorted_vals[a:b])
+    bounds = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
+    return SparseRows.by_column(rows, sorted_vals, bounds)
+
+
+def narrow_rows(rows: torch.Tensor) -> torch.Tensor:
+    """Row numbers as 32-bit integers where they fit (4 bytes an entry instead of 8)."""
+    if rows.dtype == torch.int32 or (len(rows) and int(rows.max()) >= 2**31):
+        return rows
+    return rows.to(torch.int32)
 
 
 class Rows:
@@ -90,19 +158,18 @@ class Rows:
         self.wanted = list(range(len(self.grad_inputs)))
         # filled in place: small pieces kept between the stages' large temporaries would fragment
         # the heap; pages not written are never touched
-        cols, rows = torch.empty(limit, dtype=torch.long), torch.empty(limit, dtype=torch.long)
-        vals, count = torch.empty(limit, dtype=torch.float64), 0
+        keys, vals, count = torch.empty(limit, dtype=torch.long), torch.empty(limit, dtype=torch.float64), 0
+        n_rows = self.layout.n_rows
         for k, out, j0, j1 in self._stages():
             for start, grad in zip(self.layout.col_starts, self._row_stage(out, j0, j1)):
                 r, c = grad.nonzero(as_tuple=True)  # NaN counts as non-zero
-                if count + len(r) > (min(limit, 2 * limit * (k + j1) // self.layout.n_rows) if early else limit):
+                if count + len(r) > (min(limit, 2 * limit * (k + j1) // n_rows) if early else limit):
                     return None
-                torch.add(c, start, out=cols[count : count + len(r)])
-                torch.add(r, k + j0, out=rows[count : count + len(r)])
+                torch.add(c, start, out=keys[count : count + len(r)]).mul_(n_rows).add_(r).add_(k + j0)
                 vals[count : count + len(r)] = grad[r, c]
                 count += len(r)
         self.one_hot = None  # its memory is not needed past the rows
-        return SparseRows(cols[:count], rows[:count], vals[:count], self.layout.n_cols)
+        return from_keys(keys[:count], vals[:count], n_rows, self.layout.n_cols)
 
     def products(self, grad_outs: list[torch.Tensor]) -> torch.Tensor:
         """J^T g for a batch of grad_outputs g (one tensor per output that requires grad, the batch
