@@ -12,7 +12,7 @@ import torch
 from ..binding import Bound
 from ..errors import UserCodeError, guarded
 from ..numerics import Entry, as_tuple, compare, is_float_tensor, kinks, precision, probes, real_numel, unravel, vjp
-from ..numerics.jacobians import projection
+from ..numerics.jacobians import Spent, projection
 from ..numerics.realify import Vjp
 from ..numerics.streams import Stream, Streams, signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
@@ -122,7 +122,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     )
     # element by element: every argument, or under --fast those whose probes failed; one comparison per
     # tolerance, so that each argument is judged by its own dtype's
-    spent = _Spent(work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions, fast=True))
+    spent = Spent(work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions, fast=True))
     for group in by_tolerance(todo, tols):
         t = tols[group[0]]
         layout, entries = compare(
@@ -282,23 +282,6 @@ def _probe(
         result.warnings.append(f"a random probe failed for {names}: checked element by element to explain it")
     result.mode = "probe" if not failed else "elementwise" if len(failed) == len(stats) else "probe+elementwise"
     return failed
-
-
-class _Spent:
-    """One ``work_limit`` budget over several comparisons: each is told the calls of those before it too."""
-
-    def __init__(self, budget: Callable[[int, int], None]) -> None:
-        self.budget, self.done, self.last = budget, 0, 0
-
-    def next(self) -> Callable[[int, int], None]:
-        """The budget of the next comparison (the calls of the one before counted as made)."""
-        self.done, self.last = self.done + self.last, 0
-
-        def told(calls: int, passes: int) -> None:
-            self.last = max(self.last, calls)
-            self.budget(self.done + calls, passes)
-
-        return told
 
 
 def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -> CheckResult:

@@ -244,7 +244,7 @@ def _in_blocks(
     """Each block of arguments compared on its own (``one``: ``compare`` but for the arguments), its non-zero
     entries in a store of their own: the same entries, columns and statistics as a joint comparison makes, a
     pass of backward calls per block. ``budget`` is told the calls of the blocks before too."""
-    spent = _Spent(budget)
+    spent = Spent(budget)
     entries: list[Entry] = []
     for block in blocks:
         found = one(
@@ -256,7 +256,7 @@ def _in_blocks(
     return layout, entries
 
 
-class _Spent:
+class Spent:
     """One ``budget`` over several comparisons: each is told the calls of those before it too."""
 
     def __init__(self, budget: Callable[[int, int], None]) -> None:
