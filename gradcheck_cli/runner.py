@@ -7,13 +7,13 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 
 from . import checks, expectations, inputs, loader, oracle, plan, state
 from .binding import Bound, bind
-from .checks import broken, verdict
+from .checks import broken, noncontiguous, verdict
 from .checks.base import MEMORY_BYTES, CheckContext, Options
 from .custom_op import vmap_fallback_quiet
 from .devices import device_problem
@@ -276,8 +276,15 @@ def bind_case(target: Target, case: Case, device: str, streams: Streams) -> Boun
             bound.transforms[i] = (
                 loader.load_callable(entry.param, f"{entry.key}.param") if entry.param else symmetric_part
             )
+        if isinstance(entry, TensorArg) and not entry.contiguous:  # `contiguous: false`: after `param:`, at the call
+            bound.transforms[i] = _then_relaid(bound.transforms.get(i))
     bound.clone_inputs = True if case.clone_inputs else None  # None: the first forward finds out
     return bound
+
+
+def _then_relaid(first: Optional[Callable[[Any], Any]]) -> Callable[[Any], Any]:
+    """The value as the target gets it (``first``, the `param:` map, applied), laid out non-contiguous."""
+    return lambda value: noncontiguous.relaid(first(value) if first else value)
 
 
 def run_all(

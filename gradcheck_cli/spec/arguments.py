@@ -212,6 +212,12 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
     rg = entry.get("requires_grad")
     if rg is not None and not isinstance(rg, bool):
         raise ctx.fail(key + ("requires_grad",), f"expected true or false, got {show(rg)}")
+    contiguous = entry.get("contiguous")
+    if contiguous is not None and not isinstance(contiguous, bool):
+        raise ctx.fail(
+            key + ("contiguous",),
+            f"expected true or false (false: the tensor reaches the target non-contiguous), got {show(contiguous)}",
+        )
     return TensorArg(
         name=name,
         shape=tuple(shape) if shape is not None else None,
@@ -221,6 +227,7 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         params=tuple(params.items()),
         avoid=intervals,
         requires_grad=rg,
+        contiguous=contiguous is not False,
         key=where,
         dim=_dim(entry, shape, key, ctx),
         size_of=size_of,

@@ -63,6 +63,7 @@ class TensorArg:
     params: tuple[tuple[str, float], ...] = ()
     avoid: tuple[tuple[float, float], ...] = ()
     requires_grad: Optional[bool] = None
+    contiguous: bool = True  # False: the tensor reaches the target non-contiguous (checks.noncontiguous.relaid)
     key: str = ""  # key path in the spec, for messages
     line: Optional[int] = None
     dim: int = -1  # simplex, sorted, permutation: along this dimension

@@ -162,3 +162,46 @@ def test_relaid_keeps_the_values_and_the_gradient_and_is_non_contiguous_where_it
     g = torch.randn(shape, dtype=torch.float64)
     (got,) = torch.autograd.grad(y, x, g)
     assert torch.equal(got, g)
+
+
+# ------------------------------------------------------------------------ `contiguous: false` on an input
+
+SPEC = """
+function: test_noncontiguous_seen:Seen
+inputs: [{{name: x, shape: [3, 4]{extra}}}]
+"""
+
+
+@pytest.fixture
+def seen_module(monkeypatch):
+    import sys
+    import types
+
+    module = types.ModuleType("test_noncontiguous_seen")
+    module.Seen = Seen  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "test_noncontiguous_seen", module)
+
+
+@pytest.mark.parametrize("extra,contiguous", [("", True), (", contiguous: true", True), (", contiguous: false", False)])
+def test_an_input_marked_contiguous_false_reaches_the_target_non_contiguous_in_every_call(
+    seen_module, write_spec, extra, contiguous
+):
+    from gradcheck_cli import spec
+    from gradcheck_cli.runner import run_case
+
+    (case,) = spec.load_file(write_spec(SPEC.format(extra=extra)))
+    assert case.inputs[0].contiguous is contiguous
+    Seen.inputs.clear()
+    result = run_case(case, "cpu")
+    assert result.status is Status.PASS, result
+    assert Seen.inputs and set(Seen.inputs) == {contiguous}  # every forward, the finite differences' too
+
+
+def test_a_bad_contiguous_value_is_a_spec_error_naming_the_key(write_spec):
+    from gradcheck_cli import spec
+
+    (err,) = spec.load_file(write_spec(SPEC.format(extra=", contiguous: 'no'")))
+    assert isinstance(err, spec.SpecError)
+    assert "inputs[0].contiguous: expected true or false (false: the tensor reaches the target non-contiguous)" in str(
+        err
+    )
