@@ -14,7 +14,9 @@ size)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ from ..numerics import as_tuple, is_float_tensor, vjp
 from ..results import CheckResult, ErrorKind, Status
 from ..target import Target
 from ..tolerance import same
+from . import backward
 from .base import CheckContext, graph_forward, probe_like
 from .rows import agreement, fill, zeros_if_none
 from .verdict import begin, conclude, label, skip
@@ -58,7 +61,11 @@ class _GradLayout(torch.autograd.Function):
 
 class Relaid:
     """``target`` called with its tensor arguments (``inputs``) and its outputs' gradients (``outputs``)
-    non-contiguous; everything else is the target's own."""
+    non-contiguous; everything else is the target's own. It is a plain callable to the backward check
+    (``is_function`` False), so that every forward of that check, the finite differences' too, goes
+    through ``call`` (a Function's own ``forward`` would see contiguous tensors)."""
+
+    is_function = False
 
     def __init__(self, target: Target, inputs: bool, outputs: bool) -> None:
         self.inner, self.inputs, self.outputs = target, inputs, outputs
@@ -121,6 +128,10 @@ def run(ctx: CheckContext) -> CheckResult:
     if not compared:
         for i in checked:
             rows[i].status, rows[i].reason = Status.SKIP, "backward raised (see the message)"
+    changed = next((r.reason for r in rows if r.status is Status.FAIL), None)
+    if changed and not raised:
+        side = changed.removeprefix("changes when the ").removesuffix(" are non-contiguous")
+        return _judged_in_that_layout(ctx, side, start)
     alone = [side for side in raised if side != "arguments and grad_outputs"] or list(raised)
     problems = [
         f"with non-contiguous {side} ({WHAT}), {raised[side]}; with contiguous ones it does not: the Function "
@@ -137,6 +148,38 @@ def run(ctx: CheckContext) -> CheckResult:
             f"non-contiguous arguments and grad_outputs ({WHAT})"
         ),
     )
+
+
+def _judged_in_that_layout(ctx: CheckContext, side: str, start: float) -> CheckResult:
+    """The gradients changed with non-contiguous ``side``: the Function in that layout judged by the
+    backward check against its own finite differences. A forward may itself compute otherwise in
+    another layout and be right (``rand_like`` gives out its random numbers in memory order): then
+    the change is not a fault of backward."""
+    inputs, outputs = SIDES[side]
+    try:
+        laid: Any = Relaid(ctx.target, inputs, outputs)  # a Target to the check, by its attributes
+        found = backward.run(replace(ctx, target=laid))
+    except UserCodeError as exc:
+        _, _, _, result = begin(ctx.bound, "noncontiguous", WHAT)
+        return skip(result, f"with non-contiguous {side} ({WHAT}), {str(exc).rstrip('.')}", start, Status.FAIL)
+    found.check, found.mode, found.duration_s = "noncontiguous", WHAT, time.perf_counter() - start
+    if found.status is Status.FAIL:
+        found.message = (
+            f"backward is wrong when the {side} are non-contiguous ({WHAT}) and right when they are "
+            f"contiguous: {found.message}"
+        )
+    elif found.status is Status.PASS:
+        found.message = (
+            f"the gradients change when the {side} are non-contiguous ({WHAT}), and so does the function: "
+            f"against its own finite differences in that layout, {found.message} (a forward that draws random "
+            "numbers gives them out in memory order)"
+        )
+    else:
+        found.message = (
+            f"the gradients change when the {side} are non-contiguous ({WHAT}), and finite differences "
+            f"cannot judge the Function in that layout: {found.message}"
+        )
+    return found
 
 
 def _names(rows: Sequence[Any]) -> str:

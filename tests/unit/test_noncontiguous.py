@@ -91,7 +91,7 @@ def test_the_function_sees_non_contiguous_arguments_and_grad_outputs():
         (
             layouts.RowScaleRawStorage,
             [(3, 4), (3,)],
-            "the gradient of 'x' changes when the grad_outputs are non-contiguous",
+            "backward is wrong when the grad_outputs are non-contiguous (transposed, or strided where 1-D) and right",
         ),
         (ViewInput, [(3, 4)], "with non-contiguous arguments (transposed, or strided where 1-D), forward raised"),
     ],
@@ -100,6 +100,18 @@ def test_a_backward_right_only_for_contiguous_tensors_fails_naming_the_side(fn, 
     found = _check(fn, *shapes)
     assert found.status is Status.FAIL and words in found.message, found.message
     assert "arguments and grad_outputs" not in found.message  # the side alone that breaks it, not both
+
+
+def test_a_forward_that_computes_otherwise_in_another_layout_and_is_right_passes():
+    # dropout: rand_like follows the strides, so a transposed x gets its random numbers in another order
+    # and the gradients change; the function in that layout agrees with its own finite differences
+    # (a wrong FAIL before: the gradients were only compared with the contiguous ones)
+    from gradcheck_cli.examples.compiled import Dropout
+
+    found = _check(Dropout, (3, 4))
+    assert found.status is Status.PASS, found.message
+    assert "the gradients change when the arguments are non-contiguous" in found.message
+    assert "and so does the function" in found.message
 
 
 def test_the_same_functions_pass_the_backward_check_with_contiguous_tensors():
