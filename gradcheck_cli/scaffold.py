@@ -57,7 +57,7 @@ def skeleton(function: str, imports: Sequence[str] = ()) -> str:
 def _head(function: str, imports: Sequence[str], arguments: str) -> list[str]:
     lines = [
         f"# Spec for {function}: edit the shapes, then run `gradcheck <this file>`.",
-        f"# Format: see the README ({arguments}).",
+        f"# Format: docs/how-to/specs.md, every key in docs/reference/spec.md ({arguments}).",
         f"function: {function}",
     ]
     lines += [f"import: [{', '.join(imports)}]   # imported first: they register the op"] if imports else []

@@ -293,7 +293,7 @@ def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -
     advice = (
         "; compare it with a plain PyTorch implementation instead: add `reference: pkg.mod:fn` (same "
         "signature; it runs on float64 copies of the same inputs) and `checks: [reference]` to the spec, "
-        "or pass --reference pkg.mod:fn (README: Checking kernels and surrogate gradients)"
+        "or pass --reference pkg.mod:fn (docs/how-to/kernels.md: kernels and references)"
     )
     if not ctx.named:
         return skip(result, why + advice, start, row_reason="half precision only")
@@ -426,7 +426,7 @@ def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, 
     if advised is None:
         fix = (
             "give `reference: pkg.mod:fn` (a plain PyTorch implementation, run in float64) and `checks: "
-            "[reference]` (no larger step resolves it; README: Checking kernels and surrogate gradients)"
+            "[reference]` (no larger step resolves it; docs/how-to/kernels.md: kernels and references)"
         )
     else:
         eps, atol = advised
