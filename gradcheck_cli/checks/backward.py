@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, Optional
 
@@ -20,7 +20,7 @@ from ..tolerance import Tolerance
 from . import contract
 from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
-from .rows import fill_jacobian
+from .rows import blank, fill_jacobian, take
 from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, skip
 
@@ -535,22 +535,11 @@ def _again(
             budget=work_limit(ctx, "backward", [i], outputs, positions, fast=True),
             compress=opts.compress,
         )
-        fresh = InputReport(
-            row.index,
-            row.name,
-            row.shape,
-            row.dtype,
-            Status.PASS,
-            numel=row.numel,
-            line=row.line,
-            role=row.role,
-            via=row.via,
-        )
+        fresh = blank(row)
         fill_jacobian(fresh, entry, layout, ctx.bound.values[i], outputs)
         columns = partial(kinks.analytical_columns, backward, outputs, positions, leaf, memory_bytes=opts.memory_bytes)
         _reexamine(fresh, entry, forward, plain, x, positions, t, columns)  # no third judgement
-        for f in fields(InputReport):
-            setattr(row, f.name, getattr(fresh, f.name))
+        take(row, fresh)
 
     return judge
 

@@ -9,7 +9,7 @@ grad_outputs v are random (seeded from the spec's seed) and are arguments of G t
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -31,7 +31,7 @@ from .base import (
     refuse_if_too_big,
     work_limit,
 )
-from .rows import fill_jacobian
+from .rows import blank, fill_jacobian, take
 from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again
 from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, label, labels, reword, skip, unsupported
@@ -259,20 +259,9 @@ class _Judge:
         with those numbers."""
         t = replace(self.tol.at_least(torch.float32), eps=look.eps)
         layout, entry = self.compare(t)
-        fresh = InputReport(
-            row.index,
-            row.name,
-            row.shape,
-            row.dtype,
-            Status.PASS,
-            numel=row.numel,
-            line=row.line,
-            role=row.role,
-            via=row.via,
-        )
+        fresh = blank(row)
         fill_jacobian(fresh, entry, layout, self.leaf, self.grads)
-        for f in fields(InputReport):
-            setattr(row, f.name, getattr(fresh, f.name))
+        take(row, fresh)
         what = (
             f"the Function computes in {low or 'float32'} or lower precision inside, so finite differences at "
             f"eps={self.tol.eps:g} measure rounding: judged at eps {t.eps:g} with float32 tolerances (atol "

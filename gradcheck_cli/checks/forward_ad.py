@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, Optional
 
@@ -34,7 +34,7 @@ from .base import (
     refuse_if_too_big,
     work_limit,
 )
-from .rows import fill_jacobian
+from .rows import blank, fill_jacobian, take
 from .second_look import EXPLAINED, PRECISION, look_again
 from .upcast import reference
 from .verdict import begin, conclude, label, labels, reword, skip, unsupported
@@ -132,20 +132,9 @@ def _refill(
 ) -> None:
     """``row`` judged again at ``t`` (float32's tolerances at a larger step, where the Function computes in
     float32 inside): a pass with a warning, or a fail with those numbers."""
-    fresh = InputReport(
-        row.index,
-        row.name,
-        row.shape,
-        row.dtype,
-        Status.PASS,
-        numel=row.numel,
-        line=row.line,
-        role=row.role,
-        via=row.via,
-    )
+    fresh = blank(row)
     fill_jacobian(fresh, entry, layout, value, outputs)
-    for f in fields(InputReport):
-        setattr(row, f.name, getattr(fresh, f.name))
+    take(row, fresh)
     what = (
         f"the Function computes in float32 or lower precision inside, so finite differences at eps={eps:g} "
         f"measure rounding: judged at eps {t.eps:g} with float32 tolerances (atol {t.atol:g}, rtol {t.rtol:g})"

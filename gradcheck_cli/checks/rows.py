@@ -4,6 +4,7 @@ and the one filler that turns comparison statistics into the row."""
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from typing import Any, Callable, Optional
 
 import torch
@@ -132,6 +133,28 @@ def fill(
             shape,
             (entry.proj_a, entry.proj_n, SIDES) if sides and not complex_ else None,
         )
+
+
+def blank(row: InputReport) -> InputReport:
+    """A passing row for ``row``'s argument without its statistics: the row judged again is filled here,
+    then ``take``n over."""
+    return InputReport(
+        row.index,
+        row.name,
+        row.shape,
+        row.dtype,
+        Status.PASS,
+        numel=row.numel,
+        line=row.line,
+        role=row.role,
+        via=row.via,
+    )
+
+
+def take(row: InputReport, fresh: InputReport) -> None:
+    """``row`` becomes ``fresh`` (its judgement again), in place: the result holds ``row``."""
+    for f in fields(InputReport):
+        setattr(row, f.name, getattr(fresh, f.name))
 
 
 def fill_jacobian(
