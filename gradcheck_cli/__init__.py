@@ -39,6 +39,7 @@ def check(
     probes: int = 0,
     fast: bool = False,
     repeat: int = 3,
+    order: int = 2,
     max_memory: Optional[int] = None,
     memory_bytes: Optional[int] = None,
     strict: bool = False,
@@ -59,7 +60,9 @@ def check(
     only the arguments where one fails (``fast=True``: 3 probes, as ``--fast`` and ``check_spec``'s
     ``fast``). ``max_memory`` (MB, as ``--max-memory`` and ``check_spec``'s ``max_memory``; or
     ``memory_bytes`` in bytes) bounds the Jacobian held at once. ``strict`` fails a constant factor within the tolerance
-    (e.g. 1.001x) that is well beyond the finite differences' own error (else a warning).
+    (e.g. 1.001x) that is well beyond the finite differences' own error (else a warning). ``order``
+    (2 to 6, as the spec's ``order:``) is the order of the derivative ``double_backward`` and
+    ``forward_over_reverse`` check.
     ``reference`` (a plain PyTorch implementation with fn's signature) and ``reference_backward``
     (``f(inputs, grad_outputs) -> gradients``, the intended ones) are what the reference check
     compares with, in ``reference_dtype``, by ``reference_tolerance`` (``{"rule": "relative",
@@ -119,6 +122,8 @@ def check(
             ref.path if ref else None,
             getattr(reference_backward, "__qualname__", None),
         )
+    if type(order) is not int or not 2 <= order <= 6:
+        raise ValueError(f"order {order!r}: the order of the derivative checked is an integer from 2 to 6")
     if max_memory is not None and memory_bytes is not None:
         raise ValueError("give max_memory (MB) or memory_bytes, not both")
     memory = max_memory * 2**20 if max_memory is not None else memory_bytes
@@ -157,7 +162,7 @@ def check(
             on,
             named=list(checks) != ["all"],
             oracle=oracle,
-            settings={"repeat": repeat},
+            settings={"repeat": repeat, "order": order},
         )
         with vmap_fallback_quiet():
             result.checks.extend(runner.run_check(n, ctx) for n in names)

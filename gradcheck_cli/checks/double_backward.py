@@ -33,6 +33,8 @@ from .base import (
 )
 from .rows import blank, fill_jacobian, take
 from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again
+from .tower import Settings as Settings  # the spec's keys this check owns (order:); forward_over_reverse reads it too
+from .tower import Tower, build, every_order, ordinal, times
 from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, label, labels, reword, skip, unsupported
 
@@ -50,6 +52,7 @@ UNDIFFERENTIABLE = (
     "writes into tensors that require grad), or mark it @once_differentiable if it has no second "
     "derivative"
 )
+ONCE_ROW = "backward is marked @once_differentiable"
 DETACHED = (
     "a value backward uses was taken outside autograd (a tensor computed in forward and saved, "
     "as forward runs without autograd; or .detach(), .data, numpy, torch.no_grad()): compute what "
@@ -81,7 +84,14 @@ def backward_graph(
 
 
 def run(ctx: CheckContext) -> CheckResult:
-    """Check the second derivative of ``ctx.target``: backward against finite differences of backward."""
+    """Check the second derivative of ``ctx.target`` (and each order up to the spec's ``order:``): backward
+    against finite differences of backward."""
+    return every_order(ctx, lambda order: _run(ctx, order))
+
+
+def _run(ctx: CheckContext, order: int) -> CheckResult:
+    """The check of order ``order``: backward differentiated ``order - 1`` times against finite differences
+    of backward differentiated ``order - 2`` times."""
     target, bound, opts, tol = ctx.target, ctx.bound, ctx.options, ctx.tolerance
     start, reports, checked, result = begin(bound, "double_backward", "elementwise")
     graph = backward_graph(ctx, result, start, checked, "the second derivative", "differentiate")
@@ -93,18 +103,25 @@ def run(ctx: CheckContext) -> CheckResult:
     # would look like a coarse grid to the second look (numerics.precision)
     vs = [probe_like(outputs[p], gen) * FULL_BITS for p in live]
     n = len(bound.values)
-    grad_of = backward_of(ctx, checked, live)
+    first_rows = grad_output_rows(outputs, live, n)
+    tower = build(list(bound.values) + vs, list(bound.names) + [r.name for r in first_rows], checked, n, order, gen)
+    first = backward_of(ctx, checked, live)
+    grad_of = tower.over(first)
+    vs += tower.probes
     v_leaves = [v.clone().requires_grad_(True) for v in vs]
     try:
         grads = grad_of(leaves + v_leaves, create_graph=True)
     except UserCodeError as exc:
         if exc.kind is not ErrorKind.BACKWARD:
             raise
+        if ONCE in str(exc):  # order 3 and up: a once_differentiable backward's gradients differentiated
+            return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason=ONCE_ROW)
         # raises as well where backward itself is broken: the runner makes a broken contract backward's fail
-        grad_of(leaves + [v.detach() for v in v_leaves])
+        first(leaves + [v.detach() for v in v_leaves[: len(live)]])
         at = f" at {exc.where}" if exc.where else ""
         hazard = (
-            f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; {UNDIFFERENTIABLE}"
+            f"backward cannot be differentiated{times(order)}: recording its graph (create_graph=True), "
+            f"{exc}{at}; {UNDIFFERENTIABLE}"
         )
         if ctx.named:
             return skip(result, hazard, start, Status.FAIL, "backward could not be differentiated")
@@ -118,9 +135,9 @@ def run(ctx: CheckContext) -> CheckResult:
     if any(marked_once_differentiable(g) for g in grads):
         return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     copies = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
-    rows = [reports[i] for i in checked] + grad_output_rows(outputs, live, len(bound.values))
+    rows = [reports[i] for i in checked] + first_rows + probe_rows(tower, n + len(live))
     result.inputs = reports + rows[len(checked) :]
-    moved = checked + list(range(n, n + len(vs)))  # what finite differences move: arguments, grad_outputs
+    moved = tower.moved  # what finite differences move: arguments, grad_outputs of every level
     plain, tols, notes = reference(
         grad_of,
         copies,
@@ -163,7 +180,8 @@ def run(ctx: CheckContext) -> CheckResult:
         if ONCE in str(exc):  # a once_differentiable Function called inside a plain callable
             return unsupported(result, ONCE_SKIP, start, ctx.named)
         raise
-    names = [bound.names[i] for i in checked]
+    every = list(bound.names) + [r.name for r in rows[len(checked) :]]
+    names = [every[j] for j in tower.of]  # what G's outputs are the gradients of
     zeros = "backward's result does not depend on {} through autograd"
     looks: dict[str, Look] = {}
     low: Optional[str] = None  # the float format forward computes in inside, found when a row fails
@@ -177,7 +195,7 @@ def run(ctx: CheckContext) -> CheckResult:
             judge = _Judge(grad_of, grads, plain, plain[moved[k]], value, second, opts, tols[k], ctx.streams)
             looks[row.name] = judge.look(row, entry, low)
     notes, omit = _detached(rows, entries, layouts[0], grads, names)
-    return _verdict(ctx, result, rows, looks, notes, omit, start)
+    return _verdict(ctx, result, rows, looks, notes, omit, start, order)
 
 
 class _Judge:
@@ -283,6 +301,7 @@ def _verdict(
     notes: list[str],
     omit: set[str],
     start: float,
+    order: int = 2,
 ) -> CheckResult:
     """The check's status from its rows: a wrong second derivative fails everywhere; a backward that is not
     differentiable, or whose derivative autograd makes NaN at a domain edge, is a hazard (a warning under
@@ -347,7 +366,7 @@ def _verdict(
             return None
         if kind(r) in (PRECISION, NONFINITE):
             return f"{label(r)}: {r.diagnosis}"
-        what = f"the derivative of backward with respect to {label(r)} is wrong"
+        what = f"the {_derivative(order)} with respect to {label(r)} is wrong"
         return f"{what}: {r.diagnosis}" if r.diagnosis else what
 
     return conclude(
@@ -355,10 +374,25 @@ def _verdict(
         start,
         problems,
         wrong,
-        lambda right: f"backward differentiated with respect to {labels(right)}: all within tolerance",
+        lambda right: f"backward differentiated{times(order)} with respect to {labels(right)}: all within tolerance",
         advice=DETACHED,
         notes=named,
     )
+
+
+def _derivative(order: int) -> str:
+    """What a row of the check of order ``order`` compares."""
+    if order == 2:
+        return "derivative of backward"
+    return f"{ordinal(order)} derivative (backward differentiated {order - 1} times)"
+
+
+def probe_rows(tower: Tower, first_index: int) -> list[InputReport]:
+    """One row per grad_output of levels 2 and up, numbered after the first level's."""
+    return [
+        InputReport(first_index + k, name, list(w.shape), str(w.dtype)[6:], Status.PASS, numel=w.numel())
+        for k, (name, w) in enumerate(zip(tower.names, tower.probes))
+    ]
 
 
 def _detached(

@@ -27,14 +27,18 @@ from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from .base import CheckContext, call_forward, fresh_leaves, probe_like, work_limit
 from .double_backward import (
     FULL_BITS,
+    ONCE,
+    ONCE_ROW,
     ONCE_SKIP,
     UNDIFFERENTIABLE,
     backward_graph,
     backward_of,
     grad_output_rows,
     marked_once_differentiable,
+    probe_rows,
 )
 from .forward_ad import Columns, compare_columns, judge_rows, named_mistake, no_jvp
+from .tower import build, every_order, reversed_
 from .upcast import reference
 from .verdict import begin, conclude, label, labels, skip, unsupported
 
@@ -46,7 +50,14 @@ NAMED = "; forward_over_reverse was named explicitly, so that fails (`checks: al
 
 
 def run(ctx: CheckContext) -> CheckResult:
-    """Check the forward-mode derivative of ``ctx.target``'s backward against finite differences of backward."""
+    """Check the forward-mode derivative of ``ctx.target``'s backward against finite differences of backward
+    (and of backward differentiated by reverse mode, each order up to the spec's ``order:``)."""
+    return every_order(ctx, lambda order: _run(ctx, order))
+
+
+def _run(ctx: CheckContext, order: int) -> CheckResult:
+    """The check of order ``order``: backward differentiated ``order - 2`` times by reverse mode, then pushed
+    forward, against its finite differences."""
     target, bound = ctx.target, ctx.bound
     start, reports, checked, result = begin(bound, "forward_over_reverse", "elementwise")
     missing = no_jvp(target)
@@ -60,23 +71,29 @@ def run(ctx: CheckContext) -> CheckResult:
     gen = ctx.streams.generator(STREAM)
     vs = [probe_like(outputs[p], gen) * FULL_BITS for p in live]  # every bit of the dtype, as double_backward's
     n = len(bound.values)
-    grad_of = backward_of(ctx, checked, live)
+    first_rows = grad_output_rows(outputs, live, n)
+    tower = build(list(bound.values) + vs, list(bound.names) + [r.name for r in first_rows], checked, n, order, gen)
+    first = backward_of(ctx, checked, live)
+    grad_of = tower.over(first)
+    vs += tower.probes
     v_leaves = [v.clone().requires_grad_(True) for v in vs]
     try:  # backward run as forward over reverse runs it: recording its graph
         grads = grad_of(leaves + v_leaves, create_graph=True)
     except UserCodeError as exc:
         if exc.kind is not ErrorKind.BACKWARD:
             raise
-        grad_of(leaves + [v.detach() for v in vs])  # raises as well where backward's contract is broken
+        if ONCE in str(exc):  # order 3 and up: a once_differentiable backward's gradients differentiated
+            return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason=ONCE_ROW)
+        first(leaves + [v.detach() for v in vs[: len(live)]])  # raises as well where backward's contract is broken
         at = f" at {exc.where}" if exc.where else ""
         hazard = f"backward cannot be differentiated: recording its graph (create_graph=True), {exc}{at}; "
         return _hazard(ctx, result, hazard + UNDIFFERENTIABLE, start, "backward could not be differentiated")
     if any(marked_once_differentiable(g) for g in grads):  # torch's forward mode finds no tangent through it
         return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     plain = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
-    rows = [reports[i] for i in checked] + grad_output_rows(outputs, live, n)
+    rows = [reports[i] for i in checked] + first_rows + probe_rows(tower, n + len(live))
     result.inputs = reports + rows[len(checked) :]
-    moved = checked + list(range(n, n + len(vs)))  # what is pushed forward and moved: arguments, grad_outputs
+    moved = tower.moved  # what is pushed forward and moved: arguments, grad_outputs of every level
     names = list(bound.names) + [r.name for r in rows[len(checked) :]]
     upcast, tols, notes = reference(
         grad_of,
@@ -91,7 +108,8 @@ def run(ctx: CheckContext) -> CheckResult:
     result.warnings += notes
     budget = work_limit(ctx, "forward_over_reverse", checked, outputs, live)
     positions = list(range(len(grads)))
-    cols = Columns(_dual_backward(ctx, checked, live), grad_of, plain, upcast, moved, grads, positions, budget)
+    dual = tower.over(_dual_backward(ctx, checked, live))
+    cols = Columns(dual, grad_of, plain, upcast, moved, grads, positions, budget)
     try:
         layout, entries = compare_columns(ctx, cols, moved, tols)
     except UserCodeError as exc:
@@ -120,7 +138,7 @@ def run(ctx: CheckContext) -> CheckResult:
     )
     analytic = [leaves[i] for i in checked] + v_leaves
     lost = [r for r, leaf in zip(rows, analytic) if _lost(r, grads, leaf, gen)]
-    return _verdict(ctx, result, rows, imprecise, lost, start)
+    return _verdict(ctx, result, rows, imprecise, lost, start, order)
 
 
 def _dual_backward(ctx: CheckContext, checked: list[int], live: list[int]) -> Callable[[list[Any]], tuple[Any, ...]]:
@@ -132,7 +150,7 @@ def _dual_backward(ctx: CheckContext, checked: list[int], live: list[int]) -> Ca
     n = len(bound.values)
     what = "jvp" if target.is_function else "forward-mode AD through the function"
 
-    def call(values: list[Any]) -> tuple[Any, ...]:
+    def call(values: list[Any], create_graph: bool = True) -> tuple[Any, ...]:  # backward's graph: always recorded
         args = list(values)
         for i in checked + list(range(n, len(values))):  # the arguments and grad_outputs require grad, as in torch's
             if not args[i].requires_grad:
@@ -187,6 +205,7 @@ def _verdict(
     imprecise: list[str],
     lost: list[InputReport],
     start: float,
+    order: int = 2,
 ) -> CheckResult:
     """The check's status from its rows: a wrong derivative fails everywhere; a backward that is not
     differentiable with respect to some rows (no derivative in either mode) is a hazard (a warning under
@@ -217,7 +236,7 @@ def _verdict(
             return f"{hazard}{NAMED}"
         if r in unjudged:
             return f"{label(r)}: {r.diagnosis}"
-        what = f"the forward-mode derivative of backward along {label(r)} is wrong"
+        what = f"the forward-mode derivative of {reversed_(order)} along {label(r)} is wrong"
         if r.pattern is Pattern.ZERO_ANALYTICAL:
             return (
                 f"{what}: {r.diagnosis}; reverse mode (double_backward) finds a derivative there, so the tangent "
@@ -234,4 +253,5 @@ def _verdict(
         said.add(text)
         return text
 
-    return conclude(result, start, [], once, lambda right: f"{CHECKED} {labels(right)}: all within tolerance")
+    checked = CHECKED.replace("over backward", f"over {reversed_(order)}")
+    return conclude(result, start, [], once, lambda right: f"{checked} {labels(right)}: all within tolerance")

@@ -104,3 +104,95 @@ class MaxWithIndex(torch.autograd.Function):
 def softplus(x: Tensor, beta: float = 1.0) -> Tensor:
     """A plain function of torch ops: all three checks use torch's own derivatives."""
     return torch.nn.functional.softplus(x, beta=beta)
+
+
+# Every order through hand-written code: sin's backward and jvp call the Function of cos, whose own
+# backward and jvp call the Function of sin again, so the derivative of order N runs N hand-written
+# backwards (``order: N`` in a spec checks each order up to N; see specs/higher.yaml).
+
+
+class SinTower(torch.autograd.Function):
+    """``sin(x)`` whose backward and jvp call ``CosTower`` (and it ``SinTower``): right at every order."""
+
+    cos: Any = None  # the Function of cos its derivatives call (set below; a subclass may call another)
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+        return x.sin()
+
+    @classmethod
+    def backward(cls, ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * cls.cos.apply(x)
+
+    @classmethod
+    def jvp(cls, ctx: Any, x_t: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return x_t * cls.cos.apply(x)
+
+
+class CosTower(torch.autograd.Function):
+    """``cos(x)`` whose backward and jvp call ``SinTower``: d/dx cos = -sin."""
+
+    sin: Any = SinTower
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor) -> Tensor:
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+        return x.cos()
+
+    @classmethod
+    def backward(cls, ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return -grad * cls.sin.apply(x)
+
+    @classmethod
+    def jvp(cls, ctx: Any, x_t: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return -x_t * cls.sin.apply(x)
+
+
+SinTower.cos = CosTower
+
+
+class _SinBackwardSignFlipped(SinTower):
+    """BROKEN: sin whose backward returns -cos (its jvp is right)."""
+
+    @classmethod
+    def backward(cls, ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return -grad * x.cos()
+
+
+class _SinJvpSignFlipped(SinTower):
+    """BROKEN: sin whose jvp returns -cos (its backward is right)."""
+
+    @classmethod
+    def jvp(cls, ctx: Any, x_t: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return -x_t * x.cos()
+
+
+class _CosThirdWrong(CosTower):
+    sin = _SinBackwardSignFlipped
+
+
+class _CosThirdJvpWrong(CosTower):
+    sin = _SinJvpSignFlipped
+
+
+class SinThirdDerivativeWrong(SinTower):
+    """BROKEN at order 3 only: backward and its derivative are right, but the derivative of that (the
+    third derivative of sin, by the backward of the sin that cos's backward calls) has the wrong sign."""
+
+    cos = _CosThirdWrong
+
+
+class SinThirdJvpWrong(SinTower):
+    """BROKEN at order 3 in forward mode only: backward differentiated once by reverse mode calls a sin
+    whose jvp has the wrong sign (its backward is right, so reverse mode finds nothing)."""
+
+    cos = _CosThirdJvpWrong

@@ -841,8 +841,6 @@ def test_shipped_higher_order_specs_pass_every_check(monkeypatch, invoke):
     result = invoke("specs/higher.yaml", "--no-isolate", "--format", "json")
     assert result.exit_code == 0, result.output
     for res in json.loads(result.stdout)["results"]:
-        assert [(c["check"], c["status"]) for c in res["checks"]] == [
-            ("backward", "pass"),
-            ("double_backward", "pass"),
-            ("forward_ad", "pass"),
-        ], res["id"]
+        checks = [(c["check"], c["status"]) for c in res["checks"]]
+        assert checks[:2] == [("backward", "pass"), ("double_backward", "pass")], res["id"]
+        assert checks[2:] in ([("forward_ad", "pass")], [("forward_over_reverse", "pass")]), res["id"]  # order: 4
