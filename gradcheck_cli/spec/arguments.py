@@ -74,7 +74,7 @@ def argument(entry: Any, key: Key, ctx: Ctx, name: Optional[str] = None, leaf: b
     if "layout" in entry and kinds not in (["shape"], ["data"]):
         raise ctx.fail(
             key + ("layout",),
-            f"`layout` is for a tensor entry (shape or data), not a {kinds[0]} entry"
+            f"unknown key for a {kinds[0]} entry: `layout` is for a tensor entry (shape or data)"
             + (": give it to each tensor inside" if kinds[0] in ("list", "dict") else ""),
         )
     if kinds in (["list"], ["dict"]):

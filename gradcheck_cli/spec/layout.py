@@ -66,7 +66,7 @@ def _compatible(
 ) -> None:
     """What a sparse layout asks of the rest of the entry."""
     differentiated = entry.get("requires_grad") is not False
-    if differentiated and dist in ("randint", "permutation") and not (dtype or "float").startswith(SPARSE_DTYPES):
+    if differentiated and dist in ("randint", "permutation") and not (dtype or "int64").startswith(SPARSE_DTYPES):
         raise ctx.fail(
             key + ("dtype" if dtype else "dist",),
             f"a sparse input's values are differentiated: it needs a floating dtype (float64, float32) or a complex "
