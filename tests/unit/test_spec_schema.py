@@ -404,3 +404,22 @@ def test_fuzzed_documents(doc):
 def test_fuzzed_tensor_entries(shape, low, high, dist, dtype, avoid):
     entry = {"shape": shape, "low": low, "high": high, "dist": dist, "dtype": dtype, "avoid": avoid}
     agree(SCHEMA, {**BASE, "inputs": [{k: v for k, v in entry.items() if v is not None}]})
+
+
+@settings(FUZZ, max_examples=300)
+@given(
+    shape=st.sampled_from([None, [], [3], [3, 4], [2, 3, 4], [2.0, 2]]),
+    layout=st.sampled_from([None, "strided", "sparse_coo", "sparse_csr", "banana", 1]),
+    density=st.sampled_from([None, 0, 0.3, 1, 1.5, "0.5", -1, True]),
+    indices=st.sampled_from([None, [], [[0, 1]], [[0, 1], [0, 1]], [[0, 9]], [[0]], [[1.0, 2]], [["a", 1]], [1]]),
+    masked=st.sampled_from([None, True, False, "yes"]),
+    dist=st.sampled_from([None, "normal", "randint", "spd", "permutation"]),
+    dtype=st.sampled_from([None, "float64", "float32", "complex64", "int64", "bool"]),
+    extra=st.sampled_from([{}, {"requires_grad": False}, {"contiguous": False}, {"contiguous": True}, {"data": [1.0]}]),
+)
+def test_fuzzed_sparse_entries(shape, layout, density, indices, masked, dist, dtype, extra):
+    entry = {"shape": shape, "layout": layout, "density": density, "indices": indices, "masked": masked}
+    entry.update({"dist": dist, "dtype": dtype, **extra})
+    if "data" in entry:
+        entry.pop("shape")
+    agree(SCHEMA, {**BASE, "inputs": [{k: v for k, v in entry.items() if v is not None}]})
