@@ -231,6 +231,7 @@ def test_a_sparse_input_that_does_not_require_grad_is_passed_as_it_is(write_spec
 # ---------------------------------------------------------------------------------------------- the checks
 
 
+@pytest.mark.slow
 def test_every_check_passes_or_skips_with_the_reason_on_a_correct_sparse_function(write_spec):
     case = _load(write_spec, "layout: sparse_coo, density: 0.4", checks="all")
     result = run_case(case, "cpu")
@@ -293,3 +294,11 @@ def test_the_json_report_has_the_sparse_row(write_spec, invoke):
     assert out.exit_code == 1
     (row, _) = json.loads(out.stdout)["results"][0]["checks"][0]["inputs"]
     assert row["shape"] == [5, 5] and row["via"].startswith("sparse_coo, ") and len(row["worst_index"]) == 2
+
+
+def test_a_sparse_input_under_distributed_is_a_spec_error_naming_the_key(write_spec):
+    text = "function: a.b:C\ndistributed: {world_size: 2}\ninputs:\n  - {shape: [4, 4], layout: sparse_coo}\n"
+    (err,) = spec.load_file(write_spec(text))
+    assert "spec.yaml:4: inputs[0].layout: a sparse input is not checked across ranks yet: drop `distributed`" in str(
+        err
+    )

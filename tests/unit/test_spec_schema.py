@@ -59,9 +59,10 @@ SCHEMA_CANNOT = {
     r"`outputs` places outputs across ranks": "`outputs` needs another key (`distributed`) in the document",
     r"give a dim from": "a shard(d)'s dim against the length of another key (`shape`)",
     r"make its size a multiple of": "a shard(d)'s size against another key's value (`distributed.world_size`)",
+    r"a sparse input is not checked across ranks yet": "a sparse input's `layout` against another key of the "
+    "document (`distributed`)",
     r"is outside shape \[": "a sparse input's `indices` against the values of another key (`shape`)",
-    r"ints \(one per dimension of shape": "the length of each of `indices` against the length of another key "
-    "(`shape`)",
+    r"ints \(one per dimension of shape": "the length of each of `indices` against the length of another key (`shape`)",
 }
 
 
@@ -312,6 +313,7 @@ INEXPRESSIBLE = [  # one document per rule of SCHEMA_CANNOT, in its order
     {**BASE, "outputs": ["partial"]},
     {**BASE, "distributed": {"world_size": 3}, "inputs": [{**TENSOR, "placement": "shard(1)"}]},
     {**BASE, "distributed": {"world_size": 2}, "inputs": [{**TENSOR, "placement": "shard(0)"}]},
+    {**BASE, "distributed": {"world_size": 2}, "inputs": [{"shape": [3, 4], "layout": "sparse_coo"}]},
     {**BASE, "inputs": [{"shape": [3, 4], "layout": "sparse_coo", "indices": [[0, 4]]}]},
     {**BASE, "inputs": [{"shape": [3, 4], "layout": "sparse_coo", "indices": [[0]]}]},
 ]
