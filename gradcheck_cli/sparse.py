@@ -91,7 +91,22 @@ def transform(mask: torch.Tensor, layout: str, masked: bool) -> Callable[[Any], 
     return to_sparse
 
 
+MASKED = "only they are variables"  # the end of a masked sparse input's row's `via`
+
+
 def described(mask: torch.Tensor, layout: str, masked: bool) -> str:
     """What a sparse input's row says it is checked through."""
-    semantics = "only they are variables" if masked else "every element is a variable (masked: false)"
+    semantics = MASKED if masked else "every element is a variable (masked: false)"
     return f"{layout}, {int(mask.sum())} of {mask.numel()} elements specified; {semantics}"
+
+
+def outside(name: str, via: Optional[str]) -> str:
+    """What to add where backward gives argument ``name`` a gradient the outputs do not depend on: for a
+    sparse input with masked semantics (its row's ``via``), that those elements are its unspecified ones."""
+    if not (via and via.endswith(MASKED)):
+        return ""
+    return (
+        f"; '{name}' is sparse with masked semantics: its unspecified elements are no variables, so their "
+        "gradient must be zero: return it at the specified elements only (e.g. grad.sparse_mask(x)), or write "
+        "`masked: false` if every element is a variable (as for torch.mm)"
+    )

@@ -214,6 +214,11 @@ def test_a_gradient_outside_the_specified_elements_fails_with_masked_semantics_o
     row = masked.checks[0].inputs[0]
     assert row.mismatched == 15  # the 25 - 10 unspecified elements, and only they
     assert "non-zero at 15 elements the outputs do not depend on" in masked.checks[0].message
+    assert (
+        "'x' is sparse with masked semantics: its unspecified elements are no variables, so their gradient must "
+        "be zero" in masked.checks[0].message
+    )
+    assert "or write `masked: false` if every element is a variable" in masked.checks[0].message
     every = _load(write_spec, f"layout: {layout}, density: 0.4, masked: false", function="SparseDenseMMDenseGrad")
     assert run_case(every, "cpu").status is Status.PASS
     masked_op = _load(write_spec, f"layout: {layout}, density: 0.4, masked: false")  # a masked gradient
