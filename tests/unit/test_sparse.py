@@ -307,3 +307,34 @@ def test_a_sparse_input_under_distributed_is_a_spec_error_naming_the_key(write_s
     assert "spec.yaml:4: inputs[0].layout: a sparse input is not checked across ranks yet: drop `distributed`" in str(
         err
     )
+
+
+def test_opcheck_skips_a_custom_op_with_a_sparse_input_instead_of_failing_it(write_spec, user_module):
+    user_module(
+        """
+        import torch
+
+        @torch.library.custom_op("gradcheck_sparse_test::rowsum", mutates_args=())
+        def rowsum(x: torch.Tensor) -> torch.Tensor:
+            return x.to_dense().sum(1)
+
+        @rowsum.register_fake
+        def _(x):
+            return x.new_empty((x.shape[0],), layout=torch.strided)
+
+        def setup(ctx, inputs, output):
+            ctx.save_for_backward(inputs[0])
+
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g[:, None].expand(x.shape).sparse_mask(x.detach().coalesce())
+
+        rowsum.register_autograd(backward, setup_context=setup)
+        """,
+        name="sparse_op",
+    )
+    text = "function: sparse_op:rowsum\nchecks: [backward, opcheck]\ninputs:\n  - {shape: [4, 3], layout: sparse_coo}\n"
+    (case,) = spec.load_file(write_spec(text))
+    result = run_case(case, "cpu")
+    assert [(c.check, c.status) for c in result.checks] == [("backward", Status.PASS), ("opcheck", Status.SKIP)]
+    assert "torch.library.opcheck cannot take a sparse argument (layout: sparse_coo" in result.checks[1].message
