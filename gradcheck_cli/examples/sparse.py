@@ -46,12 +46,13 @@ class SparseDenseMMTransposed(SparseDenseMM):
 
 class SparseDenseMMDenseGrad(SparseDenseMM):
     """x's gradient dense: ``grad @ w^T`` at every element, also the unspecified ones. Right when every
-    element is a variable (``masked: false``, as ``torch.mm``), wrong under masked semantics."""
+    element is a variable (``masked: false``, as ``torch.mm``), wrong under masked semantics. Its backward
+    densifies x with ``masked_grad=False``, so that its own derivative is that of every element too."""
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor]:
         x, w = ctx.saved_tensors
-        return grad @ w.t(), x.to_dense().t() @ grad
+        return grad @ w.t(), x.to_dense(masked_grad=False).t() @ grad
 
 
 class SparseSum(torch.autograd.Function):

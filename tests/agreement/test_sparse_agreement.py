@@ -125,3 +125,49 @@ def test_torch_s_own_sparse_ops_pass_under_their_own_semantics(write_spec, user_
     other = "torch_sparse_ops:mm" if masked else "torch_sparse_ops:sparse_mm"
     (swapped,) = spec.load_file(write_spec(text.replace(function, other), name="other.yaml"))
     assert run_case(swapped, "cpu").status is Status.FAIL  # the other op under these semantics: torch fails it too
+
+
+class DenseGradMaskedInside(ex.SparseDenseMMDenseGrad):
+    """x's gradient dense (every element a variable), but backward densifies x with the masked ``to_dense()``:
+    its own derivative with respect to x's unspecified elements is zero."""
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        return grad @ w.t(), x.to_dense().t() @ grad
+
+
+SECOND = [  # (Function, masked, right?)
+    (ex.SparseDenseMMDenseGrad, False, True),
+    (ex.SparseDenseMMDenseGrad, True, False),  # d(w's gradient)/dx is not zero where x has no variable
+    (DenseGradMaskedInside, False, False),  # ... and is zero where every element is one
+    (DenseGradMaskedInside, True, True),
+]
+
+
+@pytest.mark.parametrize("fn, masked, right", SECOND, ids=[f"{f.__name__}-{m}" for f, m, _ in SECOND])
+def test_double_backward_agrees_with_gradgradcheck_on_sparse_inputs(write_spec, monkeypatch, fn, masked, right):
+    """torch's gradgradcheck judges only Functions whose backward returns a dense gradient (a sparse one is
+    "not supported"), so these two."""
+    import sys
+    import types
+
+    module = types.ModuleType("sparse_agreement_second")
+    module.DenseGradMaskedInside = DenseGradMaskedInside  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sparse_agreement_second", module)
+    function = MM.format(fn.__name__) if fn is ex.SparseDenseMMDenseGrad else "sparse_agreement_second:" + fn.__name__
+    text = "checks: [double_backward]\n" + SPEC.format(
+        function=function, shape="5, 5", layout="sparse_coo", pattern="density: 0.4", masked=str(masked).lower(), more=W
+    )
+    (case,) = spec.load_file(write_spec(text))
+    ours = run_case(case, "cpu")
+    target = load(case.function)
+    bound = bind_case(target, case, "cpu", Streams(case.seed))
+    args = tuple(a.detach().requires_grad_(True) for a in bound.arguments(bound.values))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = torch.autograd.gradgradcheck(
+            fn.apply, args, masked=masked, check_undefined_grad=False, raise_exception=False
+        )
+    assert ours.status in (Status.PASS, Status.FAIL), ours
+    assert (ours.status is Status.PASS, bool(theirs)) == (right, right), (ours.checks[0].message, f"torch: {theirs}")
