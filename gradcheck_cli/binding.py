@@ -155,13 +155,7 @@ def _bind(
     keywords: list[tuple[str, Any]],
     entries: Sequence[Optional[Arg]] = (),
 ) -> Bound:
-    """Bind (spec name, value) pairs to the target's signature.
-
-    For a Function every argument becomes positional (``apply`` takes no keywords): keyword
-    arguments go to their parameter's slot, and skipped parameters before them get their
-    defaults. Parameters after the last one given are left to their defaults. ``entries`` are the
-    spec entries of the positional then the keyword arguments, carried by the bound values.
-    """
+    """``bind`` before its sparse inputs are made dense variables (``_densified``)."""
     entry_of = dict(enumerate(entries))
     kw_entries = {name: entry_of.get(len(positional) + k) for k, (name, _) in enumerate(keywords)}
     params = target.parameters()

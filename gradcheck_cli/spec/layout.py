@@ -48,8 +48,9 @@ def sparse(
         )
     density = None
     if entry.get("density") is not None:
-        density = number(entry["density"], key + ("density",), ctx)
-        if not 0 < density <= 1:
+        given = entry["density"]
+        density = number(given, key + ("density",), ctx) if isinstance(given, (int, float)) else -1.0
+        if not 0 < density <= 1 or isinstance(given, bool):
             raise ctx.fail(
                 key + ("density",),
                 f"expected the fraction of the elements that are specified, in (0, 1] (e.g. 0.3), "
