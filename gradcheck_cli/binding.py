@@ -15,9 +15,10 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
+from . import sparse
 from .errors import BindError
 from .numerics.streams import RngFork, Streams
-from .spec import Arg, Container, ListArg
+from .spec import Arg, Container, ListArg, TensorArg
 from .target import Target
 
 VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -123,8 +124,38 @@ def bind(
     For a Function every argument becomes positional (``apply`` takes no keywords): keyword
     arguments go to their parameter's slot, and skipped parameters before them get their
     defaults. Parameters after the last one given are left to their defaults. ``entries`` are the
-    spec entries of the positional then the keyword arguments, carried by the bound values.
+    spec entries of the positional then the keyword arguments, carried by the bound values. A sparse
+    input that requires grad is bound as the dense variable the checks perturb, which reaches the target
+    sparse again (``sparse``).
     """
+    return _densified(_bind(target, positional, keywords, entries))
+
+
+def _densified(bound: Bound) -> Bound:
+    """``bound`` with each sparse input (``layout:``) that requires grad replaced by its dense variable and
+    the map back to a sparse tensor of its specified elements; an argument ``same_as`` it is the same
+    variable."""
+    done: dict[int, tuple[torch.Tensor, Callable[[Any], Any], str]] = {}
+    for i, (value, entry) in enumerate(zip(bound.values, bound.entries)):
+        if not (isinstance(value, torch.Tensor) and value.layout in sparse.LAYOUTS.values() and value.requires_grad):
+            continue
+        if id(value) not in done and isinstance(entry, TensorArg) and entry.sparse is not None:
+            mask = sparse.specified(value)
+            dense = value.detach().to_dense().requires_grad_(True)
+            layout, masked = entry.sparse.layout, entry.sparse.masked
+            done[id(value)] = (dense, sparse.transform(mask, layout, masked), sparse.described(mask, layout, masked))
+        if id(value) in done:
+            bound.values[i], bound.transforms[i], bound.via[i] = done[id(value)]
+    return bound
+
+
+def _bind(
+    target: Target,
+    positional: list[tuple[Optional[str], Any]],
+    keywords: list[tuple[str, Any]],
+    entries: Sequence[Optional[Arg]] = (),
+) -> Bound:
+    """``bind`` before its sparse inputs are made dense variables (``_densified``)."""
     entry_of = dict(enumerate(entries))
     kw_entries = {name: entry_of.get(len(positional) + k) for k, (name, _) in enumerate(keywords)}
     params = target.parameters()

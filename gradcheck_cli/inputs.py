@@ -11,8 +11,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import structured
+from . import sparse, structured
 from .spec import AliasArg, Arg, Case, DictArg, ListArg, TensorArg
+from .spec.model import Sparse
 
 AVOID_TRIES = 100
 
@@ -82,7 +83,26 @@ def _value(arg: Arg, case: Case, device: str, gen: torch.Generator, by_name: dic
         )
     if rg:
         refuse_nonfinite(t, arg, path)
+    if arg.sparse is not None:
+        return _sparse(t, arg, arg.sparse, gen).to(device).requires_grad_(rg)
     return t.to(device).requires_grad_(rg)
+
+
+def _sparse(t: torch.Tensor, arg: TensorArg, layout: Sparse, gen: torch.Generator) -> torch.Tensor:
+    """The sparse tensor of ``layout`` with ``t``'s values at its specified elements (drawn from ``gen``
+    after the values, with ``density``)."""
+    if t.dim() == 0 or (layout.layout == "sparse_csr" and t.dim() != 2):
+        need = "two dimensions" if layout.layout == "sparse_csr" else "at least one dimension"
+        raise InputError(arg.key + ".data", f"a {layout.layout} tensor needs {need}, got shape {list(t.shape)}")
+    try:
+        mask = sparse.pattern(layout, tuple(t.shape), gen, nonzero=t)
+    except IndexError as exc:
+        raise InputError(arg.key + ".indices", f"{exc}: give indices within the data's shape") from exc
+    if not bool(mask.any()):
+        raise InputError(
+            arg.key + ".data", "no element is specified (the data is all zeros): give `indices` or `density`"
+        )
+    return sparse.make(t, mask, layout.layout)
 
 
 def refuse_nonfinite(t: torch.Tensor, arg: TensorArg, name: str) -> None:

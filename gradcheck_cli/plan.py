@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from .results import CaseResult, ErrorInfo, ErrorKind, Status
-from .spec import Case, SpecError
+from .spec import Case, SpecError, layout
 
 MAX_MEMORY_MB = 512  # --max-memory's default, as the CLI's option and checks.base.MEMORY_BYTES (a test ties the three)
 
@@ -104,9 +104,11 @@ def declined(case: Case) -> dict[str, str]:
     """The checks of ``case`` that are not run, each with the reason its result (a skip) gives: under `all`
     (`checks: all`, `--check all`), a case that declares the gradient its backward intends
     (`reference_backward:`) or documents its mismatch with finite differences (`expect:` on backward's rows)
-    is not judged by finite differences unless its spec's `checks:` names backward."""
+    is not judged by finite differences unless its spec's `checks:` names backward; nor the checks that
+    cannot take a sparse input (``spec.layout.declined``), however they are chosen."""
+    sparse = layout.declined(case)
     if not case.all_checks or "backward" not in case.checks or "backward" in case.spec_checks:
-        return {}
+        return sparse
     said = []
     if case.reference_backward:
         said.append(
@@ -121,11 +123,12 @@ def declined(case: Case) -> dict[str, str]:
             f"{case.expect.reason})"
         )
     if not said:
-        return {}
+        return sparse
     also = "reference, backward" if case.reference_backward else "backward"
     return {
+        **sparse,
         "backward": f"not judged by finite differences under `all`: {'; '.join(said)}; to judge backward by "
-        f"finite differences, name it in the spec's `checks:` (e.g. `checks: [{also}]`)"
+        f"finite differences, name it in the spec's `checks:` (e.g. `checks: [{also}]`)",
     }
 
 

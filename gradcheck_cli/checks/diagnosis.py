@@ -9,6 +9,7 @@ from typing import Optional
 
 import torch
 
+from .. import sparse
 from ..numerics import Entry, unravel
 from ..results import InputReport, Pattern
 from ..tolerance import limit, within
@@ -195,5 +196,7 @@ def diagnose(row: InputReport, entry: Entry, shape: tuple[int, ...]) -> None:
     found = describe(entry, row.mismatched or 0, row.numel, shape, row.name, row.worst_output)
     if found:
         found.put(row)
+        if found.pattern is Pattern.ZERO_NUMERICAL:
+            row.diagnosis = f"{row.diagnosis}{sparse.outside(row.name, row.via)}"
     else:
         row.pattern, row.diagnosis, row.ratio = None, None, None

@@ -39,7 +39,10 @@ WHAT = "transposed, or strided where 1-D"
 
 
 def relaid(t: torch.Tensor) -> torch.Tensor:
-    """``t``'s values, non-contiguous, as a differentiable identity (a 0-D tensor is returned as it is)."""
+    """``t``'s values, non-contiguous, as a differentiable identity (a 0-D or sparse tensor is returned as
+    it is: a sparse tensor has no strides)."""
+    if t.layout is not torch.strided:
+        return t
     if t.dim() >= 2 and t.shape[-1] > 1 and t.shape[-2] > 1:
         return t.mT.contiguous().mT
     if t.dim() >= 1 and t.numel() > 1:

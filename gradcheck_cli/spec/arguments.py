@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from .distributed import placement
+from .layout import sparse
 from .lines import Ctx, keystr
 from .model import (
     ALIAS_KEYS,
@@ -70,6 +71,12 @@ def argument(entry: Any, key: Key, ctx: Ctx, name: Optional[str] = None, leaf: b
     name = entry.get("name", name)
     where = keystr(key)
     line = ctx.lines.get(ctx.prefix + key)
+    if "layout" in entry and kinds not in (["shape"], ["data"]):
+        raise ctx.fail(
+            key + ("layout",),
+            f"unknown key for a {kinds[0]} entry: `layout` is for a tensor entry (shape or data)"
+            + (": give it to each tensor inside" if kinds[0] in ("list", "dict") else ""),
+        )
     if kinds in (["list"], ["dict"]):
         return _container(entry, kinds[0], name, key, ctx)
     if kinds == ["value"]:
@@ -218,6 +225,7 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
             key + ("contiguous",),
             f"expected true or false (false: the tensor reaches the target non-contiguous), got {show(contiguous)}",
         )
+    layout = sparse(entry, shape, dtype, dist, key, ctx)
     return TensorArg(
         name=name,
         shape=tuple(shape) if shape is not None else None,
@@ -233,6 +241,7 @@ def _tensor(entry: dict[str, Any], name: Optional[str], key: Key, where: str, ct
         size_of=size_of,
         param=param,
         placement=placement(entry.get("placement"), key + ("placement",), ctx),
+        sparse=layout,
     )
 
 

@@ -112,6 +112,14 @@ def consistent(case: Case, ctx: Ctx, where: Key) -> Case:
                 ctx.lines.get(ctx.prefix + where + ("outputs",)),
             )
         return case
+    sparse = [a for a in (*case.inputs, *(a for _, a in case.kwargs)) if isinstance(a, TensorArg) and a.sparse]
+    if sparse:
+        raise SpecError(
+            ctx.path,
+            f"{sparse[0].key}.layout",
+            f"{label}a sparse input is not checked across ranks yet: drop `distributed`, or give it a dense layout",
+            sparse[0].line,
+        )
     size = case.distributed.world_size
     for arg in placed:
         dim = shard_dim(arg.placement or "")

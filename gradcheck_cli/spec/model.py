@@ -52,6 +52,17 @@ class SpecError(Exception):
 
 
 @dataclass(frozen=True)
+class Sparse:
+    """A sparse input's layout and its specified elements: ``indices`` (each an index into the dense shape),
+    or ``density`` (a fraction drawn from the input's stream), or neither (``data``'s non-zero elements)."""
+
+    layout: str  # sparse_coo | sparse_csr
+    density: Optional[float] = None
+    indices: Optional[tuple[tuple[int, ...], ...]] = None
+    masked: bool = True  # only the specified elements are variables (torch's masked=True)
+
+
+@dataclass(frozen=True)
 class TensorArg:
     """A tensor drawn from a distribution (``shape``) or given literally (``data``)."""
 
@@ -70,6 +81,7 @@ class TensorArg:
     size_of: tuple[tuple[str, str, int], ...] = ()  # (low | high, argument, dim): a bound that is that size
     param: Optional[str] = None  # import path of fn: the target gets fn(X), the check perturbs X
     placement: Optional[str] = None  # under `distributed`: replicate (None), shard(d) or per_rank
+    sparse: Optional[Sparse] = None  # `layout: sparse_coo | sparse_csr`: the tensor reaches the target sparse
 
     @property
     def via(self) -> Optional[str]:

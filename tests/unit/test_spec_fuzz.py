@@ -347,7 +347,11 @@ def same_tensors(a: Any, b: Any) -> None:
     assert type(a) is type(b)
     if isinstance(a, torch.Tensor):
         assert a.dtype == b.dtype and a.shape == b.shape and a.device == b.device
-        assert a.requires_grad == b.requires_grad
+        assert a.requires_grad == b.requires_grad and a.layout == b.layout
+        if a.layout is not torch.strided:  # a sparse input: the same specified elements, with the same values
+            a, b = a.detach().to_sparse_coo().coalesce(), b.detach().to_sparse_coo().coalesce()
+            assert torch.equal(a.indices(), b.indices())
+            a, b = a.values(), b.values()
         ra = torch.view_as_real(a.detach()) if a.is_complex() else a.detach()
         rb = torch.view_as_real(b.detach()) if b.is_complex() else b.detach()
         assert torch.equal(ra, rb) or (

@@ -59,6 +59,10 @@ SCHEMA_CANNOT = {
     r"`outputs` places outputs across ranks": "`outputs` needs another key (`distributed`) in the document",
     r"give a dim from": "a shard(d)'s dim against the length of another key (`shape`)",
     r"make its size a multiple of": "a shard(d)'s size against another key's value (`distributed.world_size`)",
+    r"a sparse input is not checked across ranks yet": "a sparse input's `layout` against another key of the "
+    "document (`distributed`)",
+    r"is outside shape \[": "a sparse input's `indices` against the values of another key (`shape`)",
+    r"ints \(one per dimension of shape": "the length of each of `indices` against the length of another key (`shape`)",
 }
 
 
@@ -137,7 +141,25 @@ def _nested(depth: int) -> Any:
 TENSOR = {"shape": [3]}
 
 # documents that probe one rule each: (id, document, accepted by spec.py)
+SPARSE = {"shape": [3, 4], "layout": "sparse_coo"}
 PROBES = [
+    ("layout sparse", {**BASE, "inputs": [{**SPARSE, "density": 0.5, "masked": False}]}, True),
+    ("layout csr", {**BASE, "inputs": [{**SPARSE, "layout": "sparse_csr", "indices": [[0, 1], [2, 3]]}]}, True),
+    ("layout banana", {**BASE, "inputs": [{**SPARSE, "layout": "banana"}]}, False),
+    ("density above 1", {**BASE, "inputs": [{**SPARSE, "density": 1.5}]}, False),
+    ("density 0", {**BASE, "inputs": [{**SPARSE, "density": 0}]}, False),
+    ("density without layout", {**BASE, "inputs": [{"shape": [3, 4], "density": 0.5}]}, False),
+    ("density and indices", {**BASE, "inputs": [{**SPARSE, "density": 0.5, "indices": [[0, 1]]}]}, False),
+    ("indices twice", {**BASE, "inputs": [{**SPARSE, "indices": [[0, 1], [0, 1]]}]}, False),
+    ("sparse int", {**BASE, "inputs": [{**SPARSE, "dtype": "int64"}]}, False),
+    ("sparse int no grad", {**BASE, "inputs": [{**SPARSE, "dtype": "int64", "requires_grad": False}]}, True),
+    ("sparse randint", {**BASE, "inputs": [{**SPARSE, "dist": "randint"}]}, False),
+    ("sparse randint float", {**BASE, "inputs": [{**SPARSE, "dist": "randint", "dtype": "float64"}]}, True),
+    ("csr 3-D", {**BASE, "inputs": [{"shape": [2, 3, 4], "layout": "sparse_csr"}]}, False),
+    ("sparse 0-D", {**BASE, "inputs": [{"shape": [], "layout": "sparse_coo"}]}, False),
+    ("sparse not contiguous", {**BASE, "inputs": [{**SPARSE, "contiguous": False}]}, False),
+    ("sparse spd", {**BASE, "inputs": [{"shape": [3, 3], "layout": "sparse_coo", "dist": "spd"}]}, False),
+    ("sparse list", {**BASE, "inputs": [{"list": [{"shape": [3]}], "layout": "sparse_coo"}]}, False),
     ("seed whole float", {**BASE, "seed": 1.0}, True),
     ("seed fraction", {**BASE, "seed": 1.5}, False),
     ("seed too large", {**BASE, "seed": 2**64}, False),
@@ -291,6 +313,9 @@ INEXPRESSIBLE = [  # one document per rule of SCHEMA_CANNOT, in its order
     {**BASE, "outputs": ["partial"]},
     {**BASE, "distributed": {"world_size": 3}, "inputs": [{**TENSOR, "placement": "shard(1)"}]},
     {**BASE, "distributed": {"world_size": 2}, "inputs": [{**TENSOR, "placement": "shard(0)"}]},
+    {**BASE, "distributed": {"world_size": 2}, "inputs": [{"shape": [3, 4], "layout": "sparse_coo"}]},
+    {**BASE, "inputs": [{"shape": [3, 4], "layout": "sparse_coo", "indices": [[0, 4]]}]},
+    {**BASE, "inputs": [{"shape": [3, 4], "layout": "sparse_coo", "indices": [[0]]}]},
 ]
 
 
@@ -380,4 +405,23 @@ def test_fuzzed_documents(doc):
 )
 def test_fuzzed_tensor_entries(shape, low, high, dist, dtype, avoid):
     entry = {"shape": shape, "low": low, "high": high, "dist": dist, "dtype": dtype, "avoid": avoid}
+    agree(SCHEMA, {**BASE, "inputs": [{k: v for k, v in entry.items() if v is not None}]})
+
+
+@settings(FUZZ, max_examples=300)
+@given(
+    shape=st.sampled_from([None, [], [3], [3, 4], [2, 3, 4], [2.0, 2]]),
+    layout=st.sampled_from([None, "strided", "sparse_coo", "sparse_csr", "banana", 1]),
+    density=st.sampled_from([None, 0, 0.3, 1, 1.5, "0.5", -1, True]),
+    indices=st.sampled_from([None, [], [[0, 1]], [[0, 1], [0, 1]], [[0, 9]], [[0]], [[1.0, 2]], [["a", 1]], [1]]),
+    masked=st.sampled_from([None, True, False, "yes"]),
+    dist=st.sampled_from([None, "normal", "randint", "spd", "permutation"]),
+    dtype=st.sampled_from([None, "float64", "float32", "complex64", "int64", "bool"]),
+    extra=st.sampled_from([{}, {"requires_grad": False}, {"contiguous": False}, {"contiguous": True}, {"data": [1.0]}]),
+)
+def test_fuzzed_sparse_entries(shape, layout, density, indices, masked, dist, dtype, extra):
+    entry = {"shape": shape, "layout": layout, "density": density, "indices": indices, "masked": masked}
+    entry.update({"dist": dist, "dtype": dtype, **extra})
+    if "data" in entry:
+        entry.pop("shape")
     agree(SCHEMA, {**BASE, "inputs": [{k: v for k, v in entry.items() if v is not None}]})
