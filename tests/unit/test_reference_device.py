@@ -5,9 +5,13 @@ host that do not grow with the size; at most two output-sized float64 copies at 
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -262,3 +266,30 @@ def test_on_a_gpu_the_reference_check_keeps_its_verdict_and_its_work_on_the_devi
     # the reference's own float64 run holds its input, output, grad_output, gradient and GELU's saved values;
     # the comparison adds chunks, and on a failure two float64 copies
     assert torch.cuda.max_memory_allocated() <= 12 * 8 * x.numel()
+
+
+# ---------------------------------------------------------------------------------- benchmarks/bench_gpu.py
+
+
+@pytest.mark.slow
+def test_the_gpu_benchmark_runs_on_a_cpu_at_tiny_sizes_and_prints_its_tables():
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    command = [sys.executable, "benchmarks/bench_gpu.py", "--device", "cpu", "--small"]
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in done.stdout.splitlines() if line[:2] == "| "]
+    linear = {r[0]: r for r in rows if r[0].isdigit()}
+    assert sorted(linear) == ["4", "8"]
+    for r in linear.values():  # default, torch slow, ratio, --fast, torch fast, ratio, peak
+        assert all(t.endswith(" ms") or t.endswith(" s") or "round" in t for t in (r[1], r[2], r[4], r[5])), r
+        assert r[3].endswith("x") and r[6].endswith("x") and r[7] == "-", r  # every verdict pass; no GPU memory
+    kernels_ = [(r[0], r[1], r[2]) for r in rows if "GELU" in r[0]]
+    assert kernels_ == [
+        ("FusedGELU", "[2, 64, 32]", "pass"),
+        ("GELUWrongGrad (1.04x)", "[2, 64, 32]", "fail"),
+        ("FusedGELU", "[4, 64, 64]", "pass"),
+        ("GELUWrongGrad (1.04x)", "[4, 64, 64]", "fail"),
+    ]
+    assert all(r[5].endswith("x") for r in rows if "GELU" in r[0])
+    assert "library API" in done.stdout
