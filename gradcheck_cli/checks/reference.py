@@ -86,11 +86,16 @@ def run(ctx: CheckContext) -> CheckResult:
 
 
 def _probe(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """A signed random grad_output like ``t``: ``probe_like``'s on the CPU; on another device the same
-    values (uniform on (-1, 1) in 2^16 steps) drawn there, from a generator of that device seeded from
-    ``gen``, so that no output-sized tensor is drawn on the host and copied over."""
+    """A signed random grad_output like ``t``: ``probe_like``'s on the CPU, else ``drawn_there``'s (no
+    output-sized tensor drawn on the host and copied over)."""
     if t.device.type == "cpu" or t.is_complex():
         return probe_like(t, gen)
+    return drawn_there(t, gen)
+
+
+def drawn_there(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """A probe like ``t`` (real), drawn on ``t``'s device from a generator of that device seeded from
+    ``gen``: the distribution of ``probe_like``'s values (uniform on (-1, 1) in 2^16 steps), not the same draw."""
     seed = int(torch.randint(2**62, (1,), generator=gen))
     device_gen = torch.Generator(t.device).manual_seed(seed)
     bits = torch.randint(-(2**15), 2**15, t.shape, generator=device_gen, device=t.device, dtype=torch.int32)

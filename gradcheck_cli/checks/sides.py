@@ -78,7 +78,7 @@ def compare(
     if rule.rule == "relative":
         assert own is not None
         pair = _Pair(a, n, _flat(own, got.device))
-        baseline, largest = _pass(_baseline, pair, split=False)
+        baseline, largest = _pass(_baseline, pair)
         row.baseline_err, row.factor = max(baseline, eps(real) * largest), rule.factor
         row.atol, row.rtol = rule.atol or 0.0, None
         atol, rtol = rule.factor * row.baseline_err + row.atol, 0.0
@@ -91,7 +91,11 @@ def compare(
     if not a.numel():
         row.mismatched = 0
         return
-    mismatched, max_abs, max_rel, any_big, k, at_a, at_n, nonfinite = _pass(_statistics, pair, combine=_worst)
+    found = _pass(_statistics, pair, combine=_worst)
+    if not math.isfinite(found[1]):  # rare: a non-finite difference, so the non-finite values apart
+        pair.split = True
+        found = _pass(_statistics, pair, combine=_worst)
+    mismatched, max_abs, max_rel, any_big, k, at_a, at_n, nonfinite = found
     row.mismatched = int(mismatched)
     row.max_abs_err = max_abs
     row.max_rel_err = max_rel if any_big else None
@@ -105,7 +109,8 @@ def compare(
 @dataclass
 class _Pair:
     """Two flat real views to compare (and the reference's own, for the relative rule's baseline), with
-    the bound ``atol + rtol |n|`` and the reals per element (2: complex)."""
+    the bound ``atol + rtol |n|``, the reals per element (2: complex), and whether to set non-finite values
+    apart (``split``)."""
 
     a: torch.Tensor
     n: torch.Tensor
@@ -113,18 +118,20 @@ class _Pair:
     atol: float = 0.0
     rtol: float = 0.0
     per: int = 1
+    split: bool = False
 
 
 @dataclass
 class _Chunk:
-    """A chunk of a pair in float64. Split: ``a`` and ``n`` are 0 where either is not finite, and
-    ``broken`` is true where they are not finite and disagree (NaN and NaN, inf and inf agree)."""
+    """A chunk of a pair in float64. Where the pair is split: ``a`` and ``n`` are 0 where either is not
+    finite, and ``broken`` is true where they are not finite and disagree (NaN and NaN, inf and inf agree);
+    else ``broken`` is None."""
 
     a: torch.Tensor
     n: torch.Tensor
     own: Optional[torch.Tensor]
     pair: _Pair
-    broken: torch.Tensor
+    broken: Optional[torch.Tensor]
 
     def tol(self) -> Any:
         """The bound per real (the relative rule's is one number)."""
@@ -132,17 +139,27 @@ class _Chunk:
 
     def diff(self) -> torch.Tensor:
         """|a - n|, inf where broken."""
-        return torch.sub(self.a, self.n).abs_().masked_fill_(self.broken, math.inf)
+        diff = torch.sub(self.a, self.n).abs_()
+        return diff if self.broken is None else diff.masked_fill_(self.broken, math.inf)
+
+    def bad(self, diff: torch.Tensor, tol: Any) -> torch.Tensor:
+        """Per real: outside the bound, or broken."""
+        bad = diff > tol
+        return bad if self.broken is None else bad.logical_or_(self.broken)
+
+    def nonfinite(self) -> torch.Tensor:
+        """How many reals are broken."""
+        return torch.zeros((), device=self.a.device) if self.broken is None else self.broken.sum()
 
 
-def _chunks(pair: _Pair, split: bool = True) -> Iterator[tuple[int, _Chunk]]:
+def _chunks(pair: _Pair) -> Iterator[tuple[int, _Chunk]]:
     """(offset, chunk) over the pair, CHUNK reals at a time (an even number: a complex element stays whole)."""
     step = max(2, CHUNK + CHUNK % 2)
     for s in range(0, pair.a.numel(), step):
         a, n = pair.a[s : s + step].to(torch.float64), pair.n[s : s + step].to(torch.float64)
         own = None if pair.own is None else pair.own[s : s + step].to(torch.float64)
-        broken = torch.zeros((), dtype=torch.bool, device=a.device)
-        if split:
+        broken = None
+        if pair.split:
             finite = torch.isfinite(a) & torch.isfinite(n)
             broken = ~finite & ~((a == n) | (a.isnan() & n.isnan()))
             a, n = torch.where(finite, a, 0.0), torch.where(finite, n, 0.0)
@@ -153,15 +170,12 @@ Found = list[torch.Tensor]  # a chunk's device scalars
 
 
 def _pass(
-    each: Callable[[_Chunk], Found],
-    pair: _Pair,
-    combine: Optional[Callable[[list[Found], list[int]], Found]] = None,
-    split: bool = True,
+    each: Callable[[_Chunk], Found], pair: _Pair, combine: Optional[Callable[[list[Found], list[int]], Found]] = None
 ) -> list[float]:
     """``each`` chunk's device scalars, combined across chunks (by default the max of each, NaN
     propagating), brought to the host together: one synchronisation, whatever the number of chunks."""
     found, offsets = [], []
-    for s, chunk in _chunks(pair, split):
+    for s, chunk in _chunks(pair):
         found.append(each(chunk))
         offsets.append(s)
     if combine is not None:
@@ -195,15 +209,17 @@ def _statistics(c: _Chunk) -> Found:
     diff = torch.sub(c.a, c.n).abs_()
     scale = c.n.abs()
     tol = limit(scale, c.pair.atol, c.pair.rtol) if c.pair.rtol else c.pair.atol
-    bad = (diff > tol) | c.broken
+    bad = c.bad(diff, tol)
     count = bad.view(-1, 2).any(1).sum() if c.pair.per == 2 else torch.count_nonzero(bad)
     del bad
     big = scale > c.pair.atol
     max_rel = torch.div(diff, scale, out=scale).masked_fill_(~big, 0.0).max()
     max_abs = diff.max()
-    excess = diff.sub_(tol).masked_fill_(c.broken, math.inf)
+    excess = diff.sub_(tol)
+    if c.broken is not None:
+        excess.masked_fill_(c.broken, math.inf)
     k = torch.argmax(excess)
-    return [count, max_abs, max_rel, big.any(), _at(excess, k), k, _at(c.a, k), _at(c.n, k), c.broken.sum()]
+    return [count, max_abs, max_rel, big.any(), _at(excess, k), k, _at(c.a, k), _at(c.n, k), c.nonfinite()]
 
 
 def _worst(found: list[Found], offsets: list[int]) -> Found:
@@ -211,7 +227,7 @@ def _worst(found: list[Found], offsets: list[int]) -> Found:
     the largest excess (the first of equals, as one argmax over the whole pair picks)."""
     count, max_abs, max_rel, any_big, excess, k, at_a, at_n, nonfinite = (torch.stack(c) for c in zip(*found))
     j = torch.argmax(excess)
-    start = _at(torch.tensor(offsets, device=k.device), j)
+    start = j * (offsets[1] if len(offsets) > 1 else 0)  # the chunks are equal but the last: offset j * step
     worst = [start + _at(k, j), _at(at_a, j), _at(at_n, j)]
     return [count.sum(), max_abs.max(), max_rel.max(), any_big.any(), *worst, nonfinite.sum()]
 
@@ -224,7 +240,7 @@ def _mismatch(
     bads, errors, dots = [], [], []
     for _, c in _chunks(pair):
         diff = c.diff()
-        bads.append(per_element((diff > c.tol()) | c.broken, complex_))
+        bads.append(per_element(c.bad(diff, c.tol()), complex_))
         errors.append(per_element(diff, complex_))
         dots.append(torch.stack([c.a @ c.a, c.n @ c.n, c.a @ c.n]))
         del diff, c

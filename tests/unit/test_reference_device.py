@@ -20,6 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gradcheck_cli import check
 from gradcheck_cli.checks import sides
+from gradcheck_cli.checks.base import probe_like
+from gradcheck_cli.checks.reference import drawn_there
 from gradcheck_cli.examples import broken, kernels
 from gradcheck_cli.results import InputReport, Status
 from gradcheck_cli.tolerance import ReferenceRule
@@ -293,3 +295,15 @@ def test_the_gpu_benchmark_runs_on_a_cpu_at_tiny_sizes_and_prints_its_tables():
     ]
     assert all(r[5].endswith("x") for r in rows if "GELU" in r[0])
     assert "library API" in done.stdout
+
+
+def test_a_probe_drawn_on_the_device_has_the_host_probes_values_and_its_seed_replays_it():
+    like = torch.zeros(64, 256, dtype=torch.bfloat16)
+    draw = [drawn_there(like, torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
+    assert torch.equal(draw[0], draw[1]) and not torch.equal(draw[0], draw[2])
+    assert draw[0].dtype == torch.bfloat16 and draw[0].shape == like.shape
+    exact = drawn_there(like.double(), torch.Generator().manual_seed(0))
+    steps = exact * 2**15 - 0.5  # an int16 k as (k + 0.5) / 2^15: signed_uniform's values
+    assert torch.equal(steps, steps.round()) and steps.min() >= -(2**15) and steps.max() < 2**15
+    host = probe_like(like.double(), torch.Generator().manual_seed(0))
+    assert abs(float(exact.mean())) < 0.02 and float(exact.std()) == pytest.approx(float(host.std()), rel=0.02)
