@@ -22,6 +22,7 @@ from gradcheck_cli import check
 from gradcheck_cli.checks import sides
 from gradcheck_cli.checks.base import probe_like
 from gradcheck_cli.checks.reference import drawn_there
+from gradcheck_cli.checks.rows import locate
 from gradcheck_cli.examples import broken, kernels
 from gradcheck_cli.results import InputReport, Status
 from gradcheck_cli.tolerance import ReferenceRule
@@ -42,7 +43,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 def tensor(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+    return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
 
 
 def compared(
@@ -323,3 +324,24 @@ def test_a_probe_drawn_on_the_device_has_the_host_probes_values_and_its_seed_rep
     assert torch.equal(steps, steps.round()) and steps.min() >= -(2**15) and steps.max() < 2**15
     host = probe_like(like.double(), torch.Generator().manual_seed(0))
     assert abs(float(exact.mean())) < 0.02 and float(exact.std()) == pytest.approx(float(host.std()), rel=0.02)
+
+
+@pytest.mark.parametrize("shape", [(), (7,), (5000,), (70, 130), (64, 64), (3, 300, 17), (1, 9000), (9000, 1)])
+def test_the_map_and_indices_made_on_the_device_are_those_of_rows_locate(shape, monkeypatch):
+    # rows.locate (the Jacobian checks') moves the whole error to the host; the comparison's own are made on
+    # the device a chunk at a time: the same cells, blocks and first indices
+    monkeypatch.setattr(sides, "CHUNK", 1000)
+    error = tensor(*shape).abs().reshape(-1)
+    bad = error > 1.0
+    row = InputReport(0, "x", list(shape), "float64", Status.FAIL)
+    locate(row, bad, error, shape)
+    chunks = [error[s : s + 1000] for s in range(0, error.numel(), 1000)]
+    picture = sides._picture(list(chunks), shape, None)
+    assert row.error_map is not None
+    assert (picture.rows, picture.cols, picture.block, picture.error) == (
+        row.error_map.rows,
+        row.error_map.cols,
+        row.error_map.block,
+        row.error_map.error,
+    )
+    assert sides._first([bad[s : s + 1000] for s in range(0, bad.numel(), 1000)], shape) == row.mismatched_indices
