@@ -259,16 +259,15 @@ def _mismatch(
 def _first(bads: list[torch.Tensor], shape: tuple[int, ...]) -> list[list[int]]:
     """The multi-indices of the first INDEX_CAP true elements of the chunks ``bads``, in row-major order,
     found on the device (the smallest indices of each chunk, then of those)."""
-    picks, start = [], 0
+    picks, start, end = [], 0, math.prod(shape)
     for bad in bads:
         index = torch.arange(start, start + bad.numel(), device=bad.device)
-        key = torch.where(bad, index, -1)  # -1: not a mismatch
-        picks.append(torch.where(key < 0, math.prod(shape), key))
-        picks[-1] = torch.topk(picks[-1], min(INDEX_CAP, bad.numel()), largest=False).values
+        key = torch.where(bad, index, end)  # end: not a mismatch, after every index
+        picks.append(torch.topk(key, min(INDEX_CAP, key.numel()), largest=False).values)
         start += bad.numel()
     first = torch.cat(picks)
     first = torch.topk(first, min(INDEX_CAP, first.numel()), largest=False).values
-    return [unravel(k, shape) for k in first.tolist() if k < math.prod(shape)]
+    return [unravel(k, shape) for k in first.tolist() if k < end]
 
 
 def _blocks(rows: int, cols: int, cells: int = MAP_CELLS, side: int = 256) -> tuple[int, int]:
