@@ -20,13 +20,13 @@ mkdir -p "$out"
 
 mapfile -t files < <(grep -rl "cuda" tests --include='test_*.py' | sort)
 start=$SECONDS
-timeout 200 python -m pytest -q -rs -p no:cacheprovider "${files[@]}" -k "cuda or gpu or device" \
+timeout 180 python -m pytest -q -rs -p no:cacheprovider "${files[@]}" -k "cuda or gpu or device" \
   --junitxml="$out/cuda-tests.xml" 2>&1 | tee "$out/cuda-tests.txt"
 tests_rc=${PIPESTATUS[0]}
 echo "CUDA tests: exit $tests_rc in $((SECONDS - start)) s" | tee -a "$out/cuda-tests.txt"
 
 start=$SECONDS
-timeout 290 python benchmarks/bench_gpu.py --profile "$out/profile.txt" 2>&1 | tee "$out/bench_gpu.md"
+timeout 280 python benchmarks/bench_gpu.py --profile "$out/profile.txt" 2>&1 | tee "$out/bench_gpu.md"
 bench_rc=${PIPESTATUS[0]}
 echo "bench_gpu: exit $bench_rc in $((SECONDS - start)) s" | tee -a "$out/bench_gpu.md"
 
