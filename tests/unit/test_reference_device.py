@@ -21,7 +21,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from gradcheck_cli import check
 from gradcheck_cli.checks import sides
 from gradcheck_cli.checks.base import probe_like
-from gradcheck_cli.checks.reference import drawn_there
 from gradcheck_cli.checks.rows import locate
 from gradcheck_cli.examples import broken, kernels
 from gradcheck_cli.results import InputReport, Status
@@ -315,6 +314,8 @@ def test_the_gpu_benchmark_runs_on_a_cpu_at_tiny_sizes_and_prints_its_tables():
 
 
 def test_a_probe_drawn_on_the_device_has_the_host_probes_values_and_its_seed_replays_it():
+    from gradcheck_cli.checks.reference import drawn_there
+
     like = torch.zeros(64, 256, dtype=torch.bfloat16)
     draw = [drawn_there(like, torch.Generator().manual_seed(s)) for s in (0, 0, 1)]
     assert torch.equal(draw[0], draw[1]) and not torch.equal(draw[0], draw[2])
