@@ -86,11 +86,11 @@ def run(ctx: CheckContext) -> CheckResult:
 
 
 def _probe(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """A signed random grad_output like ``t``: ``probe_like``'s on the CPU, else ``drawn_there``'s (no
-    output-sized tensor drawn on the host and copied over)."""
-    if t.device.type == "cpu" or t.is_complex():
-        return probe_like(t, gen)
-    return drawn_there(t, gen)
+    """A signed random grad_output like ``t``: on a GPU ``drawn_there``'s (no output-sized tensor drawn on
+    the host and copied over), else ``probe_like``'s."""
+    if t.device.type == "cuda" and not t.is_complex():
+        return drawn_there(t, gen)
+    return probe_like(t, gen)
 
 
 def drawn_there(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
