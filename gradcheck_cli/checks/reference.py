@@ -56,7 +56,7 @@ def run(ctx: CheckContext) -> CheckResult:
     target = side(ctx.target, bound, bound.values, checked, "forward")
     positions = differentiable(target.outputs)
     gen = ctx.streams.generator(STREAM)
-    probes = {p: probe_like(target.outputs[p], gen) for p in positions}
+    probes = {p: _probe(target.outputs[p], gen) for p in positions}
     target.grads = gradients(target, probes, "backward")
     rule = _rule(ctx.tolerance.reference, bound, checked, target.outputs, oracle.dtype)
     high = _reference(oracle, bound, checked, probes, target.outputs, oracle.dtype)
@@ -83,6 +83,24 @@ def run(ctx: CheckContext) -> CheckResult:
         nothing="nothing to compare: no argument requires grad and no output",
         notes=notes,
     )
+
+
+def _probe(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """A signed random grad_output like ``t``: on a GPU ``drawn_there``'s (no output-sized tensor drawn on
+    the host and copied over), else ``probe_like``'s."""
+    if t.device.type == "cuda" and not t.is_complex():
+        return drawn_there(t, gen)
+    return probe_like(t, gen)
+
+
+def drawn_there(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """A probe like ``t`` (real), drawn on ``t``'s device from a generator of that device seeded from
+    ``gen``: the distribution of ``probe_like``'s values (uniform on (-1, 1) in 2^16 steps), not the same draw."""
+    seed = int(torch.randint(2**62, (1,), generator=gen))
+    device_gen = torch.Generator(t.device).manual_seed(seed)
+    bits = torch.randint(-(2**15), 2**15, t.shape, generator=device_gen, device=t.device, dtype=torch.int32)
+    # k + 0.5 for an int16 k has at most 17 significant bits: exact in float32, and so is its quotient by 2^15
+    return bits.to(torch.float32).add_(0.5).div_(2**15).to(t.dtype)
 
 
 def _reference(

@@ -7,7 +7,7 @@ code with eager."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -16,13 +16,13 @@ import torch
 from ..binding import Bound
 from ..errors import guarded
 from ..numerics import as_tuple, is_float_tensor, unravel, vjp
-from ..numerics.maps import per_element
-from ..results import ErrorKind, InputReport, Pattern, Status
+from ..numerics.maps import per_element, view_2d
+from ..results import ErrorKind, ErrorMap, InputReport, Pattern, Status
 from ..target import Target
 from ..tolerance import ReferenceRule, by_dtype, limit
 from .base import call_forward, fresh_leaves
 from .diagnosis import Diagnosis, ratio_text
-from .rows import dtype_name, locate
+from .rows import INDEX_CAP, MAP_CELLS, dtype_name
 
 
 @dataclass
@@ -63,18 +63,23 @@ def eps(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).eps
 
 
+CHUNK = 1 << 22  # reals compared at once: the float64 temporaries are of a chunk, not of a whole tensor
+
+
 def compare(
     row: InputReport, got: torch.Tensor, want: torch.Tensor, own: Optional[torch.Tensor], rule: ReferenceRule, what: str
 ) -> None:
     """Fill ``row`` with the target's ``got`` against the reference's ``want`` (and, for rule
-    relative, the reference's own ``own`` in the target's dtype). Elementwise, in float64 on the CPU
-    (complex as pairs of reals); equal non-finite values agree."""
-    a, n = _real64(got), _real64(want)
+    relative, the reference's own ``own`` in the target's dtype). Elementwise in float64 (complex as
+    pairs of reals), on ``got``'s device, a chunk at a time: only scalars and the report's few indices
+    and values come to the host. Equal non-finite values agree."""
+    a, n = _flat(got), _flat(want, got.device)
     real = real_dtype(got)
     if rule.rule == "relative":
         assert own is not None
-        baseline = _max_abs(_real64(own) - n)
-        row.baseline_err, row.factor = max(baseline, eps(real) * _max_abs(n)), rule.factor
+        pair = _Pair(a, n, _flat(own, got.device))
+        baseline, largest = _pass(_baseline, pair)
+        row.baseline_err, row.factor = max(baseline, eps(real) * largest), rule.factor
         row.atol, row.rtol = rule.atol or 0.0, None
         atol, rtol = rule.factor * row.baseline_err + row.atol, 0.0
     else:
@@ -82,54 +87,247 @@ def compare(
         close = by_dtype(coarser).close
         row.rtol = rtol = rule.rtol if rule.rtol is not None else close.rtol
         row.atol = atol = rule.atol if rule.atol is not None else close.atol
-    diff = torch.sub(a, n).abs_()
-    broken = torch.zeros(0, dtype=torch.bool)
-    if a.numel() and not math.isfinite(float(diff.max())):  # rare: the non-finite values apart
-        finite = torch.isfinite(a) & torch.isfinite(n)
-        broken = ~finite & ~((a == n) | (a.isnan() & n.isnan()))  # NaN against NaN, inf against inf agree
-        a, n = torch.where(finite, a, 0.0), torch.where(finite, n, 0.0)
-        diff = torch.sub(a, n).abs_()
-    scale = n.abs()
-    tol: Any = limit(scale, atol, rtol) if rtol else atol  # the relative rule's bound is one number
-    bad = diff > tol
-    if broken.numel():
-        bad |= broken
-    per = 2 if got.is_complex() else 1
-    row.mismatched = int(bad.view(-1, per).any(1).sum()) if per == 2 else int(torch.count_nonzero(bad))
+    pair = _Pair(a, n, None, atol, rtol, 2 if got.is_complex() else 1)
     if not a.numel():
+        row.mismatched = 0
         return
-    row.max_abs_err = float(diff.max())
-    big = scale > atol  # relative error only where the reference is not ~0
-    rel = diff.div(scale).masked_fill_(~big, 0.0)
-    row.max_rel_err = float(rel.max()) if bool(big.any()) else None
-    excess = diff - tol
-    if broken.numel():
-        excess.masked_fill_(broken, math.inf)
-    k = int(torch.argmax(excess))
-    row.worst_index = unravel(k // per, tuple(got.shape))
-    row.analytical, row.numerical = float(a[k]), float(n[k])
+    found = _pass(_statistics, pair, combine=_worst)
+    if not math.isfinite(found[1]):  # rare: a non-finite difference, so the non-finite values apart
+        pair.split = True
+        found = _pass(_statistics, pair, combine=_worst)
+    mismatched, max_abs, max_rel, any_big, k, at_a, at_n, nonfinite = found
+    row.mismatched = int(mismatched)
+    row.max_abs_err = max_abs
+    row.max_rel_err = max_rel if any_big else None
+    row.worst_index = unravel(int(k) // pair.per, tuple(got.shape))
+    row.analytical, row.numerical = at_a, at_n
     if row.mismatched:
         row.status = Status.FAIL
-        shape, complex_ = tuple(got.shape), got.is_complex()
-        sides = (
-            "the gradients for one random grad_output" if what == "gradient" else "the outputs"
-        ) + ": the target's, the reference's"
-        error = diff.masked_fill(broken, math.inf) if broken.numel() else diff
-        locate(
-            row, per_element(bad, complex_), per_element(error, complex_), shape, None if complex_ else (a, n, sides)
-        )
-        tol_t = tol if isinstance(tol, torch.Tensor) else torch.full_like(diff, tol)
-        _pattern(a, n, tol_t, int(broken.sum()), row.mismatched, row.numel, what).put(row)
-        if row.pattern in (Pattern.SOME_ELEMENTS, Pattern.NO_PATTERN):
-            row.diagnosis = "; ".join(filter(None, [row.diagnosis, _coarser(rel[big], real)]))
+        _mismatch(row, pair, tuple(got.shape), int(nonfinite), what, real)
 
 
-def _coarser(rel: torch.Tensor, dtype: torch.dtype) -> Optional[str]:
+@dataclass
+class _Pair:
+    """Two flat real views to compare (and the reference's own, for the relative rule's baseline), with
+    the bound ``atol + rtol |n|``, the reals per element (2: complex), and whether to set non-finite values
+    apart (``split``)."""
+
+    a: torch.Tensor
+    n: torch.Tensor
+    own: Optional[torch.Tensor] = None
+    atol: float = 0.0
+    rtol: float = 0.0
+    per: int = 1
+    split: bool = False
+
+
+@dataclass
+class _Chunk:
+    """A chunk of a pair in float64. Where the pair is split: ``a`` and ``n`` are 0 where either is not
+    finite, and ``broken`` is true where they are not finite and disagree (NaN and NaN, inf and inf agree);
+    else ``broken`` is None."""
+
+    a: torch.Tensor
+    n: torch.Tensor
+    own: Optional[torch.Tensor]
+    pair: _Pair
+    broken: Optional[torch.Tensor]
+
+    def tol(self) -> Any:
+        """The bound per real (the relative rule's is one number)."""
+        return limit(self.n.abs(), self.pair.atol, self.pair.rtol) if self.pair.rtol else self.pair.atol
+
+    def diff(self) -> torch.Tensor:
+        """|a - n|, inf where broken."""
+        diff = torch.sub(self.a, self.n).abs_()
+        return diff if self.broken is None else diff.masked_fill_(self.broken, math.inf)
+
+    def bad(self, diff: torch.Tensor, tol: Any) -> torch.Tensor:
+        """Per real: outside the bound, or broken."""
+        bad = diff > tol
+        return bad if self.broken is None else bad.logical_or_(self.broken)
+
+    def nonfinite(self) -> torch.Tensor:
+        """How many reals are broken."""
+        return torch.zeros((), device=self.a.device) if self.broken is None else self.broken.sum()
+
+
+def _chunks(pair: _Pair) -> Iterator[tuple[int, _Chunk]]:
+    """(offset, chunk) over the pair, CHUNK reals at a time (an even number: a complex element stays whole)."""
+    step = max(2, CHUNK + CHUNK % 2)
+    for s in range(0, pair.a.numel(), step):
+        a, n = pair.a[s : s + step].to(torch.float64), pair.n[s : s + step].to(torch.float64)
+        own = None if pair.own is None else pair.own[s : s + step].to(torch.float64)
+        broken = None
+        if pair.split:
+            finite = torch.isfinite(a) & torch.isfinite(n)
+            broken = ~finite & ~((a == n) | (a.isnan() & n.isnan()))
+            a, n = torch.where(finite, a, 0.0), torch.where(finite, n, 0.0)
+        yield s, _Chunk(a, n, own, pair, broken)
+
+
+Found = list[torch.Tensor]  # a chunk's device scalars
+
+
+def _pass(
+    each: Callable[[_Chunk], Found], pair: _Pair, combine: Optional[Callable[[list[Found], list[int]], Found]] = None
+) -> list[float]:
+    """``each`` chunk's device scalars, combined across chunks (by default the max of each, NaN
+    propagating), brought to the host together: one synchronisation, whatever the number of chunks."""
+    found, offsets = [], []
+    for s, chunk in _chunks(pair):
+        found.append(each(chunk))
+        offsets.append(s)
+    if combine is not None:
+        out = combine(found, offsets)
+    elif found:
+        out = [torch.stack(column).max() for column in zip(*found)]
+    else:
+        return [0.0, 0.0]
+    return [float(v) for v in torch.stack([v.to(torch.float64) for v in out]).tolist()]
+
+
+def _max_abs(t: torch.Tensor) -> torch.Tensor:
+    return t.abs().max() if t.numel() else torch.zeros((), dtype=torch.float64, device=t.device)
+
+
+def _baseline(c: _Chunk) -> Found:
+    """A chunk's largest error of the reference's own in the target's dtype, and its largest value."""
+    assert c.own is not None
+    return [_max_abs(c.own - c.n), _max_abs(c.n)]
+
+
+def _at(t: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``t``'s flat element ``k`` (a device index): no synchronisation, as ``t[k]`` would make."""
+    return torch.take(t, k.reshape(1)).reshape(())
+
+
+def _statistics(c: _Chunk) -> Found:
+    """A chunk's mismatches, max error, max relative error (where the reference is not ~0), whether it has
+    such an element, its worst element (the first of the largest excess over the bound) with both sides
+    there, and its non-finite disagreements."""
+    diff = torch.sub(c.a, c.n).abs_()
+    scale = c.n.abs()
+    tol = limit(scale, c.pair.atol, c.pair.rtol) if c.pair.rtol else c.pair.atol
+    bad = c.bad(diff, tol)
+    count = bad.view(-1, 2).any(1).sum() if c.pair.per == 2 else torch.count_nonzero(bad)
+    del bad
+    big = scale > c.pair.atol
+    max_rel = torch.div(diff, scale, out=scale).masked_fill_(~big, 0.0).max()
+    max_abs = diff.max()
+    excess = diff.sub_(tol)
+    if c.broken is not None:
+        excess.masked_fill_(c.broken, math.inf)
+    k = torch.argmax(excess)
+    return [count, max_abs, max_rel, big.any(), _at(excess, k), k, _at(c.a, k), _at(c.n, k), c.nonfinite()]
+
+
+def _worst(found: list[Found], offsets: list[int]) -> Found:
+    """The chunks' statistics as the whole pair's: sums, maxima, and the worst element of the chunk with
+    the largest excess (the first of equals, as one argmax over the whole pair picks)."""
+    count, max_abs, max_rel, any_big, excess, k, at_a, at_n, nonfinite = (torch.stack(c) for c in zip(*found))
+    j = torch.argmax(excess)
+    start = j * (offsets[1] if len(offsets) > 1 else 0)  # the chunks are equal but the last: offset j * step
+    worst = [start + _at(k, j), _at(at_a, j), _at(at_n, j)]
+    return [count.sum(), max_abs.max(), max_rel.max(), any_big.any(), *worst, nonfinite.sum()]
+
+
+def _mismatch(
+    row: InputReport, pair: _Pair, shape: tuple[int, ...], nonfinite: int, what: str, real: torch.dtype
+) -> None:
+    """A failing row's where (its first mismatching indices, its error map) and what (the pattern)."""
+    complex_ = pair.per == 2
+    bads, errors, dots = [], [], []
+    for _, c in _chunks(pair):
+        diff = c.diff()
+        bads.append(per_element(c.bad(diff, c.tol()), complex_))
+        errors.append(per_element(diff, complex_))
+        dots.append(torch.stack([c.a @ c.a, c.n @ c.n, c.a @ c.n]))
+        del diff, c
+    row.mismatched_indices, row.mismatched_indices_cap = _first(bads, shape), INDEX_CAP
+    del bads
+    sides = ("the gradients for one random grad_output" if what == "gradient" else "the outputs") + (
+        ": the target's, the reference's"
+    )
+    row.error_map = _picture(errors, shape, None if complex_ else (pair, sides))
+    aa, nn, an = torch.stack(dots).sum(0).tolist()
+    _pattern(pair, aa, nn, an, nonfinite, row.mismatched or 0, row.numel, what).put(row)
+    if row.pattern in (Pattern.SOME_ELEMENTS, Pattern.NO_PATTERN):
+        row.diagnosis = "; ".join(filter(None, [row.diagnosis, _coarser(_typical(pair), real)]))
+
+
+def _first(bads: list[torch.Tensor], shape: tuple[int, ...]) -> list[list[int]]:
+    """The multi-indices of the first INDEX_CAP true elements of the chunks ``bads``, in row-major order,
+    found on the device (the smallest indices of each chunk, then of those)."""
+    picks, start, end = [], 0, math.prod(shape)
+    for bad in bads:
+        index = torch.arange(start, start + bad.numel(), device=bad.device)
+        key = torch.where(bad, index, end)  # end: not a mismatch, after every index
+        picks.append(torch.topk(key, min(INDEX_CAP, key.numel()), largest=False).values)
+        start += bad.numel()
+    first = torch.cat(picks)
+    first = torch.topk(first, min(INDEX_CAP, first.numel()), largest=False).values
+    return [unravel(k, shape) for k in first.tolist() if k < end]
+
+
+def _blocks(rows: int, cols: int, cells: int = MAP_CELLS, side: int = 256) -> tuple[int, int]:
+    """The block (height, width) one cell of an error map stands for: numerics.maps.downsample's, so
+    that the map is the same picture, made on the device."""
+    bh = bw = 1
+    while math.ceil(rows / bh) * math.ceil(cols / bw) > cells or (
+        rows > 1 and max(math.ceil(rows / bh), math.ceil(cols / bw)) > side
+    ):
+        if math.ceil(rows / bh) >= math.ceil(cols / bw):
+            bh *= 2
+        else:
+            bw *= 2
+    return bh, bw
+
+
+def _picture(errors: list[torch.Tensor], shape: tuple[int, ...], sides: Optional[tuple[_Pair, str]]) -> ErrorMap:
+    """The error map of the per-element errors (the chunks ``errors``, emptied here: one float64 copy of
+    them at a time), each cell the max over its block, reduced on the device; ``sides``: both sides per
+    element, kept where the map is not downsampled."""
+    rows, cols = view_2d(shape)
+    bh, bw = _blocks(rows, cols)
+    grid = (torch.cat(errors) if len(errors) > 1 else errors[0]).reshape(rows, cols)
+    errors.clear()
+    h, w = math.ceil(rows / bh), math.ceil(cols / bw)
+    if (h * bh, w * bw) != (rows, cols):
+        padded = torch.full((h * bh, w * bw), -math.inf, dtype=torch.float64, device=grid.device)
+        padded[:rows, :cols] = grid
+        grid = padded
+    cells = grid.view(h, bh, w, bw).amax(dim=(1, 3)) if (bh, bw) != (1, 1) else grid
+    del grid
+    picture = ErrorMap(rows, cols, [bh, bw], cells.reshape(-1).tolist())
+    if sides is not None and (bh, bw) == (1, 1):
+        kept = [(c.a, c.n) for _, c in _chunks(sides[0])]
+        picture.analytical, picture.numerical = (torch.cat(s).tolist() for s in zip(*kept))
+        picture.sides = sides[1]
+    return picture
+
+
+def _typical(pair: _Pair) -> Optional[float]:
+    """The median relative error where the reference is not ~0 (None: nowhere), over one float64 tensor of
+    the relative errors, NaN elsewhere (a boolean selection would synchronise once per chunk)."""
+    parts = []
+    for _, c in _chunks(pair):
+        scale = c.n.abs()
+        big = scale > pair.atol
+        parts.append(torch.sub(c.a, c.n).abs_().div_(scale).masked_fill_(~big, math.nan))
+        del scale, big, c
+    rel = torch.cat(parts) if len(parts) > 1 else parts[0]
+    del parts
+    typical = float(rel.nanmedian())  # the lower median, as median picks
+    return None if math.isnan(typical) else typical
+
+
+def _coarser(typical: Optional[float], dtype: torch.dtype) -> Optional[str]:
     """Relative errors typical of rounding to a lower precision than ``dtype``: say which (a target that
-    computes in bfloat16 inside, given float64)."""
-    if not rel.numel():
+    computes in bfloat16 inside, given float64). ``typical``: their median, where there are any."""
+    if typical is None:
         return None
-    typical = float(rel.median())  # rounding to a dtype makes a median relative error of about eps / 4
+    # rounding to a dtype makes a median relative error of about eps / 4
     lower = [d for d in (torch.float32, torch.float16, torch.bfloat16) if eps(d) > eps(dtype)]
     if not lower or not typical > 0:
         return None
@@ -147,25 +345,22 @@ def real_dtype(t: torch.Tensor) -> torch.dtype:
     return t.real.dtype if t.is_complex() else t.dtype
 
 
-def _real64(t: torch.Tensor) -> torch.Tensor:
-    """``t`` flattened as float64 on the CPU, a complex element as two reals."""
-    t = t.detach().resolve_conj().cpu()
-    return (torch.view_as_real(t) if t.is_complex() else t).reshape(-1).to(torch.float64)
-
-
-def _max_abs(t: torch.Tensor) -> float:
-    return float(t.abs().max()) if t.numel() else 0.0
+def _flat(t: torch.Tensor, device: Optional[torch.device] = None) -> torch.Tensor:
+    """``t`` flattened, a complex element as two reals, in its dtype, on ``device`` (default its own)."""
+    t = t.detach().resolve_conj()
+    flat = (torch.view_as_real(t) if t.is_complex() else t).reshape(-1)
+    return flat if device is None else flat.to(device)
 
 
 def _pattern(
-    a: torch.Tensor, n: torch.Tensor, tol: torch.Tensor, nonfinite: int, mismatched: int, numel: int, what: str
+    pair: _Pair, aa: float, nn: float, an: float, nonfinite: int, mismatched: int, numel: int, what: str
 ) -> Diagnosis:
-    """What a mismatch of ``a`` (the target's ``what``) against ``n`` (the reference's) shows:
-    non-finite values, all zeros, a constant factor up to what the rule allows, a few elements, or nothing."""
+    """What a mismatch of the target's ``what`` against the reference's shows (``aa``, ``nn``, ``an``: the
+    dot products of the sides, non-finite values set to 0): non-finite values, all zeros, a constant
+    factor up to what the rule allows, a few elements, or nothing."""
     mine, theirs = f"the target's {what}", "the reference's"
     if nonfinite:
         return Diagnosis(Pattern.NONFINITE, f"{nonfinite} values are NaN or infinite on one side only")
-    aa, nn, an = float(a @ a), float(n @ n), float(a @ n)
     if aa == 0 and nn > 0:
         culprit = (
             "backward returns zeros or None for it (a missing return, a detached result, or the wrong "
@@ -179,7 +374,7 @@ def _pattern(
     # to 10 digits: the sums' order, and so their last bits, follow torch's thread count, and a report is
     # the same for any number of workers
     r = float(f"{an / nn:.10g}") if nn else 0.0
-    if r and bool(((a - r * n).abs() <= tol * max(1.0, abs(r))).all()):
+    if r and _within_ratio(pair, r):
         if abs(r + 1) < 1e-2:
             return Diagnosis(Pattern.SIGN_FLIP, f"sign flipped: {mine} = -{theirs}", r)
         return Diagnosis(Pattern.CONSTANT_RATIO, f"{mine} is {ratio_text(r, 1e-2)} {theirs}", r)
@@ -188,6 +383,12 @@ def _pattern(
             Pattern.SOME_ELEMENTS, f"{mismatched} of {numel} elements differ from {theirs}, the others match"
         )
     return Diagnosis(Pattern.NO_PATTERN, f"differs from {theirs} everywhere, with no constant ratio or sign flip")
+
+
+def _within_ratio(pair: _Pair, r: float) -> bool:
+    """Whether ``a = r n`` everywhere, up to the bound scaled by ``max(1, |r|)``."""
+    out = [((c.a - r * c.n).abs_() <= c.tol() * max(1.0, abs(r))).all() for _, c in _chunks(pair)]
+    return bool(torch.stack(out).all())
 
 
 def output_row(
