@@ -20,6 +20,10 @@ def as_dict(report: Report, torch_version: str) -> dict[str, Any]:
     for r in report.results:
         d = to_dict(r)
         d["duration_s"] = round(r.duration_s, 4)
+        if d["shrunk"] is None:  # an addition: absent where no smaller failing case was found
+            del d["shrunk"]
+        else:
+            d["shrunk"]["duration_s"] = round(r.shrunk.duration_s if r.shrunk else 0.0, 4)
         for c in d["checks"]:
             c["duration_s"] = round(c["duration_s"], 4)
             for i in c["inputs"]:
