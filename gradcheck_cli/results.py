@@ -254,7 +254,8 @@ class CaseResult:
     warnings: list[str] = field(default_factory=list)
     replay: Optional[str] = None  # a command that reruns just this case
     line: Optional[int] = None  # line of the case in the spec file, where known
-    shrunk: Optional[Shrunk] = None  # a smaller case that fails alike (a failure, with --shrink); JSON: absent if None
+    shrunk: Optional[Shrunk] = field(default=None, metadata={"optional": True})  # a smaller case that fails alike
+    # (a failure, with --shrink); an optional JSON field: absent where None
 
     def __bool__(self) -> bool:
         """The verdict: true when it passed (``assert check(MyFunction, args)``), or when its only

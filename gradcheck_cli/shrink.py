@@ -14,6 +14,7 @@ import pickle
 import select
 import signal
 import struct
+import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -176,6 +177,7 @@ def _child(
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, 1)  # what the code under test prints here is not the case's
         os.dup2(quiet, 2)
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the process ends with the search
 
         def found(attempts: int, best: Optional[tuple[Shapes, int]]) -> None:
             data = pickle.dumps((attempts, best))
