@@ -177,7 +177,7 @@ def _child(
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, 1)  # what the code under test prints here is not the case's
         os.dup2(quiet, 2)
-        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the process ends with the search
+        sys.stdout = sys.stderr = open(os.devnull, "w")
 
         def found(attempts: int, best: Optional[tuple[Shapes, int]]) -> None:
             data = pickle.dumps((attempts, best))
