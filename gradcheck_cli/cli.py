@@ -172,6 +172,21 @@ def _parse_shapes(
     return tuple(shapes.items())
 
 
+def _parse_values(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    from .overrides import KINDS
+
+    values: dict[str, str] = {}
+    for text in value:
+        name, eq, kind = text.partition("=")
+        if not eq or not name or kind not in KINDS:
+            raise click.BadParameter(
+                f"expected NAME=KIND with the argument's name as the report gives it and KIND one of "
+                f"{', '.join(KINDS)}, e.g. --values x=ones; got {text!r}"
+            )
+        values[name] = kind
+    return tuple(values.items())
+
+
 def _check_junit(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
     """The JUnit file's folder must exist before the run, not be found missing after it."""
     if value is not None and not Path(value).resolve().parent.is_dir():
@@ -363,6 +378,15 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
     "case's replay command uses it). Repeat for several.",
 )
 @click.option(
+    "--values",
+    "values",
+    multiple=True,
+    callback=_parse_values,
+    metavar="NAME=KIND",
+    help="Draw the tensor argument NAME with simpler values than the spec's: zeros, ones or integers (small "
+    "ones), where its spec's range allows them (a shrunk case's replay command uses it). Repeat for several.",
+)
+@click.option(
     "-x",
     "--exitfirst",
     "--fail-fast",
@@ -536,6 +560,7 @@ def check_cmd(
     shrink: float,
     no_shrink: bool,
     shapes: tuple[tuple[str, tuple[int, ...]], ...],
+    values: tuple[tuple[str, str], ...],
     fail_fast: bool,
     maxfail: int,
     last_failed: bool,
@@ -624,6 +649,7 @@ def check_cmd(
         shrink=0.0 if no_shrink else shrink,
         timeout=timeout,
         shapes=shapes,
+        values=values,
     )
     if fmt == "auto":
         fmt = reporters.choose_auto(os.environ)

@@ -34,6 +34,7 @@ class RunOptions:
     shrink: float = 0.0  # seconds per failing case to look for a smaller failing shape (0: none; --no-shrink)
     timeout: Optional[float] = None  # the case's --timeout, which shrinking stays well within
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # --shape NAME=DIMS: an argument's shape overridden
+    values: tuple[tuple[str, str], ...] = ()  # --values NAME=KIND: an argument's values simpler (zeros, ...)
 
 
 def run_options(
@@ -51,6 +52,7 @@ def run_options(
     shrink: float = 0.0,
     timeout: Optional[float] = None,
     shapes: tuple[tuple[str, tuple[int, ...]], ...] = (),
+    values: tuple[tuple[str, str], ...] = (),
 ) -> RunOptions:
     """The RunOptions of the front ends' options (the command line's, the pytest plugin's): repeated devices
     and checks once each, ``checks == ("all",)`` for every check, nothing given for the specs' own."""
@@ -73,6 +75,7 @@ def run_options(
         shrink=shrink,
         timeout=timeout,
         shapes=tuple(shapes),
+        values=tuple(values),
     )
 
 

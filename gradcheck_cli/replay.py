@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
 
+from .overrides import described
 from .plan import MAX_MEMORY_MB, Task, task_id
 from .results import CaseResult
 from .spec import SpecError
@@ -16,13 +17,18 @@ INLINE = "<command line>"  # the path of a case made of a command line's inline 
 
 
 def command(
-    task: Task, seed: int, inline: Sequence[str] = (), shapes: Optional[dict[str, list[int]]] = None
+    task: Task,
+    seed: int,
+    inline: Sequence[str] = (),
+    shapes: Optional[dict[str, list[int]]] = None,
+    values: Optional[dict[str, str]] = None,
 ) -> Optional[str]:
     """``gradcheck SPEC -k CASE`` with the seed (where it is not the spec's) and the command line's
     device, check, --strict, --no-compress, --probes (--fast) and --max-memory overrides; for a case made
     of inline inputs, ``gradcheck FUNCTION`` with ``inline`` (its -i and --kwarg options, as typed) and
-    the --import and --reference it needs; with the --shape overrides of the run and ``shapes`` (a shrunk
-    case's: argument -> shape); None when the case has neither a spec file nor its inline options to rerun."""
+    the --import and --reference it needs; with the --shape and --values of the run and ``shapes`` and
+    ``values`` (a shrunk case's: argument -> shape, argument -> kind); None when the case has neither a spec
+    file nor its inline options to rerun."""
     case = task.case
     if case.path == INLINE and inline:
         text = f"gradcheck {shlex.quote(case.function)} {' '.join(shlex.quote(t) for t in inline)}"
@@ -50,13 +56,10 @@ def command(
     if task.opts.memory_bytes and task.opts.memory_bytes != MAX_MEMORY_MB * 2**20:
         text += f" --max-memory {task.opts.memory_bytes // 2**20}"
     given = {name: list(shape) for name, shape in task.opts.shapes} | (shapes or {})
-    text += "".join(f" --shape {shlex.quote(f'{name}={dims(shape)}')}" for name, shape in given.items())
+    text += "".join(f" --shape {shlex.quote(f'{name}={described(shape)}')}" for name, shape in given.items())
+    simpler = dict(task.opts.values) | (values or {})
+    text += "".join(f" --values {shlex.quote(f'{name}={kind}')}" for name, kind in simpler.items())
     return text
-
-
-def dims(shape: Sequence[int]) -> str:
-    """A shape as --shape and -i write it: ``2x3``, ``scalar`` for a 0-d tensor."""
-    return "x".join(map(str, shape)) or "scalar"
 
 
 def attach(results: list[CaseResult], planned: list[Union[Task, SpecError]], inline: Sequence[str] = ()) -> None:
@@ -68,4 +71,5 @@ def attach(results: list[CaseResult], planned: list[Union[Task, SpecError]], inl
         if task is not None:
             result.replay = command(task, result.seed, inline)
             if result.shrunk is not None:
-                result.shrunk.replay = command(task, result.shrunk.seed, inline, result.shrunk.shapes)
+                shrunk = result.shrunk
+                shrunk.replay = command(task, shrunk.seed, inline, shrunk.shapes, shrunk.values)

@@ -217,20 +217,24 @@ class Shrunk:
     argument: Optional[str]  # the failing argument's name (None: the check failed with no failing row)
     pattern: Optional[Pattern]  # its pattern, the same as in the case's own failure
     shapes: dict[str, list[int]]  # argument -> its shape in the smaller case, for those that shrank
-    seed: int  # the seed that draws the smaller case's values
-    attempts: int  # smaller cases tried
+    values: dict[str, str] = field(default_factory=dict)  # argument -> zeros | ones | integers, where simpler
+    seed: int = 0  # the seed that draws the smaller case's values
+    attempts: int = 0  # smaller cases tried
     duration_s: float = 0.0
     replay: Optional[str] = None  # a command that checks the smaller case (the edge makes it)
 
     def words(self) -> str:
-        """``backward still fails for 'x' (constant_ratio) at shape [2, 3]``."""
+        """``backward still fails for 'x' (constant_ratio) at shape [2, 3] with values x: ones``."""
         who = f" for '{self.argument}'" if self.argument else ""
         how = f" ({self.pattern})" if self.pattern else ""
-        if len(self.shapes) == 1 and self.argument in self.shapes:
-            at = f"shape {self.shapes[self.argument]}"
+        if not self.shapes:
+            at = " at its shapes"
+        elif len(self.shapes) == 1 and self.argument in self.shapes:
+            at = f" at shape {self.shapes[self.argument]}"
         else:
-            at = "shapes " + ", ".join(f"{name} {shape}" for name, shape in self.shapes.items())
-        return f"{self.check} still fails{who}{how} at {at}"
+            at = " at shapes " + ", ".join(f"{name} {shape}" for name, shape in self.shapes.items())
+        values = ", ".join(f"{name}: {kind}" for name, kind in self.values.items())
+        return f"{self.check} still fails{who}{how}{at}" + (f" with values {values}" if values else "")
 
     def line(self) -> str:
         """The one line the reports show: ``shrunk: WORDS; replay: COMMAND``."""

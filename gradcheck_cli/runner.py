@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from . import checks, expectations, inputs, loader, oracle, plan, shrink, state
+from . import checks, expectations, inputs, loader, oracle, overrides, plan, shrink, state
 from .binding import Bound, bind
 from .checks import broken, noncontiguous, verdict
 from .checks.base import MEMORY_BYTES, CheckContext, Options
@@ -26,7 +26,7 @@ from .numerics.streams import Streams
 from .plan import RunOptions, Task
 from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Shrunk, Status, overall
 from .rng import seed_plus
-from .spec import Arg, Case, SpecError, TensorArg, ValueArg
+from .spec import Case, SpecError, TensorArg, ValueArg
 from .spec.settings import thawed
 from .structured import symmetric_part
 from .target import Target
@@ -96,8 +96,8 @@ SHRINK_SHARE = 0.5  # of the case's --timeout, at most, that the case and its sh
 
 def _shrunk(task: Task, result: CaseResult, started: float) -> Optional[Shrunk]:
     """A smaller case that fails as ``result`` does (``shrink``), searched within --shrink's seconds and half
-    the case's --timeout; each attempt checks the case as ``--seed SEED --shape NAME=DIMS`` would, running
-    only the failing check (a case's verdict does not depend on which other checks run)."""
+    the case's --timeout; each attempt checks the case as ``--seed SEED --shape NAME=DIMS --values NAME=KIND``
+    would, running only the failing check (a case's verdict does not depend on which other checks run)."""
     case = task.case
     budget = task.opts.shrink
     if task.opts.timeout is not None:
@@ -105,50 +105,24 @@ def _shrunk(task: Task, result: CaseResult, started: float) -> Optional[Shrunk]:
     if budget <= 0 or case.distributed is not None or task.device != "cpu":  # a forked child cannot use CUDA
         return None
     try:
-        start = {name: arg.shape or () for name, arg in _tensor_args(case, loader.load(case.function)).items()}
+        args = overrides.tensor_args(case, _names(case, loader.load(case.function)))
     except Exception:  # noqa: BLE001 - it was loaded for the case; shrinking is information only
         return None
-    start.update((name, shape) for name, shape in task.opts.shapes if name in start)
+    start = shrink.State(
+        {name: dict(task.opts.shapes).get(name, arg.shape or ()) for name, arg in args.items()},
+        {name: kind for name, kind in task.opts.values if name in args},
+    )
+    allowed = {name: tuple(overrides.kinds(arg, case.dtype)) for name, arg in args.items()}
     how = shrink.failure(result)
     only = (how.check,) if how is not None and case.expect is None else case.checks  # `expect:` names its checks
 
-    def attempt(shapes: shrink.Shapes) -> CaseResult:
-        opts = replace(task.opts, seed=result.seed, trials=1, shrink=0.0, shapes=tuple(shapes.items()))
+    def attempt(state: shrink.State) -> CaseResult:
+        shapes, values = tuple(state.shapes.items()), tuple(state.values.items())
+        opts = replace(task.opts, seed=result.seed, trials=1, shrink=0.0, shapes=shapes, values=values)
         return _trials(Task(replace(case, checks=only), task.device, opts))
 
     # a forked child must not enter the OpenMP thread pool of its parent (GNU OpenMP hangs there): one thread
-    return shrink.shrunk(result, start, attempt, budget, setup=lambda: torch.set_num_threads(1))
-
-
-def _tensor_args(case: Case, target: Target) -> dict[str, TensorArg]:
-    """The case's tensor arguments drawn at a shape (not literal data, not inside a list or dict), by the
-    name the report gives them: the entry's name, the keyword, or forward's parameter name."""
-    named = list(zip(_names(case, target), case.inputs)) + [(arg.name or key, arg) for key, arg in case.kwargs]
-    return {name: arg for name, arg in named if isinstance(arg, TensorArg) and arg.shape is not None}
-
-
-def _reshaped(case: Case, shapes: tuple[tuple[str, tuple[int, ...]], ...], target: Target) -> Case:
-    """``case`` with the shapes that ``--shape NAME=DIMS`` gives; BindError for a name that is no tensor
-    argument drawn at a shape."""
-    if not shapes:
-        return case
-    args = _tensor_args(case, target)
-    new = dict(shapes)
-    for name in new:
-        if name not in args:
-            known = ", ".join(args) or "none"
-            raise BindError(
-                f"--shape {name}",
-                f"no tensor argument named '{name}' that is drawn at a shape (those of {case.function}: "
-                f"{known}); name one of them, as the report does",
-            )
-
-    def shaped(name: str, arg: Arg) -> Arg:
-        return replace(arg, shape=new[name]) if name in new and isinstance(arg, TensorArg) else arg
-
-    inputs = tuple(shaped(name, arg) for name, arg in zip(_names(case, target), case.inputs))
-    kwargs = tuple((key, shaped(arg.name or key, arg)) for key, arg in case.kwargs)
-    return replace(case, inputs=inputs, kwargs=kwargs)
+    return shrink.shrunk(result, start, allowed, attempt, budget, setup=lambda: torch.set_num_threads(1))
 
 
 def _names(case: Case, target: Target) -> list[str]:
@@ -248,7 +222,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     target = loader.load(case.function)
     _import_effects(names, set(sys.modules) - known, state.changes(before) if before is not None else [])
     init_target(target, case.init_args, dict(case.init_kwargs), streams, case.dtype, device, case.init_mode)
-    case = _reshaped(case, opts.shapes, target)  # --shape NAME=DIMS (a shrunk case's replay)
+    case = overrides.applied(case, _names(case, target), opts.shapes, opts.values)  # a shrunk case's replay
     if case.distributed is not None:  # across ranks that it starts (gradcheck_cli.distributed)
         distributed.run(target, case, device, lambda where, s: bind_case(target, case, where, s), streams, result)
         return

@@ -18,13 +18,28 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from .results import CaseResult, Pattern, Shrunk, Status
 
 Shapes = dict[str, tuple[int, ...]]  # argument name -> shape
-Attempt = Callable[[Shapes], CaseResult]  # the case checked with these shapes (the arguments not named keep theirs)
+Values = dict[str, str]  # argument name -> the simpler values drawn for it (zeros, ones, integers)
+KINDS = ("zeros", "ones", "integers")  # the simplest first (overrides.KINDS)
+
+
+@dataclass(frozen=True)
+class State:
+    """A case to try: every tensor argument's shape, and the arguments whose values are simpler."""
+
+    shapes: Shapes
+    values: Values = field(default_factory=dict)
+
+    def key(self) -> tuple[tuple[tuple[str, tuple[int, ...]], ...], tuple[tuple[str, str], ...]]:
+        return tuple(sorted(self.shapes.items())), tuple(sorted(self.values.items()))
+
+
+Attempt = Callable[[State], CaseResult]  # the case checked at this state (the seed of the failure)
 MAX_ATTEMPTS = 300  # smaller cases tried at most, however fast they are
 _HEADER = struct.Struct("!I")
 
@@ -85,30 +100,39 @@ def moves(shapes: Shapes) -> Iterator[Shapes]:
                 yield {**shapes, name: shape[:i] + (to,) + shape[i + 1 :]}
 
 
-def _key(shapes: Shapes) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    return tuple(sorted(shapes.items()))
+def steps(state: State, allowed: dict[str, tuple[str, ...]]) -> Iterator[State]:
+    """The states to try from ``state``: smaller shapes (``moves``), then simpler values for one argument
+    (of the kinds ``allowed`` for it, simplest first), values kept or shapes kept."""
+    for shapes in moves(state.shapes):
+        yield State(shapes, state.values)
+    for name, kinds in allowed.items():
+        now = KINDS.index(state.values[name]) if name in state.values else len(KINDS)
+        for kind in kinds:
+            if KINDS.index(kind) < now:
+                yield State(state.shapes, {**state.values, name: kind})
 
 
 def search(
-    start: Shapes,
+    start: State,
+    allowed: dict[str, tuple[str, ...]],
     how: Failure,
     attempt: Attempt,
     out_of_time: Callable[[], bool],
-    found: Callable[[int, Optional[tuple[Shapes, int]]], None],
+    found: Callable[[int, Optional[tuple[State, int]]], None],
 ) -> None:
-    """Greedy: from ``start``, take the first move whose case fails alike, and go on from there until no move
+    """Greedy: from ``start``, take the first step whose case fails alike, and go on from there until no step
     does, time is out or MAX_ATTEMPTS were tried. ``found(attempts, best)`` after every attempt, with the
-    smallest failing shapes so far and their result's seed (None until one)."""
+    smallest failing state so far and its result's seed (None until one)."""
     me = os.getpid()
-    current, tried, attempts = start, {_key(start)}, 0
-    best: Optional[tuple[Shapes, int]] = None
+    current, tried, attempts = start, {start.key()}, 0
+    best: Optional[tuple[State, int]] = None
     while True:
-        for smaller in moves(current):
-            if _key(smaller) in tried:
+        for smaller in steps(current, allowed):
+            if smaller.key() in tried:
                 continue
             if out_of_time() or attempts >= MAX_ATTEMPTS:
                 return
-            tried.add(_key(smaller))
+            tried.add(smaller.key())
             attempts += 1
             seed, alike = 0, False
             try:
@@ -128,13 +152,19 @@ def search(
 
 
 def shrunk(
-    result: CaseResult, start: Shapes, attempt: Attempt, budget: float, setup: Callable[[], None] = lambda: None
+    result: CaseResult,
+    start: State,
+    allowed: dict[str, tuple[str, ...]],
+    attempt: Attempt,
+    budget: float,
+    setup: Callable[[], None] = lambda: None,
 ) -> Optional[Shrunk]:
-    """A smaller case than ``start`` (every tensor argument's shape) that fails as ``result`` does, searched
-    for ``budget`` seconds at most in a child process, which calls ``setup`` first; None when the result did
-    not fail, no smaller case failed alike in time, or the system cannot fork."""
+    """A smaller or simpler case than ``start`` (every tensor argument's shape; ``allowed``: the simpler values
+    each argument's spec allows) that fails as ``result`` does, searched for ``budget`` seconds at most in a
+    child process, which calls ``setup`` first; None when the result did not fail, no such case failed alike
+    in time, or the system cannot fork."""
     how = failure(result)
-    if how is None or budget <= 0 or not hasattr(os, "fork") or not any(d > 1 for s in start.values() for d in s):
+    if how is None or budget <= 0 or not hasattr(os, "fork") or not (_any_step(start, allowed)):
         return None
     began = time.perf_counter()
     deadline = began + budget
@@ -144,7 +174,11 @@ def shrunk(
         pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(read)
-        _child(write, start, how, attempt, deadline, setup)
+        _child(
+            write,
+            lambda found: search(start, allowed, how, attempt, lambda: time.perf_counter() >= deadline, found),
+            setup,
+        )
     os.close(write)
     try:
         last = _listen(read, deadline)
@@ -153,42 +187,47 @@ def shrunk(
         _end(pid)
     if last is None or last[1] is None:
         return None
-    attempts, (shapes, seed) = last[0], last[1]
-    changed = {name: list(shape) for name, shape in shapes.items() if shape != start[name]}
+    attempts, (state, seed) = last[0], last[1]
     return Shrunk(
         check=how.check,
         argument=how.argument,
         pattern=how.pattern,
-        shapes=changed,
+        shapes={name: list(shape) for name, shape in state.shapes.items() if shape != start.shapes[name]},
+        values={name: kind for name, kind in state.values.items() if kind != start.values.get(name)},
         seed=seed,
         attempts=attempts,
         duration_s=time.perf_counter() - began,
     )
 
 
+def _any_step(start: State, allowed: dict[str, tuple[str, ...]]) -> bool:
+    return next(steps(start, allowed), None) is not None
+
+
 def _child(
-    write: int, start: Shapes, how: Failure, attempt: Attempt, deadline: float, setup: Callable[[], None]
+    write: int, run: Callable[[Callable[[int, Optional[tuple[State, int]]], None]], None], setup: Callable[[], None]
 ) -> None:
-    """Search, sending what was found after every attempt; then end this process (no cleanup of the parent's)."""
+    """``run(found)``, sending what was found after every attempt; then end this process (no cleanup of the
+    parent's: its handlers, buffers and atexit functions are not this process's)."""
     try:
-        setup()
         for number in (signal.SIGINT, signal.SIGTERM):  # the parent's handlers would report as the parent
             signal.signal(number, signal.SIG_DFL)
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, 1)  # what the code under test prints here is not the case's
         os.dup2(quiet, 2)
         sys.stdout = sys.stderr = open(os.devnull, "w")
+        setup()
 
-        def found(attempts: int, best: Optional[tuple[Shapes, int]]) -> None:
+        def found(attempts: int, best: Optional[tuple[State, int]]) -> None:
             data = pickle.dumps((attempts, best))
             os.write(write, _HEADER.pack(len(data)) + data)
 
-        search(start, how, attempt, lambda: time.perf_counter() >= deadline, found)
+        run(found)
     finally:
         os._exit(0)
 
 
-def _listen(read: int, deadline: float) -> Optional[tuple[int, Optional[tuple[Shapes, int]]]]:
+def _listen(read: int, deadline: float) -> Optional[tuple[int, Optional[tuple[State, int]]]]:
     """The child's last whole message, read until it ends (closes its end) or the deadline passes."""
     buffer, last = b"", None
     while True:

@@ -27,8 +27,9 @@ function: usermod:Scale
 inputs: [{shape: [6, 8]}, {name: w, shape: [8]}]
 """
 LINE = (
-    "  shrunk: backward still fails for 'x' (constant_ratio) at shapes x [1, 1], w [1]; replay: "
-    "gradcheck specs/scale.yaml -k specs/scale.yaml::default --shape x=1x1 --shape w=1"
+    "  shrunk: backward still fails for 'x' (constant_ratio) at shapes x [1, 1], w [1] with values x: zeros, "
+    "w: ones; replay: gradcheck specs/scale.yaml -k specs/scale.yaml::default --shape x=1x1 --shape w=1 "
+    "--values x=zeros --values w=ones"
 )
 
 
@@ -67,11 +68,12 @@ def test_json_field_present_on_a_failure_and_absent_with_no_shrink(scale, invoke
         for c in r["checks"]:
             c["duration_s"] = 0
     assert on == off
-    assert {k: shrunk[k] for k in ("check", "argument", "pattern", "shapes", "seed")} == {
+    assert {k: shrunk[k] for k in ("check", "argument", "pattern", "shapes", "values", "seed")} == {
         "check": "backward",
         "argument": "x",
         "pattern": "constant_ratio",
         "shapes": {"x": [1, 1], "w": [1]},
+        "values": {"x": "zeros", "w": "ones"},  # w zeros: x's gradient 0, right
         "seed": 0,
     }
 
@@ -93,17 +95,27 @@ def test_inline_inputs_shrink_and_replay(scale, invoke):
     (first,) = results(
         invoke("usermod:Scale", "-i", "5x7", "-i", "7", "--no-isolate", "--format", "json", "--shrink", "60")
     )
-    assert first["shrunk"]["replay"] == "gradcheck usermod:Scale -i 5x7 -i 7 --shape x=1x1 --shape w=1"
+    assert first["shrunk"]["replay"] == (
+        "gradcheck usermod:Scale -i 5x7 -i 7 --shape x=1x1 --shape w=1 --values x=zeros --values w=ones"
+    )
     replay = invoke(*shlex.split(first["shrunk"]["replay"])[1:], "--no-isolate", "--format", "json")
     (again,) = results(replay)
     assert replay.exit_code == 1 and again["checks"][0]["inputs"][0]["shape"] == [1, 1]
+
+
+def test_values_the_spec_does_not_allow_say_which_it_does(user_module, write_spec, invoke):
+    user_module(SOURCE)
+    write_spec(SPEC.replace("{name: w, shape: [8]}", "{name: w, shape: [8], dist: positive}"), "specs/scale.yaml")
+    result = invoke("specs/scale.yaml", "--no-isolate", "--values", "w=zeros")
+    assert result.exit_code == 3
+    assert "--values w: the spec's values of 'w' do not allow zeros (they allow: ones, integers)" in result.stdout
 
 
 def test_github_and_junit_carry_the_line(scale, invoke, tmp_path):
     github = invoke("specs/scale.yaml", "--no-isolate", "--format", "github", "--junit-xml", "out.xml")
     assert github.exit_code == 1
     assert "shrunk: backward still fails for 'x' (constant_ratio) at shapes x [1, 1], w [1]" in github.stdout
-    assert "--shape x=1x1 --shape w=1" in (tmp_path / "out.xml").read_text()
+    assert "--shape x=1x1 --shape w=1 --values x=zeros --values w=ones" in (tmp_path / "out.xml").read_text()
 
 
 def test_bad_shape_and_shrink_options_say_what_to_do(scale, invoke):
@@ -112,6 +124,8 @@ def test_bad_shape_and_shrink_options_say_what_to_do(scale, invoke):
     unknown = invoke("specs/scale.yaml", "--no-isolate", "--shape", "y=2x3")
     assert unknown.exit_code == 3
     assert "--shape y: no tensor argument named 'y'" in unknown.stdout and "x, w" in unknown.stdout
+    bad_kind = invoke("specs/scale.yaml", "--no-isolate", "--values", "x=twos")
+    assert bad_kind.exit_code == 2 and "zeros, ones, integers" in bad_kind.output
     assert invoke("specs/scale.yaml", "--shrink", "-1").exit_code == 2
     assert invoke("specs/scale.yaml", "--shrink", "inf").exit_code == 2
 

@@ -57,6 +57,16 @@ class Linear(torch.autograd.Function):  # y = x w^T + b; the weight's gradient 2
         x, w = ctx.saved_tensors
         return g @ w, 2 * g.t() @ x, g.sum(0)
 
+class Log(torch.autograd.Function):  # log(x) for x > 0; backward 2x the derivative
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.log()
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * g / x
+
 class Picky(torch.autograd.Function):  # wrong, and at any other shape: raises, hangs, prints, changes state
     @staticmethod
     def forward(ctx, x):
@@ -94,7 +104,7 @@ def run(task: Task, **opts) -> runner.CaseResult:
 def replayed(task: Task, shrunk: Shrunk) -> runner.CaseResult:
     """The shrunk case as its replay command checks it: --seed SEED --shape NAME=DIMS ..."""
     shapes = tuple((name, tuple(shape)) for name, shape in shrunk.shapes.items())
-    return run(task, seed=shrunk.seed, shapes=shapes)
+    return run(task, seed=shrunk.seed, shapes=shapes, values=tuple(shrunk.values.items()))
 
 
 def row(result: runner.CaseResult, name: str):
@@ -116,7 +126,7 @@ def test_a_bug_at_every_shape_shrinks_to_a_tiny_shape_that_fails_alike(spec):
     shrunk = result.shrunk
     assert shrunk is not None
     assert (shrunk.check, shrunk.argument, shrunk.pattern) == ("backward", "x", Pattern.CONSTANT_RATIO)
-    assert shrunk.shapes == {"x": [1, 1]}
+    assert (shrunk.shapes, shrunk.values) == ({"x": [1, 1]}, {"x": "zeros"})
     again = replayed(task, shrunk)  # its replay fails at that shape, as the case did
     assert again.status is Status.FAIL
     assert (row(again, "x").shape, row(again, "x").pattern) == ([1, 1], Pattern.CONSTANT_RATIO)
@@ -132,6 +142,7 @@ def test_tied_dims_shrink_together_and_the_replay_fails(spec):
     assert result.shrunk is not None
     assert result.shrunk.argument == "w"
     assert result.shrunk.shapes == {"x": [1, 1], "w": [1, 1], "b": [1]}
+    assert result.shrunk.values == {"x": "ones", "w": "zeros", "b": "zeros"}  # x zeros: w's gradient 0, right
     again = replayed(task, result.shrunk)
     assert again.status is Status.FAIL
     assert row(again, "w").pattern is Pattern.CONSTANT_RATIO and row(again, "w").shape == [1, 1]
@@ -142,7 +153,7 @@ def test_a_bug_from_dim_4_on_stops_at_4(spec):
     task = spec("Wide", [8, 24])
     result = run(task, shrink=60)
     assert result.shrunk is not None
-    assert result.shrunk.shapes == {"x": [1, 4]}
+    assert (result.shrunk.shapes, result.shrunk.values) == ({"x": [1, 4]}, {"x": "zeros"})
     assert replayed(task, result.shrunk).status is Status.FAIL
     shrunk_3 = dataclasses.replace(result.shrunk, shapes={"x": [1, 3]})
     assert replayed(task, shrunk_3).status is Status.PASS  # one smaller passes: 4 is the smallest
@@ -155,7 +166,45 @@ def test_the_same_seed_gives_the_same_shrunk_case(spec):
     task = spec("Linear", [12, 6], [5, 6], [5])
     first, second = run(task, shrink=60).shrunk, run(task, shrink=60).shrunk
     assert first is not None and second is not None
-    assert (first.shapes, first.seed, first.attempts) == (second.shapes, second.seed, second.attempts)
+    assert (first.shapes, first.values, first.seed, first.attempts) == (
+        second.shapes,
+        second.values,
+        second.seed,
+        second.attempts,
+    )
+
+
+def test_simpler_values_stay_in_the_spec_range(user_module, write_spec):
+    user_module(SOURCE, "shrinkmod")
+    path = write_spec("function: shrinkmod:Log\ninputs:\n  - {shape: [5, 6], dist: positive}\n", "log.yaml")
+    (case,) = load_file(str(path))
+    task = Task(case, "cpu")
+    result = run(task, shrink=60)
+    assert result.shrunk is not None
+    assert (result.shrunk.shapes, result.shrunk.values) == ({"x": [1, 1]}, {"x": "ones"})  # never zeros: log
+    assert replayed(task, result.shrunk).status is Status.FAIL
+
+
+@pytest.mark.parametrize(
+    ("entry", "allowed"),
+    [
+        ({}, {"zeros": (0, 1), "ones": (1, 2), "integers": (-2, 3)}),  # within 3 std, not on it
+        ({"dist": "positive"}, {"ones": (1, 2), "integers": (1, 4)}),
+        ({"dist": "uniform", "low": -1.0, "high": 1.0}, {"zeros": (0, 1)}),
+        ({"dist": "uniform", "low": 0.0, "high": 1.0}, {}),  # the bounds are not inside
+        ({"avoid": [[-0.1, 0.1]]}, {"ones": (1, 2)}),  # a kink at 0 kept away from
+        ({"dist": "normal", "mean": 5.0, "std": 0.1}, {}),
+        ({"dtype": "int64", "dist": "randint", "low": 0, "high": 5}, {}),
+        ({"dtype": "complex128"}, {}),
+        ({"dist": "spd"}, {}),
+    ],
+)
+def test_the_simpler_values_a_spec_allows(entry, allowed):
+    from gradcheck_cli import overrides
+    from gradcheck_cli.spec import parse_argument
+
+    arg = parse_argument({"shape": [3, 3], **entry}, "inputs[0]")
+    assert overrides.kinds(arg, "float64") == allowed
 
 
 def test_a_correct_function_never_shrinks_and_pays_nothing(spec, monkeypatch):
@@ -194,7 +243,7 @@ def test_attempts_that_raise_hang_print_or_change_state_change_nothing(spec, cap
 
 def test_the_time_budget_stays_within_half_the_timeout(spec, monkeypatch):
     budgets = []
-    monkeypatch.setattr(shrink, "shrunk", lambda result, start, attempt, budget, **k: budgets.append(budget))
+    monkeypatch.setattr(shrink, "shrunk", lambda result, start, allowed, attempt, budget, **k: budgets.append(budget))
     run(spec("Scale", [6, 8]), shrink=60, timeout=10)
     assert len(budgets) == 1 and 0 < budgets[0] <= 5
 
