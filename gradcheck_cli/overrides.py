@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .errors import BindError
 from .spec import Arg, Case, TensorArg
 from .spec.model import BOUNDS, DIST_DEFAULTS
 
@@ -64,6 +63,8 @@ def applied(case: Case, names: Sequence[str], shapes: Shapes = (), values: Value
     no tensor argument drawn at a shape, or values that its spec does not allow."""
     if not shapes and not values:
         return case
+    from .errors import BindError  # here: the front ends import this module for KINDS, and errors imports torch
+
     args = tensor_args(case, names)
     for option, name in [("--shape", n) for n, _ in shapes] + [("--values", n) for n, _ in values]:
         if name not in args:

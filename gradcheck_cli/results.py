@@ -224,7 +224,7 @@ class Shrunk:
     replay: Optional[str] = None  # a command that checks the smaller case (the edge makes it)
 
     def words(self) -> str:
-        """``backward still fails for 'x' (constant_ratio) at shape [2, 3] with values x: ones``."""
+        """``backward still fails for 'x' (constant_ratio) at shape [2, 3] with ones for x, w``."""
         who = f" for '{self.argument}'" if self.argument else ""
         how = f" ({self.pattern})" if self.pattern else ""
         if not self.shapes:
@@ -233,8 +233,9 @@ class Shrunk:
             at = f" at shape {self.shapes[self.argument]}"
         else:
             at = " at shapes " + ", ".join(f"{name} {shape}" for name, shape in self.shapes.items())
-        values = ", ".join(f"{name}: {kind}" for name, kind in self.values.items())
-        return f"{self.check} still fails{who}{how}{at}" + (f" with values {values}" if values else "")
+        kinds = {kind: [n for n, k in self.values.items() if k == kind] for kind in self.values.values()}
+        values = "; ".join(f"{kind} for {', '.join(names)}" for kind, names in kinds.items())
+        return f"{self.check} still fails{who}{how}{at}" + (f" with {values}" if values else "")
 
     def line(self) -> str:
         """The one line the reports show: ``shrunk: WORDS; replay: COMMAND``."""

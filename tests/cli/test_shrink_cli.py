@@ -27,8 +27,8 @@ function: usermod:Scale
 inputs: [{shape: [6, 8]}, {name: w, shape: [8]}]
 """
 LINE = (
-    "  shrunk: backward still fails for 'x' (constant_ratio) at shapes x [1, 1], w [1] with values x: zeros, "
-    "w: ones; replay: gradcheck specs/scale.yaml -k specs/scale.yaml::default --shape x=1x1 --shape w=1 "
+    "  shrunk: backward still fails for 'x' (constant_ratio) at shapes x [1, 1], w [1] with zeros for x; "
+    "ones for w; replay: gradcheck specs/scale.yaml -k specs/scale.yaml::default --shape x=1x1 --shape w=1 "
     "--values x=zeros --values w=ones"
 )
 
@@ -111,11 +111,15 @@ def test_values_the_spec_does_not_allow_say_which_it_does(user_module, write_spe
     assert "--values w: the spec's values of 'w' do not allow zeros (they allow: ones, integers)" in result.stdout
 
 
-def test_github_and_junit_carry_the_line(scale, invoke, tmp_path):
-    github = invoke("specs/scale.yaml", "--no-isolate", "--format", "github", "--junit-xml", "out.xml")
+def test_github_junit_and_html_carry_the_line(scale, invoke, tmp_path):
+    github = invoke(
+        "specs/scale.yaml", "--no-isolate", "--format", "github", "--junit-xml", "out.xml", "--html", "out.html"
+    )
     assert github.exit_code == 1
     assert "shrunk: backward still fails for 'x' (constant_ratio) at shapes x [1, 1], w [1]" in github.stdout
     assert "--shape x=1x1 --shape w=1 --values x=zeros --values w=ones" in (tmp_path / "out.xml").read_text()
+    html = (tmp_path / "out.html").read_text()
+    assert "shrunk: backward still fails for &#x27;x&#x27;" in html and "--values x=zeros --values w=ones" in html
 
 
 def test_bad_shape_and_shrink_options_say_what_to_do(scale, invoke):
