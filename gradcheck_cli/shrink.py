@@ -81,6 +81,17 @@ def fails_alike(result: CaseResult, how: Failure) -> bool:
     return False
 
 
+def as_asked(result: CaseResult, state: State) -> bool:
+    """Whether every argument row of ``result`` has the shape ``state`` asked for (a draw that makes a matrix
+    square, ``dist: spd``, would report a shape that the replay's --shape does not say)."""
+    return all(
+        list(row.shape) == list(state.shapes[row.name])
+        for check in result.checks
+        for row in check.inputs
+        if row.role == "argument" and row.name in state.shapes
+    )
+
+
 def candidates(size: int) -> list[int]:
     """The smaller sizes tried for a dimension of ``size``, smallest first: 1, 2, half of it, one less."""
     return sorted({to for to in (1, 2, size // 2, size - 1) if 1 <= to < size})
@@ -137,7 +148,7 @@ def search(
             seed, alike = 0, False
             try:
                 result = attempt(smaller)
-                seed, alike = result.seed, fails_alike(result, how)
+                seed, alike = result.seed, fails_alike(result, how) and as_asked(result, smaller)
             except Exception:  # noqa: BLE001 - an attempt that raises does not count
                 pass
             if os.getpid() != me:  # a process the code under test forked, back from it: it reports nothing

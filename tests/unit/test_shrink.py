@@ -162,6 +162,22 @@ def test_a_bug_from_dim_4_on_stops_at_4(spec):
     assert not torch_says(shrinkmod.Wide, [1, 4]) and torch_says(shrinkmod.Wide, [1, 3])
 
 
+def test_a_square_matrix_shrinks_square(user_module, write_spec):
+    # dist spd draws square matrices whatever the shape's first dims say: only shapes drawn as asked count
+    path = write_spec(
+        "function: gradcheck_cli.examples.structured:CholeskyNoHalf\ninputs:\n  - {name: a, shape: [4, 4], dist: spd}\n",
+        "chol.yaml",
+    )
+    (case,) = load_file(str(path))
+    task = Task(case, "cpu")
+    result = run(task, shrink=60)
+    assert result.shrunk is not None
+    (shape,) = result.shrunk.shapes.values()
+    assert shape[0] == shape[1] < 4
+    again = replayed(task, result.shrunk)
+    assert again.status is Status.FAIL and row(again, "a").shape == shape
+
+
 def test_the_same_seed_gives_the_same_shrunk_case(spec):
     task = spec("Linear", [12, 6], [5, 6], [5])
     first, second = run(task, shrink=60).shrunk, run(task, shrink=60).shrunk
