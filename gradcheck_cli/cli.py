@@ -143,6 +143,50 @@ def _parse_timeout(ctx: click.Context, param: click.Parameter, value: str) -> Op
         raise click.BadParameter(str(exc)) from exc
 
 
+def _parse_shrink(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    import math
+
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise click.BadParameter(f"expected a number of seconds >= 0 (0: off), e.g. --shrink 10; got {value!r}")
+    return seconds
+
+
+def _parse_shapes(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    import re
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in value:
+        name, eq, dims = text.partition("=")
+        if not eq or not name or not re.fullmatch(r"scalar|\d+(x\d+)*", dims):
+            raise click.BadParameter(
+                f"expected NAME=DIMS with the argument's name as the report gives it and a shape like 2x3 "
+                f"(or scalar), e.g. --shape weight=2x3; got {text!r}"
+            )
+        shapes[name] = () if dims == "scalar" else tuple(int(d) for d in dims.split("x"))
+    return tuple(shapes.items())
+
+
+def _parse_values(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    from .overrides import KINDS
+
+    values: dict[str, str] = {}
+    for text in value:
+        name, eq, kind = text.partition("=")
+        if not eq or not name or kind not in KINDS:
+            raise click.BadParameter(
+                f"expected NAME=KIND with the argument's name as the report gives it and KIND one of "
+                f"{', '.join(KINDS)}, e.g. --values x=ones; got {text!r}"
+            )
+        values[name] = kind
+    return tuple(values.items())
+
+
 def _check_junit(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
     """The JUnit file's folder must exist before the run, not be found missing after it."""
     if value is not None and not Path(value).resolve().parent.is_dir():
@@ -315,6 +359,34 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
     help="Stop a case that runs longer (an error result for that case alone); 0 or inf for no limit.",
 )
 @click.option(
+    "--shrink",
+    callback=_parse_shrink,
+    default="5",
+    show_default=True,
+    metavar="SECONDS",
+    help="After a case fails, look this long for a smaller shape that still fails alike (same check, "
+    "argument and pattern) and show it with its own replay command; within half of --timeout. 0: off.",
+)
+@click.option("--no-shrink", is_flag=True, help="Do not look for a smaller failing case (--shrink 0).")
+@click.option(
+    "--shape",
+    "shapes",
+    multiple=True,
+    callback=_parse_shapes,
+    metavar="NAME=DIMS",
+    help="Draw the tensor argument NAME at this shape instead of the spec's (e.g. weight=2x3; a shrunk "
+    "case's replay command uses it). Repeat for several.",
+)
+@click.option(
+    "--values",
+    "values",
+    multiple=True,
+    callback=_parse_values,
+    metavar="NAME=KIND",
+    help="Draw the tensor argument NAME with simpler values than the spec's: zeros, ones or integers (small "
+    "ones), where its spec's range allows them (a shrunk case's replay command uses it). Repeat for several.",
+)
+@click.option(
     "-x",
     "--exitfirst",
     "--fail-fast",
@@ -485,6 +557,10 @@ def check_cmd(
     html_path: Optional[str],
     jobs: Optional[int],
     timeout: Optional[float],
+    shrink: float,
+    no_shrink: bool,
+    shapes: tuple[tuple[str, tuple[int, ...]], ...],
+    values: tuple[tuple[str, str], ...],
     fail_fast: bool,
     maxfail: int,
     last_failed: bool,
@@ -570,6 +646,10 @@ def check_cmd(
         require_device,
         imports,
         compress=not no_compress,
+        shrink=0.0 if no_shrink else shrink,
+        timeout=timeout,
+        shapes=shapes,
+        values=values,
     )
     if fmt == "auto":
         fmt = reporters.choose_auto(os.environ)

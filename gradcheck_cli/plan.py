@@ -31,6 +31,10 @@ class RunOptions:
     reference: Optional[str] = None  # --reference: as `reference:` in every case
     imports: tuple[str, ...] = ()  # --import: modules imported before every case's `import` and `function`
     compress: bool = True  # --no-compress: every numerical column on its own
+    shrink: float = 0.0  # seconds per failing case to look for a smaller failing shape (0: none; --no-shrink)
+    timeout: Optional[float] = None  # the case's --timeout, which shrinking stays well within
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()  # --shape NAME=DIMS: an argument's shape overridden
+    values: tuple[tuple[str, str], ...] = ()  # --values NAME=KIND: an argument's values simpler (zeros, ...)
 
 
 def run_options(
@@ -45,6 +49,10 @@ def run_options(
     require_device: bool = False,
     imports: tuple[str, ...] = (),
     compress: bool = True,
+    shrink: float = 0.0,
+    timeout: Optional[float] = None,
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = (),
+    values: tuple[tuple[str, str], ...] = (),
 ) -> RunOptions:
     """The RunOptions of the front ends' options (the command line's, the pytest plugin's): repeated devices
     and checks once each, ``checks == ("all",)`` for every check, nothing given for the specs' own."""
@@ -64,6 +72,10 @@ def run_options(
         reference=reference,
         imports=tuple(imports),
         compress=compress,
+        shrink=shrink,
+        timeout=timeout,
+        shapes=tuple(shapes),
+        values=tuple(values),
     )
 
 

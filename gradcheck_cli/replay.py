@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
 
+from .overrides import described
 from .plan import MAX_MEMORY_MB, Task, task_id
 from .results import CaseResult
 from .spec import SpecError
@@ -15,12 +16,19 @@ from .spec import SpecError
 INLINE = "<command line>"  # the path of a case made of a command line's inline inputs (discovery.inline_case)
 
 
-def command(task: Task, seed: int, inline: Sequence[str] = ()) -> Optional[str]:
+def command(
+    task: Task,
+    seed: int,
+    inline: Sequence[str] = (),
+    shapes: Optional[dict[str, list[int]]] = None,
+    values: Optional[dict[str, str]] = None,
+) -> Optional[str]:
     """``gradcheck SPEC -k CASE`` with the seed (where it is not the spec's) and the command line's
     device, check, --strict, --no-compress, --probes (--fast) and --max-memory overrides; for a case made
     of inline inputs, ``gradcheck FUNCTION`` with ``inline`` (its -i and --kwarg options, as typed) and
-    the --import and --reference it needs; None when the case has neither a spec file nor its inline
-    options to rerun."""
+    the --import and --reference it needs; with the --shape and --values of the run and ``shapes`` and
+    ``values`` (a shrunk case's: argument -> shape, argument -> kind); None when the case has neither a spec
+    file nor its inline options to rerun."""
     case = task.case
     if case.path == INLINE and inline:
         text = f"gradcheck {shlex.quote(case.function)} {' '.join(shlex.quote(t) for t in inline)}"
@@ -47,6 +55,10 @@ def command(task: Task, seed: int, inline: Sequence[str] = ()) -> Optional[str]:
         text += f" --probes {task.opts.probes}"
     if task.opts.memory_bytes and task.opts.memory_bytes != MAX_MEMORY_MB * 2**20:
         text += f" --max-memory {task.opts.memory_bytes // 2**20}"
+    given = {name: list(shape) for name, shape in task.opts.shapes} | (shapes or {})
+    text += "".join(f" --shape {shlex.quote(f'{name}={described(shape)}')}" for name, shape in given.items())
+    simpler = dict(task.opts.values) | (values or {})
+    text += "".join(f" --values {shlex.quote(f'{name}={kind}')}" for name, kind in simpler.items())
     return text
 
 
@@ -58,3 +70,6 @@ def attach(results: list[CaseResult], planned: list[Union[Task, SpecError]], inl
         task = tasks.get(result.id)
         if task is not None:
             result.replay = command(task, result.seed, inline)
+            if result.shrunk is not None:
+                shrunk = result.shrunk
+                shrunk.replay = command(task, shrunk.seed, inline, shrunk.shapes, shrunk.values)

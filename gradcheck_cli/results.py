@@ -209,6 +209,40 @@ class CheckResult:
 
 
 @dataclass
+class Shrunk:
+    """A smaller case that still fails as the case did: the same check, argument and pattern (information
+    only: it changes no status). Found within a time budget after the failure (``--shrink``)."""
+
+    check: str
+    argument: Optional[str]  # the failing argument's name (None: the check failed with no failing row)
+    pattern: Optional[Pattern]  # its pattern, the same as in the case's own failure
+    shapes: dict[str, list[int]]  # argument -> its shape in the smaller case, for those that shrank
+    values: dict[str, str] = field(default_factory=dict)  # argument -> zeros | ones | integers, where simpler
+    seed: int = 0  # the seed that draws the smaller case's values
+    attempts: int = 0  # smaller cases tried
+    duration_s: float = 0.0
+    replay: Optional[str] = None  # a command that checks the smaller case (the edge makes it)
+
+    def words(self) -> str:
+        """``backward still fails for 'x' (constant_ratio) at shape [2, 3] with ones for x, w``."""
+        who = f" for '{self.argument}'" if self.argument else ""
+        how = f" ({self.pattern})" if self.pattern else ""
+        if not self.shapes:
+            at = " at its shapes"
+        elif len(self.shapes) == 1 and self.argument in self.shapes:
+            at = f" at shape {self.shapes[self.argument]}"
+        else:
+            at = " at shapes " + ", ".join(f"{name} {shape}" for name, shape in self.shapes.items())
+        kinds = {kind: [n for n, k in self.values.items() if k == kind] for kind in self.values.values()}
+        values = "; ".join(f"{kind} for {', '.join(names)}" for kind, names in kinds.items())
+        return f"{self.check} still fails{who}{how}{at}" + (f" with {values}" if values else "")
+
+    def line(self) -> str:
+        """The one line the reports show: ``shrunk: WORDS; replay: COMMAND``."""
+        return f"shrunk: {self.words()}" + (f"; replay: {self.replay}" if self.replay else "")
+
+
+@dataclass
 class CaseResult:
     """One (spec, case, device): the unit that reporters show and exit codes count."""
 
@@ -225,6 +259,8 @@ class CaseResult:
     warnings: list[str] = field(default_factory=list)
     replay: Optional[str] = None  # a command that reruns just this case
     line: Optional[int] = None  # line of the case in the spec file, where known
+    shrunk: Optional[Shrunk] = field(default=None, metadata={"optional": True})  # a smaller case that fails alike
+    # (a failure, with --shrink); an optional JSON field: absent where None
 
     def __bool__(self) -> bool:
         """The verdict: true when it passed (``assert check(MyFunction, args)``), or when its only
@@ -273,6 +309,7 @@ class CaseResult:
             lines += [f"  warning: {w}" for w in check.warnings]
         lines += [f"  warning: {w}" for w in self.warnings]
         lines += [f"  replay: {self.replay}"] if self.replay and self.status in (Status.FAIL, Status.ERROR) else []
+        lines += [f"  {self.shrunk.line()}"] if self.shrunk is not None else []
         return printable("\n".join(lines), terminal=True)
 
 

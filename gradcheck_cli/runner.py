@@ -7,11 +7,12 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, Callable, Optional, Union
 
 import torch
 
-from . import checks, expectations, inputs, loader, oracle, plan, state
+from . import checks, expectations, inputs, loader, oracle, overrides, plan, shrink, state
 from .binding import Bound, bind
 from .checks import broken, noncontiguous, verdict
 from .checks.base import MEMORY_BYTES, CheckContext, Options
@@ -23,7 +24,7 @@ from .nn_module import init_target
 from .numerics import engine
 from .numerics.streams import Streams
 from .plan import RunOptions, Task
-from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Status, overall
+from .results import CaseResult, CheckResult, ErrorInfo, ErrorKind, Report, Shrunk, Status, overall
 from .rng import seed_plus
 from .spec import Case, SpecError, TensorArg, ValueArg
 from .spec.settings import thawed
@@ -64,9 +65,12 @@ def run_task(task: Task) -> CaseResult:
 
     A process that the code under test forked and that returns from it ends here: it must not go on
     as a copy of the worker (or of pytest) and report a second time."""
-    me = os.getpid()
+    me, started = os.getpid(), time.perf_counter()
     try:
-        return _trials(task)
+        result = _trials(task)
+        if task.opts.shrink > 0 and result.status is Status.FAIL:
+            result.shrunk = _shrunk(task, result, started)
+        return result
     finally:
         if os.getpid() != me:
             os._exit(0)
@@ -85,6 +89,46 @@ def _trials(task: Task) -> CaseResult:
                 f"seeds {task.seed}..{seed_plus(task.seed, t - 1)} passed"
             )
     return result
+
+
+SHRINK_SHARE = 0.5  # of the case's --timeout, at most, that the case and its shrinking take together
+
+
+def _shrunk(task: Task, result: CaseResult, started: float) -> Optional[Shrunk]:
+    """A smaller case that fails as ``result`` does (``shrink``), searched within --shrink's seconds and half
+    the case's --timeout; each attempt checks the case as ``--seed SEED --shape NAME=DIMS --values NAME=KIND``
+    would, running only the failing check (a case's verdict does not depend on which other checks run)."""
+    case = task.case
+    budget = task.opts.shrink
+    if task.opts.timeout is not None:
+        budget = min(budget, SHRINK_SHARE * task.opts.timeout - (time.perf_counter() - started))
+    if budget <= 0 or case.distributed is not None or task.device != "cpu":  # a forked child cannot use CUDA
+        return None
+    try:
+        args = overrides.tensor_args(case, _names(case, loader.load(case.function)))
+    except Exception:  # noqa: BLE001 - it was loaded for the case; shrinking is information only
+        return None
+    start = shrink.State(
+        {name: dict(task.opts.shapes).get(name, arg.shape or ()) for name, arg in args.items()},
+        {name: kind for name, kind in task.opts.values if name in args},
+    )
+    allowed = {name: tuple(overrides.kinds(arg, case.dtype)) for name, arg in args.items()}
+    how = shrink.failure(result)
+    only = (how.check,) if how is not None and case.expect is None else case.checks  # `expect:` names its checks
+
+    def attempt(state: shrink.State) -> CaseResult:
+        shapes, values = tuple(state.shapes.items()), tuple(state.values.items())
+        opts = replace(task.opts, seed=result.seed, trials=1, shrink=0.0, shapes=shapes, values=values)
+        return _trials(Task(replace(case, checks=only), task.device, opts))
+
+    # a forked child must not enter the OpenMP thread pool of its parent (GNU OpenMP hangs there): one thread
+    return shrink.shrunk(result, start, allowed, attempt, budget, setup=lambda: torch.set_num_threads(1))
+
+
+def _names(case: Case, target: Target) -> list[str]:
+    """The names of the case's positional arguments (as ``inputs.build`` knows them)."""
+    params = [p.name for p in target.parameters() or []]
+    return [arg.name or (params[i] if i < len(params) else f"arg{i}") for i, arg in enumerate(case.inputs)]
 
 
 def _resampled(task: Task, seed: int) -> CaseResult:
@@ -178,6 +222,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     target = loader.load(case.function)
     _import_effects(names, set(sys.modules) - known, state.changes(before) if before is not None else [])
     init_target(target, case.init_args, dict(case.init_kwargs), streams, case.dtype, device, case.init_mode)
+    case = overrides.applied(case, _names(case, target), opts.shapes, opts.values)  # a shrunk case's replay
     if case.distributed is not None:  # across ranks that it starts (gradcheck_cli.distributed)
         distributed.run(target, case, device, lambda where, s: bind_case(target, case, where, s), streams, result)
         return

@@ -75,6 +75,8 @@ def _fail_message(result: CaseResult) -> str:
         lines += [f"  {_row_text(row)}" for row in check.inputs if row.status is Status.FAIL]
     if result.replay:
         lines.append(f"replay: {result.replay}")
+    if result.shrunk is not None:
+        lines.append(result.shrunk.line())
     return "\n".join(lines)
 
 

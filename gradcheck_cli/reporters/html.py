@@ -101,6 +101,10 @@ def _case(result: CaseResult) -> str:
     body += [f'<div class="warning">warning: {escape(w)}</div>' for w in result.warnings]
     if result.replay and result.status in (Status.FAIL, Status.ERROR):
         body.append(f'<div>replay:</div><pre class="replay"><code>{escape(result.replay)}</code></pre>')
+    if result.shrunk is not None:
+        body.append(f"<div>shrunk: {escape(result.shrunk.words())}</div>")
+        if result.shrunk.replay:
+            body.append(f'<pre class="replay"><code>{escape(result.shrunk.replay)}</code></pre>')
     if result.status in (Status.PASS, Status.SKIP, Status.XFAIL) and not result.error:
         return (
             f'<section class="case"><details><summary class="head">{head}</summary>{"".join(body)}</details></section>'

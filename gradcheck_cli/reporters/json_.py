@@ -8,11 +8,12 @@ from dataclasses import fields
 from typing import Any, TextIO
 
 from ..printable import printable
-from ..results import InputReport, Report, to_dict
+from ..results import CaseResult, InputReport, Report, to_dict
 from ..version import __version__
 
 SCHEMA_VERSION = 1
 PICTURES = [f.name for f in fields(InputReport) if not f.metadata.get("json", True)]  # data for pictures (--html)
+OPTIONAL = [f.name for f in fields(CaseResult) if f.metadata.get("optional")]  # left out where None
 
 
 def as_dict(report: Report, torch_version: str) -> dict[str, Any]:
@@ -20,6 +21,11 @@ def as_dict(report: Report, torch_version: str) -> dict[str, Any]:
     for r in report.results:
         d = to_dict(r)
         d["duration_s"] = round(r.duration_s, 4)
+        for name in OPTIONAL:  # additions to schema_version 1: absent where there is nothing to say
+            if d[name] is None:
+                del d[name]
+        if r.shrunk is not None:
+            d["shrunk"]["duration_s"] = round(r.shrunk.duration_s, 4)
         for c in d["checks"]:
             c["duration_s"] = round(c["duration_s"], 4)
             for i in c["inputs"]:

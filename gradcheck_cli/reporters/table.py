@@ -149,6 +149,8 @@ def case_parts(result: CaseResult, tb: str = "short") -> list[RenderableType]:
     parts += [Text(f"  warning: {warning}", style="yellow") for warning in result.warnings]
     if result.replay and result.status in (Status.FAIL, Status.ERROR):
         parts.append(Command(f"  replay: {result.replay}", style="cyan"))
+    if result.shrunk is not None:
+        parts.append(Command(f"  {result.shrunk.line()}", style="cyan"))
     return [*parts, Text()]
 
 
