@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import torch
-import torch.autograd.forward_ad as fwAD
 
 from ..errors import UserCodeError, guarded
 from ..numerics import as_tuple, engine
@@ -38,7 +37,7 @@ from .double_backward import (
     probe_rows,
 )
 from .forward_ad import Columns, compare_columns, judge_rows, named_mistake, no_jvp
-from .tower import build, every_order, reversed_
+from .tower import build, every_order, leaves, reversed_
 from .upcast import reference
 from .verdict import begin, conclude, label, labels, skip, unsupported
 
@@ -151,13 +150,7 @@ def _dual_backward(ctx: CheckContext, checked: list[int], live: list[int]) -> Ca
     what = "jvp" if target.is_function else "forward-mode AD through the function"
 
     def call(values: list[Any], create_graph: bool = True) -> tuple[Any, ...]:  # backward's graph: always recorded
-        args = list(values)
-        for i in checked + list(range(n, len(values))):  # the arguments and grad_outputs require grad, as in torch's
-            if not args[i].requires_grad:
-                primal, tangent = fwAD.unpack_dual(values[i])
-                leaf = primal.detach().requires_grad_(True)
-                dual = fwAD.make_dual(leaf, tangent) if tangent is not None else leaf
-                args = [dual if a is values[i] else a for a in args]  # keep aliases (same_as) aliased
+        args = leaves(values, checked + list(range(n, len(values))))  # arguments and grad_outputs, as in torch's
         with torch.enable_grad():
             outs = as_tuple(call_forward(target, bound, args[:n], ErrorKind.JVP, what))
             grads = guarded(

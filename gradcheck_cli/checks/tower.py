@@ -105,6 +105,19 @@ class Tower:
         return g
 
 
+def leaves(values: list[Any], wrt: list[int]) -> list[Any]:
+    """``values`` with those at ``wrt`` that do not require grad made leaves that do, a dual number keeping
+    its tangent (detach() would drop it); aliases (same_as) stay aliased."""
+    args = list(values)
+    for i in wrt:
+        if not args[i].requires_grad:
+            primal, tangent = fwAD.unpack_dual(values[i])
+            leaf = primal.detach().requires_grad_(True)
+            dual = fwAD.make_dual(leaf, tangent) if tangent is not None else leaf
+            args = [dual if a is values[i] else a for a in args]
+    return args
+
+
 def lift(inner: G, wrt: list[int], width: int, kind: ErrorKind = ErrorKind.BACKWARD) -> G:
     """G(k) from G(k-1) = ``inner``, which returns ``width`` gradients: the gradients of <w, inner(values)>
     with respect to ``values[wrt]``, for the ``width`` grad_outputs ``w`` that follow the values. Gradients it
@@ -112,13 +125,7 @@ def lift(inner: G, wrt: list[int], width: int, kind: ErrorKind = ErrorKind.BACKW
 
     def call(values: list[Any], create_graph: bool = False) -> tuple[Any, ...]:
         m = len(values) - width
-        args = list(values[:m])
-        for i in wrt:
-            if not args[i].requires_grad:
-                primal, tangent = fwAD.unpack_dual(values[i])
-                leaf = primal.detach().requires_grad_(True)
-                dual = fwAD.make_dual(leaf, tangent) if tangent is not None else leaf
-                args = [dual if a is values[i] else a for a in args]  # keep aliases (same_as) aliased
+        args = leaves(values[:m], wrt)
         with torch.enable_grad():
             outs = inner(args, create_graph=True)
             live = [k for k, o in enumerate(outs) if o.requires_grad]
