@@ -69,11 +69,21 @@ def run_task(task: Task) -> CaseResult:
     try:
         result = _trials(task)
         if task.opts.shrink > 0 and result.status is Status.FAIL:
-            result.shrunk = _shrunk(task, result, started)
+            try:
+                result.shrunk = _shrunk(task, result, started)
+            except BaseException as exc:  # Ctrl-C or SIGTERM while shrinking: the run stops, the verdict stands
+                exc.verdict = result  # type: ignore[attr-defined]  # session reports it (verdict_of)
+                raise
         return result
     finally:
         if os.getpid() != me:
             os._exit(0)
+
+
+def verdict_of(exc: BaseException) -> Optional[CaseResult]:
+    """The result a case reached before an interrupt stopped it while shrinking (``run_task``), if any."""
+    found = getattr(exc, "verdict", None)
+    return found if isinstance(found, CaseResult) else None
 
 
 def _trials(task: Task) -> CaseResult:

@@ -93,7 +93,7 @@ def _run(tasks: list[Task], batch: BatchOptions, maxfail: int) -> Generator[tupl
 
 def _in_process(tasks: list[Task], maxfail: int) -> Generator[tuple[int, CaseResult], None, None]:
     from .pool import keep_freed_memory
-    from .runner import run_task, warm_up
+    from .runner import run_task, verdict_of, warm_up
     from .state import GUARD
 
     keep_freed_memory()  # this process is ours: it checks the cases itself
@@ -101,8 +101,14 @@ def _in_process(tasks: list[Task], maxfail: int) -> Generator[tuple[int, CaseRes
     failures = 0
     with GUARD.consecutive():  # between two cases only the front end runs (its progress display)
         for k, task in enumerate(tasks):
-            with _stdout_to_stderr():  # what user code prints, even to file descriptor 1, must not corrupt the report
-                result = run_task(task)
+            try:
+                with _stdout_to_stderr():  # what user code prints, even to fd 1, must not corrupt the report
+                    result = run_task(task)
+            except (KeyboardInterrupt, Terminated) as exc:  # stopped while shrinking: its verdict still counts
+                reached = verdict_of(exc)
+                if reached is not None:
+                    yield k, reached
+                raise
             yield k, result
             failures += result.status in (Status.FAIL, Status.ERROR)
             if 0 < maxfail <= failures:

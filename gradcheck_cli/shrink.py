@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from .results import CaseResult, Pattern, Shrunk, Status
 
@@ -42,6 +42,7 @@ class State:
 Attempt = Callable[[State], CaseResult]  # the case checked at this state (the seed of the failure)
 MAX_ATTEMPTS = 300  # smaller cases tried at most, however fast they are
 _HEADER = struct.Struct("!I")
+_STOPS = {signal.SIGINT, signal.SIGTERM}  # the signals that stop a run
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,9 @@ def shrunk(
     began = time.perf_counter()
     deadline = began + budget
     read, write = os.pipe()
+    # Ctrl-C or SIGTERM waits until the child exists and can be ended: neither may stop this process between
+    # the fork and the try below (a child left searching), nor reach the child before it ignores Ctrl-C
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     with warnings.catch_warnings():  # a multi-threaded process: the child only checks, then ends
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
@@ -189,9 +193,11 @@ def shrunk(
             write,
             lambda found: search(start, allowed, how, attempt, lambda: time.perf_counter() >= deadline, found),
             setup,
+            blocked,
         )
-    os.close(write)
     try:
+        os.close(write)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         last = _listen(read, deadline)
     finally:
         os.close(read)
@@ -216,13 +222,18 @@ def _any_step(start: State, allowed: dict[str, tuple[str, ...]]) -> bool:
 
 
 def _child(
-    write: int, run: Callable[[Callable[[int, Optional[tuple[State, int]]], None]], None], setup: Callable[[], None]
+    write: int,
+    run: Callable[[Callable[[int, Optional[tuple[State, int]]], None]], None],
+    setup: Callable[[], None],
+    mask: set[Union[int, signal.Signals]],
 ) -> None:
     """``run(found)``, sending what was found after every attempt; then end this process (no cleanup of the
-    parent's: its handlers, buffers and atexit functions are not this process's)."""
+    parent's: its handlers, buffers and atexit functions are not this process's). Ctrl-C, which a terminal
+    sends to the whole process group, is the parent's to handle: it ends this child; SIGTERM ends it."""
     try:
-        for number in (signal.SIGINT, signal.SIGTERM):  # the parent's handlers would report as the parent
-            signal.signal(number, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent's handlers would report as the parent
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, 1)  # what the code under test prints here is not the case's
         os.dup2(quiet, 2)

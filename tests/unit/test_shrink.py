@@ -10,13 +10,13 @@ import time
 import pytest
 import torch
 
-from gradcheck_cli import runner, schemas, shrink
+from gradcheck_cli import runner, schemas, session, shrink
 from gradcheck_cli.plan import RunOptions, Task
 from gradcheck_cli.results import Pattern, Shrunk, Status, to_dict
 from gradcheck_cli.spec import load_file
 
 SOURCE = """
-import os, time
+import os, signal, time
 import torch
 
 class Scale(torch.autograd.Function):  # wrong at every shape: backward is 2x the derivative
@@ -66,6 +66,16 @@ class Log(torch.autograd.Function):  # log(x) for x > 0; backward 2x the derivat
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
         return 2 * g / x
+
+class Interrupting(torch.autograd.Function):  # wrong; away from the spec's shape it gets a Ctrl-C, as a group would
+    @staticmethod
+    def forward(ctx, x):
+        if tuple(x.shape) != (6, 8):
+            os.kill(os.getpid(), signal.SIGINT)
+        return 3 * x
+    @staticmethod
+    def backward(ctx, g):
+        return 6 * g
 
 class Picky(torch.autograd.Function):  # wrong, and at any other shape: raises, hangs, prints, changes state
     @staticmethod
@@ -262,6 +272,28 @@ def test_the_time_budget_stays_within_half_the_timeout(spec, monkeypatch):
     monkeypatch.setattr(shrink, "shrunk", lambda result, start, allowed, attempt, budget, **k: budgets.append(budget))
     run(spec("Scale", [6, 8]), shrink=60, timeout=10)
     assert len(budgets) == 1 and 0 < budgets[0] <= 5
+
+
+def test_a_ctrl_c_that_reaches_the_child_is_the_parents_to_handle(spec):
+    """A terminal sends Ctrl-C to the whole process group, the shrinking child too: the parent, which gets it as
+    well, ends the child; the child itself goes on (here the parent got none, so the search finishes)."""
+    result = run(spec("Interrupting", [6, 8]), shrink=60)
+    assert result.status is Status.FAIL
+    assert result.shrunk is not None and result.shrunk.shapes == {"x": [1, 1]}
+
+
+@pytest.mark.parametrize("stop,said", [(KeyboardInterrupt, "SIGINT"), (session.Terminated, "SIGTERM")])
+def test_an_interrupt_while_shrinking_stops_the_run_and_keeps_the_verdict(spec, monkeypatch, stop, said):
+    """The case failed before the interrupt: its result is reported, the cases after it are not run."""
+
+    def interrupted(*args: object) -> None:
+        raise stop()
+
+    monkeypatch.setattr(runner, "_shrunk", interrupted)
+    tasks = [spec("Scale", [6, 8]), spec("Right", [3])]
+    report = session.execute([t.case for t in tasks], RunOptions(shrink=60), session.BatchOptions(isolate=False))
+    assert [r.status for r in report.results] == [Status.FAIL]
+    assert report.interrupted == said and report.not_run == 1
 
 
 def test_no_fork_no_shrink(spec, monkeypatch):
