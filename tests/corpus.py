@@ -28,15 +28,16 @@ DT = torch.float64
 
 
 def report_rows(result: Any) -> Any:
-    """A result (or JSON: a report, a list of results) as JSON, without its times: what two checks of the same
-    case must share."""
+    """A result (or JSON: a report, a list of results) as JSON, without its times and its shrunk case: what two
+    checks of the same case must share (a shrunk case is searched for within a wall-clock budget, so two runs
+    find the same one only when neither runs out of time: tests/unit/test_shrink.py holds it to that)."""
     from gradcheck_cli.results import to_dict
 
     out = result if isinstance(result, (dict, list)) else to_dict(result)
 
     def strip(d: Any) -> Any:
         if isinstance(d, dict):
-            return {k: strip(v) for k, v in d.items() if k != "duration_s"}
+            return {k: strip(v) for k, v in d.items() if k not in ("duration_s", "shrunk")}
         if isinstance(d, list):
             return [strip(v) for v in d]
         return d
