@@ -239,7 +239,11 @@ def test_the_model_names_the_schemas_vocabulary_in_its_order():
         for d in DEFS["tensor"]["properties"]["dist"]["enum"]
     }
     assert spec.CHECKS == tuple(DEFS["check_name"]["enum"])
-    assert {key: check for key, (check, _) in spec.OWNED.items()} == {"repeat": "backward", "order": "double_backward", "compile": "compile"}
+    assert {key: check for key, (check, _) in spec.OWNED.items()} == {
+        "repeat": "backward",
+        "order": "double_backward",
+        "compile": "compile",
+    }
     assert spec.INIT_MODES == ("train", "eval")
     assert spec.REFERENCE_DTYPES == ("float64", "float32", "float16", "bfloat16")
     assert spec.RULES == {"relative": ("rule", "factor", "atol"), "allclose": ("rule", "atol", "rtol")}
