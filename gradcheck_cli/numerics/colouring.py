@@ -36,12 +36,13 @@ def first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
     hashed = summed[starts[1:]] - summed[starts[:-1]]  # each column's sum of its rows' numbers (modulo 2^64)
     counts = starts[1:] - starts[:-1]
     _, pattern = torch.unique(hashed ^ counts, return_inverse=True)  # the count: one more check of the pattern
-    if int(pattern.max()) >= PATTERNS:
+    patterns = pattern.numpy()  # the greedy colouring is sequential: on the host, from one copy of the structure
+    if int(patterns.max()) >= PATTERNS:
         return None
     rows = store.rows.numpy()
     colours = np.zeros(n_cols, dtype=np.int64)
     used = np.zeros((n_rows, 64), dtype=bool)  # per row: the colours taken there
-    for cols in sorted(members(pattern, int(pattern.max()) + 1 if n_cols else 0), key=lambda m: int(m[0])):
+    for cols in sorted(member_arrays(patterns, int(patterns.max()) + 1 if n_cols else 0), key=lambda m: int(m[0])):
         j = int(cols[0])
         mine = rows[store.starts[j] : store.starts[j + 1]]
         if not len(mine):
@@ -55,12 +56,16 @@ def first_fit(store: SparseRows, n_rows: int) -> torch.Tensor | None:
             used[mine, take[0] : take[-1] + 1] = True
         else:
             used[np.ix_(mine, take)] = True
-        colours[cols.numpy()] = take
+        colours[cols] = take
     return torch.from_numpy(colours)
 
 
 def members(colours: torch.Tensor, n_groups: int) -> list[torch.Tensor]:
     """The columns of each group, in order."""
-    order = torch.from_numpy(np.argsort(colours.numpy(), kind="stable"))  # torch's stalls on 2 busy threads
-    counts = torch.bincount(colours, minlength=n_groups).tolist()
-    return list(torch.split(order, counts))
+    return [torch.from_numpy(m) for m in member_arrays(colours.numpy(), n_groups)]
+
+
+def member_arrays(colours: np.ndarray, n_groups: int) -> list[np.ndarray]:
+    """The columns of each group (``colours``: a group per column), in order."""
+    order = np.argsort(colours, kind="stable")  # torch's stalls on 2 busy threads
+    return np.split(order, np.cumsum(np.bincount(colours, minlength=n_groups))[:-1]) if n_groups else []

@@ -66,7 +66,7 @@ import torch
 
 from ..tolerance import within
 from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, same, stage_size, try_batched, vmapped
-from .colouring import colour, members
+from .colouring import colour, member_arrays, members
 from .columns import Columns
 from .differences import call_moved
 from .group_moves import LOW, GroupMove, separation, spread, step_factors, weights, widest
@@ -171,21 +171,25 @@ def plan(colours: torch.Tensor, n_groups: int, d: torch.Tensor) -> tuple[torch.T
 
 class _At:
     """Where a stage's analytical entries are: store places (``entries``), columns (``col``), groups within the
-    stage (``group``), places in a groups x rows array (``place``), values (``want``) and limits R_r."""
+    stage (``group``), places in a groups x rows array (``place``), values (``want``) and limits R_r. Made on
+    the host from the groups' structure (no value read) and handed to the device of the stage's quotients."""
 
     def __init__(self, groups: Groups, k0: int, k1: int, m: int) -> None:
-        cols = torch.cat(groups.members[k0:k1])
-        self.entries, counts, repeats = groups._entries_of(cols)
+        cols = np.concatenate(groups.members_np[k0:k1]) if k1 > k0 else np.zeros(0, dtype=np.int64)
+        entries, counts = groups._entries_of(cols)
         self.n = k1 - k0
-        mine = groups.colours[cols] - k0
-        self.group = torch.repeat_interleave(mine, repeats)
-        self.col = torch.repeat_interleave(cols, repeats)
-        rows = groups.store.rows.index_select(0, self.entries)
-        self.place = self.group * m + rows
-        self.want = groups.store.vals.index_select(0, self.entries)
-        self.limits = groups.row_limits.index_select(0, rows)
-        sizes = torch.zeros(self.n, dtype=torch.long).index_add_(0, mine, counts)  # each (group, row): one entry
-        self.rows_left = bool((sizes < m).any())  # at most, so rows without one exist: they must be zero
+        mine = groups.colours_np[cols] - k0
+        sizes = np.bincount(mine, weights=counts, minlength=self.n)  # each (group, row): one entry at most, so
+        self.rows_left = bool((sizes < m).any())  # rows without one exist where a group has fewer: they must be zero
+        at = torch.from_numpy(entries)
+        rows = groups.store.rows.index_select(0, at)
+        put = partial(torch.as_tensor, device=groups.device)
+        self.entries = put(at)
+        self.group = put(np.repeat(mine, counts))
+        self.col = put(np.repeat(cols, counts))
+        self.place = put(torch.from_numpy(np.repeat(mine, counts)) * m + rows)
+        self.want = put(groups.store.vals.index_select(0, at))
+        self.limits = put(groups.row_limits.index_select(0, rows))
 
     def groups(self, failed: torch.Tensor) -> torch.Tensor:
         """Per group of the stage, whether an entry of it ``failed``."""
@@ -223,6 +227,13 @@ class Groups:
         self.spread = spread(self.colours, self.n_groups, gen) if self.coloured else torch.ones(n, dtype=torch.float64)
         self.weightings = [weights(n, gen) for _ in range(self.k)]
         self.curved_weightings = [weights(n, gen) for _ in range(MOST)]  # for groups whose moves do not agree
+        self.colours_np = self.colours.numpy()  # the same memory: ``narrow`` renumbers in place
+        self.starts_np = np.asarray(store.starts, dtype=np.int64)
+        self.d_np = self.d.numpy()
+        # the stages' quotients, verdicts and numerical entries stay on the arguments' device; the structure
+        # (colours, members, where the entries are) and the store on the host
+        self.device = self.layout.inputs[0].device if self.layout.inputs else torch.device("cpu")
+        self._on_device: dict[int, torch.Tensor] = {}  # per weighting (its id), its copy on ``device``
         self.x0 = (
             torch.cat([real_view(x.detach()).reshape(-1).to("cpu", torch.float64) for x in self.layout.inputs])
             if self.layout.inputs
@@ -231,9 +242,23 @@ class Groups:
         self.factors: dict[int, torch.Tensor] = {}  # per move (id of its weights; -1: unit), see ``_factor``
         self.batched: bool | None = None if columns.batched else False
         self.members: list[torch.Tensor] = []  # the columns of each group, once evaluated
+        self.members_np: list[np.ndarray] = []  # the same, as NumPy arrays
         self.ok = torch.zeros(0, dtype=torch.bool)  # per group evaluated (``members``), whether it was accepted
-        self.why: list[str] = []  # per group evaluated: the first predicate it failed ('' where accepted)
+        self._why = torch.zeros(0, dtype=torch.int8)  # per group evaluated: the first predicate it failed (``why``)
+        self._reasons = [""]  # the predicates, by their number in ``_why`` (0: accepted)
+        self._far: list[tuple[int, int, torch.Tensor]] = []  # stages with groups whose moves disagree (``_accepted``)
         self.numerical = torch.zeros(0, dtype=torch.float64)  # per analytical entry, once evaluated
+
+    @property
+    def why(self) -> list[str]:
+        """Per group evaluated: the first predicate it failed ('' where accepted)."""
+        return [self._reasons[c] for c in self._why.tolist()]
+
+    def _dev(self, w: torch.Tensor) -> torch.Tensor:
+        """Weighting ``w`` (made on the host, from the spec's seed) on ``device``, copied once."""
+        if id(w) not in self._on_device:
+            self._on_device[id(w)] = torch.as_tensor(w, device=self.device)
+        return self._on_device[id(w)]
 
     def _group_d(self) -> list[float]:
         """Per group, its largest d (R_r over atol at its entries)."""
@@ -267,8 +292,11 @@ class Groups:
         """Every group's forwards and its verdict: ``accepted`` per column, and ``numerical`` per
         analytical entry the unit moves' quotient there (the numerical Jacobian's entries where a group
         is accepted: its other entries are exactly zero)."""
-        self.members = members(self.colours, self.n_groups)
-        self.numerical = torch.empty(len(self.store.vals), dtype=torch.float64)
+        self.members_np = member_arrays(self.colours_np, self.n_groups)
+        self.members = [torch.from_numpy(m) for m in self.members_np]
+        self.numerical = torch.empty(len(self.store.vals), dtype=torch.float64, device=self.device)
+        self.ok = torch.as_tensor(self.ok, device=self.device)
+        self._why = torch.as_tensor(self._why, device=self.device)
         self._evaluate(0)
 
     def narrow(self) -> None:
@@ -280,31 +308,39 @@ class Groups:
         than the columns one by one."""
         first = 0
         while True:
+            ok = self.ok[first:].tolist()  # one read a round, of every group's verdict
             failed = [
                 k
                 for k in range(first, len(self.members))
-                if not self.ok[k] and self.kinds[k] != DOUBT and len(self.members[k]) > LEAF
+                if not ok[k - first] and self.kinds[k] != DOUBT and len(self.members[k]) > LEAF
             ]
             if not failed:
+                self._to_host()
                 return
             first = len(self.members)
             for k in sorted(failed, key=lambda k: self.kinds[k]):  # one kind after the other: fewer stages
-                cols = self.members[k]
+                cols = self.members_np[k]
                 for half in (cols[: len(cols) // 2], cols[len(cols) // 2 :]):
-                    self.colours[half] = len(self.members)
-                    self.members.append(half)
+                    self.colours_np[half] = len(self.members)  # the same memory as ``colours``
+                    self.members.append(torch.from_numpy(half))
+                    self.members_np.append(half)
                     self.kinds.append(self.kinds[k])
             self._evaluate(first)
+
+    def _to_host(self) -> None:
+        """The verdicts and the numerical entries, once evaluated, to the host, where the statistics read them."""
+        if self.numerical.device.type != "cpu":
+            self.ok, self.numerical = self.ok.cpu(), self.numerical.cpu()
 
     def _evaluate(self, first: int) -> None:
         """Groups ``first``.. of ``members``, a stage of groups at a time: their verdicts into ``ok``."""
         g, m = len(self.members), self.layout.n_rows
-        ok = torch.zeros(g - first, dtype=torch.bool)
+        ok = torch.zeros(g - first, dtype=torch.bool, device=self.device)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
         size = stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES)
-        self.why += [
-            "in doubt: no weighting reaches its bound" if self.kinds[k] == DOUBT else "" for k in range(first, g)
-        ]
+        doubt = self._reason("in doubt: no weighting reaches its bound")
+        codes = [doubt if self.kinds[k] == DOUBT else 0 for k in range(first, g)]
+        self._why = torch.cat([self._why[:first], torch.tensor(codes, dtype=torch.int8, device=self.device)])
         k0 = first
         with torch.no_grad():
             while k0 < g:  # a run of groups of one kind at a time (not evaluated: the groups in doubt)
@@ -315,14 +351,33 @@ class Groups:
                     s1 = min(end, s0 + step)
                     ok[s0 - first : s1 - first] = self._accepted(s0, s1, moves, self._stage(s0, s1, moves))
                 k0 = end
-        self.ok = torch.cat([self.ok[:first], ok])
+            self.ok = torch.cat([self.ok[:first], ok])
+            self._settle_far()
+
+    def _settle_far(self) -> None:
+        """The groups whose moves did not agree (``_accepted``), all stages' at once: one read says which stages
+        hold any, and those stages' such groups are accepted where their curved weightings hold (``_curved``)."""
+        fars, self._far = self._far, []
+        if not fars:
+            return
+        for (k0, k1, far), any_far in zip(fars, torch.stack([far.any() for _, _, far in fars]).tolist()):
+            if any_far:
+                at = _At(self, k0, k1, self.layout.n_rows)
+                base = self.numerical.index_select(0, at.entries) * self._factor(None).index_select(0, at.col)
+                self.ok[k0:k1] |= self._curved(k0, k1, far, at, base)
+
+    def _reason(self, why: str) -> int:
+        """The number of predicate ``why`` in ``_why``."""
+        if why not in self._reasons:
+            self._reasons.append(why)
+        return self._reasons.index(why)
 
     def _factor(self, w: torch.Tensor | None) -> torch.Tensor:
         """Per column, 2 eps over the step that move ``w`` (None: the unit move) really takes (``step_factors``)."""
         key = -1 if w is None else id(w)
         if key not in self.factors:
             starts = self.layout.col_starts
-            self.factors[key] = torch.cat(
+            made = torch.cat(
                 [
                     step_factors(
                         self.x0[starts[i] : starts[i + 1]],
@@ -333,6 +388,7 @@ class Groups:
                     for i, x in enumerate(self.layout.inputs)
                 ]
             )
+            self.factors[key] = torch.as_tensor(made, device=self.device)
         return self.factors[key]
 
     def _accepted(self, k0: int, k1: int, moves: list[torch.Tensor | None], quotients: torch.Tensor) -> torch.Tensor:
@@ -345,33 +401,34 @@ class Groups:
         self.numerical.index_copy_(0, at.entries, got)
         base = got * self._factor(None).index_select(0, at.col)  # the unit move over its real step
         scaled: list[torch.Tensor] = [got]
-        apart = torch.zeros(len(got), dtype=torch.bool)
+        apart = torch.zeros(len(got), dtype=torch.bool, device=got.device)
         for move, w in zip(quotients[1:], moves[1:]):
             assert w is not None  # the unit move is the first alone
             moved = move.reshape(-1).index_select(0, at.place)
-            scaled.append(moved / w.index_select(0, at.col))
+            scaled.append(moved / self._dev(w).index_select(0, at.col))
             apart |= ~self.moves_agree(moved * self._factor(w).index_select(0, at.col), base, at.limits)
         verdicts = [("not within the tolerance", at.groups(~self.within_tolerance(at.want, scaled)))]
         if at.rows_left:
             verdicts.append(("not zero elsewhere", self.zero_elsewhere(quotients, at, scaled)))
-        bad = torch.zeros(n, dtype=torch.bool)
+        bad = torch.zeros(n, dtype=torch.bool, device=got.device)
         for why, failed in verdicts:
             self._tell(k0, failed & ~bad, why)
             bad |= failed
+        # a gradient left out beside an entry, or a curvature, moves them apart: such groups are taken where their
+        # curved weightings hold, for every stage at once after the last (``_settle_far``)
         far = at.groups(apart) & ~bad
-        if bool(far.any()):  # a gradient left out beside an entry, or a curvature, moves them apart
-            bad |= far & ~self._curved(k0, k1, far, at, base)
-        return ~bad
+        self._far.append((k0, k1, far))
+        return ~bad & ~far
 
     def _tell(self, k0: int, failed: torch.Tensor, why: str) -> None:
         """Each group of ``failed`` (from k0 on) rejected for ``why``, where it had no reason yet."""
-        for k in failed.nonzero().view(-1).tolist():
-            self.why[k0 + k] = self.why[k0 + k] or why
+        mine = self._why[k0 : k0 + len(failed)]
+        mine.masked_fill_(failed & (mine == 0), self._reason(why))
 
     def within_tolerance(self, want: torch.Tensor, scaled: list[torch.Tensor]) -> torch.Tensor:
         """Per entry, whether every move's quotient (over the element's weight) is within atol + rtol |n| of
         the analytical entry ``want``, as ``stats.Entry`` compares (NaN is within nothing)."""
-        ok = torch.ones(len(want), dtype=torch.bool)
+        ok = torch.ones(len(want), dtype=torch.bool, device=want.device)
         for q in scaled:
             ok &= within(want, q, self.atol, self.rtol)
         return ok
@@ -380,10 +437,10 @@ class Groups:
     def zero_elsewhere(quotients: torch.Tensor, at: _At, scaled: list[torch.Tensor]) -> torch.Tensor:
         """Per group, whether some move is not exactly zero in a row where the group has no analytical entry
         (its non-zero rows counted, less those at its entries)."""
-        bad = torch.zeros(at.n, dtype=torch.bool)
+        bad = torch.zeros(at.n, dtype=torch.bool, device=at.group.device)
         for moved, at_entries in zip(quotients, scaled):
-            elsewhere = (moved != 0).sum(1) - torch.bincount(at.group[at_entries != 0], minlength=at.n)
-            bad |= elsewhere != 0
+            at_rows = torch.zeros(at.n, dtype=torch.long, device=bad.device)
+            bad |= (moved != 0).sum(1) != at_rows.index_add_(0, at.group, (at_entries != 0).long())
         return bad
 
     @staticmethod
@@ -398,7 +455,7 @@ class Groups:
         line through 0 in a = w_j^2 - 1, as the differences' third-order term puts them (the third derivative
         times eps^2 a / 6), to within CURVED R_r (1 + a_c / a_1) each, the first weighting's gap fixing the
         line: a gradient h left out beside the entry adds (w_k / w_j - 1) h instead, off that line."""
-        ok = torch.ones(len(limits), dtype=torch.bool)
+        ok = torch.ones(len(limits), dtype=torch.bool, device=limits.device)
         for gap, ac in zip(gaps[1:], a[1:]):
             ratio = ac / a[0]
             ok &= torch.sub(gap, gaps[0] * ratio).abs_() <= (ratio + 1) * limits * CURVED
@@ -409,19 +466,19 @@ class Groups:
         weightings (fresh: independent of those that were apart) are within the tolerance, zero elsewhere and
         on the curvature line at every entry. None is offered where its bound needs more than MOST."""
         kc = [
-            needed(curved_chance(float(self.d[self.members[k0 + k]].max()))) + 1 if bool(far[k]) else 0
-            for k in range(k1 - k0)
+            needed(curved_chance(float(self.d_np[self.members_np[k0 + k]].max()))) + 1 if is_far else 0
+            for k, is_far in enumerate(far.tolist())
         ]
-        offered = torch.tensor([0 < c <= MOST for c in kc], dtype=torch.bool)
+        offered = torch.tensor([0 < c <= MOST for c in kc], dtype=torch.bool, device=far.device)
         self._tell(k0, far & ~offered, "its moves disagree (its curvature bound needs more weightings than MOST)")
-        if not bool(offered.any()):
+        if not any(0 < c <= MOST for c in kc):
             return offered
         moves = self.curved_weightings[: max(c for c in kc if c <= MOST)]
         quotients = self._stage(k0, k1, list(moves))
         gaps, a, scaled = [], [], []
         for move, w in zip(quotients, moves):
             moved = move.reshape(-1).index_select(0, at.place)
-            wj = w.index_select(0, at.col)
+            wj = self._dev(w).index_select(0, at.col)
             scaled.append(moved / wj)
             gaps.append(moved * self._factor(w).index_select(0, at.col) - base)
             a.append(wj * wj - 1)
@@ -437,22 +494,19 @@ class Groups:
             good &= ~failed
         return good
 
-    def _entries_of(self, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int | torch.Tensor]:
-        """The places in the store of the entries of columns ``cols``, column by column, each column's
-        number of entries, and those counts as ``repeat_interleave`` takes them fastest (one number
-        where every column has as many entries, as a Linear layer's: 4x faster)."""
-        starts = self.store.bounds[cols]
-        counts = self.store.bounds[cols + 1] - starts
-        least, most = (int(v) for v in torch.aminmax(counts)) if len(counts) else (0, 0)
-        if least == most:
-            return (starts.unsqueeze(1) + torch.arange(most)).view(-1), counts, most
-        offset = torch.repeat_interleave(starts - (torch.cumsum(counts, 0) - counts), counts)
-        return torch.arange(int(counts.sum())) + offset, counts, counts
+    def _entries_of(self, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The places in the store of the entries of columns ``cols``, column by column, and each column's
+        number of entries (from the host's copy of where each column's entries start)."""
+        starts = self.starts_np[cols]
+        counts = self.starts_np[cols + 1] - starts
+        offset = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+        return np.arange(len(offset)) + offset, counts
 
     def fold(self, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
         """Columns lo..hi (one argument's) into ``entry``: the spans of accepted groups' columns as
         their entries alone, each chunk (of ``chunk`` columns, as without compression) where a
         group was not accepted with its columns made one by one."""
+        self._to_host()
         bad = (~self.accepted[lo:hi]).nonzero().view(-1).add_(lo).floor_divide_(chunk).unique().tolist()
         c0 = lo
         for k in [*bad, None]:
@@ -461,22 +515,28 @@ class Groups:
                 first, last = self.store.starts[p], self.store.starts[q]
                 spans = self.store.bounds[(p // chunk + 1) * chunk : q : chunk] - first
                 n = self.numerical[first:last]
-                if not entry.update_agreed(
+                entry.fold_agreed(
                     self.store.vals[first:last],
                     n,
                     (q - p, self.layout.n_rows),
                     p - lo,
                     partial(self._place, p),
+                    partial(self._not_finite, p, q, n, p - lo, probe, spans),
                     spans=spans,
-                ):
-                    c, r, v = self.store.entries(p, q)
-                    entry.update_entries(
-                        c, r, v, n, (q - p, self.layout.n_rows), p - lo, probe, spans=spans, extras=False
-                    )
+                )
                 entry.defer(partial(self._extras, p, q, n, p - lo, probe))
             if k is not None:
                 c0 = min(hi, (k + 1) * chunk)
+                entry.flush()  # the blocks before it first, in order
                 self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
+        entry.flush()
+
+    def _not_finite(
+        self, p: int, q: int, n: torch.Tensor, col0: int, probe: torch.Tensor, spans: torch.Tensor, entry: Entry
+    ) -> None:
+        """Columns p..q, accepted, folded with their entries where one is not finite (see ``Entry.fold_agreed``)."""
+        c, r, v = self.store.entries(p, q)
+        entry.update_entries(c, r, v, n, (q - p, self.layout.n_rows), col0, probe, spans=spans, extras=False)
 
     def _place(self, p: int, k: int) -> tuple[int, int]:
         """Entry k of the columns from p on: its column (less p) and its row."""
@@ -528,14 +588,18 @@ class Groups:
 
     def _parts(self, k: int, weights: torch.Tensor | None) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         """(argument, real indices, weights: ones for None) of group ``k``'s elements, argument by argument."""
-        cols = self.members[k]
+        cols = self.members_np[k]
         starts = self.layout.col_starts
         parts = []
         for i, x in enumerate(self.layout.inputs):
             mine = cols[(cols >= starts[i]) & (cols < starts[i + 1])]
             if len(mine):
-                w = weights[mine] if weights is not None else torch.ones(len(mine), dtype=torch.float64)
-                parts.append((x, mine - starts[i], w))
+                at = torch.as_tensor(mine, device=x.device)
+                if weights is None:
+                    w = torch.ones(len(mine), dtype=torch.float64, device=x.device)
+                else:
+                    w = self._dev(weights)[at]
+                parts.append((x, at - starts[i], w))
         return parts
 
     def _single(self, k: int, weights: torch.Tensor | None) -> torch.Tensor:
@@ -544,12 +608,12 @@ class Groups:
         that the group is not accepted and its columns are made one by one, where a forward that
         fails there too fails the check as without compression."""
         move = GroupMove(self._parts(k, weights))
-        read = lambda outs: outputs_vector(outs, self.layout.outputs).cpu()  # noqa: E731
+        read = lambda outs: outputs_vector(outs, self.layout.outputs)  # noqa: E731
         try:
             minus = call_moved(self.columns.call, self.columns.values, move.to(-self.columns.eps), read)
             plus = call_moved(self.columns.call, self.columns.values, move.to(self.columns.eps), read)
         except Exception:  # noqa: BLE001 - any failure of a group's call: its columns one by one
-            return torch.full((self.layout.n_rows,), math.nan, dtype=torch.float64)
+            return torch.full((self.layout.n_rows,), math.nan, dtype=torch.float64, device=self.device)
         return (plus - minus) / (2 * self.columns.eps)
 
     def _batched(self, k0: int, k1: int, moves: list[torch.Tensor | None]) -> torch.Tensor:
@@ -558,22 +622,23 @@ class Groups:
         per = 2 * len(moves)
         n, eps = per * (k1 - k0), self.columns.eps
         batches: Batches = {}
-        cols = torch.cat(self.members[k0:k1])
-        base = per * (self.colours[cols] - k0)
+        cols = np.concatenate(self.members_np[k0:k1])  # where each element goes: the host's structure
+        base = per * (self.colours_np[cols] - k0)
         starts = self.layout.col_starts
         for i, x in enumerate(self.layout.inputs):
             mine = (cols >= starts[i]) & (cols < starts[i + 1])
-            if bool(mine.any()):
-                index, row = cols[mine] - starts[i], base[mine]
+            if mine.any():
+                put = partial(torch.as_tensor, device=x.device)
+                index, row, at = put(cols[mine] - starts[i]), put(base[mine]), put(cols[mine])
                 batch = copies(batches, x, n)
                 x0 = batch[0, index].to(torch.float64)  # every batch row is a copy of the argument
                 for m, weights in enumerate(moves):
-                    step = eps if weights is None else eps * weights[cols[mine]]
+                    step = eps if weights is None else eps * self._dev(weights)[at]
                     batch[row + 2 * m, index] = (x0 - step).to(batch.dtype)
                     batch[row + 2 * m + 1, index] = (x0 + step).to(batch.dtype)
         assert self.columns.batched is not None  # self.batched is False without it
-        flat = vmapped(self.columns.batched, self.columns.values, batches, self.layout.outputs).to("cpu", torch.float64)
-        quotients = torch.empty(len(moves), k1 - k0, flat.shape[1], dtype=torch.float64)
+        flat = vmapped(self.columns.batched, self.columns.values, batches, self.layout.outputs)  # float64, there
+        quotients = torch.empty(len(moves), k1 - k0, flat.shape[1], dtype=torch.float64, device=flat.device)
         for m in range(len(moves)):
             torch.sub(flat[2 * m + 1 :: per], flat[2 * m :: per], out=quotients[m]).div_(2 * eps)
         return quotients
@@ -592,10 +657,7 @@ def _column_max(values: torch.Tensor, bounds: torch.Tensor, n: int) -> torch.Ten
 
 def _groups(failed: torch.Tensor, group: torch.Tensor, n: int) -> torch.Tensor:
     """Per group of a stage (``n`` of them), whether an entry of it (entries' groups: ``group``) ``failed``."""
-    bad = torch.zeros(n, dtype=torch.bool)
-    if bool(failed.any()):
-        bad.index_fill_(0, group[failed], True)
-    return bad
+    return torch.zeros(n, dtype=torch.int32, device=failed.device).index_add_(0, group, failed.to(torch.int32)) > 0
 
 
 def _runs(cols: list[int]) -> list[tuple[int, int]]:

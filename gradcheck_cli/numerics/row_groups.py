@@ -23,6 +23,7 @@ ratios would not be exact enough to name rows), the caller makes the one-hot pas
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .batching import ROW_GROUP_STAGE_BYTES, ROW_STAGE, stage_size
@@ -57,14 +58,22 @@ class RowGroups:
         n = self.layout.n_rows
         self.w = torch.rand(2, n, dtype=torch.float64, generator=gen).add_(1)
         self.w[0].sub_(1.5).div_(2).add_(torch.arange(n, dtype=torch.float64)).add_(0.5).div_(n).add_(1)  # w_r
-        self.group = torch.full((n,), -1, dtype=torch.long)  # per row: its group's place in the stage decoded
+        # the products are decoded where backward gives them: the weights, the rows' groups and the entries found
+        self.device = rows.grad_inputs[0].device if rows.grad_inputs else torch.device("cpu")
+        self.w_there = torch.as_tensor(self.w, device=self.device)
+        self.group = torch.full((n,), -1, dtype=torch.long, device=self.device)  # per row: its group in the stage
         # the entries found, as (column x rows + row, value), in buffers grown by doubling (one mapping each,
-        # handed back whole: a list of small pieces fragments the heap)
-        self.keys, self.vals = torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.float64)
-        self.count = 0
+        # handed back whole: a list of small pieces fragments the heap), sized from an upper bound on the entries
+        # found (``bound``), their last place a sink where the entries not kept are written
+        self.keys = torch.empty(1, dtype=torch.long, device=self.device)
+        self.vals = torch.empty(1, dtype=torch.float64, device=self.device)
+        self.count = 0  # entries found, as the host last read it (``_read``): exact outside ``_groups``
+        self.found = torch.zeros((), dtype=torch.long, device=self.device)  # entries found, where they are
+        self.bound = 0  # at least ``found``: the host's bound, read (``_read``) only where it passes ``limit``
         self.too_many = False  # ``store`` gave up on finding more than ``limit`` entries (each entry once)
         self.parts = torch.tensor(parts[1:-1], dtype=torch.long) if parts is not None else None
-        self.per_part = torch.zeros(len(parts) - 1 if parts is not None else 1, dtype=torch.long)
+        self.per_part = torch.zeros(len(parts) - 1 if parts is not None else 1, dtype=torch.long)  # as last read
+        self.part_found = torch.zeros(len(self.per_part), dtype=torch.long, device=self.device)  # where they are
         self.counted = False  # the pass went through, past ``limit`` entries, every argument within it
         row_bytes = sum(o.numel() * o.element_size() for o in rows.live) + 8 * self.layout.n_cols * 2
         stage = stage_size(ROW_STAGE, row_bytes, rows.memory_bytes, ROW_GROUP_STAGE_BYTES)
@@ -87,7 +96,7 @@ class RowGroups:
         if self.parts is not None and self.count > self.limit:  # counted, not kept: each argument fits alone
             self.counted = True
             return None
-        keys, vals = self.keys[: self.count], self.vals[: self.count]
+        keys, vals = self.keys[: self.count].cpu(), self.vals[: self.count].cpu()  # the store is on the host
         self.keys = self.vals = torch.empty(0)  # one copy of the entries at a time
         return from_keys(keys, vals, self.layout.n_rows, self.layout.n_cols)
 
@@ -121,23 +130,44 @@ class RowGroups:
         with ``parts``): the store cannot hold them, whatever the other groups hold (``too_many``). Past
         ``limit`` with ``parts``, a group takes its unit call alone and counts the columns it reaches, each
         of which holds at least one of its entries: a lower bound on each argument's entries."""
-        overlapping = []
+        stages: list[tuple[list[torch.Tensor], torch.Tensor | None]] = []  # per stage: whether each group overlaps
         for g0 in range(0, len(groups), self.stage):
             stage = groups[g0 : g0 + self.stage]
             counting = self.parts is not None and self.count > self.limit
             try:
                 got = self.rows.products(self._grad_outputs(out, k, stage, 1 if counting else CALLS))
             except Exception:  # noqa: BLE001 - a backward that fails on grouped grad_outputs: one-hot rows,
-                overlapping += stage  # where a backward that fails there too fails the check as before
+                stages.append((stage, None))  # where a backward that fails there too fails the check as before
                 continue
             self.calls += len(got)
             if counting:
                 self._count(got.ne(0))  # NaN counts as non-zero
             else:
-                overlapping += self._decode(got, [k + members for members in stage], stage)
+                stages.append((stage, self._decode(got, [k + members for members in stage])))
+                self.bound += len(stage) * got.shape[1]  # a named group has one entry a column at most
+                if self.bound > self.limit:  # then more may have been found than ``limit``: read
+                    self._read()
             if self._hopeless():
                 break
+        # the entries found and which groups overlap, read once for every stage
+        flags = [f.to(torch.long) for _, f in stages if f is not None]
+        read = torch.cat([*flags, self.part_found, self.found.view(1)]).tolist()
+        self.count = self.bound = read[-1]
+        self.per_part = torch.tensor(read[-1 - len(self.per_part) : -1], dtype=torch.long)
+        overlapping, at = [], 0
+        for stage, f in stages:
+            if f is None:
+                overlapping += stage
+                continue
+            overlapping += [members for members, b in zip(stage, read[at : at + len(stage)]) if b]
+            at += len(stage)
         return overlapping
+
+    def _read(self) -> None:
+        """The entries found, read: ``count`` exact, and ``bound`` too, and ``per_part``."""
+        read = torch.cat([self.part_found, self.found.view(1)]).tolist()
+        self.count = self.bound = read[-1]
+        self.per_part = torch.tensor(read[:-1], dtype=torch.long)
 
     def _grad_outputs(
         self, out: torch.Tensor, k: int, stage: list[torch.Tensor], calls: int = CALLS
@@ -147,7 +177,8 @@ class RowGroups:
         grads, flat = self._blank(out, calls * len(stage))
         members = torch.cat(stage)
         sizes = torch.tensor([len(m) for m in stage])
-        unit = torch.repeat_interleave(torch.arange(len(stage)), sizes)  # the unit calls first, then the w, the w'
+        # the unit calls first, then the w, the w'
+        unit = torch.repeat_interleave(torch.arange(len(stage)), sizes, output_size=len(members))
         flat[unit, members] = 1
         for i in range(1, calls):
             flat[unit + i * len(stage), members] = self.w[i - 1, k + members].to(flat)
@@ -157,69 +188,83 @@ class RowGroups:
         """A stage's unit calls' columns reached (groups x columns) into ``count`` and ``per_part``."""
         assert self.parts is not None
         starts = [0, *self.parts.tolist(), reached.shape[1]]
-        found = torch.stack([reached[:, a:b].sum() for a, b in zip(starts, starts[1:])])
+        found = torch.stack([reached[:, a:b].sum() for a, b in zip(starts, starts[1:])]).cpu()
         self.per_part += found
-        self.count += int(found.sum())
+        self.count = self.bound = self.count + int(found.sum())
+        self.found.fill_(self.count)
+        self.part_found.copy_(self.per_part)
 
-    def _decode(self, got: torch.Tensor, rows: list[torch.Tensor], stage: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _decode(self, got: torch.Tensor, rows: list[torch.Tensor]) -> torch.Tensor:
         """The entries of a stage of groups (``rows``: each group's rows; ``got``: their three products
-        each) into the buffers; returns the groups of ``stage`` whose ratios name no single row of
-        the group for some column."""
-        n_cols, n = got.shape[1], self.layout.n_rows
-        got = got.contiguous()
-        products = got.view(CALLS, len(rows), n_cols)  # the unit products, the w products, the w' products
-        if int(torch.count_nonzero(got)) == got.numel():  # every group reaches every column (a Linear layer's
-            g = torch.arange(len(rows)).repeat_interleave(n_cols)  # diagonals): no search
-            cols = torch.arange(n_cols).repeat(len(rows))
-            value, first, second = (products[i].view(-1) for i in range(CALLS))
-        else:
-            moved = (products[0] != 0) | (products[1] != 0) | (products[2] != 0)  # NaN counts as non-zero
-            g, cols = moved.nonzero(as_tuple=True)
-            at = g * n_cols + cols  # the group's unit product in ``got``
-            flat = got.view(-1)
-            value, first, second = (flat.index_select(0, at + i * len(rows) * n_cols) for i in range(CALLS))
-            del at, moved
-        for i, members in enumerate(rows):
-            self.group[members] = i
-        ratio = first.div_(value)
+        each) into the buffers, where the products are, without reading them; returns, per group, whether
+        its ratios name no single row of the group for some column (its entries are then not kept)."""
+        n_cols, n, g = got.shape[1], self.layout.n_rows, len(rows)
+        products = got.contiguous().view(CALLS, g, n_cols)  # the unit products, the w products, the w' products
+        value, first, second = products[0], products[1], products[2]
+        moved = (value != 0) | (first != 0) | (second != 0)  # NaN counts as non-zero
+        members = torch.cat(rows)
+        sizes = np.array([len(r) for r in rows])
+        self.group[members] = torch.as_tensor(np.repeat(np.arange(g), sizes), device=self.device)
+        ratio = first.div(value)
         row = ratio.sub(1).mul_(n).nan_to_num_(0.0, 0.0, 0.0).clamp_(0, n - 1).long()  # floor: not negative
-        w, w2 = self.w[0].index_select(0, row), self.w[1].index_select(0, row)
-        named = (ratio.sub_(w).abs_() <= w.mul_(EXACT)) & (self.group.index_select(0, row) == g)
-        named &= second.div_(value).sub_(w2).abs_() <= w2.mul_(EXACT)
-        del ratio, w, w2
-        for members in rows:
-            self.group[members] = -1
-        if bool(named.all()):
-            self._keep(cols, row, value)
-            return []
-        bad = torch.zeros(len(rows), dtype=torch.bool).index_fill_(0, g[~named], True)
-        good = ~bad[g]
-        self._keep(cols[good], row[good], value[good])
-        return [members for members, b in zip(stage, bad.tolist()) if b]
+        w, w2 = self.w_there[0][row], self.w_there[1][row]
+        mine = self.group[row] == torch.arange(g, device=self.device).unsqueeze(1)
+        named = (ratio.sub_(w).abs_() <= w.mul_(EXACT)) & mine
+        named &= second.div(value).sub_(w2).abs_() <= w2.mul_(EXACT)
+        del ratio, w, w2, mine
+        self.group[members] = -1
+        bad = (moved & ~named).any(1)
+        keep = (moved & ~bad.unsqueeze(1)).view(-1)
+        keys = (torch.arange(n_cols, device=self.device) * n + row).view(-1)  # column x rows + row
+        self._put(keep, keys, value.reshape(-1))
+        if self.parts is not None:  # each argument's entries
+            part = torch.as_tensor(torch.bucketize(torch.arange(n_cols), self.parts, right=True), device=self.device)
+            self.part_found.index_add_(0, part, keep.view(g, n_cols).sum(0))
+        return bad
+
+    def _put(self, keep: torch.Tensor, keys: torch.Tensor, vals: torch.Tensor) -> None:
+        """The entries ``keep`` of ``keys`` and ``vals`` into the buffers after those found, where they are: each
+        to its place (the entries kept before it, counted there), one past the buffers' end to their sink."""
+        need = self.bound + len(keep)  # every entry kept fits (a stage that passes ``limit`` is kept whole)
+        if need >= len(self.keys):  # doubling, within ``limit`` and a stage
+            self._grow(max(need, min(2 * len(self.keys), self.limit + len(keep))))
+        sink = len(self.keys) - 1
+        place = torch.cumsum(keep, 0).add_(self.found - 1)
+        self.keys[torch.where(keep, place, sink)] = keys
+        self.vals[torch.where(keep, place, sink)] = vals
+        self.found += keep.sum()
 
     def _hopeless(self) -> bool:
         """More entries found than the store holds: of all the arguments, or with ``parts`` of one of them."""
+        if self.bound <= self.limit:  # none read: no argument has more than all of them
+            return False
         return bool(self.per_part.max() > self.limit) if self.parts is not None else self.count > self.limit
 
     def _keep(self, cols: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor) -> None:
-        """Entries into the buffers (with ``parts``, past ``limit`` only counted)."""
+        """Entries into the buffers (with ``parts``, past ``limit`` only counted); ``count`` is exact here."""
         end = self.count + len(cols)
         if self.parts is not None:
-            self.per_part += torch.bincount(torch.bucketize(cols, self.parts, right=True), minlength=len(self.per_part))
+            parts = torch.bucketize(cols, self.parts.to(cols.device), right=True)
+            self.per_part += torch.bincount(parts, minlength=len(self.per_part)).cpu()
+            self.part_found.copy_(self.per_part)
             if end > self.limit:
-                self.count = end
+                self.count = self.bound = end
+                self.found.fill_(end)
                 return
-        if end > len(self.keys):
+        if end >= len(self.keys):
             self._grow(max(end, 2 * len(self.keys), 2**16))
         self.keys[self.count : end] = cols * self.layout.n_rows + rows
         self.vals[self.count : end] = vals
-        self.count = end
+        self.count = self.bound = end
+        self.found.fill_(end)
 
     def _grow(self, size: int) -> None:
-        if size <= len(self.keys):
+        """Buffers of ``size`` entries at least, and the sink after them (what they held kept, sink and all)."""
+        if size < len(self.keys):
             return
-        keys, vals = torch.empty(size, dtype=torch.long), torch.empty(size, dtype=torch.float64)
-        keys[: self.count], vals[: self.count] = self.keys[: self.count], self.vals[: self.count]
+        keys = torch.empty(size + 1, dtype=torch.long, device=self.device)
+        vals = torch.empty(size + 1, dtype=torch.float64, device=self.device)
+        keys[: len(self.keys)], vals[: len(self.vals)] = self.keys, self.vals
         self.keys, self.vals = keys, vals
 
     def _blank(self, out: torch.Tensor, batch: int) -> tuple[list[torch.Tensor], torch.Tensor]:
@@ -238,7 +283,7 @@ class RowGroups:
             got = self.rows.products(grads)
             self.calls += len(got)
             r, c = got.nonzero(as_tuple=True)  # NaN counts as non-zero
-            self._keep(c, k + part[r], got[r, c])
+            self._keep(c, k + torch.as_tensor(part, device=r.device)[r], got[r, c])
             if self._hopeless():
                 self.too_many = True
                 return False

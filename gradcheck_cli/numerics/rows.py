@@ -105,7 +105,7 @@ def from_keys(keys: torch.Tensor, vals: torch.Tensor, n_rows: int, n_cols: int) 
         k = key(a, b)
         col = torch.div(k, n_rows, rounding_mode="floor")
         rows[a:b] = k - col * n_rows
-        counts += torch.bincount(col, minlength=n_cols)
+        counts.index_add_(0, col, torch.ones_like(col))  # (a bincount whose size needs no value read)
         torch.index_select(vals, 0, place(a, b), out=sorted_vals[a:b])
     bounds = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
     return SparseRows.by_column(rows, sorted_vals, bounds)
@@ -173,13 +173,14 @@ class Rows:
 
     def products(self, grad_outs: list[torch.Tensor]) -> torch.Tensor:
         """J^T g for a batch of grad_outputs g (one tensor per output that requires grad, the batch
-        first): every argument's gradient, real and float64, a row per g (batch x columns)."""
+        first): every argument's gradient, real and float64, a row per g (batch x columns), on the arguments'
+        device."""
         self.wanted = list(range(len(self.grad_inputs)))
         # on copies: a backward that writes its grad_output (a contract failure) leaves ``grad_outs`` as they
         # are for the single calls that verify the batch or stand in for it
         got, self.batched_products = try_batched(
             self.batched_products,
-            lambda: self._vmapped([g.clone() for g in grad_outs]),
+            lambda: self._vmapped([g.clone() for g in grad_outs], host=False),
             partial(self._products_agree, grad_outs),
         )
         if got is None:
@@ -196,22 +197,22 @@ class Rows:
             [
                 g.clone()
                 for g in self._flat_grads(
-                    self.grad(self.live, self._wanted_inputs(), [g[b].clone() for g in grad_outs]), 1
+                    self.grad(self.live, self._wanted_inputs(), [g[b].clone() for g in grad_outs]), 1, host=False
                 )
             ]
             for b in picks
         ]
         return [torch.cat(parts) for parts in zip(*rows)]
 
-    def _vmapped(self, grad_outs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """The gradients for a batch of grad_outputs from one vmapped backward."""
+    def _vmapped(self, grad_outs: list[torch.Tensor], host: bool = True) -> list[torch.Tensor]:
+        """The gradients for a batch of grad_outputs from one vmapped backward (``host``: see ``_flat_grads``)."""
         inputs = self._wanted_inputs()
 
         def vjp(*grad_out: torch.Tensor) -> tuple[Any, ...]:  # through autograd's engine, as a single row is
             return engine.grad(self.live, inputs, grad_out, retain_graph=True, materialize_grads=True)
 
         # faster than is_grads_batched (an older vmap) on a Linear layer's backward
-        return self._flat_grads(torch.func.vmap(vjp)(*grad_outs), len(grad_outs[0]))
+        return self._flat_grads(torch.func.vmap(vjp)(*grad_outs), len(grad_outs[0]), host)
 
     def _stages(self) -> Iterator[tuple[int, torch.Tensor, int, int]]:
         """(first row of the output, output, first and last row of the stage within it)."""
@@ -236,14 +237,17 @@ class Rows:
         single = [self._single_rows(out, j0 + p, j0 + p + 1) for p in picks]
         return all(same(g[picks], torch.cat(s)) for g, s in zip(batched, zip(*single)))
 
-    def _flat_grads(self, grads: tuple[Any, ...], batch: int) -> list[torch.Tensor]:
-        """The gradients as float64 rows (batch x real numel) on the CPU, where the Jacobians are held."""
-        return [
-            torch.zeros(batch, real_numel(x), dtype=torch.float64)
-            if g is None
-            else real_view(g.detach()).reshape(batch, -1).to("cpu", torch.float64)
-            for g, x in zip(grads, self._wanted_inputs())
-        ]
+    def _flat_grads(self, grads: tuple[Any, ...], batch: int, host: bool = True) -> list[torch.Tensor]:
+        """The gradients as float64 rows (batch x real numel) on the CPU, where the dense Jacobians are held,
+        or, not ``host``, where backward gives them (``products``: the grouped rows are decoded there)."""
+        flat: list[torch.Tensor] = []
+        for g, x in zip(grads, self._wanted_inputs()):
+            if g is None:
+                flat.append(torch.zeros(batch, real_numel(x), dtype=torch.float64, device="cpu" if host else x.device))
+            else:
+                real = real_view(g.detach()).reshape(batch, -1)
+                flat.append(real.to("cpu", torch.float64) if host else real.to(torch.float64))
+        return flat
 
     def _wanted_inputs(self) -> list[torch.Tensor]:
         return [self.grad_inputs[i] for i in self.wanted]

@@ -95,6 +95,8 @@ class Entry:
     _proj_a: torch.Tensor = field(init=False, repr=False)
     _proj_n: torch.Tensor = field(init=False, repr=False)
     _deferred: list[Callable[[Entry], None]] = field(default_factory=list, init=False, repr=False)
+    # agreed blocks whose statistics are made but not yet read (``fold_agreed``, ``flush``)
+    _pending: list[_Agreed] = field(default_factory=list, init=False, repr=False)
     # per column: a mismatching column with a numerical entry beyond rounding (False elsewhere: not told)
     live: torch.Tensor = field(init=False, repr=False)
     keep_bytes: int = KEEP_BYTES  # at most this much of bad_columns (give it by name)
@@ -242,6 +244,81 @@ class Entry:
         )
         return True
 
+    def fold_agreed(
+        self,
+        av: torch.Tensor,
+        nv: torch.Tensor,
+        shape: tuple[int, int],
+        col0: int,
+        locate: Callable[[int], tuple[int, int]],
+        fallback: Callable[[Entry], None],
+        spans: Sequence[int] | torch.Tensor = (),
+    ) -> None:
+        """``update_agreed`` without reading a value: the block's statistics are made where its tensors are
+        and read, with every other block folded so, in one read at ``flush`` (which applies them in order, as
+        ``update_agreed`` would have one by one). ``fallback(self)`` folds the block instead where an entry is
+        not finite (``update_agreed`` returning False: the caller's ``update_entries``)."""
+        n_cols, n_rows = shape
+        diff = torch.sub(av, nv).abs_()
+        tol = limit(nv.abs(), self.atol, self.rtol)
+        small = nv.abs() <= self.atol
+        zero = diff.new_zeros(())
+        if diff.numel():
+            top = diff.max()
+            excess = torch.div(diff, tol, out=tol)
+            k = torch.argmax(excess).view(1)
+            worst = torch.cat([t.index_select(0, k) for t in (excess, av, nv)] + [k.to(diff.dtype)])
+        else:
+            top, worst = zero, diff.new_zeros(4)
+        rel = torch.div(diff, nv.abs(), out=diff).masked_fill_(small, 0.0)
+        rel_max = rel.max() if rel.numel() else zero
+        values = torch.cat((torch.stack((top, rel_max, small.all().to(diff.dtype))), worst))
+        first = (col0, n_rows, bool(diff.numel()))
+        self._pending.append(_Agreed(values, _span_sums(av, nv, spans), first, locate, fallback))
+
+    def flush(self) -> None:
+        """Fold in the blocks of ``fold_agreed`` (in order; a block with an entry not finite by its
+        ``fallback``), reading their statistics at once."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        values = torch.stack([p.values for p in pending]).tolist()  # the one read of every block's statistics
+        located: tuple[Callable[[int], tuple[int, int]], int, int] | None = None
+        sums: list[torch.Tensor] = []
+        for block, (top, rel_max, all_small, excess, a, n, k) in zip(pending, values):
+            if not math.isfinite(top):  # an entry not finite: folded as without ``fold_agreed``
+                self._add_sums(sums)
+                sums = []
+                before = self.worst_excess
+                block.fallback(self)
+                located = None if self.worst_excess != before else located
+                continue
+            col0, n_rows, entries = block.first
+            self.max_abs = max(self.max_abs, top)
+            if entries:
+                if excess > self.worst_excess:
+                    self.worst_excess, self.analytical, self.numerical = excess, a, n
+                    located = (block.locate, int(k), col0)
+            elif self.worst_excess < STANDS_IN and n_rows:  # as ``_fold``: the first stands for entries all 0
+                self.worst_excess, self.worst_row, self.worst_col = STANDS_IN, 0, col0
+                self.analytical = self.numerical = 0.0
+                located = None
+            if not all_small:
+                self.max_rel = max(self.max_rel or 0.0, rel_max)
+            sums.append(block.sums)
+        self._add_sums(sums)
+        if located is not None:  # the worst entry's place, asked of the block that holds it only
+            locate, k, col0 = located
+            col, row = locate(k)
+            self.worst_row, self.worst_col = row, col0 + col
+
+    def _add_sums(self, parts: list[torch.Tensor]) -> None:
+        """Span sums (``_span_sums``) after the sums so far, in order, as ``_sum`` adds them."""
+        if parts:
+            so_far = parts[0].new_tensor([[self.sum_an, self.sum_nn, self.sum_aa]])
+            total = torch.cat((so_far, *parts)).cumsum(0)[-1]
+            self.sum_an, self.sum_nn, self.sum_aa = total.tolist()
+
     def add_extras(
         self,
         c: torch.Tensor,
@@ -349,12 +426,7 @@ class Entry:
         after the sums so far. Sequential sums (segment_reduce's and cumsum's on the CPU) make a span's sum
         the same whichever spans stand beside it and whatever zeros it holds, so a block compared whole and
         the same entries compared in pieces give the same bits; one call per block, however many spans."""
-        inner = torch.as_tensor(spans, dtype=torch.int64).view(-1)
-        lengths = torch.diff(inner, prepend=inner.new_zeros(1), append=inner.new_full((1,), len(av)))
-        terms = torch.stack((av * nv, nv * nv, av * av), 1)
-        parts = torch.segment_reduce(terms, "sum", lengths=lengths, axis=0)
-        so_far = torch.tensor([[self.sum_an, self.sum_nn, self.sum_aa]], dtype=torch.float64)
-        self.sum_an, self.sum_nn, self.sum_aa = torch.cat((so_far, parts)).cumsum(0)[-1].tolist()
+        self._add_sums([_span_sums(av, nv, spans)])
 
     def _mismatches(
         self,
@@ -399,6 +471,25 @@ class Entry:
             per = torch.zeros(n_cols, dtype=torch.float64).scatter_reduce_(0, at[0], diff, "amax")
         cols = slice(col0, col0 + n_cols)
         torch.maximum(self._err[cols], per, out=self._err[cols])
+
+
+def _span_sums(av: torch.Tensor, nv: torch.Tensor, spans: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    """a n, n n and a a of entries ``av``/``nv`` summed span by span (``spans``: where a sum starts anew),
+    each from 0 and in order: a row of three per span."""
+    inner = torch.as_tensor(spans, dtype=torch.int64, device=av.device).view(-1)
+    lengths = torch.diff(inner, prepend=inner.new_zeros(1), append=inner.new_full((1,), len(av)))
+    terms = torch.stack((av * nv, nv * nv, av * av), 1)
+    return torch.segment_reduce(terms, "sum", lengths=lengths, axis=0)
+
+
+class _Agreed(NamedTuple):
+    """A block of ``Entry.fold_agreed``: its statistics, not yet read."""
+
+    values: torch.Tensor  # largest |a - n|, largest relative error, all small, then the worst entry's excess, a, n, k
+    sums: torch.Tensor  # its span sums (``_span_sums``)
+    first: tuple[int, int, bool]  # its first column, its rows, whether it holds entries
+    locate: Callable[[int], tuple[int, int]]  # entry k's column (within the block) and row
+    fallback: Callable[[Entry], None]  # folds the block where an entry is not finite
 
 
 def _no_column(k: int) -> torch.Tensor:

@@ -671,12 +671,11 @@ def test_a_large_third_derivative_stays_compressed_with_the_same_report(fn, used
         else 0.001 + torch.rand(40, 40, dtype=F64, generator=g)
     )
     evaluated = []
-    accepted = compressed.Groups._accepted
-    # the groups' verdicts: all accepted at once, none halved
+    evaluate = compressed.Groups.evaluate
+    # the groups' verdicts (their curved weightings' too, which every stage's groups take at once after the last
+    # stage): all accepted at once, none halved
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(
-            compressed.Groups, "_accepted", lambda self, *a: evaluated.append(accepted(self, *a)) or evaluated[-1]
-        )
+        mp.setattr(compressed.Groups, "evaluate", lambda self: evaluate(self) or evaluated.append(self.ok.clone()))
         got = check(fn, (x.requires_grad_(),))
     assert used["n"] == 1
     if fn is log_near_0:  # sin(50 x): its argument's rounding is near the rows' limit (NOISE 5 ulps of the
