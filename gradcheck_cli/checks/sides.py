@@ -16,7 +16,7 @@ import torch
 from ..binding import Bound
 from ..errors import guarded
 from ..numerics import as_tuple, is_float_tensor, unravel, vjp
-from ..numerics.maps import per_element, view_2d
+from ..numerics.maps import blocks, per_element, pooled, view_2d
 from ..results import ErrorKind, ErrorMap, InputReport, Pattern, Status
 from ..target import Target
 from ..tolerance import ReferenceRule, by_dtype, limit
@@ -270,34 +270,15 @@ def _first(bads: list[torch.Tensor], shape: tuple[int, ...]) -> list[list[int]]:
     return [unravel(k, shape) for k in first.tolist() if k < end]
 
 
-def _blocks(rows: int, cols: int, cells: int = MAP_CELLS, side: int = 256) -> tuple[int, int]:
-    """The block (height, width) one cell of an error map stands for: numerics.maps.downsample's, so
-    that the map is the same picture, made on the device."""
-    bh = bw = 1
-    while math.ceil(rows / bh) * math.ceil(cols / bw) > cells or (
-        rows > 1 and max(math.ceil(rows / bh), math.ceil(cols / bw)) > side
-    ):
-        if math.ceil(rows / bh) >= math.ceil(cols / bw):
-            bh *= 2
-        else:
-            bw *= 2
-    return bh, bw
-
-
 def _picture(errors: list[torch.Tensor], shape: tuple[int, ...], sides: Optional[tuple[_Pair, str]]) -> ErrorMap:
     """The error map of the per-element errors (the chunks ``errors``, emptied here: one float64 copy of
     them at a time), each cell the max over its block, reduced on the device; ``sides``: both sides per
     element, kept where the map is not downsampled."""
     rows, cols = view_2d(shape)
-    bh, bw = _blocks(rows, cols)
+    bh, bw = blocks(rows, cols, MAP_CELLS)  # the same picture as numerics.maps.downsample's, made on the device
     grid = (torch.cat(errors) if len(errors) > 1 else errors[0]).reshape(rows, cols)
     errors.clear()
-    h, w = math.ceil(rows / bh), math.ceil(cols / bw)
-    if (h * bh, w * bw) != (rows, cols):
-        padded = torch.full((h * bh, w * bw), -math.inf, dtype=torch.float64, device=grid.device)
-        padded[:rows, :cols] = grid
-        grid = padded
-    cells = grid.view(h, bh, w, bw).amax(dim=(1, 3)) if (bh, bw) != (1, 1) else grid
+    cells = pooled(grid, bh, bw)
     del grid
     picture = ErrorMap(rows, cols, [bh, bw], cells.reshape(-1).tolist())
     if sides is not None and (bh, bw) == (1, 1):

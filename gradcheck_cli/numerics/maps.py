@@ -38,10 +38,16 @@ def downsample(
     values: torch.Tensor, shape: Sequence[int], cells: int, side: int = 256
 ) -> tuple[torch.Tensor, tuple[int, int]]:
     """``values`` (one per element of ``shape``) as its 2-D view, each cell the max over a block of
-    elements, with at most ``cells`` cells and, unless it is one row (a 1-d argument, drawn wrapped), ``side``
-    cells a side; and the block's (height, width). Blocks grow by halving the longer side, so a long thin
-    argument stays long and thin."""
+    elements (``blocks``), and the block's (height, width)."""
     rows, cols = view_2d(shape)
+    bh, bw = blocks(rows, cols, cells, side)
+    return pooled(values.detach().to("cpu", torch.float64).reshape(rows, cols), bh, bw), (bh, bw)
+
+
+def blocks(rows: int, cols: int, cells: int, side: int = 256) -> tuple[int, int]:
+    """The block (height, width) one cell of a ``rows`` x ``cols`` map stands for: at most ``cells`` cells and,
+    unless it is one row (a 1-d argument, drawn wrapped), ``side`` cells a side. Blocks grow by halving the
+    longer side, so a long thin argument stays long and thin."""
     bh = bw = 1
     while math.ceil(rows / bh) * math.ceil(cols / bw) > cells or (
         rows > 1 and max(math.ceil(rows / bh), math.ceil(cols / bw)) > side
@@ -50,10 +56,18 @@ def downsample(
             bh *= 2
         else:
             bw *= 2
-    grid = values.detach().to("cpu", torch.float64).reshape(rows, cols)
+    return bh, bw
+
+
+def pooled(grid: torch.Tensor, bh: int, bw: int) -> torch.Tensor:
+    """The max of ``grid`` (2-D, float64) over each block of ``bh`` x ``bw``, on its device; partial blocks at
+    the edges take the max of what they hold."""
     if (bh, bw) == (1, 1):
-        return grid, (1, 1)
+        return grid
+    rows, cols = grid.shape
     h, w = math.ceil(rows / bh), math.ceil(cols / bw)
-    padded = torch.full((h * bh, w * bw), -math.inf, dtype=torch.float64)
-    padded[:rows, :cols] = grid
-    return padded.view(h, bh, w, bw).amax(dim=(1, 3)), (bh, bw)
+    if (h * bh, w * bw) != (rows, cols):
+        padded = torch.full((h * bh, w * bw), -math.inf, dtype=grid.dtype, device=grid.device)
+        padded[:rows, :cols] = grid
+        grid = padded
+    return grid.view(h, bh, w, bw).amax(dim=(1, 3))
