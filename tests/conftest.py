@@ -162,7 +162,9 @@ def invoke() -> Callable[..., Result]:
     (the report: valid JSON with ``--format json``), ``result.stderr`` the progress and
     diagnostics, ``result.output`` both as a terminal shows them, ``result.exit_code`` the exit
     status. The current directory is not changed: ``user_module`` moves into ``tmp_path``, or
-    use ``monkeypatch.chdir``, for relative paths such as ``specs/``.
+    use ``monkeypatch.chdir``, for relative paths such as ``specs/``. A check command gets ``--no-shrink``
+    unless it says ``--shrink`` or ``--no-shrink`` itself: shrinking a failure costs seconds, and only the
+    tests of shrinking (tests/cli/test_shrink_cli.py) need it.
 
     Example::
 
@@ -180,7 +182,11 @@ def invoke() -> Callable[..., Result]:
     from gradcheck_cli.cli import cli
 
     def run(*args: str) -> Result:
-        return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+        argv = list(args)
+        checks = not argv or argv[0] == "check" or argv[0] not in cli.commands
+        if checks and not {"--shrink", "--no-shrink"} & set(argv):
+            argv.append("--no-shrink")  # a failure is shrunk only where a test asks for it (--shrink N): time
+        return CliRunner().invoke(cli, argv, catch_exceptions=False)
 
     return run
 
