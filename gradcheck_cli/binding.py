@@ -149,6 +149,12 @@ def _densified(bound: Bound) -> Bound:
     return bound
 
 
+def positional_labels(given: Sequence[Optional[str]], params: Sequence[str]) -> list[str]:
+    """How the report names positional arguments: the spec entry's name, else forward's parameter at that
+    position, else ``arg{i}``."""
+    return [n or (params[i] if i < len(params) else f"arg{i}") for i, n in enumerate(given)]
+
+
 def _bind(
     target: Target,
     positional: list[tuple[Optional[str], Any]],
@@ -171,7 +177,7 @@ def _bind(
     if target.is_function:
         _refuse_tensor_containers(target, [v for _, v in positional] + [v for _, v in keywords], entries)
     values = [v for _, v in positional]
-    labels = [n or (names[i] if i < len(names) else f"arg{i}") for i, (n, _) in enumerate(positional)]
+    labels = positional_labels([n for n, _ in positional], names)
     indices = list(range(len(positional)))
     if not target.is_function:
         for name, value in keywords:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from . import checks, expectations, inputs, loader, oracle, overrides, plan, shrink, state
-from .binding import Bound, bind
+from .binding import Bound, bind, positional_labels
 from .checks import broken, noncontiguous, verdict
 from .checks.base import MEMORY_BYTES, CheckContext, Options
 from .custom_op import vmap_fallback_quiet
@@ -137,8 +137,7 @@ def _shrunk(task: Task, result: CaseResult, started: float) -> Optional[Shrunk]:
 
 def _names(case: Case, target: Target) -> list[str]:
     """The names of the case's positional arguments (as ``inputs.build`` knows them)."""
-    params = [p.name for p in target.parameters() or []]
-    return [arg.name or (params[i] if i < len(params) else f"arg{i}") for i, arg in enumerate(case.inputs)]
+    return positional_labels([arg.name for arg in case.inputs], [p.name for p in target.parameters() or []])
 
 
 def _resampled(task: Task, seed: int) -> CaseResult:

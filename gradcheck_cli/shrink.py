@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
-from .results import CaseResult, Pattern, Shrunk, Status
+from .results import CaseResult, CheckResult, InputReport, Pattern, Shrunk, Status
 
 Shapes = dict[str, tuple[int, ...]]  # argument name -> shape
 Values = dict[str, str]  # argument name -> the simpler values drawn for it (zeros, ones, integers)
@@ -60,11 +60,14 @@ def failure(result: CaseResult) -> Optional[Failure]:
         return None
     for check in result.checks:
         if check.status is Status.FAIL:
-            for row in check.inputs:
-                if row.status is Status.FAIL and row.role == "argument":
-                    return Failure(check.check, row.name, row.pattern)
-            return Failure(check.check)
+            rows = _failing_arguments(check)
+            return Failure(check.check, rows[0].name, rows[0].pattern) if rows else Failure(check.check)
     return None
+
+
+def _failing_arguments(check: CheckResult) -> list[InputReport]:
+    """The argument rows of ``check`` that failed, in order."""
+    return [row for row in check.inputs if row.status is Status.FAIL and row.role == "argument"]
 
 
 def fails_alike(result: CaseResult, how: Failure) -> bool:
@@ -75,7 +78,7 @@ def fails_alike(result: CaseResult, how: Failure) -> bool:
     for check in result.checks:
         if check.check != how.check or check.status is not Status.FAIL:
             continue
-        rows = [row for row in check.inputs if row.status is Status.FAIL and row.role == "argument"]
+        rows = _failing_arguments(check)
         if how.argument is None:
             return not rows
         return any(row.name == how.argument and row.pattern == how.pattern for row in rows)
