@@ -14,10 +14,12 @@ rounds (one round where a run takes over 2 s). A row predicted to take over ``--
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any, Optional
+from unittest import mock
 
 import torch
 
@@ -176,6 +178,74 @@ def reference_table(shapes: tuple[tuple[int, ...], ...], device: torch.device, b
             torch.cuda.empty_cache()
 
 
+STAGES = (128, 256)
+STAGES_SMALL = (8,)
+
+
+def stage_table(sizes: tuple[int, ...], device: torch.device) -> None:
+    """Issue 30 item 2: the default check of Linear with the compressed stages capped as on a CPU (the caps
+    tuned to its caches), as on this device (``batching.device_cap``: a share of its free memory) under the
+    default ``--max-memory`` (512), and under ``--max-memory 4096``: fewer, larger stages."""
+    from gradcheck_cli.numerics import batching, compressed, row_groups, rows
+
+    sites = (batching, compressed, row_groups, rows)
+    print(f"\nStages of the default check of Linear on {device}: the CPU's caps against the device's\n")
+    print("| Linear n | CPU caps, 512 MB | device caps, 512 MB | device caps, 4096 MB | peak GB |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        args = linear_args(n, device)
+        got = []
+        for cpu_caps, memory in ((True, 512), (False, 512), (False, 4096)):
+            with contextlib.ExitStack() as caps:
+                for site in sites if cpu_caps else ():
+                    caps.enter_context(mock.patch.object(site, "device_cap", lambda cap, device: cap))
+
+                def run(args: list[torch.Tensor] = args, memory: int = memory) -> str:
+                    return check(LinearFunction, args, max_memory=memory).status.value
+
+                got.append(timed(run, device))
+        print(f"| {n} | " + " | ".join(seconds(t) for t in got) + f" | {gigabytes(*got)} |", flush=True)
+
+
+def profile_linear(n: int, device: torch.device, path: str) -> None:
+    """Where the time of the default check of Linear at ``n`` goes, as ``profile`` for the reference check."""
+
+    def run() -> None:
+        check(LinearFunction, linear_args(n, device))
+
+    write_profile(run, device, path, f"default check of Linear n={n} on {device}")
+
+
+def write_profile(run: Callable[[], None], device: torch.device, path: str, title: str) -> None:
+    """``run`` once untimed, then under torch.profiler (ops by their own device, else CPU, time) and under
+    cProfile (Python functions by cumulative time), both tables into ``path``."""
+    import cProfile
+    import io
+    import pstats
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    run()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with torch_profile(activities=activities) as prof:
+        run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    python = cProfile.Profile()
+    python.enable()
+    run()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    python.disable()
+    text = io.StringIO()
+    pstats.Stats(python, stream=text).sort_stats("cumulative").print_stats(40)
+    with open(path, "w") as f:
+        f.write(f"{title}\n\n" + prof.key_averages().table(sort_by=key, row_limit=30) + "\n\n" + text.getvalue())
+    print(f"\nprofile of the {title}: {path}")
+
+
 def warm_up(device: torch.device) -> None:
     """One of each kind of run, untimed: imports, the device's context and first kernels are no check's cost."""
     for run in linear_runs(2, device).values():
@@ -186,40 +256,24 @@ def warm_up(device: torch.device) -> None:
 
 
 def profile(shape: tuple[int, ...], device: torch.device, path: str) -> None:
-    """Where the time of one reference check of the kernel at ``shape`` goes: torch.profiler's ops by their
-    own device (else CPU) time, and the Python functions by cumulative time, into ``path``."""
-    import cProfile
-    import io
-    import pstats
-
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile as torch_profile
-
+    """Where the time of one reference check of the kernel at ``shape`` goes (``write_profile``)."""
     x = torch.randn(*shape, dtype=torch.float32).to(device, torch.bfloat16).requires_grad_()
-    check(kernels.FusedGELU, [x], reference=kernels.gelu_reference)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with torch_profile(activities=activities) as prof:
+
+    def run() -> None:
         check(kernels.FusedGELU, [x], reference=kernels.gelu_reference)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    python = cProfile.Profile()
-    python.enable()
-    check(kernels.FusedGELU, [x], reference=kernels.gelu_reference)
-    python.disable()
-    text = io.StringIO()
-    pstats.Stats(python, stream=text).sort_stats("cumulative").print_stats(30)
-    with open(path, "w") as f:
-        f.write(f"reference check of FusedGELU at {list(shape)} on {device}\n\n")
-        f.write(prof.key_averages().table(sort_by=key, row_limit=30) + "\n\n" + text.getvalue())
-    print(f"\nprofile of the reference check at {list(shape)}: {path}")
+
+    write_profile(run, device, path, f"reference check of FusedGELU at {list(shape)} on {device}")
 
 
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
     parser.add_argument("--small", action="store_true", help="tiny sizes (a smoke run on a CPU)")
-    parser.add_argument("--profile", metavar="PATH", help="write where the largest reference check's time goes")
+    parser.add_argument(
+        "--profile",
+        metavar="PATH",
+        help="write where the largest reference check's time goes (and Linear's, beside it)",
+    )
     parser.add_argument("--budget", type=float, default=30.0, help="skip a row predicted to take longer (s)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -232,8 +286,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     linear_table(LINEAR_SMALL if args.small else LINEAR, device, args.budget)
     shapes = GELU_SMALL if args.small else GELU
     reference_table(shapes, device, args.budget)
+    stage_table(STAGES_SMALL if args.small else STAGES, device)
     if args.profile:
         profile(shapes[-1], device, args.profile)
+        stem, dot, ext = args.profile.rpartition(".")
+        profile_linear(8 if args.small else 128, device, f"{stem}-linear.{ext}" if dot else args.profile + "-linear")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,17 @@ def stage_budget(memory_bytes: int, cap: int = STAGE_BYTES) -> int:
     return max(1, min(cap, memory_bytes // STAGE_SHARE))
 
 
+def device_cap(cap: int, device: torch.device) -> int:
+    """A stage's cap on ``device``: ``cap`` on a CPU, tuned to keep a stage's temporaries in its caches; on a
+    GPU, where each call of a stage is a kernel launch and a host round trip and a stage outgrows the caches
+    anyway, a share of the device's free memory (at least ``cap``). The memory budget's share bounds either
+    (``stage_budget``): a larger ``--max-memory`` means fewer, larger stages on a GPU."""
+    if device.type != "cuda":
+        return cap
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(cap, free // STAGE_SHARE)
+
+
 def stage_size(most: int, row_bytes: int, memory_bytes: int, cap: int = STAGE_BYTES) -> int:
     """How many rows (one-hot grad_outputs, perturbed arguments) one batched call takes: at most
     ``most``, within the stage's budget (at most ``cap``) at ``row_bytes`` each plus the user code's
@@ -88,11 +99,12 @@ def column_stages(layout: Layout, col0: int, col1: int, memory_bytes: int) -> It
     one) stays within its share of ``memory_bytes`` (see ``stage_size``)."""
     stage: list[tuple[int, int, int]] = []
     starts, size, moved = layout.col_starts, 0, 0  # moved: elements of the stage's arguments
+    cap = device_cap(STAGE_BYTES, layout.inputs[0].device) if layout.inputs else STAGE_BYTES
     for i, x in enumerate(layout.inputs):
         lo, hi = max(col0, starts[i]), min(col1, starts[i + 1])
         while lo < hi:
             row_bytes = 16 * (moved + real_numel(x) + 2 * layout.n_rows)  # both signs, float64
-            limit = stage_size(COL_STAGE, row_bytes, memory_bytes)
+            limit = stage_size(COL_STAGE, row_bytes, memory_bytes, cap)
             if stage and size >= limit:
                 yield stage
                 stage, size, moved = [], 0, 0

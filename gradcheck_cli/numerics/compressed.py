@@ -65,7 +65,7 @@ import numpy as np
 import torch
 
 from ..tolerance import within
-from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, same, stage_size, try_batched, vmapped
+from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, device_cap, same, stage_size, try_batched, vmapped
 from .colouring import colour, member_arrays, members
 from .columns import Columns
 from .differences import call_moved
@@ -337,7 +337,7 @@ class Groups:
         g, m = len(self.members), self.layout.n_rows
         ok = torch.zeros(g - first, dtype=torch.bool, device=self.device)
         row_bytes = 16 * (sum(real_numel(x) for x in self.layout.inputs) + 2 * m)
-        size = stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, GROUP_STAGE_BYTES)
+        size = stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, device_cap(GROUP_STAGE_BYTES, self.device))
         doubt = self._reason("in doubt: no weighting reaches its bound")
         codes = [doubt if self.kinds[k] == DOUBT else 0 for k in range(first, g)]
         self._why = torch.cat([self._why[:first], torch.tensor(codes, dtype=torch.int8, device=self.device)])

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .batching import ROW_GROUP_STAGE_BYTES, ROW_STAGE, stage_size
+from .batching import ROW_GROUP_STAGE_BYTES, ROW_STAGE, device_cap, stage_size
 from .realify import real_numel, real_view, unravel
 from .rows import Rows, SparseRows, from_keys
 
@@ -76,7 +76,8 @@ class RowGroups:
         self.part_found = torch.zeros(len(self.per_part), dtype=torch.long, device=self.device)  # where they are
         self.counted = False  # the pass went through, past ``limit`` entries, every argument within it
         row_bytes = sum(o.numel() * o.element_size() for o in rows.live) + 8 * self.layout.n_cols * 2
-        stage = stage_size(ROW_STAGE, row_bytes, rows.memory_bytes, ROW_GROUP_STAGE_BYTES)
+        cap = device_cap(ROW_GROUP_STAGE_BYTES, self.device)
+        stage = stage_size(ROW_STAGE, row_bytes, rows.memory_bytes, cap)
         self.stage = max(1, stage // CALLS)  # groups
 
     @staticmethod

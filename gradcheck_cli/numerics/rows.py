@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from . import engine
-from .batching import ROW_STAGE, same, stage_size, try_batched
+from .batching import ROW_STAGE, STAGE_BYTES, device_cap, same, stage_size, try_batched
 from .layout import Layout
 from .realify import Vjp, real_flat, real_numel, real_view
 
@@ -131,7 +131,8 @@ class Rows:
         row_bytes = sum(o.numel() * o.element_size() for o in self.live) + sum(
             x.numel() * x.element_size() + 8 * real_numel(x) for x in grad_inputs
         )
-        self.stage = stage_size(ROW_STAGE, row_bytes, memory_bytes)  # rows per batched backward
+        device = grad_inputs[0].device if grad_inputs else torch.device("cpu")
+        self.stage = stage_size(ROW_STAGE, row_bytes, memory_bytes, device_cap(STAGE_BYTES, device))  # rows per call
         self.wanted = list(range(len(grad_inputs)))  # the arguments whose gradients the rows need
         self.batched_rows: bool | None = None if self.live else False  # None: not tried yet
         self.one_hot: list[torch.Tensor] | None = None  # batched grad_outputs, reused from stage to stage
