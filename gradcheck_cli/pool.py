@@ -91,8 +91,9 @@ def _end_server() -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _serve(conn: Connection, threads: int, environ: dict[str, str], parent_alive: Connection) -> None:
-    """Worker main loop: receive (index, task), send back the result, until told to stop.
+def _serve(conn: Connection, threads: int, environ: dict[str, str], parent_alive: Connection, cold: bool) -> None:
+    """Worker main loop: receive (index, task), send back the result, until told to stop. A ``cold`` worker
+    does not warm up: it has not run backward when its first task starts (``forks_ranks``).
 
     Every message carries this process's pid and the task's index, so the parent files a result
     under its task and knows a message from a process the code under test forked. ``parent_alive``: the
@@ -111,7 +112,8 @@ def _serve(conn: Connection, threads: int, environ: dict[str, str], parent_alive
     from .state import GUARD
 
     torch.set_num_threads(threads)  # workers x threads <= cores: no oversubscription
-    warm_up()  # before the first task: its duration and its timeout count from "started"
+    if not cold:
+        warm_up()  # before the first task: its duration and its timeout count from "started"
     conn.send(("ready", os.getpid(), None, os.getppid()))  # the parent may wait for this (Pool.warm)
     with GUARD.consecutive():  # nothing but this loop runs between two cases
         _tasks(conn)
@@ -175,9 +177,11 @@ def _flush() -> None:
 
 
 class _Worker:
-    def __init__(self, ctx: Any, threads: int, parent_alive: Connection) -> None:
+    def __init__(self, ctx: Any, threads: int, parent_alive: Connection, cold: bool = False) -> None:
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, threads, dict(os.environ), parent_alive), daemon=True)
+        args = (child, threads, dict(os.environ), parent_alive, cold)
+        self.proc = ctx.Process(target=_serve, args=args, daemon=True)
+        self.clean = cold  # it has not run backward: it may take a task that forks ranks
         self.proc.start()
         child.close()
         self.index: Optional[int] = None
@@ -190,6 +194,7 @@ class _Worker:
 
     def give(self, index: int, task: Task) -> None:
         self.conn.send((index, task))
+        self.clean = False
         self.index, self.task, self.given, self.started = index, task, time.monotonic(), None
 
     def take(self) -> tuple[bool, Optional[CaseResult]]:
@@ -241,6 +246,13 @@ class _Worker:
             processes.end_group(self.proc.pid)
         self.proc.join()
         self.conn.close()
+
+
+def forks_ranks(task: Task) -> bool:
+    """Whether ``task`` forks processes that run backward (the ranks of a ``distributed`` case): where a GPU is
+    visible, torch refuses backward in a process forked after its parent ran backward (autograd's device
+    threads), so such a task takes a fresh worker that has not (``_Worker.clean``), on every machine alike."""
+    return task.case.distributed is not None
 
 
 def _death(worker: _Worker) -> str:
@@ -303,8 +315,8 @@ class Pool:
         # its write end stays in this process alone: the workers see its end when this process dies
         self.parent_alive, self._alive = self.ctx.Pipe(duplex=False)
 
-    def _fresh(self) -> _Worker:
-        return _Worker(self.ctx, self.threads, self.parent_alive)
+    def _fresh(self, cold: bool = False) -> _Worker:
+        return _Worker(self.ctx, self.threads, self.parent_alive, cold)
 
     def warm(self) -> float:
         """Start the workers and wait until each has started up; the seconds it took (a first task's time
@@ -331,9 +343,10 @@ class Pool:
             while True:
                 for i, worker in enumerate(workers):
                     if worker.task is None and pending and not stopping:
-                        if worker.retiring or not worker.proc.is_alive():
+                        cold = forks_ranks(pending[0][1])
+                        if worker.retiring or not worker.proc.is_alive() or (cold and not worker.clean):
                             worker.stop()
-                            workers[i] = worker = self._fresh()
+                            workers[i] = worker = self._fresh(cold)
                         worker.give(*pending.popleft())
                 busy = [w for w in workers if w.task is not None]
                 if not busy:

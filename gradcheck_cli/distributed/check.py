@@ -205,10 +205,11 @@ def _arguments(rows: list[InputReport]) -> list[InputReport]:
 
 
 def _warm() -> None:
-    """Pay once, here, what torch loads on a process's first backward with grad_outputs (sympy, through
-    torch.fx): each forked rank would otherwise load it again."""
-    x = torch.ones(1, requires_grad=True)
-    torch.autograd.grad(x * 2, x, torch.ones(1))
+    """Import once, here, what torch loads on a process's first backward with grad_outputs (sympy, through
+    torch.fx): each forked rank would otherwise load it again. Imported, not run: on a machine with a GPU
+    (or another accelerator) autograd's first backward starts its device threads, and torch then refuses
+    backward in every process forked after it (``rank.AUTOGRAD_FORK``)."""
+    import torch.fx.experimental.symbolic_shapes  # noqa: F401
 
 
 def _agree(answers: list[dict[str, Any]], case: Case) -> None:

@@ -22,6 +22,15 @@ from .layout import Moves, Placement, grad_output, share
 
 FORWARD, BACKWARD, DIFFERENCES, DONE = 2, 3, 4, 5  # launch.PHASES
 CONTRACT = re.compile(r"returned an (?:invalid gradient at index (\d+)|incorrect number of gradients)")  # autograd's
+# torch's refusal of backward in a process forked after autograd started its device threads (a GPU is visible
+# and the forking process ran backward): said as what it is, not as the user's backward failing
+AUTOGRAD_FORK = "Unable to handle autograd's threading in combination with fork-based multiprocessing"
+FORKED_AFTER_BACKWARD = (
+    "torch refuses backward in this rank: it was forked from a process that had run backward on a machine "
+    "with a GPU (autograd's device threads cannot be forked). The command line checks each distributed case "
+    "in a fresh worker that has not: leave out --no-isolate; from Python, check distributed cases in a "
+    "process that has not run backward yet"
+)
 
 
 @dataclass
@@ -90,6 +99,8 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
             [outs[p] for p in positions], [values[i] for i in plan.checked], grads_out, allow_unused=True
         )
     except Exception as exc:  # noqa: BLE001 - the user's backward raised, or autograd rejected what it returned
+        if AUTOGRAD_FORK in str(exc):
+            raise RankError(ErrorKind.DEVICE, f"rank {rank}: {FORKED_AFTER_BACKWARD}") from None
         error = user_error(ErrorKind.BACKWARD, "backward", exc, getattr(exc, "_gradcheck_collective", ""))
         rejected = CONTRACT.search(str(exc))
         if rejected:
