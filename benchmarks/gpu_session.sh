@@ -11,6 +11,13 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 out="${OUT:-gpu-session}"
 py="${PYTHON:-python3}"  # the device machine has python3, not python
+# no pip there: the pytest plugin's entry point (pyproject.toml) from a dist-info folder on the path, as an
+# install would make it, so the plugin's tests find it
+meta="$(mktemp -d)/gradcheck_cli-0.0.0.dist-info"
+mkdir -p "$meta"
+printf 'Metadata-Version: 2.1\nName: gradcheck-cli\nVersion: 0.0.0\n' >"$meta/METADATA"
+printf '[pytest11]\ngradcheck = gradcheck_cli.pytest_plugin\n' >"$meta/entry_points.txt"
+export PYTHONPATH="$PYTHONPATH:$(dirname "$meta")"
 mkdir -p "$out"
 
 {

@@ -188,10 +188,15 @@ def test_on_a_gpu_every_shipped_spec_passes_on_cuda_and_agrees_with_the_cpu(monk
     res = json.loads(result.stdout)["results"]
     # every case passes on both devices, or is the documented mismatch (expect: xfail) on both (issue 30 item 5:
     # specs/kernels.yaml's xfail failed a test that asked for pass everywhere)
-    assert {r["status"] for r in res} <= {"pass", "xfail"} and "pass" in {r["status"] for r in res}
+    assert {r["status"] for r in res} <= {"pass", "xfail", "skip"} and "pass" in {r["status"] for r in res}
+    # a skip only where one GPU cannot run the case: ranks on CUDA take a GPU each (nccl); on the CPU they pass
+    skipped = [r for r in res if r["status"] == "skip"]
+    for r in skipped:
+        assert r["device"] == "cuda" and all("GPUs (one per rank)" in c["message"] for c in r["checks"]), r
     by_case: dict[str, dict[str, str]] = {}
     for r in res:
-        by_case.setdefault(r["id"].rsplit("[", 1)[0], {})[r["device"]] = r["status"]
+        if not any(s["id"].rsplit("[", 1)[0] == r["id"].rsplit("[", 1)[0] for s in skipped):
+            by_case.setdefault(r["id"].rsplit("[", 1)[0], {})[r["device"]] = r["status"]
     assert all(len(set(statuses.values())) == 1 for statuses in by_case.values()), by_case
     consistency = [c for r in res for c in r["checks"] if c["check"] == "device_consistency" and r["device"] == "cuda"]
     assert consistency and all(c["status"] == "pass" for c in consistency)
