@@ -28,7 +28,7 @@ import torch
 
 from .batching import ROW_GROUP_STAGE_BYTES, ROW_STAGE, device_cap, stage_size
 from .realify import real_numel, real_view, unravel
-from .rows import Rows, SparseRows, from_keys
+from .rows import SORT_BYTES, Rows, SparseRows, from_keys, sorted_there
 
 EXACT = 1e-12  # relative: a single row's ratios are its weights to within a few roundings
 CALLS = 3  # backward calls per group: unit, weights w, weights w'
@@ -97,9 +97,14 @@ class RowGroups:
         if self.parts is not None and self.count > self.limit:  # counted, not kept: each argument fits alone
             self.counted = True
             return None
+        n_rows, n_cols = self.layout.n_rows, self.layout.n_cols
+        if self.device.type == "cuda" and SORT_BYTES * self.count <= torch.cuda.mem_get_info(self.device)[0] // 2:
+            keys, vals = self.keys[: self.count], self.vals[: self.count]  # sorted where they are (a GPU sorts fast)
+            self.keys = self.vals = torch.empty(0)
+            return sorted_there(keys, vals, n_rows, n_cols)  # the store is on the host
         keys, vals = self.keys[: self.count].cpu(), self.vals[: self.count].cpu()  # the store is on the host
         self.keys = self.vals = torch.empty(0)  # one copy of the entries at a time
-        return from_keys(keys, vals, self.layout.n_rows, self.layout.n_cols)
+        return from_keys(keys, vals, n_rows, n_cols)
 
     def _output(self, out: torch.Tensor, k: int) -> bool:
         """The entries of output ``out`` (its rows start at row ``k``) into the buffers; False to give up."""

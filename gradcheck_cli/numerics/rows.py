@@ -111,6 +111,24 @@ def from_keys(keys: torch.Tensor, vals: torch.Tensor, n_rows: int, n_cols: int) 
     return SparseRows.by_column(rows, sorted_vals, bounds)
 
 
+SORT_BYTES = 24  # on a GPU, while the store is sorted there: the sorted keys, the sort's order, the values in it
+
+
+def sorted_there(keys: torch.Tensor, vals: torch.Tensor, n_rows: int, n_cols: int) -> SparseRows:
+    """``from_keys`` where the entries are (a GPU): sorted and split into rows and columns there, by
+    torch's sort, and only the store (rows, values, column bounds) copied to the host; the same store
+    as ``from_keys`` (keys are unique, so any sort gives one order). Needs SORT_BYTES an entry there
+    beside the keys and values."""
+    ordered, order = torch.sort(keys)
+    sorted_vals = vals.index_select(0, order)
+    del order
+    col = torch.div(ordered, n_rows, rounding_mode="floor")
+    rows = ordered.sub_(col * n_rows).to(torch.int32 if n_rows <= 2**31 else torch.long)
+    counts = torch.zeros(n_cols, dtype=torch.long, device=keys.device).index_add_(0, col, torch.ones_like(col))
+    bounds = torch.cat([torch.zeros(1, dtype=torch.long, device=keys.device), torch.cumsum(counts, 0)])
+    return SparseRows.by_column(rows.cpu(), sorted_vals.cpu(), bounds.cpu())
+
+
 def narrow_rows(rows: torch.Tensor) -> torch.Tensor:
     """Row numbers as 32-bit integers where they fit (4 bytes an entry instead of 8)."""
     if rows.dtype == torch.int32 or (len(rows) and int(rows.max()) >= 2**31):
