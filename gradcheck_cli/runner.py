@@ -60,8 +60,11 @@ def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseRe
     return run_task(Task(case, device, opts))
 
 
-def run_task(task: Task) -> CaseResult:
+def run_task(task: Task, reached: Optional[Callable[[CaseResult], None]] = None) -> CaseResult:
     """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass.
+
+    ``reached(result)``, where given, is called with a failing case's result before it is shrunk, so that a
+    worker process can send its verdict before an interrupt ends it mid-search.
 
     A process that the code under test forked and that returns from it ends here: it must not go on
     as a copy of the worker (or of pytest) and report a second time."""
@@ -69,6 +72,8 @@ def run_task(task: Task) -> CaseResult:
     try:
         result = _trials(task)
         if task.opts.shrink > 0 and result.status is Status.FAIL:
+            if reached is not None:
+                reached(result)
             try:
                 result.shrunk = _shrunk(task, result, started)
             except BaseException as exc:  # Ctrl-C or SIGTERM while shrinking: the run stops, the verdict stands
