@@ -266,12 +266,15 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     )
     declined = plan.declined(case)
     running = [name for name in case.checks if name not in declined]
+    relaid = any(isinstance(entry, TensorArg) and not entry.contiguous for entry in bound.entries)
     for name in case.checks:
         if name in declined:
             result.checks.append(not_run(bound, name, declined[name]))
             continue
         last = name == running[-1]
-        with state.GUARD.preserved(result.warnings, last=last), vmap_fallback_quiet():  # no check sees others' changes
+        # no check sees others' changes; under `contiguous: false` the layout is ours: torch's notes on it are not
+        quiet = noncontiguous.layout_notes_quiet(relaid)  # printed (as in the noncontiguous check)
+        with state.GUARD.preserved(result.warnings, last=last), vmap_fallback_quiet(), quiet:
             check = run_check(name, ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))
