@@ -277,3 +277,36 @@ def test_an_interrupt_between_two_results_keeps_the_verdict_of_a_worker_shrinkin
     ]
     assert report.interrupted == "SIGINT" and report.not_run == 0
     assert [Path(r.spec).stem for r in seen] == ["01_other", "00_slow"]
+
+
+@pytest.mark.parametrize(
+    "dist, dims, shape",
+    [("spd", "1x4", "[1, 4]"), ("spd", "3x4", "[3, 4]"), ("symmetric", "4x1", "[4, 1]"), ("spd", "4", "[4]")],
+)
+def test_a_shape_a_matrix_dist_cannot_draw_is_refused_not_drawn_square(
+    user_module, write_spec, invoke, dist, dims, shape
+):
+    """dist spd at --shape a=1x4 drew a 4 x 4 matrix and checked it (the report said [4, 4]): now the case is an
+    error that names the file, the option, the spec's entry and what to give instead."""
+    user_module(SOURCE)
+    write_spec(
+        f"function: gradcheck_cli.examples.structured:Cholesky\ninputs:\n  - {{name: a, shape: [3, 3], dist: {dist}}}\n",
+        "specs/chol.yaml",
+    )
+    result = invoke("specs/chol.yaml", "--no-isolate", "--format", "json", "--shape", f"a={dims}")
+    assert result.exit_code == 3, result.output
+    (case,) = results(result)
+    assert case["status"] == "error" and case["error"]["kind"] == "spec" and case["checks"] == []
+    said = case["error"]["message"]
+    assert said.startswith("specs/chol.yaml:1: --shape a: dist ") and f"got {shape} (the spec's inputs[0])" in said
+    assert "give a shape such as --shape a=4x4 (or 2x4x4 for a batch)" in said
+
+
+def test_a_batch_of_square_matrices_is_drawn_as_asked(user_module, write_spec, invoke):
+    user_module(SOURCE)
+    write_spec("function: gradcheck_cli.examples.structured:Cholesky\ninputs: [{name: a, shape: [3, 3], dist: spd}]\n",
+               "specs/chol.yaml")  # fmt: skip
+    result = invoke("specs/chol.yaml", "--no-isolate", "--format", "json", "--shape", "a=2x4x4")
+    assert result.exit_code == 0, result.output
+    (case,) = results(result)
+    assert case["checks"][0]["inputs"][0]["shape"] == [2, 4, 4]

@@ -1,5 +1,6 @@
 """Spec messages speak YAML: a value quoted in a message is spelled as the spec file writes it (``null``,
-``true``, ``false``, ``.inf``, ``.nan``), not as Python prints it (``None``, ``True``, ``inf``)."""
+``true``, ``false``, ``.inf``, ``.nan``), not as Python prints it (``None``, ``True``, ``inf``); and a shape that
+a matrix dist cannot draw (``dist: spd`` at ``[3, 4]``) is an error that says what to give instead."""
 
 from __future__ import annotations
 
@@ -89,3 +90,23 @@ def test_show_keeps_quoting_text_and_cuts_long_values():
     for _ in range(10_000):  # nested deeper than the recursion limit: only the start is read
         deep = [deep]
     assert show(deep) == "[" * 57 + "..."
+
+
+@pytest.mark.parametrize(
+    "dist, shape, said",
+    [
+        ("spd", "[3, 4]", "dist spd draws square matrices (or batches of them): the last two dimensions must be "
+         "equal, got [3, 4]; give a shape such as [4, 4] (or [2, 4, 4] for a batch)"),
+        ("symmetric", "[5, 1, 4]", "got [5, 1, 4]; give a shape such as [4, 4] (or [5, 4, 4] for a batch)"),
+        ("spd", "[4]", "dist spd draws matrices: expected at least 2 dimensions (..., n, n), got [4]"),
+        ("orthogonal", "[3]", "dist orthogonal draws matrices: expected at least 2 dimensions (..., m, n), got [3]"),
+    ],
+)  # fmt: skip
+def test_a_matrix_dist_at_a_shape_it_cannot_draw_says_what_to_give(write_spec, dist, shape, said):
+    path = write_spec(
+        "function: gradcheck_cli.examples.structured:Cholesky\n"
+        f"inputs:\n  - {{name: a, shape: {shape}, dist: {dist}}}\n"
+    )
+    (err,) = load_file(path)
+    assert isinstance(err, SpecError) and err.key == "inputs[0].shape"
+    assert str(err).startswith(f"{path}:3: inputs[0].shape: ") and said in str(err)
