@@ -367,10 +367,11 @@ class Pool:
                         if worker.stray is None:
                             worker.proc.join(timeout=2)  # its own exit code, not the SIGKILL of stop()
                         worker.stop()
-                        failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker))
+                        failure = _lost(worker, worker.task, ErrorKind.CRASH, _death(worker))
                     elif worker.overdue(timeout):
                         worker.stop()
-                        failure = failed_result(
+                        failure = _lost(
+                            worker,
                             worker.task,
                             ErrorKind.TIMEOUT,
                             f"timed out after {timeout:g} s ({self.timeout_option}; 0 for none): "
@@ -379,7 +380,6 @@ class Pool:
                         )
                     else:
                         continue
-                    failure.duration_s = worker.spent()
                     worker.index = worker.task = None
                     failures += 1
                     stopping = stopping or 0 < maxfail <= failures
@@ -404,6 +404,18 @@ class Pool:
         for worker in self.workers:
             worker.end()
         self.workers = []
+
+
+def _lost(worker: _Worker, task: Task, kind: ErrorKind, why: str) -> CaseResult:
+    """The result of ``task`` when its worker died or ran out of time (``why``): the verdict the worker sent
+    before shrinking a failure, where it had sent one (the search, information only, was cut short), else an
+    error of ``kind``."""
+    if worker.verdict is not None:
+        worker.verdict.warnings.append(f"the search for a smaller failing case (--shrink) was cut short: {why}")
+        return worker.verdict
+    failure = failed_result(task, kind, why)
+    failure.duration_s = worker.spent()
+    return failure
 
 
 def _reached(workers: list[_Worker]) -> Generator[tuple[int, CaseResult], None, None]:

@@ -222,6 +222,13 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def _ends(pid: int) -> None:
+    deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
 @pytest.mark.slow  # starts worker processes
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupt_while_a_worker_shrinks_keeps_the_verdict(
@@ -248,11 +255,7 @@ def test_an_interrupt_while_a_worker_shrinks_keeps_the_verdict(
     assert slow["checks"][0]["inputs"][0]["pattern"] == "constant_ratio" and "shrunk" not in slow
     assert report["summary"]["not_run"] == 1 and report["summary"]["interrupted"] == signum.name
     assert "Traceback" not in stderr, stderr
-    searching = int(marker.read_text())
-    deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
-    while _alive(searching) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(searching)
+    _ends(int(marker.read_text()))
 
 
 @pytest.mark.slow  # starts worker processes
@@ -310,3 +313,37 @@ def test_a_batch_of_square_matrices_is_drawn_as_asked(user_module, write_spec, i
     assert result.exit_code == 0, result.output
     (case,) = results(result)
     assert case["checks"][0]["inputs"][0]["shape"] == [2, 4, 4]
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.slow  # starts worker processes
+def test_a_worker_killed_while_it_shrinks_keeps_the_verdict(user_module, write_spec, tmp_path, gradcheck_argv):
+    """The worker is killed (as the out-of-memory killer would) while it shrinks a failure: the case is reported
+    with its verdict, the search cut short said in a warning, not as a crash; the run goes on to the next case."""
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("needs Linux's /proc to find the worker of the search")
+    _interrupt_specs(user_module, write_spec, "Square")
+    proc = subprocess.Popen(
+        [*gradcheck_argv, "specs/", "-j", "1", "--format", "json", "--shrink", "60"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    marker = tmp_path / "shrinking.pid"
+    _wait_for(marker)
+    os.kill(_parent_of(int(marker.read_text())), signal.SIGKILL)  # the search's parent: the worker
+    stdout, stderr = proc.communicate(timeout=600)  # a bound for a hung run only, not a speed
+    assert proc.returncode == 1, stderr
+    report = json.loads(stdout)
+    assert [(Path(r["spec"]).stem, r["status"]) for r in report["results"]] == [
+        ("00_slow", "fail"),
+        ("01_other", "pass"),
+    ]
+    (warning,) = report["results"][0]["warnings"]
+    assert warning.startswith("the search for a smaller failing case (--shrink) was cut short: the worker process")
+    assert "killed by SIGKILL" in warning and report["results"][0]["error"] is None
+    _ends(int(marker.read_text()))  # the search dies with its worker
