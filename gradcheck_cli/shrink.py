@@ -87,8 +87,9 @@ def fails_alike(result: CaseResult, how: Failure) -> bool:
 
 
 def as_asked(result: CaseResult, state: State) -> bool:
-    """Whether every argument row of ``result`` has the shape ``state`` asked for (a draw that makes a matrix
-    square, ``dist: spd``, would report a shape that the replay's --shape does not say)."""
+    """Whether every argument row of ``result`` has the shape ``state`` asked for (a draw at another shape would
+    report one that the replay's --shape does not say; --shape refuses the shapes a matrix dist cannot draw,
+    and this keeps any other such draw from counting)."""
     return all(
         list(row.shape) == list(state.shapes[row.name])
         for check in result.checks
