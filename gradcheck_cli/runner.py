@@ -272,8 +272,8 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
             result.checks.append(not_run(bound, name, declined[name]))
             continue
         last = name == running[-1]
-        # no check sees others' changes; under `contiguous: false` the layout is ours: torch's notes on it are not
-        quiet = noncontiguous.layout_notes_quiet(relaid)  # printed (as in the noncontiguous check)
+        # no check sees others' changes (GUARD); torch's notes on a layout `contiguous: false` made are not printed
+        quiet = noncontiguous.layout_notes_quiet(relaid)
         with state.GUARD.preserved(result.warnings, last=last), vmap_fallback_quiet(), quiet:
             check = run_check(name, ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
