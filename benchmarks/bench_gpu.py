@@ -290,7 +290,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.profile:
         profile(shapes[-1], device, args.profile)
         stem, dot, ext = args.profile.rpartition(".")
-        profile_linear(8 if args.small else 128, device, f"{stem}-linear.{ext}" if dot else args.profile + "-linear")
+        for n in (8,) if args.small else (128, 256):
+            profile_linear(n, device, f"{stem}-linear-{n}.{ext}" if dot else f"{args.profile}-linear-{n}")
 
 
 if __name__ == "__main__":

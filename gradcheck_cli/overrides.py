@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from .spec import Arg, Case, TensorArg
 from .spec.model import BOUNDS, DIST_DEFAULTS
+from .spec.rules import not_matrices, square_example
 
 KINDS = ("zeros", "ones", "integers")  # simpler values, the simplest first
 SMALL = 3  # integers: from -3 to 3, where the spec's values allow them
@@ -74,6 +75,15 @@ def applied(case: Case, names: Sequence[str], shapes: Shapes = (), values: Value
                 f"{', '.join(args) or 'none'}); name one of them, as the report does",
             )
     new_shapes, new_values = dict(shapes), dict(values)
+    for name, shape in new_shapes.items():
+        problem = not_matrices(args[name].dist or "normal", shape)
+        if problem:
+            square, batch = square_example(shape)
+            raise BindError(
+                f"--shape {name}",
+                f"{problem} (the spec's {args[name].key}); give a shape such as --shape {name}={described(square)} "
+                f"(or {described(batch)} for a batch)",
+            )
     for name, kind in new_values.items():
         possible = kinds(args[name], case.dtype)
         if kind not in possible:

@@ -153,8 +153,13 @@ def _tasks(conn: Connection) -> None:
             return
         index, task = message
         conn.send(("started", me, index, None))  # the timeout counts from here, not from the worker's start-up
+
+        # an interrupt may end this worker while it shrinks a failure: the verdict goes to the parent first
+        def reached(verdict: CaseResult, index: int = index) -> None:
+            conn.send(("verdict", me, index, verdict))
+
         try:
-            result = run_task(task)  # a process forked by the code under test never comes back from it
+            result = run_task(task, reached)  # a process forked by the code under test never comes back from it
         except KeyboardInterrupt:  # no Ctrl-C reaches a worker (its own process group): the code under test raised it
             result = failed_result(task, ErrorKind.FORWARD, "the code under test raised KeyboardInterrupt")
         processes.end(processes.started())  # what the case started ends with it (state.py named it)
@@ -188,6 +193,7 @@ class _Worker:
         self.task: Optional[Task] = None
         self.given = 0.0  # when the task was handed over
         self.started: Optional[float] = None  # when the worker began the task
+        self.verdict: Optional[CaseResult] = None  # the task's result, sent before shrinking its failure
         self.retiring = False  # it said it will exit after this result
         self.ready = False  # it said it has imported and warmed up
         self.stray: Optional[int] = None  # a process that wrote to this worker's pipe but is not the worker
@@ -195,7 +201,7 @@ class _Worker:
     def give(self, index: int, task: Task) -> None:
         self.conn.send((index, task))
         self.clean = False
-        self.index, self.task, self.given, self.started = index, task, time.monotonic(), None
+        self.index, self.task, self.given, self.started, self.verdict = index, task, time.monotonic(), None, None
 
     def take(self) -> tuple[bool, Optional[CaseResult]]:
         """(alive, result): the finished result if one came; alive is False when the pipe broke or a
@@ -213,6 +219,8 @@ class _Worker:
                     return False, None
                 if kind == "started":
                     self.started = time.monotonic()
+                elif kind == "verdict":
+                    self.verdict = payload
                 else:
                     self.retiring = kind == "retiring"
                     return True, payload
@@ -330,7 +338,9 @@ class Pool:
 
     def run(self, tasks: list[Task], maxfail: int = 0) -> Generator[tuple[int, CaseResult], None, None]:
         """Check ``tasks``; yield (index into tasks, result) as each finishes. Closing the generator early
-        (an interrupt) ends the busy workers and what they started.
+        ends the busy workers and what they started. An interrupt (KeyboardInterrupt, or any other exception
+        raised here or thrown in) first yields what the busy workers had reached (a result not yet read, the
+        verdict of a failure being shrunk), then ends them and raises it again.
 
         After ``maxfail`` failures or errors (0: no limit), no new task starts; tasks already running finish.
         """
@@ -370,10 +380,11 @@ class Pool:
                         if worker.stray is None:
                             worker.proc.join(timeout=2)  # its own exit code, not the SIGKILL of stop()
                         worker.stop()
-                        failure = failed_result(worker.task, ErrorKind.CRASH, _death(worker))
+                        failure = _lost(worker, worker.task, ErrorKind.CRASH, _death(worker))
                     elif worker.overdue(timeout):
                         worker.stop()
-                        failure = failed_result(
+                        failure = _lost(
+                            worker,
                             worker.task,
                             ErrorKind.TIMEOUT,
                             f"timed out after {timeout:g} s ({self.timeout_option}; 0 for none): "
@@ -382,13 +393,17 @@ class Pool:
                         )
                     else:
                         continue
-                    failure.duration_s = worker.spent()
                     worker.index = worker.task = None
                     failures += 1
                     stopping = stopping or 0 < maxfail <= failures
                     if pending and not stopping:
                         workers[i] = self._fresh()  # warm up the replacement while the others work
                     yield index, failure
+        except GeneratorExit:
+            raise
+        except BaseException:
+            yield from _reached(workers)
+            raise
         finally:
             for worker in workers:
                 if worker.task is not None:  # closed early: an interrupt, or the consumer stopped
@@ -402,6 +417,33 @@ class Pool:
         for worker in self.workers:
             worker.end()
         self.workers = []
+
+
+def _lost(worker: _Worker, task: Task, kind: ErrorKind, why: str) -> CaseResult:
+    """The result of ``task`` when its worker died or ran out of time (``why``): the verdict the worker sent
+    before shrinking a failure, where it had sent one (the search, information only, was cut short), else an
+    error of ``kind``."""
+    if worker.verdict is not None:
+        worker.verdict.warnings.append(f"the search for a smaller failing case (--shrink) was cut short: {why}")
+        return worker.verdict
+    failure = failed_result(task, kind, why)
+    failure.duration_s = worker.spent()
+    return failure
+
+
+def _reached(workers: list[_Worker]) -> Generator[tuple[int, CaseResult], None, None]:
+    """What the busy ``workers`` had reached when an interrupt came: a finished result still in the pipe, or the
+    verdict a worker sent before shrinking its failure (that worker stays busy: the caller ends it)."""
+    for worker in workers:
+        if worker.task is None or worker.index is None:
+            continue
+        _, result = worker.take()
+        index = worker.index
+        if result is not None:
+            worker.index = worker.task = None
+            yield index, result
+        elif worker.verdict is not None:
+            yield index, worker.verdict
 
 
 def run(

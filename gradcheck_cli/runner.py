@@ -60,8 +60,11 @@ def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseRe
     return run_task(Task(case, device, opts))
 
 
-def run_task(task: Task) -> CaseResult:
+def run_task(task: Task, reached: Optional[Callable[[CaseResult], None]] = None) -> CaseResult:
     """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass.
+
+    ``reached(result)``, where given, is called with a failing case's result before it is shrunk, so that a
+    worker process can send its verdict before an interrupt ends it mid-search.
 
     A process that the code under test forked and that returns from it ends here: it must not go on
     as a copy of the worker (or of pytest) and report a second time."""
@@ -69,6 +72,8 @@ def run_task(task: Task) -> CaseResult:
     try:
         result = _trials(task)
         if task.opts.shrink > 0 and result.status is Status.FAIL:
+            if reached is not None:
+                reached(result)
             try:
                 result.shrunk = _shrunk(task, result, started)
             except BaseException as exc:  # Ctrl-C or SIGTERM while shrinking: the run stops, the verdict stands
@@ -261,12 +266,15 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     )
     declined = plan.declined(case)
     running = [name for name in case.checks if name not in declined]
+    relaid = any(isinstance(entry, TensorArg) and not entry.contiguous for entry in bound.entries)
     for name in case.checks:
         if name in declined:
             result.checks.append(not_run(bound, name, declined[name]))
             continue
         last = name == running[-1]
-        with state.GUARD.preserved(result.warnings, last=last), vmap_fallback_quiet():  # no check sees others' changes
+        # no check sees others' changes (GUARD); torch's notes on a layout `contiguous: false` made are not printed
+        quiet = noncontiguous.layout_notes_quiet(relaid)
+        with state.GUARD.preserved(result.warnings, last=last), vmap_fallback_quiet(), quiet:
             check = run_check(name, ctx)
         if device.startswith("cuda"):  # surface asynchronous CUDA errors here, as this case's
             guarded(ErrorKind.CUDA, "a CUDA kernel", torch.cuda.synchronize, torch.device(device))

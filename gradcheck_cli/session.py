@@ -67,19 +67,38 @@ def execute(
     interrupted = None
     if tasks and not (batch.maxfail and left <= 0):
         finished = _run([t for _, t in tasks], batch, left)
+
+        def file(k: int, result: CaseResult) -> None:
+            results[tasks[k][0]] = result
+            if on_result:
+                on_result(result)
+
         try:
             for k, result in finished:
-                results[tasks[k][0]] = result
-                if on_result:
-                    on_result(result)
-        except KeyboardInterrupt:
-            interrupted = "SIGINT"
-        except Terminated:
-            interrupted = "SIGTERM"
+                file(k, result)
+        except (KeyboardInterrupt, Terminated) as exc:
+            interrupted = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+            for k, result in _reached(finished, exc):
+                file(k, result)
         finally:
             finished.close()  # ends the workers at once when interrupted
     done = [r for r in results if r is not None]
     return Report(done, time.perf_counter() - start, not_run=len(results) - len(done), interrupted=interrupted)
+
+
+def _reached(
+    finished: Generator[tuple[int, CaseResult], None, None], exc: BaseException
+) -> Iterator[tuple[int, CaseResult]]:
+    """What ``finished`` had reached when the interrupt ``exc`` stopped its consumer (between two of its
+    results): ``exc`` is raised in it, and it yields those results before it raises ``exc`` again. Where the
+    interrupt came inside ``finished``, it yielded them already and has ended: nothing more comes."""
+    try:
+        item = finished.throw(exc)
+        while True:
+            yield item
+            item = next(finished)
+    except (KeyboardInterrupt, Terminated, StopIteration):
+        return
 
 
 def _run(tasks: list[Task], batch: BatchOptions, maxfail: int) -> Generator[tuple[int, CaseResult], None, None]:

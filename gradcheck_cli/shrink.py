@@ -9,6 +9,7 @@ found until then is sent back after every attempt. No torch here: the caller's `
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pickle
 import select
@@ -86,8 +87,9 @@ def fails_alike(result: CaseResult, how: Failure) -> bool:
 
 
 def as_asked(result: CaseResult, state: State) -> bool:
-    """Whether every argument row of ``result`` has the shape ``state`` asked for (a draw that makes a matrix
-    square, ``dist: spd``, would report a shape that the replay's --shape does not say)."""
+    """Whether every argument row of ``result`` has the shape ``state`` asked for (a draw at another shape would
+    report one that the replay's --shape does not say; --shape refuses the shapes a matrix dist cannot draw,
+    and this keeps any other such draw from counting)."""
     return all(
         list(row.shape) == list(state.shapes[row.name])
         for check in result.checks
@@ -187,11 +189,13 @@ def shrunk(
     # Ctrl-C or SIGTERM waits until the child exists and can be ended: neither may stop this process between
     # the fork and the try below (a child left searching), nor reach the child before it ignores Ctrl-C
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    parent = os.getpid()
     with warnings.catch_warnings():  # a multi-threaded process: the child only checks, then ends
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(read)
+        _die_with(parent)
         _child(
             write,
             lambda found: search(start, allowed, how, attempt, lambda: time.perf_counter() >= deadline, found),
@@ -222,6 +226,17 @@ def shrunk(
 
 def _any_step(start: State, allowed: dict[str, tuple[str, ...]]) -> bool:
     return next(steps(start, allowed), None) is not None
+
+
+def _die_with(parent: int) -> None:
+    """Linux: this child is killed when its parent dies, however it dies (a worker killed for memory while it
+    shrinks): a search left running would hold the pipes of the parent's own parent (the run waits for them)."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's process group ends it
+        return
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(0)
 
 
 def _child(

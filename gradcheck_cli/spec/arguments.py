@@ -19,7 +19,6 @@ from .model import (
     DISTS,
     IMPORT_KEYS,
     KINDS,
-    MATRIX_DISTS,
     MAX_DIMS,
     SET_DISTS,
     SIZE_OF_KEYS,
@@ -33,7 +32,7 @@ from .model import (
     TensorArg,
     ValueArg,
 )
-from .rules import outside_int64, reversed_interval, too_deep, unordered
+from .rules import not_matrices, outside_int64, reversed_interval, square_example, too_deep, unordered
 from .values import did_you_mean, dtype_of, import_path, mapping, number, show, whole
 
 
@@ -258,16 +257,10 @@ def _structure(
             key + ("dtype",),
             f"dist {dist} draws floating-point values; use a floating dtype (randint or permutation draw integers)",
         )
-    if dist in MATRIX_DISTS and shape is not None:
-        if len(shape) < 2:
-            raise ctx.fail(
-                key + ("shape",), f"dist {dist} draws matrices: expected at least 2 dimensions (..., n, n), got {shape}"
-            )
-        if dist != "orthogonal" and shape[-1] != shape[-2]:
-            raise ctx.fail(
-                key + ("shape",),
-                f"dist {dist} draws square matrices: the last two dimensions must be equal, got {shape}",
-            )
+    problem = not_matrices(dist, shape) if shape is not None else None
+    if problem:
+        square, batch = square_example(shape or [])
+        raise ctx.fail(key + ("shape",), f"{problem}; give a shape such as {square} (or {batch} for a batch)")
 
 
 def _dim(entry: dict[str, Any], shape: Optional[list[int]], key: Key, ctx: Ctx) -> int:

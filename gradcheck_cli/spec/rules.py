@@ -7,9 +7,10 @@ message quotes the value as written); the caller names the file, line and key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Optional
 
-from .model import MAX_DIMS
+from .model import MATRIX_DISTS, MAX_DIMS
 from .values import show
 
 INT64 = (-(2**63), 2**63)  # randint's bounds: low <= v < high
@@ -23,6 +24,29 @@ def unordered(low: float, high: float) -> Optional[str]:
 def reversed_interval(intervals: tuple[tuple[float, float], ...]) -> Optional[str]:
     """An ``avoid`` interval ``[lo, hi]`` with ``lo > hi``."""
     return "each interval must be [lo, hi] with lo <= hi" if any(lo > hi for lo, hi in intervals) else None
+
+
+def not_matrices(dist: str, shape: Sequence[int]) -> Optional[str]:
+    """A shape that ``dist`` cannot draw: a matrix dist (symmetric, spd, orthogonal) with fewer than two
+    dimensions, or a square one (symmetric, spd) whose last two dimensions differ (it would draw a square
+    matrix of another shape, or none)."""
+    if dist not in MATRIX_DISTS:
+        return None
+    if len(shape) < 2:
+        dims = "(..., m, n)" if dist == "orthogonal" else "(..., n, n)"
+        return f"dist {dist} draws matrices: expected at least 2 dimensions {dims}, got {list(shape)}"
+    if dist != "orthogonal" and shape[-1] != shape[-2]:
+        return (
+            f"dist {dist} draws square matrices (or batches of them): the last two dimensions must be equal, "
+            f"got {list(shape)}"
+        )
+    return None
+
+
+def square_example(shape: Sequence[int]) -> tuple[list[int], list[int]]:
+    """A square shape near ``shape`` and a batch of such matrices, for a message's example."""
+    n = max([*shape[-2:], 2])
+    return [n, n], [*(shape[:-2] or [2]), n, n]
 
 
 def depth(data: Any) -> int:

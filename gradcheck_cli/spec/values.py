@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from collections.abc import Iterator
 from typing import Any, Optional
 
 from .lines import Ctx
@@ -117,7 +118,41 @@ def did_you_mean(key: Any, allowed: tuple[str, ...]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+SHOWN = 60  # characters of a value that a message quotes, at most
+
+
 def show(value: Any) -> str:
-    """``value`` as a message quotes it: its repr, cut to 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    """``value`` as a message quotes it, spelled as YAML writes it (``null``, ``true``, ``.inf``, ``[1, null]``;
+    text quoted, ``'x'``), cut to 60 characters."""
+    text = ""
+    for piece in _yaml(value):
+        text += piece
+        if len(text) > SHOWN:
+            return text[: SHOWN - 3] + "..."
+    return text
+
+
+def _yaml(value: Any) -> Iterator[str]:
+    """The pieces of ``value`` in YAML's flow style, outermost first (a message reads only its start)."""
+    if value is None:
+        yield "null"
+    elif isinstance(value, bool):
+        yield "true" if value else "false"
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield ".nan" if math.isnan(value) else ".inf" if value > 0 else "-.inf"
+    elif isinstance(value, (list, tuple)):
+        yield "["
+        for i, item in enumerate(value):
+            yield ", " if i else ""
+            yield from _yaml(item)
+        yield "]"
+    elif isinstance(value, dict):
+        yield "{"
+        for i, (k, item) in enumerate(value.items()):
+            yield ", " if i else ""
+            yield from _yaml(k)
+            yield ": "
+            yield from _yaml(item)
+        yield "}"
+    else:
+        yield repr(value)

@@ -4,10 +4,20 @@ field, GitHub and JUnit, and the replay command's --shape NAME=DIMS (issue 33 it
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
+
+from gradcheck_cli import pool, session
+from gradcheck_cli.plan import RunOptions
+from gradcheck_cli.results import CaseResult, Status
+from gradcheck_cli.spec import load_file
 
 SOURCE = """
 import torch
@@ -147,3 +157,193 @@ def test_bad_shape_and_shrink_options_say_what_to_do(scale, invoke):
 def test_in_the_worker_process(scale, invoke):
     (result,) = results(invoke("specs/scale.yaml", "-j", "1", "--format", "json", "--shrink", "60"))
     assert result["status"] == "fail" and result["shrunk"]["shapes"] == {"x": [1, 1], "w": [1]}
+
+
+INTERRUPTED = """
+import os, time
+from pathlib import Path
+import torch
+
+HERE = Path(__file__).parent
+
+class ShrinksSlowly(torch.autograd.Function):  # wrong; away from the spec's shape (the shrinking) it says so, hangs
+    @staticmethod
+    def forward(ctx, x):
+        if tuple(x.shape) != (6, 8):
+            (HERE / "shrinking.pid").write_text(str(os.getpid()))
+            time.sleep(600)
+        return 3 * x
+    @staticmethod
+    def backward(ctx, g):
+        return 6 * g
+
+class Hangs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        time.sleep(600)
+        return 3 * x
+    @staticmethod
+    def backward(ctx, g):
+        return 3 * g
+
+class Square(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * x * g
+"""
+
+
+def _interrupt_specs(user_module, write_spec, other: str) -> None:
+    user_module(INTERRUPTED)
+    write_spec("function: usermod:ShrinksSlowly\ninputs: [{shape: [6, 8]}]\n", "specs/00_slow.yaml")
+    write_spec(f"function: usermod:{other}\ninputs: [{{shape: [3]}}]\n", "specs/01_other.yaml")
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 300  # a bound for a broken run only: the wait ends on the event
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), f"{path.name} never appeared"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _ends(pid: int) -> None:
+    deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)
+
+
+@pytest.mark.slow  # starts worker processes
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_while_a_worker_shrinks_keeps_the_verdict(
+    user_module, write_spec, tmp_path, gradcheck_argv, signum, code
+):
+    """-j 2: the first case failed and its worker is shrinking it, the second case hangs; the interrupt stops the
+    run, the failure is reported with its verdict, the hanging case is not run, and the search ends."""
+    _interrupt_specs(user_module, write_spec, "Hangs")
+    proc = subprocess.Popen(
+        [*gradcheck_argv, "specs/", "-j", "2", "--format", "json", "--shrink", "60"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    marker = tmp_path / "shrinking.pid"
+    _wait_for(marker)
+    proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=600)  # a bound for a hung run only, not a speed
+    assert proc.returncode == code, stderr
+    report = json.loads(stdout)
+    assert [(Path(r["spec"]).stem, r["status"]) for r in report["results"]] == [("00_slow", "fail")]
+    (slow,) = report["results"]
+    assert slow["checks"][0]["inputs"][0]["pattern"] == "constant_ratio" and "shrunk" not in slow
+    assert report["summary"]["not_run"] == 1 and report["summary"]["interrupted"] == signum.name
+    assert "Traceback" not in stderr, stderr
+    _ends(int(marker.read_text()))
+
+
+@pytest.mark.slow  # starts worker processes
+def test_an_interrupt_between_two_results_keeps_the_verdict_of_a_worker_shrinking(user_module, write_spec, monkeypatch):
+    """The interrupt comes while the run files another case's result (the progress display), not while it waits
+    on the workers: the verdict a worker sent before it began shrinking is reported all the same."""
+    _interrupt_specs(user_module, write_spec, "Square")
+    monkeypatch.setattr(pool, "usable_cores", lambda: 2)  # two workers on a one-core machine too
+    seen: list[CaseResult] = []
+
+    def on_result(result: CaseResult) -> None:
+        seen.append(result)
+        if "01_other" in (result.spec or ""):
+            _wait_for(Path("shrinking.pid"))  # the other worker sent its verdict and is shrinking
+            raise KeyboardInterrupt
+
+    cases = [*load_file("specs/00_slow.yaml"), *load_file("specs/01_other.yaml")]
+    report = session.execute(cases, RunOptions(shrink=60), session.BatchOptions(jobs=2), on_result)
+    assert [(Path(r.spec).stem, r.status) for r in report.results] == [
+        ("00_slow", Status.FAIL),
+        ("01_other", Status.PASS),
+    ]
+    assert report.interrupted == "SIGINT" and report.not_run == 0
+    assert [Path(r.spec).stem for r in seen] == ["01_other", "00_slow"]
+
+
+@pytest.mark.parametrize(
+    "dist, dims, shape",
+    [("spd", "1x4", "[1, 4]"), ("spd", "3x4", "[3, 4]"), ("symmetric", "4x1", "[4, 1]"), ("spd", "4", "[4]")],
+)
+def test_a_shape_a_matrix_dist_cannot_draw_is_refused_not_drawn_square(
+    user_module, write_spec, invoke, dist, dims, shape
+):
+    """dist spd at --shape a=1x4 drew a 4 x 4 matrix and checked it (the report said [4, 4]): now the case is an
+    error that names the file, the option, the spec's entry and what to give instead."""
+    user_module(SOURCE)
+    write_spec(
+        f"function: gradcheck_cli.examples.structured:Cholesky\ninputs:\n  - {{name: a, shape: [3, 3], dist: {dist}}}\n",
+        "specs/chol.yaml",
+    )
+    result = invoke("specs/chol.yaml", "--no-isolate", "--format", "json", "--shape", f"a={dims}")
+    assert result.exit_code == 3, result.output
+    (case,) = results(result)
+    assert case["status"] == "error" and case["error"]["kind"] == "spec" and case["checks"] == []
+    said = case["error"]["message"]
+    assert said.startswith("specs/chol.yaml:1: --shape a: dist ") and f"got {shape} (the spec's inputs[0])" in said
+    assert "give a shape such as --shape a=4x4 (or 2x4x4 for a batch)" in said
+
+
+def test_a_batch_of_square_matrices_is_drawn_as_asked(user_module, write_spec, invoke):
+    user_module(SOURCE)
+    write_spec("function: gradcheck_cli.examples.structured:Cholesky\ninputs: [{name: a, shape: [3, 3], dist: spd}]\n",
+               "specs/chol.yaml")  # fmt: skip
+    result = invoke("specs/chol.yaml", "--no-isolate", "--format", "json", "--shape", "a=2x4x4")
+    assert result.exit_code == 0, result.output
+    (case,) = results(result)
+    assert case["checks"][0]["inputs"][0]["shape"] == [2, 4, 4]
+
+
+def _parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.slow  # starts worker processes
+def test_a_worker_killed_while_it_shrinks_keeps_the_verdict(user_module, write_spec, tmp_path, gradcheck_argv):
+    """The worker is killed (as the out-of-memory killer would) while it shrinks a failure: the case is reported
+    with its verdict, the search cut short said in a warning, not as a crash; the run goes on to the next case."""
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("needs Linux's /proc to find the worker of the search")
+    _interrupt_specs(user_module, write_spec, "Square")
+    proc = subprocess.Popen(
+        [*gradcheck_argv, "specs/", "-j", "1", "--format", "json", "--shrink", "60"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    marker = tmp_path / "shrinking.pid"
+    _wait_for(marker)
+    os.kill(_parent_of(int(marker.read_text())), signal.SIGKILL)  # the search's parent: the worker
+    stdout, stderr = proc.communicate(timeout=600)  # a bound for a hung run only, not a speed
+    assert proc.returncode == 1, stderr
+    report = json.loads(stdout)
+    assert [(Path(r["spec"]).stem, r["status"]) for r in report["results"]] == [
+        ("00_slow", "fail"),
+        ("01_other", "pass"),
+    ]
+    (warning,) = report["results"][0]["warnings"]
+    assert warning.startswith("the search for a smaller failing case (--shrink) was cut short: the worker process")
+    assert "killed by SIGKILL" in warning and report["results"][0]["error"] is None
+    _ends(int(marker.read_text()))  # the search dies with its worker

@@ -261,7 +261,7 @@ DRIFTS = [  # (document, the loader's message)
     ),
     (
         {"function": F, "compile": False},  # was: read as `compile: {}`
-        "s.yaml: compile: expected a mapping with keys backend, atol, rtol; got False",
+        "s.yaml: compile: expected a mapping with keys backend, atol, rtol; got false",
     ),
     (
         {"function": F, "cases": [{"compile": 0}]},
@@ -277,7 +277,7 @@ DRIFTS = [  # (document, the loader's message)
     ),
     (
         {"function": F, "inputs": [{"shape": [3], "dist": None}]},  # was: read as no dist
-        "s.yaml: inputs[0].dist: unknown distribution None; use one of normal, uniform, randint, positive, sorted, "
+        "s.yaml: inputs[0].dist: unknown distribution null; use one of normal, uniform, randint, positive, sorted, "
         "simplex, permutation, symmetric, spd, orthogonal",
     ),
 ]
