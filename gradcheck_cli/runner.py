@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from . import checks, expectations, inputs, loader, oracle, overrides, plan, shrink, state
+from . import checks, devices, expectations, inputs, loader, oracle, overrides, plan, shrink, state
 from .binding import Bound, bind, positional_labels
 from .checks import broken, noncontiguous, verdict
 from .checks.base import MEMORY_BYTES, CheckContext, Options
@@ -117,7 +117,7 @@ def _shrunk(task: Task, result: CaseResult, started: float) -> Optional[Shrunk]:
     budget = task.opts.shrink
     if task.opts.timeout is not None:
         budget = min(budget, SHRINK_SHARE * task.opts.timeout - (time.perf_counter() - started))
-    if budget <= 0 or case.distributed is not None or task.device != "cpu":  # a forked child cannot use CUDA
+    if budget <= 0 or case.distributed is not None or task.device != "cpu":  # a CUDA context is not forked
         return None
     try:
         args = overrides.tensor_args(case, _names(case, loader.load(case.function)))
@@ -136,8 +136,10 @@ def _shrunk(task: Task, result: CaseResult, started: float) -> Optional[Shrunk]:
         opts = replace(task.opts, seed=result.seed, trials=1, shrink=0.0, shapes=shapes, values=values)
         return _trials(Task(replace(case, checks=only), task.device, opts))
 
-    # a forked child must not enter the OpenMP thread pool of its parent (GNU OpenMP hangs there): one thread
-    return shrink.shrunk(result, start, allowed, attempt, budget, setup=lambda: torch.set_num_threads(1))
+    # a forked child must not enter the OpenMP thread pool of its parent (GNU OpenMP hangs there): one thread;
+    # where a forked child cannot run backward (a GPU machine), the search runs here
+    fork = devices.forks_run_backward()
+    return shrink.shrunk(result, start, allowed, attempt, budget, setup=lambda: torch.set_num_threads(1), fork=fork)
 
 
 def _names(case: Case, target: Target) -> list[str]:

@@ -3,7 +3,9 @@ with the same pattern, within a time budget (information only: the case's result
 
 The attempts run in a child process forked for them: whatever the code under test does there (raise, hang,
 crash, print, change global state) ends with the child, and the child is ended at the budget's end. What it
-found until then is sent back after every attempt. No torch here: the caller's ``attempt`` runs the case.
+found until then is sent back after every attempt. Where a forked child could not run backward (torch refuses
+it once autograd has started its device threads: a machine with a GPU), or the system cannot fork, they run
+in this process, the budget checked between attempts. No torch here: the caller's ``attempt`` runs the case.
 """
 
 from __future__ import annotations
@@ -175,16 +177,83 @@ def shrunk(
     attempt: Attempt,
     budget: float,
     setup: Callable[[], None] = lambda: None,
+    fork: bool = True,
 ) -> Optional[Shrunk]:
     """A smaller or simpler case than ``start`` (every tensor argument's shape; ``allowed``: the simpler values
     each argument's spec allows) that fails as ``result`` does, searched for ``budget`` seconds at most in a
-    child process, which calls ``setup`` first; None when the result did not fail, no such case failed alike
-    in time, or the system cannot fork."""
+    child process, which calls ``setup`` first; None when the result did not fail or no such case failed alike
+    in time. Where the system cannot fork, or ``fork`` is false (a forked child could not run backward), the
+    search runs in this process instead, the budget checked between attempts (``_here``)."""
     how = failure(result)
-    if how is None or budget <= 0 or not hasattr(os, "fork") or not (_any_step(start, allowed)):
+    if how is None or budget <= 0 or not (_any_step(start, allowed)):
         return None
     began = time.perf_counter()
     deadline = began + budget
+    if fork and hasattr(os, "fork"):
+        last = _forked(start, allowed, how, attempt, deadline, setup)
+    else:
+        last = _here(start, allowed, how, attempt, deadline)
+    if last is None or last[1] is None:
+        return None
+    attempts, (state, seed) = last[0], last[1]
+    return Shrunk(
+        check=how.check,
+        argument=how.argument,
+        pattern=how.pattern,
+        shapes={name: list(shape) for name, shape in state.shapes.items() if shape != start.shapes[name]},
+        values={name: kind for name, kind in state.values.items() if kind != start.values.get(name)},
+        seed=seed,
+        attempts=attempts,
+        duration_s=time.perf_counter() - began,
+    )
+
+
+Found = Optional[tuple[int, Optional[tuple[State, int]]]]  # the last (attempts, best) the search reported
+
+
+def _here(start: State, allowed: dict[str, tuple[str, ...]], how: Failure, attempt: Attempt, deadline: float) -> Found:
+    """The search in this process: what the code under test prints meanwhile goes nowhere (it is not the
+    case's), and an attempt that runs past the deadline is waited for (the run's --timeout bounds it)."""
+    last: Found = None
+
+    def found(attempts: int, best: Optional[tuple[State, int]]) -> None:
+        nonlocal last
+        last = (attempts, best)
+
+    with _quiet():
+        search(start, allowed, how, attempt, lambda: time.perf_counter() >= deadline, found)
+    return last
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Standard output and error, the file descriptors and Python's, to the null device for a while."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    saved = [os.dup(fd) for fd in (1, 2)]
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+        with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+    finally:
+        for fd, copy in zip((1, 2), saved):
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(quiet)
+
+
+def _forked(
+    start: State,
+    allowed: dict[str, tuple[str, ...]],
+    how: Failure,
+    attempt: Attempt,
+    deadline: float,
+    setup: Callable[[], None],
+) -> Found:
+    """The search in a child process forked for it, ended at the deadline."""
     read, write = os.pipe()
     # Ctrl-C or SIGTERM waits until the child exists and can be ended: neither may stop this process between
     # the fork and the try below (a child left searching), nor reach the child before it ignores Ctrl-C
@@ -209,19 +278,7 @@ def shrunk(
     finally:
         os.close(read)
         _end(pid)
-    if last is None or last[1] is None:
-        return None
-    attempts, (state, seed) = last[0], last[1]
-    return Shrunk(
-        check=how.check,
-        argument=how.argument,
-        pattern=how.pattern,
-        shapes={name: list(shape) for name, shape in state.shapes.items() if shape != start.shapes[name]},
-        values={name: kind for name, kind in state.values.items() if kind != start.values.get(name)},
-        seed=seed,
-        attempts=attempts,
-        duration_s=time.perf_counter() - began,
-    )
+    return last
 
 
 def _any_step(start: State, allowed: dict[str, tuple[str, ...]]) -> bool:
@@ -267,7 +324,7 @@ def _child(
         os._exit(0)
 
 
-def _listen(read: int, deadline: float) -> Optional[tuple[int, Optional[tuple[State, int]]]]:
+def _listen(read: int, deadline: float) -> Found:
     """The child's last whole message, read until it ends (closes its end) or the deadline passes."""
     buffer, last = b"", None
     while True:

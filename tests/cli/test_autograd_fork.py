@@ -73,8 +73,9 @@ def gpu_like(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def gradcheck(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "gradcheck_cli", *args, "--format", "json", "--no-shrink"]
+def gradcheck(env: dict[str, str], *args: str, shrink: str = "") -> subprocess.CompletedProcess[str]:
+    how = ["--shrink", shrink] if shrink else ["--no-shrink"]
+    command = [sys.executable, "-m", "gradcheck_cli", *args, "--format", "json", *how]
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -129,3 +130,16 @@ def test_in_process_the_refusal_is_said_as_what_it_is(gpu_like: dict[str, str]) 
         assert "forked from a process that had run backward on a machine with a GPU" in error["message"]
         assert "leave out --no-isolate" in error["message"]
     assert done.returncode != 0
+
+
+@pytest.mark.parametrize("isolation", ["-j1", "--no-isolate"])
+def test_a_failure_is_shrunk_where_forked_children_cannot_run_backward(
+    gpu_like: dict[str, str], isolation: str
+) -> None:
+    """The search for a smaller failing case ran in a forked child, which found nothing on a GPU machine (its
+    every attempt refused); there it runs in the worker itself."""
+    done = gradcheck(gpu_like, "broken-specs/linear_double_bias.yaml", isolation, shrink="120")
+    (result,) = json.loads(done.stdout)["results"]
+    assert result["status"] == "fail" and done.returncode == 1, done.stderr
+    assert result["shrunk"] is not None, result
+    assert result["shrunk"]["shapes"] == {"input": [1, 1], "weight": [1, 1], "bias": [1]}

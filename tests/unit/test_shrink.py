@@ -77,6 +77,20 @@ class Interrupting(torch.autograd.Function):  # wrong; away from the spec's shap
     def backward(ctx, g):
         return 6 * g
 
+class Chatty(torch.autograd.Function):  # wrong, and at any other shape: prints, changes state, raises
+    @staticmethod
+    def forward(ctx, x):
+        if tuple(x.shape) != (12, 10):
+            print("CHATTY SAYS HELLO", flush=True)
+            os.write(1, b"CHATTY ON FD 1\\n")
+            os.write(2, b"CHATTY ON FD 2\\n")
+            torch.set_default_dtype(torch.float32)
+            raise ValueError("only 12x10")
+        return 3 * x
+    @staticmethod
+    def backward(ctx, g):
+        return 6 * g
+
 class Picky(torch.autograd.Function):  # wrong, and at any other shape: raises, hangs, prints, changes state
     @staticmethod
     def forward(ctx, x):
@@ -296,10 +310,48 @@ def test_an_interrupt_while_shrinking_stops_the_run_and_keeps_the_verdict(spec, 
     assert report.interrupted == said and report.not_run == 1
 
 
-def test_no_fork_no_shrink(spec, monkeypatch):
+def found(result: runner.CaseResult) -> tuple:
+    assert result.shrunk is not None
+    return result.shrunk.shapes, result.shrunk.values, result.shrunk.seed, result.shrunk.attempts
+
+
+def test_where_a_forked_child_cannot_run_backward_the_search_runs_here_and_finds_the_same_case(spec, monkeypatch):
+    """On a machine with a GPU torch refuses backward in a child forked after a backward: the search runs in
+    this process (``devices.forks_run_backward`` asks torch; tests/cli/test_autograd_fork.py emulates the
+    refusal itself) and finds what the forked search finds, attempt for attempt."""
+    task = spec("Linear", [6, 5], [4, 5], [4])
+    forked = run(task, shrink=60)
+    monkeypatch.setattr(runner.devices, "forks_run_backward", lambda: False)
+    here = run(task, shrink=60)
+    assert here.status is Status.FAIL and found(here) == found(forked)
+    assert here.shrunk.shapes == {"x": [1, 1], "w": [1, 1], "b": [1]}
+
+
+def test_without_fork_the_search_runs_here(spec, monkeypatch):
+    forked = run(spec("Scale", [6, 8]), shrink=60)
     monkeypatch.delattr(os, "fork")
-    result = run(spec("Scale", [6, 8]), shrink=60)
-    assert result.status is Status.FAIL and result.shrunk is None
+    here = run(spec("Scale", [6, 8]), shrink=60)
+    assert here.status is Status.FAIL and found(here) == found(forked)
+
+
+def test_attempts_here_that_raise_print_or_change_state_change_nothing(spec, monkeypatch, capfd):
+    monkeypatch.setattr(runner.devices, "forks_run_backward", lambda: False)
+    task = spec("Chatty", [12, 10])
+    dtype = torch.get_default_dtype()
+    result = run(task, shrink=60)
+    assert result.status is Status.FAIL and result.error is None
+    assert result.shrunk is not None and result.shrunk.shapes == {}  # every smaller shape raised: only values
+    assert torch.get_default_dtype() is dtype
+    out, err = capfd.readouterr()
+    assert "CHATTY" not in out + err
+
+
+def test_a_forked_child_can_run_backward_here():
+    from gradcheck_cli import devices
+
+    x = torch.ones(3, requires_grad=True)
+    (x * x).sum().backward()  # this process has run backward: on a CPU machine a child still can
+    assert devices.forks_run_backward() is True
 
 
 def test_moves_shrink_tied_sizes_together_first():
