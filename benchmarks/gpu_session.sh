@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One GPU session (issue 30), in one go from a plain checkout (no install: PYTHONPATH=.), under 8 minutes on
-# one H100: the device, the CUDA tests (4 processes), then benchmarks/bench_gpu.py (its Markdown tables, and
-# profiles of the largest reference check and of Linear n=128). Output goes to $OUT if set (else ./gpu-session)
+# one H100: the device, the CUDA tests (4 processes), the command line's forked processes, then
+# benchmarks/bench_gpu.py (its Markdown tables, and profiles of the largest reference check and of Linear
+# n=128 and 256). Output goes to $OUT if set (else ./gpu-session)
 # and to the terminal. The device's python is python3 (PYTHON= to name another).
 #
 # The CUDA tests have no marker: they skip where torch.cuda.is_available() is false. They are the tests of
@@ -40,6 +41,17 @@ timeout 170 "$py" -m pytest -q -rs -n 4 -p no:cacheprovider "${files[@]}" -k "cu
   --junitxml="$out/cuda-tests.xml" 2>&1 | tee "$out/cuda-tests.txt"
 tests_rc=${PIPESTATUS[0]}
 echo "CUDA tests: exit $tests_rc in $((SECONDS - start)) s" | tee -a "$out/cuda-tests.txt"
+
+# the command line where a GPU is visible: distributed ranks and the shrinking search are forked processes
+# that run backward, which torch refuses after a backward there (tests/cli/test_autograd_fork.py emulates it)
+start=$SECONDS
+{
+  timeout 120 "$py" -m gradcheck_cli specs/relu.yaml specs/distributed.yaml -j 2 2>&1 | tail -4
+  timeout 60 "$py" -m gradcheck_cli broken-specs/linear_double_bias.yaml --shrink 30 2>&1 | grep -E "shrunk|result"
+  timeout 60 "$py" -m gradcheck_cli broken-specs/linear_double_bias.yaml --shrink 30 --no-isolate 2>&1 |
+    grep -E "shrunk|result"
+} 2>&1 | tee "$out/cli.txt"
+echo "command line: $((SECONDS - start)) s" | tee -a "$out/cli.txt"
 
 start=$SECONDS
 timeout 250 "$py" benchmarks/bench_gpu.py --profile "$out/profile.txt" 2>&1 | tee "$out/bench_gpu.md"
