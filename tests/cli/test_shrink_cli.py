@@ -204,6 +204,20 @@ def _interrupt_specs(user_module, write_spec, other: str) -> None:
     write_spec(f"function: usermod:{other}\ninputs: [{{shape: [3]}}]\n", "specs/01_other.yaml")
 
 
+def _shrinking(gradcheck_argv: list[str], tmp_path: Path, jobs: str) -> tuple[subprocess.Popen[str], Path]:
+    """``gradcheck specs/ -j JOBS`` started, once its failing case is being shrunk (the search wrote its pid)."""
+    proc = subprocess.Popen(
+        [*gradcheck_argv, "specs/", "-j", jobs, "--format", "json", "--shrink", "60"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    marker = tmp_path / "shrinking.pid"
+    _wait_for(marker)
+    return proc, marker
+
+
 def _wait_for(path: Path) -> None:
     deadline = time.monotonic() + 300  # a bound for a broken run only: the wait ends on the event
     while not path.exists() and time.monotonic() < deadline:
@@ -237,15 +251,7 @@ def test_an_interrupt_while_a_worker_shrinks_keeps_the_verdict(
     """-j 2: the first case failed and its worker is shrinking it, the second case hangs; the interrupt stops the
     run, the failure is reported with its verdict, the hanging case is not run, and the search ends."""
     _interrupt_specs(user_module, write_spec, "Hangs")
-    proc = subprocess.Popen(
-        [*gradcheck_argv, "specs/", "-j", "2", "--format", "json", "--shrink", "60"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    marker = tmp_path / "shrinking.pid"
-    _wait_for(marker)
+    proc, marker = _shrinking(gradcheck_argv, tmp_path, "2")
     proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=600)  # a bound for a hung run only, not a speed
     assert proc.returncode == code, stderr
@@ -326,15 +332,7 @@ def test_a_worker_killed_while_it_shrinks_keeps_the_verdict(user_module, write_s
     if not Path("/proc/self/stat").exists():
         pytest.skip("needs Linux's /proc to find the worker of the search")
     _interrupt_specs(user_module, write_spec, "Square")
-    proc = subprocess.Popen(
-        [*gradcheck_argv, "specs/", "-j", "1", "--format", "json", "--shrink", "60"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    marker = tmp_path / "shrinking.pid"
-    _wait_for(marker)
+    proc, marker = _shrinking(gradcheck_argv, tmp_path, "1")
     os.kill(_parent_of(int(marker.read_text())), signal.SIGKILL)  # the search's parent: the worker
     stdout, stderr = proc.communicate(timeout=600)  # a bound for a hung run only, not a speed
     assert proc.returncode == 1, stderr
