@@ -107,16 +107,31 @@ def test_user_prints_go_to_stderr_and_stdout_stays_valid_json(batch, invoke):
         json.loads(result.stdout)
 
 
+# a mixed part of the shipped specs, in the order of a run of both folders: pass, skip (cuda without a GPU, or
+# pass with one), xfail and fail
+MIXED = ("specs/devices.yaml", "specs/kernels.yaml", "specs/linear.yaml", "broken-specs/linear_double_bias.yaml")
+
+
 @pytest.mark.slow
-def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(monkeypatch, invoke):
+def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(monkeypatch, invoke, tmp_path):
     from pathlib import Path
 
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
-    one = invoke("specs/", "broken-specs/", "--format", "json", "-j", "1")
     two = invoke("specs/", "broken-specs/", "--format", "json", "-j", "2")
     inproc = invoke("specs/", "broken-specs/", "--format", "json", "--no-isolate")
-    assert one.exit_code == two.exit_code == inproc.exit_code == 1
-    assert report_rows(results(one)) == report_rows(results(two)) == report_rows(results(inproc))
+    assert two.exit_code == inproc.exit_code == 1
+    assert report_rows(results(two)) == report_rows(results(inproc))
+    # one worker: the mixed part, and a spec that cannot be checked (an error), on its own and in two workers;
+    # each shipped case the same as in the runs of both folders (a whole -j 1 run of them costs twice -j 2's time)
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("function: no_such_module_xyz.mod:F\ninputs: [{shape: [3]}]\n")
+    one = invoke(*MIXED, str(missing), "--format", "json", "-j", "1")
+    mixed_two = invoke(*MIXED, str(missing), "--format", "json", "-j", "2")
+    assert one.exit_code == mixed_two.exit_code == 3
+    assert report_rows(results(one)) == report_rows(results(mixed_two))
+    *shipped, error = report_rows(results(one))
+    assert shipped == [row for row in report_rows(results(two)) if row["spec"] in MIXED]
+    assert {row["status"] for row in shipped} >= {"pass", "xfail", "fail"} and error["status"] == "error"
 
 
 def test_fail_fast_starts_nothing_after_the_first_failure(user_module, write_spec, invoke):
