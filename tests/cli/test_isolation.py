@@ -155,14 +155,26 @@ def test_shards_partition_the_cases_stably():
     assert [c.name for c in plan.shard(list(reversed(cases)), 2, 4)] == [c.name for c in reversed(shards[1])]
 
 
+# shipped specs with several documents, cases and devices each, and cheap to check (the whole of specs/ twice cost
+# most of the test's time; tests/cli/test_shards.py holds the partition to its rules)
+SHARDED = (
+    "specs/devices.yaml",
+    "specs/linear.yaml",
+    "specs/modules.yaml",
+    "specs/structured.yaml",
+    "specs/styles.yaml",
+)
+
+
 def test_shard_option_selects_one_part_and_rejects_bad_values(monkeypatch, invoke):
     from pathlib import Path
 
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     ids = []
     for i in (1, 2, 3):
-        ids += [r["id"] for r in results(invoke("specs/", "--shard", f"{i}/3", "--format", "json", "--no-isolate"))]
-    everything = [r["id"] for r in results(invoke("specs/", "--format", "json", "--no-isolate"))]
+        ids += [r["id"] for r in results(invoke(*SHARDED, "--shard", f"{i}/3", "--format", "json", "--no-isolate"))]
+    everything = [r["id"] for r in results(invoke(*SHARDED, "--format", "json", "--no-isolate"))]
+    assert len(everything) > 20
     assert sorted(ids) == sorted(everything)
     for bad in ("0/3", "4/3", "x", "1/0"):
         assert invoke("specs/", "--shard", bad).exit_code == 2
