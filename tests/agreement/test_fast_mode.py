@@ -95,8 +95,10 @@ def test_fast_catches_what_torch_fast_mode_misses(fn):
 @pytest.mark.slow
 @pytest.mark.parametrize("fn", CAUGHT_BY_TORCH_FAST, ids=lambda f: f.__name__)
 def test_fast_catches_what_torch_fast_mode_catches(fn):
+    # 32x32: errors of one sign are caught at any size, and a failing torch fast mode explains itself with
+    # both dense Jacobians (at 64x64, 4096 x 4096 entries from 8192 forwards, most of this file's time)
     for seed in range(5):
-        x = _x(seed)
+        x = _x(seed, 32)
         assert not _torch_fast(fn, x, seed)
         assert check(fn, [x], probes=FAST_PROBES, seed=seed).status.value == "fail"
 

@@ -107,16 +107,31 @@ def test_user_prints_go_to_stderr_and_stdout_stays_valid_json(batch, invoke):
         json.loads(result.stdout)
 
 
+# a mixed part of the shipped specs, in the order of a run of both folders: pass, skip (cuda without a GPU, or
+# pass with one), xfail and fail
+MIXED = ("specs/devices.yaml", "specs/kernels.yaml", "specs/linear.yaml", "broken-specs/linear_double_bias.yaml")
+
+
 @pytest.mark.slow
-def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(monkeypatch, invoke):
+def test_results_are_identical_and_in_the_same_order_for_any_number_of_workers(monkeypatch, invoke, tmp_path):
     from pathlib import Path
 
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
-    one = invoke("specs/", "broken-specs/", "--format", "json", "-j", "1")
     two = invoke("specs/", "broken-specs/", "--format", "json", "-j", "2")
     inproc = invoke("specs/", "broken-specs/", "--format", "json", "--no-isolate")
-    assert one.exit_code == two.exit_code == inproc.exit_code == 1
-    assert report_rows(results(one)) == report_rows(results(two)) == report_rows(results(inproc))
+    assert two.exit_code == inproc.exit_code == 1
+    assert report_rows(results(two)) == report_rows(results(inproc))
+    # one worker: the mixed part, and a spec that cannot be checked (an error), on its own and in two workers;
+    # each shipped case the same as in the runs of both folders (a whole -j 1 run of them costs twice -j 2's time)
+    missing = tmp_path / "missing.yaml"
+    missing.write_text("function: no_such_module_xyz.mod:F\ninputs: [{shape: [3]}]\n")
+    one = invoke(*MIXED, str(missing), "--format", "json", "-j", "1")
+    mixed_two = invoke(*MIXED, str(missing), "--format", "json", "-j", "2")
+    assert one.exit_code == mixed_two.exit_code == 3
+    assert report_rows(results(one)) == report_rows(results(mixed_two))
+    *shipped, error = report_rows(results(one))
+    assert shipped == [row for row in report_rows(results(two)) if row["spec"] in MIXED]
+    assert {row["status"] for row in shipped} >= {"pass", "xfail", "fail"} and error["status"] == "error"
 
 
 def test_fail_fast_starts_nothing_after_the_first_failure(user_module, write_spec, invoke):
@@ -140,14 +155,26 @@ def test_shards_partition_the_cases_stably():
     assert [c.name for c in plan.shard(list(reversed(cases)), 2, 4)] == [c.name for c in reversed(shards[1])]
 
 
+# shipped specs with several documents, cases and devices each, and cheap to check (the whole of specs/ twice cost
+# most of the test's time; tests/cli/test_shards.py holds the partition to its rules)
+SHARDED = (
+    "specs/devices.yaml",
+    "specs/linear.yaml",
+    "specs/modules.yaml",
+    "specs/structured.yaml",
+    "specs/styles.yaml",
+)
+
+
 def test_shard_option_selects_one_part_and_rejects_bad_values(monkeypatch, invoke):
     from pathlib import Path
 
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     ids = []
     for i in (1, 2, 3):
-        ids += [r["id"] for r in results(invoke("specs/", "--shard", f"{i}/3", "--format", "json", "--no-isolate"))]
-    everything = [r["id"] for r in results(invoke("specs/", "--format", "json", "--no-isolate"))]
+        ids += [r["id"] for r in results(invoke(*SHARDED, "--shard", f"{i}/3", "--format", "json", "--no-isolate"))]
+    everything = [r["id"] for r in results(invoke(*SHARDED, "--format", "json", "--no-isolate"))]
+    assert len(everything) > 20
     assert sorted(ids) == sorted(everything)
     for bad in ("0/3", "4/3", "x", "1/0"):
         assert invoke("specs/", "--shard", bad).exit_code == 2

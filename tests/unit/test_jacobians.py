@@ -554,7 +554,8 @@ def test_probes_batch_arguments_in_groups_within_their_memory_budget(monkeypatch
         ([(4, 4)] * 12, 16),  # many small arguments: one stage
         ([(64, 64), (64, 64), (64,)], 4096),
         ([(128, 128), (128, 128), (128,)], 16384),  # STAGE_BYTES, not COL_STAGE, sets the size
-        ([(1000, 1000), (3,)], 1),  # a large argument: a few columns per stage
+        ([(400, 400), (3,)], 1),  # a large argument: a few columns per stage (6; a million elements took 1 each,
+        # a million stages)
     ],
 )
 def test_column_stages_cover_each_column_once_within_their_budget(shapes: list, n_rows: int) -> None:
