@@ -249,8 +249,10 @@ class _Worker:
         self.conn.close()
 
     def stop(self) -> None:
-        """End the worker at once, with every process it or the code under test started, and reap it."""
-        if self.proc.pid is not None and self.proc.is_alive():
+        """End the worker at once, with every process it or the code under test started, and reap it. A worker
+        that crashed (or was killed, or ended itself) is gone, and may be reaped already (by the fork server):
+        what the code under test started in its group is ended all the same."""
+        if self.proc.pid is not None:
             processes.end_group(self.proc.pid)
         self.proc.join()
         self.conn.close()
