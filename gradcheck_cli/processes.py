@@ -119,12 +119,15 @@ def reap() -> None:
         pass
 
 
-def end_group(pid: int) -> None:
-    """Kill the process group that ``pid`` leads, if it leads one (else the process alone); where ``pid`` has
-    ended and been reaped (a worker that crashed), what is left of the group it led."""
+def end_group(pid: int, ended: bool = False) -> None:
+    """Kill the process group that ``pid`` leads, if it leads one (else the process alone); where no process
+    has ``pid`` any more (a worker that crashed, reaped already), what is left of the group it led.
+    ``ended``: the caller knows that its process ``pid`` has ended and been reaped, so a process that has
+    the number now is another one, left alone."""
     if not hasattr(os, "killpg"):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+        if not ended:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         return
     try:
         group = os.getpgid(pid)
@@ -136,6 +139,8 @@ def end_group(pid: int) -> None:
         return
     except OSError:
         group = None
+    if ended:  # the number is another process's now: the group it led had no member left to hold it
+        return
     with contextlib.suppress(OSError):
         if group == pid:
             os.killpg(pid, signal.SIGKILL)
