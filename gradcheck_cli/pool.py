@@ -249,9 +249,12 @@ class _Worker:
         self.conn.close()
 
     def stop(self) -> None:
-        """End the worker at once, with every process it or the code under test started, and reap it."""
-        if self.proc.pid is not None and self.proc.is_alive():
-            processes.end_group(self.proc.pid)
+        """End the worker at once, with every process it or the code under test started, and reap it. A worker
+        that crashed (or was killed, or ended itself) is reaped already once it is known dead (by the fork
+        server, or by is_alive here): what the code under test started in its group is ended all the same,
+        and a process that has its number now is left alone."""
+        if self.proc.pid is not None:
+            processes.end_group(self.proc.pid, ended=not self.proc.is_alive())
         self.proc.join()
         self.conn.close()
 

@@ -6,6 +6,7 @@ the pool's parent uses ``end_group`` too.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -118,15 +119,30 @@ def reap() -> None:
         pass
 
 
-def end_group(pid: int) -> None:
-    """Kill the process group that ``pid`` leads, if it leads one (else the process alone)."""
+def end_group(pid: int, ended: bool = False) -> None:
+    """Kill the process group that ``pid`` leads, if it leads one (else the process alone); where no process
+    has ``pid`` any more (a worker that crashed, reaped already), what is left of the group it led.
+    ``ended``: the caller knows that its process ``pid`` has ended and been reaped, so a process that has
+    the number now is another one, left alone."""
+    if not hasattr(os, "killpg"):
+        if not ended:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        return
     try:
-        if hasattr(os, "killpg") and os.getpgid(pid) == pid:
+        group = os.getpgid(pid)
+    except ProcessLookupError:
+        # no process has this pid: the group it led outlives it while a member lives, and while one does the
+        # system gives the number to no new process (nor group), so the group is still the one it led
+        with contextlib.suppress(OSError):
             os.killpg(pid, signal.SIGKILL)
-            return
+        return
     except OSError:
-        pass
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
+        group = None
+    if ended:  # the number is another process's now: the group it led had no member left to hold it
+        return
+    with contextlib.suppress(OSError):
+        if group == pid:
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)

@@ -64,21 +64,23 @@ def run_task(task: Task, reached: Optional[Callable[[CaseResult], None]] = None)
     """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass.
 
     ``reached(result)``, where given, is called with a failing case's result before it is shrunk, so that a
-    worker process can send its verdict before an interrupt ends it mid-search.
+    worker process can send its verdict before an interrupt ends it mid-search. A warning is shown once per case
+    (``state.warnings_once``).
 
     A process that the code under test forked and that returns from it ends here: it must not go on
     as a copy of the worker (or of pytest) and report a second time."""
     me, started = os.getpid(), time.perf_counter()
     try:
-        result = _trials(task)
-        if task.opts.shrink > 0 and result.status is Status.FAIL:
-            if reached is not None:
-                reached(result)
-            try:
-                result.shrunk = _shrunk(task, result, started)
-            except BaseException as exc:  # Ctrl-C or SIGTERM while shrinking: the run stops, the verdict stands
-                exc.verdict = result  # type: ignore[attr-defined]  # session reports it (verdict_of)
-                raise
+        with state.warnings_once():  # a warning of the code under test once per case, not once per check
+            result = _trials(task)
+            if task.opts.shrink > 0 and result.status is Status.FAIL:
+                if reached is not None:
+                    reached(result)
+                try:
+                    result.shrunk = _shrunk(task, result, started)
+                except BaseException as exc:  # Ctrl-C or SIGTERM while shrinking: the run stops, the verdict stands
+                    exc.verdict = result  # type: ignore[attr-defined]  # session reports it (verdict_of)
+                    raise
         return result
     finally:
         if os.getpid() != me:

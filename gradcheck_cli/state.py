@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import torch
 
@@ -646,3 +646,62 @@ class _KeptForCall:
 
 
 GUARD = Guard()  # global state is the process's: one guard for it
+
+
+_Shown = tuple[str, type, str, int]  # a warning's text, category, file and line
+
+
+@contextmanager
+def warnings_once() -> Iterator[None]:
+    """Around a case (``runner.run_task``): each warning is shown once, however many checks call the code that
+    issues it. Python shows a warning once per place only until the warning filters change, and the checks
+    change them and put them back (``warnings.catch_warnings``: gradcheck-cli's, torch's, the guard's restore of
+    the filters), so without this a Function's own ``warnings.warn`` reached stderr once per check. What the
+    filters decide still holds: an ignored warning stays unshown, an "error" one raises, an "always" one is
+    shown every time."""
+    shown: set[_Shown] = set()
+    before = warnings.showwarning
+
+    def show(
+        message: Union[Warning, str],
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: Optional[str] = None,
+    ) -> None:
+        key = (str(message), category, filename, lineno)
+        if key in shown and not _always(*key):
+            return
+        shown.add(key)
+        before(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        if warnings.showwarning is show:  # (code under test that set its own keeps it: the guard does not track it)
+            warnings.showwarning = before
+
+
+def _always(text: str, category: type, filename: str, lineno: int) -> bool:
+    """Whether the warning filters say "always" for this warning (the first filter that matches decides, as in
+    ``warnings.warn_explicit``; a filter's module pattern is matched against the module of ``filename``)."""
+    for action, message, kind, module, line in warnings.filters:
+        if (
+            (message is None or message.match(text))
+            and issubclass(category, kind)
+            and (module is None or module.match(_module_of(filename)))
+            and (line == 0 or line == lineno)
+        ):
+            return bool(action == "always")
+    return bool(getattr(warnings, "defaultaction", "default") == "always")
+
+
+def _module_of(filename: str) -> str:
+    """The name of the module loaded from ``filename`` (what ``warnings.warn`` matches filters against), else
+    the file's name without ``.py`` (what ``warnings.warn_explicit`` falls back to)."""
+    for name, module in list(sys.modules.items()):
+        if getattr(module, "__file__", None) == filename:
+            return name
+    return filename[:-3] if filename.lower().endswith(".py") else filename

@@ -187,7 +187,7 @@ def test_a_bug_from_dim_4_on_stops_at_4(spec):
 
 
 def test_a_square_matrix_shrinks_square(user_module, write_spec):
-    # dist spd draws square matrices whatever the shape's first dims say: only shapes drawn as asked count
+    # dist spd takes square shapes only: an attempt at another shape is a spec error, which does not count
     path = write_spec(
         "function: gradcheck_cli.examples.structured:CholeskyNoHalf\ninputs:\n  - {name: a, shape: [4, 4], dist: spd}\n",
         "chol.yaml",

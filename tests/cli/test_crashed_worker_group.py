@@ -1,0 +1,87 @@
+"""A worker that the code under test crashes (os._exit, SIGKILL) takes the processes that code started with it.
+
+Before the fix the pool ended a worker's process group only while the worker was alive: a worker that had died
+was skipped (under the fork server its pid is reaped already), and a child process that the code under test had
+started in the worker's group went on sleeping after the run. The case is an error (the crash) and the next
+case, in a fresh worker, passes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.corpus import Square, module_source
+
+USER = (
+    module_source(Square)
+    + """
+import os, signal, subprocess, sys, time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+class ExitsAfterStartingAChild(Square):  # a subprocess, then the worker ends itself
+    @staticmethod
+    def forward(ctx, x):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        (HERE / "child.pid").write_text(str(child.pid))
+        os._exit(1)
+
+
+class KilledAfterForkingAChild(Square):  # a forked child, then the worker is killed as a crash would kill it
+    @staticmethod
+    def forward(ctx, x):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(600)
+            os._exit(0)
+        (HERE / "child.pid").write_text(str(pid))
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (ended, not yet reaped by whoever adopted it) is not alive
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not hasattr(os, "killpg") or not Path("/proc").is_dir(), reason="process groups and /proc")
+@pytest.mark.parametrize(
+    ("function", "death"), [("ExitsAfterStartingAChild", "exited with code 1"), ("KilledAfterForkingAChild", "SIGKILL")]
+)
+def test_what_the_code_under_test_started_ends_with_its_crashed_worker(
+    user_module, write_spec, invoke, tmp_path, function, death
+):
+    user_module(USER)
+    write_spec(f"function: usermod:{function}\ninputs: [{{shape: [3]}}]\n", "specs/00_crash.yaml")
+    write_spec("function: usermod:Square\ninputs: [{shape: [3]}]\n", "specs/01_square.yaml")
+    result = invoke("specs/", "--format", "json", "-j", "1")
+    marker = tmp_path / "child.pid"
+    assert marker.exists(), result.output
+    child = int(marker.read_text())
+    try:
+        deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child), Path(f"/proc/{child}/stat").read_text()
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
+    results = json.loads(result.stdout)["results"]
+    assert [r["status"] for r in results] == ["error", "pass"], result.output
+    assert results[0]["error"]["kind"] == "crash" and death in results[0]["error"]["message"], results[0]["error"]
+    assert result.exit_code == 3
