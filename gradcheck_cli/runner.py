@@ -6,6 +6,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, Callable, Optional, Union
@@ -176,11 +177,19 @@ def _resampled(task: Task, seed: int) -> CaseResult:
     raise AssertionError("unreachable: the last draw returns")
 
 
+# torch's note when autograd's GPU thread, started by an earlier backward before CUDA was initialised, first
+# calls cuBLAS ("Attempting to run cuBLAS, but there was no current CUDA context! Attempting to set the primary
+# context..."): torch sets the context itself; it is about how this process started its threads, not the gradient
+CONTEXT_NOTE = r"Attempting to run cuBLAS, but there was no current CUDA context"
+
+
 def run_check(name: str, ctx: CheckContext) -> CheckResult:
     """Check ``name`` on ``ctx``; where its call of backward raised because backward breaks its contract,
     the backward check's fail in its words (the same whichever check meets it), else the error goes on."""
     try:
-        return checks.get(name)(ctx)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=CONTEXT_NOTE, category=UserWarning)
+            return checks.get(name)(ctx)
     except UserCodeError as exc:
         failed = broken.instead_of_error(ctx, name, exc)
         if failed is None:
