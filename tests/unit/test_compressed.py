@@ -472,17 +472,18 @@ def test_a_backward_that_writes_its_grad_output_gets_the_same_rows():
 
 
 @pytest.mark.parametrize("piece", [50, compressed.PIECE], ids=["pieces of 50 entries", "whole spans"])
-@pytest.mark.parametrize("memory", [130_000, 512 * 2**20], ids=["chunks of a few columns", "one chunk"])
-def test_accepted_spans_and_remade_chunks_fold_as_without_compression(memory, piece, monkeypatch):
+@pytest.mark.parametrize("memory", [600_000, 512 * 2**20], ids=["chunks of a few columns", "one chunk"])
+def test_accepted_spans_and_remade_chunks_fold_as_without_compression(memory, piece, monkeypatch, used):
     """Under a small budget the columns come in chunks: the chunk with the wrong element is made
     column by column, the accepted spans around it are folded as their entries alone (in pieces of
-    whole chunks)."""
+    whole chunks). tests/unit/test_compressed_fold.py holds every column of the fold to this."""
     monkeypatch.setattr(compressed, "PIECE", piece)
     g = torch.Generator().manual_seed(0)
-    # 16 features: the same code runs, line for line, as at 24 with a budget of 300_000 bytes (the element by
-    # element side, in chunks, took most of the time); at 12 the check would be small enough to be taken whole
+    # 16 features: 528 columns of 16 entries; 600_000 bytes hold their 8448 entries (a budget under 32 bytes an
+    # entry holds no store: the check is element by element, both sides alike) in chunks of 4 columns
     args = [torch.randn(*s, dtype=F64, generator=g).requires_grad_() for s in ((16, 16), (16, 16), (16,))]
     got = check(LinearOneWrong, args, memory_bytes=memory)
+    assert used["n"] == 1  # compressed, at this budget too
     plain = check(LinearOneWrong, args, memory_bytes=memory, compress=False)
     assert _rows(got) == _rows(plain)
     assert got.checks[0].inputs[1].worst_index == [3, 5]
