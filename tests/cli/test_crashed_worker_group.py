@@ -18,6 +18,12 @@ import pytest
 
 from tests.corpus import Square, module_source
 
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from procs import alive
+except ImportError:  # pragma: no cover
+    from tests.procs import alive
+
+
 USER = (
     module_source(Square)
     + """
@@ -46,17 +52,6 @@ class KilledAfterForkingAChild(Square):  # a forked child, then the worker is ki
         os.kill(os.getpid(), signal.SIGKILL)
 """
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (ended, not yet reaped by whoever adopted it) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 @pytest.mark.skipif(not hasattr(os, "killpg") or not Path("/proc").is_dir(), reason="process groups and /proc")

@@ -19,6 +19,12 @@ from gradcheck_cli.plan import RunOptions
 from gradcheck_cli.results import CaseResult, Status
 from gradcheck_cli.spec import load_file
 
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from procs import alive
+except ImportError:  # pragma: no cover
+    from tests.procs import alive
+
+
 SOURCE = """
 import torch
 
@@ -225,22 +231,11 @@ def _wait_for(path: Path) -> None:
     assert path.exists(), f"{path.name} never appeared"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _ends(pid: int) -> None:
     deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 @pytest.mark.slow  # starts worker processes

@@ -17,23 +17,18 @@ import pytest
 
 from gradcheck_cli import processes
 
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from procs import alive
+except ImportError:  # pragma: no cover
+    from tests.procs import alive
+
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "killpg") or not Path("/proc").is_dir(), reason="process groups")
 
 LEADER = (
     "import os, subprocess, sys; os.setpgrp(); "
     "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); print(p.pid, flush=True)"
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (ended, not yet reaped by whoever adopted it) is not alive
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def test_the_members_a_reaped_leader_left_in_its_group_are_ended() -> None:
