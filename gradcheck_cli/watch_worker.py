@@ -211,8 +211,8 @@ class Worker:
             except OSError:
                 pass
             self.proc.join(timeout=5)
-        if self.proc.pid is not None and self.proc.is_alive():
-            processes.end_group(self.proc.pid)
+        if self.proc.pid is not None:  # a worker that crashed is reaped already: its group is ended all the same
+            processes.end_group(self.proc.pid, ended=not self.proc.is_alive())
         self.proc.join()
         self.conn.close()
         self.dead = True

@@ -80,3 +80,29 @@ def test_what_the_code_under_test_started_ends_with_its_crashed_worker(
     assert [r["status"] for r in results] == ["error", "pass"], result.output
     assert results[0]["error"]["kind"] == "crash" and death in results[0]["error"]["message"], results[0]["error"]
     assert result.exit_code == 3
+
+
+@pytest.mark.slow  # spawns a --watch worker (it imports torch)
+@pytest.mark.skipif(not hasattr(os, "killpg") or not Path("/proc").is_dir(), reason="process groups and /proc")
+def test_what_the_code_under_test_started_ends_with_its_crashed_watch_worker(user_module, write_spec, tmp_path):
+    """The same for `--watch`'s worker: it crashed, was reaped while its death was read, and its group lived on."""
+    from gradcheck_cli.plan import Task
+    from gradcheck_cli.spec import load_file
+    from gradcheck_cli.watch_worker import Worker
+
+    user_module(USER)
+    path = write_spec("function: usermod:ExitsAfterStartingAChild\ninputs: [{shape: [3]}]\n", "specs/00_crash.yaml")
+    (case,) = load_file(str(path))
+    worker = Worker(threads=1)
+    outcome = worker.check(Task(case, "cpu"), timeout=None)
+    assert outcome.result.error is not None and outcome.result.error.kind.value == "crash", outcome.result
+    assert worker.dead
+    child = int((tmp_path / "child.pid").read_text())
+    try:
+        deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child), Path(f"/proc/{child}/stat").read_text()
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
