@@ -141,8 +141,8 @@ def _shrunk(task: Task, result: CaseResult, started: float) -> Optional[Shrunk]:
 
     # a forked child must not enter the OpenMP thread pool of its parent (GNU OpenMP hangs there): one thread;
     # where a forked child cannot run backward (a GPU machine), the search runs here
-    fork = devices.forks_run_backward()
-    return shrink.shrunk(result, start, allowed, attempt, budget, setup=lambda: torch.set_num_threads(1), fork=fork)
+    setup = lambda: torch.set_num_threads(1)  # noqa: E731
+    return shrink.shrunk(result, start, allowed, attempt, budget, setup=setup, fork=devices.forks_run_backward)
 
 
 def _names(case: Case, target: Target) -> list[str]:

@@ -177,19 +177,20 @@ def shrunk(
     attempt: Attempt,
     budget: float,
     setup: Callable[[], None] = lambda: None,
-    fork: bool = True,
+    fork: Callable[[], bool] = lambda: True,
 ) -> Optional[Shrunk]:
     """A smaller or simpler case than ``start`` (every tensor argument's shape; ``allowed``: the simpler values
     each argument's spec allows) that fails as ``result`` does, searched for ``budget`` seconds at most in a
     child process, which calls ``setup`` first; None when the result did not fail or no such case failed alike
-    in time. Where the system cannot fork, or ``fork`` is false (a forked child could not run backward), the
-    search runs in this process instead, the budget checked between attempts (``_here``)."""
+    in time. Where the system cannot fork, or ``fork()`` says no (a forked child could not run backward; asked
+    only when there is a search to run), it runs in this process instead, the budget checked between attempts
+    (``_here``)."""
     how = failure(result)
     if how is None or budget <= 0 or not (_any_step(start, allowed)):
         return None
     began = time.perf_counter()
     deadline = began + budget
-    if fork and hasattr(os, "fork"):
+    if hasattr(os, "fork") and fork():
         last = _forked(start, allowed, how, attempt, deadline, setup)
     else:
         last = _here(start, allowed, how, attempt, deadline)

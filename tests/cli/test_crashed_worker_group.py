@@ -54,6 +54,18 @@ class KilledAfterForkingAChild(Square):  # a forked child, then the worker is ki
 )
 
 
+def assert_ends(child: int) -> None:
+    """``child`` ends (is killed with its worker's group); killed here where it does not, after the test's bound."""
+    try:
+        deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child), Path(f"/proc/{child}/stat").read_text()
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
 @pytest.mark.skipif(not hasattr(os, "killpg") or not Path("/proc").is_dir(), reason="process groups and /proc")
 @pytest.mark.parametrize(
     ("function", "death"), [("ExitsAfterStartingAChild", "exited with code 1"), ("KilledAfterForkingAChild", "SIGKILL")]
@@ -68,14 +80,7 @@ def test_what_the_code_under_test_started_ends_with_its_crashed_worker(
     marker = tmp_path / "child.pid"
     assert marker.exists(), result.output
     child = int(marker.read_text())
-    try:
-        deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
-        while alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(child), Path(f"/proc/{child}/stat").read_text()
-    finally:
-        if alive(child):
-            os.kill(child, signal.SIGKILL)
+    assert_ends(child)
     results = json.loads(result.stdout)["results"]
     assert [r["status"] for r in results] == ["error", "pass"], result.output
     assert results[0]["error"]["kind"] == "crash" and death in results[0]["error"]["message"], results[0]["error"]
@@ -98,11 +103,4 @@ def test_what_the_code_under_test_started_ends_with_its_crashed_watch_worker(use
     assert outcome.result.error is not None and outcome.result.error.kind.value == "crash", outcome.result
     assert worker.dead
     child = int((tmp_path / "child.pid").read_text())
-    try:
-        deadline = time.monotonic() + 120  # a bound for a broken run only: the wait ends on the event
-        while alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(child), Path(f"/proc/{child}/stat").read_text()
-    finally:
-        if alive(child):
-            os.kill(child, signal.SIGKILL)
+    assert_ends(child)
