@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 
 from ..binding import Bound
-from ..errors import guarded
+from ..errors import UserCodeError, guarded
 from ..numerics import as_tuple, is_float_tensor, unravel, vjp
 from ..numerics.maps import blocks, per_element, pooled, view_2d
 from ..results import ErrorKind, ErrorMap, InputReport, Pattern, Status
@@ -35,10 +35,17 @@ class Side:
 
 
 def side(
-    fn: Target, bound: Bound, values: Sequence[Any], checked: list[int], what: str, kind: ErrorKind = ErrorKind.FORWARD
+    fn: Target,
+    bound: Bound,
+    values: Sequence[Any],
+    checked: list[int],
+    what: str,
+    kind: ErrorKind = ErrorKind.FORWARD,
+    copied: bool = False,
 ) -> Side:
-    """``fn``'s outputs on fresh leaves of ``values`` (gradients to come); its errors are of ``kind``."""
-    leaves = fresh_leaves(list(values))
+    """``fn``'s outputs on fresh leaves of ``values`` (gradients to come); its errors are of ``kind``.
+    ``copied``: ``values`` are fresh leaves already, made for this side (no second copy)."""
+    leaves = list(values) if copied else fresh_leaves(list(values))
     outputs = as_tuple(call_forward(fn, bound, leaves, kind, what=what))
     return Side(outputs, [leaves[i] for i in checked])
 
@@ -72,13 +79,17 @@ def compare(
     """Fill ``row`` with the target's ``got`` against the reference's ``want`` (and, for rule
     relative, the reference's own ``own`` in the target's dtype). Elementwise in float64 (complex as
     pairs of reals), on ``got``'s device, a chunk at a time: only scalars and the report's few indices
-    and values come to the host. Equal non-finite values agree."""
+    and values come to the host. Equal non-finite values agree.
+
+    A passing pair costs two passes over its chunks (one for rule allclose): the baseline's, then the
+    statistics' (errors, the worst element); the mismatches are counted and placed only where the worst
+    element is outside the bound."""
     a, n = _flat(got), _flat(want, got.device)
     real = real_dtype(got)
     if rule.rule == "relative":
         assert own is not None
         pair = _Pair(a, n, _flat(own, got.device))
-        baseline, largest = _pass(_baseline, pair)
+        baseline, largest = _bar(pair, row, tuple(got.shape), real_dtype(own))
         row.baseline_err, row.factor = max(baseline, eps(real) * largest), rule.factor
         row.atol, row.rtol = rule.atol or 0.0, None
         atol, rtol = rule.factor * row.baseline_err + row.atol, 0.0
@@ -92,18 +103,20 @@ def compare(
         row.mismatched = 0
         return
     found = _pass(_statistics, pair, combine=_worst)
-    if not math.isfinite(found[1]):  # rare: a non-finite difference, so the non-finite values apart
+    if not math.isfinite(found[0]):  # rare: a non-finite difference, so the non-finite values apart
         pair.split = True
         found = _pass(_statistics, pair, combine=_worst)
-    mismatched, max_abs, max_rel, any_big, k, at_a, at_n, nonfinite = found
-    row.mismatched = int(mismatched)
+    max_abs, max_rel, any_big, top, k, at_a, at_n = found
+    if pair.split:  # the chunks' values are 0 where not finite: both sides' own values there
+        at_a, at_n = (float(t[int(k)]) for t in (pair.a, pair.n))
     row.max_abs_err = max_abs
     row.max_rel_err = max_rel if any_big else None
     row.worst_index = unravel(int(k) // pair.per, tuple(got.shape))
     row.analytical, row.numerical = at_a, at_n
-    if row.mismatched:
+    row.mismatched = 0
+    if top > pair.threshold():  # the worst element is outside the bound
         row.status = Status.FAIL
-        _mismatch(row, pair, tuple(got.shape), int(nonfinite), what, real)
+        _mismatch(row, pair, tuple(got.shape), what, real)
 
 
 @dataclass
@@ -120,12 +133,22 @@ class _Pair:
     per: int = 1
     split: bool = False
 
+    def elementwise(self) -> bool:
+        """Whether an element's worst is ranked by its excess over its own bound (``rtol``, or non-finite
+        values set apart), else by its error: the bound is one number, ``atol``."""
+        return bool(self.rtol) or self.split
+
+    def threshold(self) -> float:
+        """What the largest key (``_statistics``) must exceed for an element to be outside the bound."""
+        return 0.0 if self.elementwise() else self.atol
+
 
 @dataclass
 class _Chunk:
-    """A chunk of a pair in float64. Where the pair is split: ``a`` and ``n`` are 0 where either is not
-    finite, and ``broken`` is true where they are not finite and disagree (NaN and NaN, inf and inf agree);
-    else ``broken`` is None."""
+    """A chunk of a pair: ``n`` in float64, ``a`` and ``own`` in their dtypes (an arithmetic op with ``n``
+    computes in float64) or, ``exact``, ``a`` in float64 too. Where the pair is split: ``a`` and ``n`` are 0
+    where either is not finite, and ``broken`` is true where they are not finite and disagree (NaN and NaN,
+    inf and inf agree); else ``broken`` is None."""
 
     a: torch.Tensor
     n: torch.Tensor
@@ -152,13 +175,16 @@ class _Chunk:
         return torch.zeros((), device=self.a.device) if self.broken is None else self.broken.sum()
 
 
-def _chunks(pair: _Pair) -> Iterator[tuple[int, _Chunk]]:
-    """(offset, chunk) over the pair, CHUNK reals at a time (an even number: a complex element stays whole)."""
+def _chunks(pair: _Pair, exact: bool = True) -> Iterator[tuple[int, _Chunk]]:
+    """(offset, chunk) over the pair, CHUNK reals at a time (an even number: a complex element stays whole);
+    not ``exact``, ``a`` and ``own`` stay in their dtypes (a pass that only subtracts ``n`` from them)."""
     step = max(2, CHUNK + CHUNK % 2)
     for s in range(0, pair.a.numel(), step):
-        a, n = pair.a[s : s + step].to(torch.float64), pair.n[s : s + step].to(torch.float64)
-        own = None if pair.own is None else pair.own[s : s + step].to(torch.float64)
+        a, n = pair.a[s : s + step], pair.n[s : s + step].to(torch.float64)
+        own = None if pair.own is None else pair.own[s : s + step]
         broken = None
+        if exact or pair.split:
+            a = a.to(torch.float64)
         if pair.split:
             finite = torch.isfinite(a) & torch.isfinite(n)
             broken = ~finite & ~((a == n) | (a.isnan() & n.isnan()))
@@ -175,7 +201,7 @@ def _pass(
     """``each`` chunk's device scalars, combined across chunks (by default the max of each, NaN
     propagating), brought to the host together: one synchronisation, whatever the number of chunks."""
     found, offsets = [], []
-    for s, chunk in _chunks(pair):
+    for s, chunk in _chunks(pair, exact=False):
         found.append(each(chunk))
         offsets.append(s)
     if combine is not None:
@@ -187,14 +213,58 @@ def _pass(
     return [float(v) for v in torch.stack([v.to(torch.float64) for v in out]).tolist()]
 
 
-def _max_abs(t: torch.Tensor) -> torch.Tensor:
-    return t.abs().max() if t.numel() else torch.zeros((), dtype=torch.float64, device=t.device)
+def _largest(t: torch.Tensor) -> torch.Tensor:
+    """max |t| (NaN propagating) in one read of ``t``."""
+    low, high = torch.aminmax(t)
+    return torch.maximum(high, low.neg())
 
 
 def _baseline(c: _Chunk) -> Found:
     """A chunk's largest error of the reference's own in the target's dtype, and its largest value."""
     assert c.own is not None
-    return [_max_abs(c.own - c.n), _max_abs(c.n)]
+    return [_largest(torch.sub(c.own, c.n)), _largest(c.n)]
+
+
+def _bar(pair: _Pair, row: InputReport, shape: tuple[int, ...], low: torch.dtype) -> list[float]:
+    """The relative rule's baseline and the reference's largest value, both finite: over the elements where
+    the reference is finite (its non-finite values are compared as they are, by ``_statistics``). Where its
+    own run in the target's dtype is not finite but it is, the rule has no bar: a ``UserCodeError`` (an
+    infinite bar would pass any target, a NaN one every element)."""
+    found = _pass(_baseline, pair)
+    if all(map(math.isfinite, found)):
+        return found
+    baseline, largest, count, k, at_own, at_n = _pass(_baseline_apart, pair, combine=_first_unbarred)
+    if count:
+        subject = f"the {row.name}" if row.role == "output" else f"the gradient of '{row.name}'"
+        raise UserCodeError(
+            ErrorKind.REFERENCE,
+            f"the reference run in {str(low)[6:]} (the target's dtype) gives {at_own:g} for {subject} at "
+            f"{list(unravel(int(k) // pair.per, shape))} where run in {str(pair.n.dtype)[6:]} it gives {at_n:.6g} "
+            f"({int(count)} such values): the relative rule's bar, the reference's own error in the target's dtype, "
+            "is not finite there; draw inputs where the reference is finite in that dtype, or compare by "
+            "`rule: allclose` in `tolerance.reference`",
+        )
+    return [baseline, largest]
+
+
+def _baseline_apart(c: _Chunk) -> Found:
+    """``_baseline`` over the chunk's elements where the reference is finite, and where its own is not
+    there: how many, the first, and both values there."""
+    assert c.own is not None
+    finite = torch.isfinite(c.n)
+    unbarred = finite & ~torch.isfinite(c.own)
+    n = torch.where(finite, c.n, 0.0)
+    error = torch.where(finite & ~unbarred, torch.sub(c.own, n), 0.0)
+    k = torch.argmax(unbarred.to(torch.uint8))  # the first unbarred element (0 where there is none)
+    return [_largest(error), _largest(n), unbarred.sum(), k, _at(c.own, k).to(torch.float64), _at(c.n, k)]
+
+
+def _first_unbarred(found: list[Found], offsets: list[int]) -> Found:
+    """The chunks' ``_baseline_apart`` as the whole pair's: maxima, the count, and the first element."""
+    baseline, largest, count, k, at_own, at_n = (torch.stack(c) for c in zip(*found))
+    j = torch.argmax((count > 0).to(torch.uint8))
+    start = j * (offsets[1] if len(offsets) > 1 else 0)
+    return [baseline.max(), largest.max(), count.sum(), start + _at(k, j), _at(at_own, j), _at(at_n, j)]
 
 
 def _at(t: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -203,55 +273,54 @@ def _at(t: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 def _statistics(c: _Chunk) -> Found:
-    """A chunk's mismatches, max error, max relative error (where the reference is not ~0), whether it has
-    such an element, its worst element (the first of the largest excess over the bound) with both sides
-    there, and its non-finite disagreements."""
+    """A chunk's max error, max relative error (where the reference is not ~0), whether it has such an
+    element, and its worst element with both sides there: the first of the largest key, the error where
+    the bound is one number (``_Pair.elementwise``), else the excess over the bound (inf where broken)."""
     diff = torch.sub(c.a, c.n).abs_()
     scale = c.n.abs()
-    tol = limit(scale, c.pair.atol, c.pair.rtol) if c.pair.rtol else c.pair.atol
-    bad = c.bad(diff, tol)
-    count = bad.view(-1, 2).any(1).sum() if c.pair.per == 2 else torch.count_nonzero(bad)
-    del bad
-    big = scale > c.pair.atol
-    max_rel = torch.div(diff, scale, out=scale).masked_fill_(~big, 0.0).max()
-    max_abs = diff.max()
-    excess = diff.sub_(tol)
-    if c.broken is not None:
-        excess.masked_fill_(c.broken, math.inf)
-    k = torch.argmax(excess)
-    return [count, max_abs, max_rel, big.any(), _at(excess, k), k, _at(c.a, k), _at(c.n, k), c.nonfinite()]
+    small = torch.gt(scale, c.pair.atol).logical_not_()  # not "<=": a NaN bound leaves every element small
+    key = diff
+    if c.pair.elementwise():
+        key = torch.sub(diff, limit(scale, c.pair.atol, c.pair.rtol) if c.pair.rtol else c.pair.atol)
+        if c.broken is not None:
+            key.masked_fill_(c.broken, math.inf)
+    max_rel = torch.div(diff, scale, out=scale).masked_fill_(small, 0.0).max()
+    k = torch.argmax(key)
+    top = _at(key, k)
+    max_abs = top if key is diff else diff.max()
+    return [max_abs, max_rel, small.all().logical_not_(), top, k, _at(c.a, k), _at(c.n, k)]
 
 
 def _worst(found: list[Found], offsets: list[int]) -> Found:
-    """The chunks' statistics as the whole pair's: sums, maxima, and the worst element of the chunk with
-    the largest excess (the first of equals, as one argmax over the whole pair picks)."""
-    count, max_abs, max_rel, any_big, excess, k, at_a, at_n, nonfinite = (torch.stack(c) for c in zip(*found))
-    j = torch.argmax(excess)
+    """The chunks' statistics as the whole pair's: maxima, and the worst element of the chunk with the
+    largest key (the first of equals, as one argmax over the whole pair picks)."""
+    max_abs, max_rel, any_big, top, k, at_a, at_n = (torch.stack(c) for c in zip(*found))
+    j = torch.argmax(top)
     start = j * (offsets[1] if len(offsets) > 1 else 0)  # the chunks are equal but the last: offset j * step
-    worst = [start + _at(k, j), _at(at_a, j), _at(at_n, j)]
-    return [count.sum(), max_abs.max(), max_rel.max(), any_big.any(), *worst, nonfinite.sum()]
+    worst = [_at(top, j), start + _at(k, j), _at(at_a, j), _at(at_n, j)]
+    return [max_abs.max(), max_rel.max(), any_big.any(), *worst]
 
 
-def _mismatch(
-    row: InputReport, pair: _Pair, shape: tuple[int, ...], nonfinite: int, what: str, real: torch.dtype
-) -> None:
-    """A failing row's where (its first mismatching indices, its error map) and what (the pattern)."""
+def _mismatch(row: InputReport, pair: _Pair, shape: tuple[int, ...], what: str, real: torch.dtype) -> None:
+    """A failing row's how many (its mismatches, and non-finite disagreements), where (its first
+    mismatching indices, its error map) and what (the pattern)."""
     complex_ = pair.per == 2
     bads, errors, dots = [], [], []
     for _, c in _chunks(pair):
         diff = c.diff()
         bads.append(per_element(c.bad(diff, c.tol()), complex_))
         errors.append(per_element(diff, complex_))
-        dots.append(torch.stack([c.a @ c.a, c.n @ c.n, c.a @ c.n]))
+        dots.append(torch.stack([c.a @ c.a, c.n @ c.n, c.a @ c.n, bads[-1].sum(), c.nonfinite()]))
         del diff, c
+    aa, nn, an, mismatched, nonfinite = torch.stack(dots).sum(0).tolist()
+    row.mismatched = int(mismatched)
     row.mismatched_indices, row.mismatched_indices_cap = _first(bads, shape), INDEX_CAP
     del bads
     sides = ("the gradients for one random grad_output" if what == "gradient" else "the outputs") + (
         ": the target's, the reference's"
     )
     row.error_map = _picture(errors, shape, None if complex_ else (pair, sides))
-    aa, nn, an = torch.stack(dots).sum(0).tolist()
-    _pattern(pair, aa, nn, an, nonfinite, row.mismatched or 0, row.numel, what).put(row)
+    _pattern(pair, aa, nn, an, int(nonfinite), row.mismatched, row.numel, what).put(row)
     if row.pattern in (Pattern.SOME_ELEMENTS, Pattern.NO_PATTERN):
         row.diagnosis = "; ".join(filter(None, [row.diagnosis, _coarser(_typical(pair), real)]))
 
