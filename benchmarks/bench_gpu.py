@@ -26,6 +26,7 @@ import torch
 from gradcheck_cli import check
 from gradcheck_cli.examples import broken, kernels
 from gradcheck_cli.examples.linear import LinearFunction
+from tests.traffic import Traffic
 
 LINEAR = (32, 64, 128, 256, 512)
 LINEAR_SMALL = (4, 8)
@@ -149,10 +150,23 @@ def reference_once(x: torch.Tensor) -> Callable[[], str]:
     return run
 
 
+def moved(run: Callable[[], str], base: Callable[[], str]) -> str:
+    """The bytes ``run``'s ops read and write (tests/traffic.py), as a multiple of ``base``'s: a memory-bound
+    device's time ratio, counted the same on any device (a CPU's estimate of a GPU's)."""
+    with Traffic(least=0) as ours:
+        run()
+    with Traffic(least=0) as theirs:
+        base()
+    return f"{ours.bytes / theirs.bytes:.3g}x"
+
+
 def reference_table(shapes: tuple[tuple[int, ...], ...], device: torch.device, budget: float) -> None:
     print(f"\nReference check of a bfloat16 GELU kernel against its PyTorch reference on {device}, library API\n")
-    print("| kernel | shape | verdict | reference check | one float64 fwd+bwd of the reference | ratio | peak GB |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| kernel | shape | verdict | reference check | one float64 fwd+bwd of the reference | ratio "
+        "| bytes moved, ratio | peak GB |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     last: Optional[Timing] = None
     for shape in shapes:
         gen = torch.Generator().manual_seed(0)
@@ -160,7 +174,7 @@ def reference_table(shapes: tuple[tuple[int, ...], ...], device: torch.device, b
         base = timed(reference_once(x), device)
         for name, fn in (("FusedGELU", kernels.FusedGELU), ("GELUWrongGrad (1.04x)", broken.GELUWrongGrad)):
             if last is not None and last.seconds * 16 > budget:  # 16x the elements
-                print(f"| {name} | {list(shape)} | - | skipped (over ~{budget:g} s) | {seconds(base)} | - | - |")
+                print(f"| {name} | {list(shape)} | - | skipped (over ~{budget:g} s) | {seconds(base)} | - | - | - |")
                 continue
 
             def run(fn: Any = fn, x: torch.Tensor = x) -> str:
@@ -169,7 +183,7 @@ def reference_table(shapes: tuple[tuple[int, ...], ...], device: torch.device, b
             t = timed(run, device)
             print(
                 f"| {name} | {list(shape)} | {t.verdict} | {seconds(t, quiet=True)} | {seconds(base)} "
-                f"| {ratio(t, base)} | {gigabytes(t)} |",
+                f"| {ratio(t, base)} | {moved(run, reference_once(x))} | {gigabytes(t)} |",
                 flush=True,
             )
             last = t if last is None or t.seconds > last.seconds else last

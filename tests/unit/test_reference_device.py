@@ -25,6 +25,7 @@ from gradcheck_cli.checks.rows import locate
 from gradcheck_cli.examples import broken, kernels
 from gradcheck_cli.results import InputReport, Status
 from gradcheck_cli.tolerance import ReferenceRule
+from traffic import Traffic
 
 aten = torch.ops.aten
 SYNCS = {
@@ -311,7 +312,7 @@ def test_the_gpu_benchmark_runs_on_a_cpu_at_tiny_sizes_and_prints_its_tables():
         ("FusedGELU", "[4, 64, 64]", "pass"),
         ("GELUWrongGrad (1.04x)", "[4, 64, 64]", "fail"),
     ]
-    assert all(r[5].endswith("x") for r in rows if "GELU" in r[0])
+    assert all(r[5].endswith("x") and r[6].endswith("x") for r in rows if "GELU" in r[0])  # time, bytes
     assert "library API" in done.stdout
 
 
@@ -348,3 +349,20 @@ def test_the_map_and_indices_made_on_the_device_are_those_of_rows_locate(shape, 
         row.error_map.error,
     )
     assert sides._first([bad[s : s + 1000] for s in range(0, bad.numel(), 1000)], shape) == row.mismatched_indices
+
+
+# ------------------------------------------------------------------------ what the comparison costs the device
+
+
+def test_the_reference_check_moves_at_most_17x_the_bytes_of_one_float64_run_of_its_reference():
+    # a GPU comparing kernel-sized tensors is memory-bound: bytes read and written are its time (issue 30: at
+    # most 20x the time of one float64 forward+backward of the reference). The check runs the kernel, the
+    # reference in float64 and in the kernel's dtype, and compares outputs and gradients: 25x before the lean
+    # comparison, 16x after (the kernel, a float32-inside stand-in, is 4x of it)
+    x = tensor(4, 256, 256, dtype=torch.bfloat16).requires_grad_()
+    x64, g64 = x.detach().double().requires_grad_(), tensor(4, 256, 256, seed=1)
+    with Traffic() as once:
+        kernels.gelu_reference(x64).backward(g64)
+    with Traffic() as ours:
+        assert check(kernels.FusedGELU, [x], reference=kernels.gelu_reference).status is Status.PASS
+    assert ours.bytes <= 17 * once.bytes, (ours.bytes / once.bytes, ours.by_op.most_common(12))
