@@ -17,15 +17,18 @@ Submodules, bottom up:
 Devices and host synchronisations: the arguments, the outputs and the user's gradients stay on the
 case's device, and so does the per-stage work of the compressed check: the grouped rows' products and
 their decoding into entries (``row_groups``), the groups' moved batches, quotients, verdicts and numerical
-entries (``compressed``). A stage reads no value on the host: its results stay where they are, and a
-check reads them a constant number of times, however many groups, stages or pieces it has (the entries
-found and the overlapping groups once per pass, the groups' verdicts once per round of halving, the
-statistics of the accepted entries once per argument, ``stats.Entry.flush``); where a pass may have found
-more entries than the store holds, a bound known on the host says so before any value is read. The
-structure (the store of the analytical entries, the colouring, the groups' members) is made on the host
-from one copy, and the dense Jacobians, the columns made one by one and their comparison are float64 on
-the CPU, a value from the device moved there (``.to("cpu")``) where it enters one. tests/unit/
-test_host_syncs.py counts the synchronisations (what counts is written there).
+entries, and the statistics folded from the accepted entries (``compressed``, ``stats.Entry.fold_agreed``).
+A stage reads no value on the host: its results stay where they are, and a check reads them a constant
+number of times, however many groups, stages or pieces it has (the entries found and the overlapping groups
+once per pass, the groups' verdicts once per round of halving, the statistics of the accepted entries once
+per argument, ``stats.Entry.flush``); where a pass may have found more entries than the store holds, a
+bound known on the host says so before any value is read. The store's values stay where they were found
+(sorted there, ``rows.sorted_there``); its structure (rows, column bounds), the colouring and the groups'
+members are made on the host from one copy. The dense Jacobians, the columns made one by one and their
+comparison are float64 on the CPU, a value from the device moved there (``.to("cpu")``) where it enters
+one (the numerical entries of a compressed check, copied once, where a fold runs on the host: entries not
+finite, a failing argument's maps). tests/unit/test_host_syncs.py counts the synchronisations (what counts
+is written there); tests/unit/test_store_on_device.py holds where the numbers are.
 
 This module re-exports the names the checks use.
 """

@@ -171,8 +171,9 @@ def plan(colours: torch.Tensor, n_groups: int, d: torch.Tensor) -> tuple[torch.T
 
 class _At:
     """Where a stage's analytical entries are: store places (``entries``), columns (``col``), groups within the
-    stage (``group``), places in a groups x rows array (``place``), values (``want``) and limits R_r. Made on
-    the host from the groups' structure (no value read) and handed to the device of the stage's quotients."""
+    stage (``group``), places in a groups x rows array (``place``), values (``want``) and limits R_r. Made from
+    the groups' structure on the host (no value read): only the entries' places and rows are handed to the
+    device of the stage's quotients, the rest is made there (the values gathered where the store holds them)."""
 
     def __init__(self, groups: Groups, k0: int, k1: int, m: int) -> None:
         cols = np.concatenate(groups.members_np[k0:k1]) if k1 > k0 else np.zeros(0, dtype=np.int64)
@@ -182,14 +183,16 @@ class _At:
         sizes = np.bincount(mine, weights=counts, minlength=self.n)  # each (group, row): one entry at most, so
         self.rows_left = bool((sizes < m).any())  # rows without one exist where a group has fewer: they must be zero
         at = torch.from_numpy(entries)
-        rows = groups.store.rows.index_select(0, at)
         put = partial(torch.as_tensor, device=groups.device)
+        rows = put(groups.store.rows.index_select(0, at)).long()
+        per_col, total = put(counts), len(entries)
         self.entries = put(at)
-        self.group = put(np.repeat(mine, counts))
-        self.col = put(np.repeat(cols, counts))
-        self.place = put(torch.from_numpy(np.repeat(mine, counts)) * m + rows)
-        self.want = put(groups.store.vals.index_select(0, at))
-        self.limits = put(groups.row_limits.index_select(0, rows))
+        self.group = torch.repeat_interleave(put(mine), per_col, output_size=total)
+        self.col = torch.repeat_interleave(put(cols), per_col, output_size=total)
+        self.place = self.group * m + rows
+        vals = groups.store.vals
+        self.want = _there(vals.index_select(0, at if vals.device == at.device else self.entries), groups.device)
+        self.limits = groups.limits_there.index_select(0, rows)
 
     def groups(self, failed: torch.Tensor) -> torch.Tensor:
         """Per group of the stage, whether an entry of it ``failed``."""
@@ -216,7 +219,7 @@ class Groups:
         self.colours, self.n_groups = found if found is not None else (torch.zeros(0, dtype=torch.long), 0)
         n = self.layout.n_cols
         # R_r at each entry, and each column's d (its largest R_r over atol): what its group's bound rests on
-        self.row_limits = row_limits(outputs, self.layout.inputs, columns.eps)  # looked up a stage at a time
+        self.row_limits = row_limits(outputs, self.layout.inputs, columns.eps)
         col_limit = _column_max(self.row_limits.index_select(0, store.rows), store.bounds, n)
         self.d = col_limit / atol if atol > 0 else torch.where(col_limit > 0, math.inf, 0.0)
         self.kinds: list[int] = []  # per group: SPREAD, RANDOM or DOUBT (see ``plan``)
@@ -230,9 +233,10 @@ class Groups:
         self.colours_np = self.colours.numpy()  # the same memory: ``narrow`` renumbers in place
         self.starts_np = np.asarray(store.starts, dtype=np.int64)
         self.d_np = self.d.numpy()
-        # the stages' quotients, verdicts and numerical entries stay on the arguments' device; the structure
-        # (colours, members, where the entries are) and the store on the host
+        # the stages' quotients, verdicts and numerical entries stay on the arguments' device, and so do the
+        # statistics folded from them; the structure (colours, members, where the entries are) is on the host
         self.device = self.layout.inputs[0].device if self.layout.inputs else torch.device("cpu")
+        self.limits_there = self.row_limits.to(self.device)  # looked up a stage at a time
         self._on_device: dict[int, torch.Tensor] = {}  # per weighting (its id), its copy on ``device``
         self.x0 = (
             torch.cat([real_view(x.detach()).reshape(-1).to("cpu", torch.float64) for x in self.layout.inputs])
@@ -248,6 +252,7 @@ class Groups:
         self._reasons = [""]  # the predicates, by their number in ``_why`` (0: accepted)
         self._far: list[tuple[int, int, torch.Tensor]] = []  # stages with groups whose moves disagree (``_accepted``)
         self.numerical = torch.zeros(0, dtype=torch.float64)  # per analytical entry, once evaluated
+        self._host_numerical: torch.Tensor | None = None  # the same on the host, once asked (``_numerical_on_host``)
 
     @property
     def why(self) -> list[str]:
@@ -315,7 +320,7 @@ class Groups:
                 if not ok[k - first] and self.kinds[k] != DOUBT and len(self.members[k]) > LEAF
             ]
             if not failed:
-                self._to_host()
+                self._verdicts_to_host()
                 return
             first = len(self.members)
             for k in sorted(failed, key=lambda k: self.kinds[k]):  # one kind after the other: fewer stages
@@ -327,10 +332,10 @@ class Groups:
                     self.kinds.append(self.kinds[k])
             self._evaluate(first)
 
-    def _to_host(self) -> None:
-        """The verdicts and the numerical entries, once evaluated, to the host, where the statistics read them."""
-        if self.numerical.device.type != "cpu":
-            self.ok, self.numerical = self.ok.cpu(), self.numerical.cpu()
+    def _verdicts_to_host(self) -> None:
+        """The groups' verdicts, once evaluated, to the host, where the folds' structure reads them (the
+        numerical entries stay where they were made: the statistics are folded there)."""
+        self.ok = self.ok.cpu()
 
     def _evaluate(self, first: int) -> None:
         """Groups ``first``.. of ``members``, a stage of groups at a time: their verdicts into ``ok``."""
@@ -506,7 +511,7 @@ class Groups:
         """Columns lo..hi (one argument's) into ``entry``: the spans of accepted groups' columns as
         their entries alone, each chunk (of ``chunk`` columns, as without compression) where a
         group was not accepted with its columns made one by one."""
-        self._to_host()
+        self._verdicts_to_host()
         bad = (~self.accepted[lo:hi]).nonzero().view(-1).add_(lo).floor_divide_(chunk).unique().tolist()
         c0 = lo
         for k in [*bad, None]:
@@ -516,38 +521,45 @@ class Groups:
                 spans = self.store.bounds[(p // chunk + 1) * chunk : q : chunk] - first
                 n = self.numerical[first:last]
                 entry.fold_agreed(
-                    self.store.vals[first:last],
+                    _there(self.store.vals[first:last], n.device),  # where the numerical entries are
                     n,
                     (q - p, self.layout.n_rows),
                     p - lo,
                     partial(self._place, p),
-                    partial(self._not_finite, p, q, n, p - lo, probe, spans),
+                    partial(self._not_finite, p, q, p - lo, probe, spans),
                     spans=spans,
                 )
-                entry.defer(partial(self._extras, p, q, n, p - lo, probe))
+                entry.defer(partial(self._extras, p, q, p - lo, probe))
             if k is not None:
                 c0 = min(hi, (k + 1) * chunk)
                 entry.flush()  # the blocks before it first, in order
                 self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
         entry.flush()
 
-    def _not_finite(
-        self, p: int, q: int, n: torch.Tensor, col0: int, probe: torch.Tensor, spans: torch.Tensor, entry: Entry
-    ) -> None:
-        """Columns p..q, accepted, folded with their entries where one is not finite (see ``Entry.fold_agreed``)."""
+    def _not_finite(self, p: int, q: int, col0: int, probe: torch.Tensor, spans: torch.Tensor, entry: Entry) -> None:
+        """Columns p..q, accepted, folded with their entries where one is not finite (see ``Entry.fold_agreed``),
+        on the host."""
         c, r, v = self.store.entries(p, q)
+        n = self._numerical_on_host(p, q)
         entry.update_entries(c, r, v, n, (q - p, self.layout.n_rows), col0, probe, spans=spans, extras=False)
+
+    def _numerical_on_host(self, p: int, q: int) -> torch.Tensor:
+        """The numerical entries of columns p..q on the host, for the folds made there (entries not finite, a
+        failing argument's per-column errors, columns made one by one): all of them copied there once."""
+        if self._host_numerical is None:
+            self._host_numerical = _there(self.numerical, torch.device("cpu"))
+        return self._host_numerical[self.store.starts[p] : self.store.starts[q]]
 
     def _place(self, p: int, k: int) -> tuple[int, int]:
         """Entry k of the columns from p on: its column (less p) and its row."""
         at = self.store.starts[p] + k
         return bisect.bisect_right(self.store.starts, at) - 1 - p, int(self.store.rows[at])
 
-    def _extras(self, p: int, q: int, n: torch.Tensor, col0: int, probe: torch.Tensor, entry: Entry) -> None:
+    def _extras(self, p: int, q: int, col0: int, probe: torch.Tensor, entry: Entry) -> None:
         """The per-column errors and the probe's projections of columns p..q, folded without them (the
         columns and rows read from the store again rather than kept: 16 bytes an entry)."""
         c, r, v = self.store.entries(p, q)
-        entry.add_extras(c, r, v, n, q - p, col0, probe)
+        entry.add_extras(c, r, v, self._numerical_on_host(p, q), q - p, col0, probe)
 
     def _pieces(self, c0: int, end: int, chunk: int) -> Iterator[tuple[int, int]]:
         """Columns c0..end in pieces of whole chunks holding about PIECE entries at most (one chunk at least):
@@ -566,7 +578,7 @@ class Groups:
         ok = self.accepted[lo:hi]
         n = torch.zeros(hi - lo, self.layout.n_rows, dtype=torch.float64)
         mine = ok[c]
-        n[c[mine], r[mine]] = self.numerical[self.store.starts[lo] : self.store.starts[hi]][mine]
+        n[c[mine], r[mine]] = self._numerical_on_host(lo, hi)[mine]
         for j0, j1 in _runs((~ok).nonzero().view(-1).tolist()):
             n[j0:j1] = self.columns.columns(lo + j0, lo + j1)
         entry.update_sparse(c, r, v, n, lo - first, probe)
@@ -653,6 +665,11 @@ def _column_max(values: torch.Tensor, bounds: torch.Tensor, n: int) -> torch.Ten
     if bool(full.any()):  # each non-empty column's run ends where the next non-empty one starts
         out[full] = np.maximum.reduceat(values.numpy(), bounds[:-1].numpy()[full])
     return torch.from_numpy(out)
+
+
+def _there(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``: itself where it is there (no copy, and no call that a count of copies would see)."""
+    return t if t.device == device else t.to(device)
 
 
 def _groups(failed: torch.Tensor, group: torch.Tensor, n: int) -> torch.Tensor:

@@ -101,7 +101,7 @@ class RowGroups:
         if self.device.type == "cuda" and SORT_BYTES * self.count <= torch.cuda.mem_get_info(self.device)[0] // 2:
             keys, vals = self.keys[: self.count], self.vals[: self.count]  # sorted where they are (a GPU sorts fast)
             self.keys = self.vals = torch.empty(0)
-            return sorted_there(keys, vals, n_rows, n_cols)  # the store is on the host
+            return sorted_there(keys, vals, n_rows, n_cols)  # the structure to the host, the values left there
         keys, vals = self.keys[: self.count].cpu(), self.vals[: self.count].cpu()  # the store is on the host
         self.keys = self.vals = torch.empty(0)  # one copy of the entries at a time
         return from_keys(keys, vals, n_rows, n_cols)

@@ -25,7 +25,8 @@ from .realify import Vjp, real_flat, real_numel, real_view
 
 # The store's bytes per entry: while it is built (the buffers of 64-bit keys and values, the sort's
 # order and the rows it makes), and while it is held by the compressed check (32-bit rows, values,
-# and the numerical values at them); its size per column and the rows' limits are not per entry
+# and the numerical values at them: on a GPU, the rows on the host and the values there); its size per
+# column and the rows' limits are not per entry
 BUILD_BYTES = 28
 HELD_BYTES = 20
 
@@ -40,7 +41,8 @@ def store_limit(memory_bytes: int) -> int:
 class SparseRows:
     """The non-zero entries of the analytical Jacobian, by column (then row), read a span of columns at
     a time: their rows (32-bit where they fit) and values, and where each column's entries start
-    (``bounds``, a tensor, and ``starts``, a list); the columns themselves are implied (``entries``)."""
+    (``bounds``, a tensor, and ``starts``, a list); the columns themselves are implied (``entries``).
+    The structure is on the host; the values on the host, or where they were found (``sorted_there``)."""
 
     def __init__(
         self, cols: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor, n_cols: int, ordered: bool = False
@@ -69,11 +71,12 @@ class SparseRows:
         return torch.repeat_interleave(torch.arange(self.n_cols), torch.diff(self.bounds))
 
     def entries(self, col0: int, col1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The non-zero entries of columns col0..col1: column - col0, row and value, by column then row."""
+        """The non-zero entries of columns col0..col1: column - col0, row and value, by column then row, on
+        the host."""
         lo, hi = self.starts[col0], self.starts[col1]
         counts = self.bounds[col0 + 1 : col1 + 1] - self.bounds[col0:col1]
         cols = torch.repeat_interleave(torch.arange(col1 - col0), counts, output_size=hi - lo)
-        return cols, self.rows[lo:hi].long(), self.vals[lo:hi]
+        return cols, self.rows[lo:hi].long(), self.vals[lo:hi].cpu()
 
 
 CHUNK = 2**20  # entries rearranged at once while a store is sorted (their temporaries stay small)
@@ -116,9 +119,9 @@ SORT_BYTES = 24  # on a GPU, while the store is sorted there: the sorted keys, t
 
 def sorted_there(keys: torch.Tensor, vals: torch.Tensor, n_rows: int, n_cols: int) -> SparseRows:
     """``from_keys`` where the entries are (a GPU): sorted and split into rows and columns there, by
-    torch's sort, and only the store (rows, values, column bounds) copied to the host; the same store
-    as ``from_keys`` (keys are unique, so any sort gives one order). Needs SORT_BYTES an entry there
-    beside the keys and values."""
+    torch's sort; the structure (rows, column bounds) copied to the host, the values left there (the
+    compressed check gathers and folds them there); the same store as ``from_keys`` (keys are unique, so
+    any sort gives one order). Needs SORT_BYTES an entry there beside the keys and values."""
     ordered, order = torch.sort(keys)
     sorted_vals = vals.index_select(0, order)
     del order
@@ -126,7 +129,7 @@ def sorted_there(keys: torch.Tensor, vals: torch.Tensor, n_rows: int, n_cols: in
     rows = ordered.sub_(col * n_rows).to(torch.int32 if n_rows <= 2**31 else torch.long)
     counts = torch.zeros(n_cols, dtype=torch.long, device=keys.device).index_add_(0, col, torch.ones_like(col))
     bounds = torch.cat([torch.zeros(1, dtype=torch.long, device=keys.device), torch.cumsum(counts, 0)])
-    return SparseRows.by_column(rows.cpu(), sorted_vals.cpu(), bounds.cpu())
+    return SparseRows.by_column(rows.cpu(), sorted_vals, bounds.cpu())
 
 
 def narrow_rows(rows: torch.Tensor) -> torch.Tensor:
