@@ -474,12 +474,22 @@ class Entry:
 
 
 def _span_sums(av: torch.Tensor, nv: torch.Tensor, spans: Sequence[int] | torch.Tensor) -> torch.Tensor:
-    """a n, n n and a a of entries ``av``/``nv`` summed span by span (``spans``: where a sum starts anew),
-    each from 0 and in order: a row of three per span."""
-    inner = torch.as_tensor(spans, dtype=torch.int64, device=av.device).view(-1)
-    lengths = torch.diff(inner, prepend=inner.new_zeros(1), append=inner.new_full((1,), len(av)))
+    """a n, n n and a a of entries ``av``/``nv`` summed span by span (``spans``: where a sum starts anew,
+    given on the host), each from 0 and in order: a row of three per span. Elsewhere than on the CPU (a GPU,
+    whose segment_reduce sums a span of rows in one thread, one entry after the other), one sum per span: the
+    same span gives the same bits there too, whichever spans stand beside it."""
     terms = torch.stack((av * nv, nv * nv, av * av), 1)
+    inner = torch.as_tensor(spans, dtype=torch.int64).view(-1)
+    if av.device.type != "cpu":
+        return span_by_span(terms, inner.tolist())
+    lengths = torch.diff(inner, prepend=inner.new_zeros(1), append=inner.new_full((1,), len(av)))
     return torch.segment_reduce(terms, "sum", lengths=lengths, axis=0)
+
+
+def span_by_span(terms: torch.Tensor, spans: list[int]) -> torch.Tensor:
+    """The rows of ``terms`` summed span by span (``spans``: where a sum starts anew), one sum per span."""
+    ends = [0, *spans, len(terms)]
+    return torch.stack([terms[a:b].sum(0) for a, b in zip(ends, ends[1:])])
 
 
 class _Agreed(NamedTuple):

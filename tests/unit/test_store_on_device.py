@@ -114,3 +114,17 @@ def test_on_a_gpu_a_failing_arguments_maps_and_diagnosis_are_the_cpus():
     for a, b in zip(g.inputs, w.inputs):
         assert (a.status, a.pattern, a.mismatched_indices) == (b.status, b.pattern, b.mismatched_indices)
         assert (a.error_map is None) == (b.error_map is None)
+
+
+def test_the_span_sums_made_span_by_span_are_the_sequential_sums_to_rounding():
+    # a GPU sums each span on its own (its segment_reduce would sum a span's rows in one thread): the same sums
+    from gradcheck_cli.numerics.stats import span_by_span
+
+    g = torch.Generator().manual_seed(0)
+    terms = torch.randn(1000, 3, generator=g, dtype=torch.float64)
+    for spans in ([], [0], [1000], [10, 10, 500], [0, 999], list(range(0, 1000, 7))):
+        ends = [0, *spans, 1000]
+        lengths = torch.tensor([b - a for a, b in zip(ends, ends[1:])])
+        want = torch.segment_reduce(terms, "sum", lengths=lengths, axis=0)
+        got = span_by_span(terms, spans)
+        assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-12, atol=1e-12), spans
