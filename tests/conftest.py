@@ -53,6 +53,17 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``cuda`` skips, with the reason, where torch sees no CUDA GPU (CI never has one)."""
+    cuda = [item for item in items if item.get_closest_marker("cuda")]
+    if cuda:
+        import torch
+
+        if not torch.cuda.is_available():
+            for item in cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
+
+
 @pytest.fixture(autouse=True)
 def no_default_device_left_set() -> Iterator[None]:
     """No test leaves torch.set_default_device set: every later test in its worker would run under that

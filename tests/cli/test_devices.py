@@ -22,7 +22,7 @@ from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Case, TensorArg
 
 REPO = Path(__file__).resolve().parents[2]
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+cuda = pytest.mark.cuda
 
 USER = """
 import torch

@@ -89,7 +89,7 @@ def test_build_does_not_touch_the_global_rng(build):
     assert torch.equal(torch.rand(3), expected)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.cuda
 def test_same_seed_gives_the_same_values_on_cuda_as_on_cpu(build):
     (cpu, *_), _ = build(SEVERAL, "cpu")
     (gpu, *_), _ = build(SEVERAL, "cuda")

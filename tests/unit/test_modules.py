@@ -227,7 +227,7 @@ def test_module_is_copied_once_per_other_device(user):
     assert target.module.weight.device.type == "cpu"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.cuda
 def test_module_on_cuda_and_device_consistency(write_spec):
     result = check_spec(
         write_spec, LINEAR + "    device: [cpu, cuda]\n    checks: [backward, device_consistency]\n", device="cuda"

@@ -38,7 +38,7 @@ SYNCS = {
 }
 RELATIVE = ReferenceRule("relative", 2.0, None, None)
 ALLCLOSE = ReferenceRule("allclose", 2.0, None, None)
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+cuda = pytest.mark.cuda
 
 
 def tensor(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0) -> torch.Tensor:

@@ -20,7 +20,7 @@ from gradcheck_cli.examples.linear import LinearFunction
 from gradcheck_cli.numerics import compressed
 from gradcheck_cli.results import Status
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+cuda = pytest.mark.cuda
 DEVICES = ["cpu", pytest.param("cuda", marks=cuda)]
 
 
