@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, NamedTuple, Optional, Union, overload
 
+import numpy as np
 import torch
 
 from ..tolerance import limit
@@ -476,8 +478,8 @@ class Entry:
 def _span_sums(av: torch.Tensor, nv: torch.Tensor, spans: Sequence[int] | torch.Tensor) -> torch.Tensor:
     """a n, n n and a a of entries ``av``/``nv`` summed span by span (``spans``: where a sum starts anew,
     given on the host), each from 0 and in order: a row of three per span. Elsewhere than on the CPU (a GPU,
-    whose segment_reduce sums a span of rows in one thread, one entry after the other), one sum per span: the
-    same span gives the same bits there too, whichever spans stand beside it."""
+    whose segment_reduce sums a span of rows in one thread, one entry after the other), in blocks
+    (``span_by_span``): the same span gives the same bits there too, whichever spans stand beside it."""
     terms = torch.stack((av * nv, nv * nv, av * av), 1)
     inner = torch.as_tensor(spans, dtype=torch.int64).view(-1)
     if av.device.type != "cpu":
@@ -486,10 +488,23 @@ def _span_sums(av: torch.Tensor, nv: torch.Tensor, spans: Sequence[int] | torch.
     return torch.segment_reduce(terms, "sum", lengths=lengths, axis=0)
 
 
+SPAN_BLOCK = 1 << 10  # rows a GPU thread sums in order, at most (``span_by_span``)
+
+
 def span_by_span(terms: torch.Tensor, spans: list[int]) -> torch.Tensor:
-    """The rows of ``terms`` summed span by span (``spans``: where a sum starts anew), one sum per span."""
-    ends = [0, *spans, len(terms)]
-    return torch.stack([terms[a:b].sum(0) for a, b in zip(ends, ends[1:])])
+    """The rows of ``terms`` summed span by span (``spans``: where a sum starts anew), each span in blocks of
+    SPAN_BLOCK rows from its start, then its blocks' sums in order: two segment_reduce calls, whatever the
+    number of spans, and no thread sums more than SPAN_BLOCK rows (or a span's blocks)."""
+    lengths = np.diff(np.asarray([0, *spans, len(terms)], dtype=np.int64))
+    blocks = -(-lengths // SPAN_BLOCK)  # per span, its blocks (an empty span has none)
+    sizes = np.full(int(blocks.sum()), SPAN_BLOCK, dtype=np.int64)
+    whole = blocks > 0
+    sizes[np.cumsum(blocks)[whole] - 1] = lengths[whole] - (blocks[whole] - 1) * SPAN_BLOCK  # each span's last block
+    if not len(sizes):  # no rows: every span's sum is 0
+        return terms.new_zeros(len(lengths), *terms.shape[1:])
+    put = partial(torch.as_tensor, device=terms.device)
+    partial_sums = torch.segment_reduce(terms, "sum", lengths=put(sizes), axis=0)
+    return torch.segment_reduce(partial_sums, "sum", lengths=put(blocks), axis=0)
 
 
 class _Agreed(NamedTuple):
