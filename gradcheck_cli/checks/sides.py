@@ -299,8 +299,8 @@ def _statistics(c: _Chunk) -> Found:
     if c.pair.elementwise():
         key = torch.sub(diff, limit(scale, c.pair.atol, c.pair.rtol) if c.pair.rtol else c.pair.atol)
         if c.broken is not None:
-            # |a - n| and its bound both past float64's range (inf - inf): within, as "inf > inf" judges it
-            key.nan_to_num_(nan=-math.inf, posinf=math.inf, neginf=-math.inf).masked_fill_(c.broken, math.inf)
+            # |a - n| and its bound both past float64's range (inf - inf): at the bound, as "inf > inf" judges it
+            key.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf).masked_fill_(c.broken, math.inf)
     max_rel = torch.div(diff, scale, out=scale).masked_fill_(small, 0.0).max()
     k = torch.argmax(key)
     top = _at(key, k)

@@ -12,6 +12,7 @@ from typing import Any, Optional, Union
 
 import pytest
 import torch
+from unit.test_compare_fuzz import same, slow
 
 from gradcheck_cli.checks import sides
 from gradcheck_cli.errors import UserCodeError
@@ -235,6 +236,24 @@ def test_random_edge_pairs_are_judged_element_by_element(seed, monkeypatch):
     a, n, own, rule, chunk = draw(seed)
     monkeypatch.setattr(sides, "CHUNK", chunk)
     agrees(compared(a, n, own, rule), judge(a, n, own, rule))
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_edge_pairs_make_the_slow_paths_row_field_for_field(seed, monkeypatch):
+    # the report's fields (worst element, values there, errors, first mismatches) as test_compare_fuzz's slow path
+    # makes them, where the relative rule has a bar
+    a, n, own, rule, chunk = draw(seed)
+    monkeypatch.setattr(sides, "CHUNK", chunk)
+    if isinstance(judge(a, n, own, rule), str):
+        return
+    want, got = slow(a, n, own, rule), compared(a, n, own, rule)
+    assert isinstance(got, InputReport)
+    fields = [(got.status, want.status), (got.mismatched, want.mismatched), (got.baseline_err, want.baseline)]
+    if a.numel():
+        fields += [(got.max_abs_err, want.max_abs), (got.max_rel_err, want.max_rel), (got.worst_index, want.worst)]
+        fields += [(got.analytical, want.at_a), (got.numerical, want.at_n)]
+        fields += [([list(i) for i in got.mismatched_indices or []], want.first)]
+    assert all(same(x, y) for x, y in fields), fields
 
 
 def test_the_random_pairs_hold_every_kind():
