@@ -222,15 +222,16 @@ def _complex_of(dtype: torch.dtype) -> torch.dtype:
 
 
 def _upcast(values: Sequence[Any], dtype: torch.dtype) -> list[Any]:
-    """Copies of the floating tensors in ``dtype`` (complex ones in its complex kind), aliasing and
-    requires_grad kept; other values as they are."""
+    """Copies of the tensors, the floating ones in ``dtype`` (complex ones in its complex kind), the others
+    in theirs (a reference that changes an argument in place changes its copy), aliasing and requires_grad
+    kept; other values as they are."""
     copies: dict[int, Any] = {}
     out = []
     for v in values:
-        if is_float_tensor(v):
+        if isinstance(v, torch.Tensor):
             if id(v) not in copies:
-                cast = v.detach().to(_complex_of(dtype) if v.is_complex() else dtype, copy=True)
-                copies[id(v)] = cast.requires_grad_(v.requires_grad)
+                kind = (_complex_of(dtype) if v.is_complex() else dtype) if is_float_tensor(v) else v.dtype
+                copies[id(v)] = v.detach().to(kind, copy=True).requires_grad_(v.requires_grad)
             out.append(copies[id(v)])
         else:
             out.append(v)

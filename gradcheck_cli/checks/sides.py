@@ -88,10 +88,12 @@ def compare(
     real = real_dtype(got)
     if rule.rule == "relative":
         assert own is not None
-        pair = _Pair(a, n, _flat(own, got.device))
-        baseline, largest = _bar(pair, row, tuple(got.shape), real_dtype(own))
+        pair = _Pair(a, n, _flat(own, got.device), per=2 if got.is_complex() else 1)
+        baseline, largest = _bar(pair, row, tuple(got.shape), own.dtype, want.dtype)
         row.baseline_err, row.factor = max(baseline, eps(real) * largest), rule.factor
         row.atol, row.rtol = rule.atol or 0.0, None
+        if not math.isfinite(rule.factor * row.baseline_err):
+            raise UserCodeError(ErrorKind.REFERENCE, _overflow(row, rule.factor, baseline, own.dtype))
         atol, rtol = rule.factor * row.baseline_err + row.atol, 0.0
     else:
         coarser = max(real, real_dtype(want), key=eps)  # a reference in a lower precision sets the defaults
@@ -225,10 +227,12 @@ def _baseline(c: _Chunk) -> Found:
     return [_largest(torch.sub(c.own, c.n)), _largest(c.n)]
 
 
-def _bar(pair: _Pair, row: InputReport, shape: tuple[int, ...], low: torch.dtype) -> list[float]:
-    """The relative rule's baseline and the reference's largest value, both finite: over the elements where
-    the reference is finite (its non-finite values are compared as they are, by ``_statistics``). Where its
-    own run in the target's dtype is not finite but it is, the rule has no bar: a ``UserCodeError`` (an
+def _bar(
+    pair: _Pair, row: InputReport, shape: tuple[int, ...], low: torch.dtype, high: torch.dtype
+) -> list[float]:
+    """The relative rule's baseline and the reference's largest value, over the elements where the reference
+    (run in ``high``) is finite (its non-finite values are compared as they are, by ``_statistics``). Where its
+    own run in the target's dtype (``low``) is not finite but it is, the rule has no bar: a ``UserCodeError`` (an
     infinite bar would pass any target, a NaN one every element)."""
     found = _pass(_baseline, pair)
     if all(map(math.isfinite, found)):
@@ -239,12 +243,23 @@ def _bar(pair: _Pair, row: InputReport, shape: tuple[int, ...], low: torch.dtype
         raise UserCodeError(
             ErrorKind.REFERENCE,
             f"the reference run in {str(low)[6:]} (the target's dtype) gives {at_own:g} for {subject} at "
-            f"{list(unravel(int(k) // pair.per, shape))} where run in {str(pair.n.dtype)[6:]} it gives {at_n:.6g} "
+            f"{list(unravel(int(k) // pair.per, shape))} where run in {str(high)[6:]} it gives {at_n:.6g} "
             f"({int(count)} such values): the relative rule's bar, the reference's own error in the target's dtype, "
             "is not finite there; draw inputs where the reference is finite in that dtype, or compare by "
             "`rule: allclose` in `tolerance.reference`",
         )
     return [baseline, largest]
+
+
+def _overflow(row: InputReport, factor: float, baseline: float, low: torch.dtype) -> str:
+    """Why the relative rule has no bar where its own error (``baseline``) times ``factor`` overflows float64."""
+    subject = f"the {row.name}" if row.role == "output" else f"the gradient of '{row.name}'"
+    return (
+        f"the reference's own error in {str(low)[6:]} (the target's dtype) for {subject} is {baseline:.3g}, and "
+        f"{factor:g}x that is past float64's range: the relative rule's bar is not finite (it would pass any "
+        "target); draw inputs where the reference's values are within float64's range, or compare by "
+        "`rule: allclose` in `tolerance.reference`"
+    )
 
 
 def _baseline_apart(c: _Chunk) -> Found:
@@ -255,8 +270,9 @@ def _baseline_apart(c: _Chunk) -> Found:
     unbarred = finite & ~torch.isfinite(c.own)
     n = torch.where(finite, c.n, 0.0)
     error = torch.where(finite & ~unbarred, torch.sub(c.own, n), 0.0)
-    k = torch.argmax(unbarred.to(torch.uint8))  # the first unbarred element (0 where there is none)
-    return [_largest(error), _largest(n), unbarred.sum(), k, _at(c.own, k).to(torch.float64), _at(c.n, k)]
+    k = torch.argmax(unbarred.to(torch.uint8))  # the first unbarred real (0 where there is none)
+    count = unbarred.view(-1, 2).any(1).sum() if c.pair.per == 2 else unbarred.sum()  # elements
+    return [_largest(error), _largest(n), count, k, _at(c.own, k).to(torch.float64), _at(c.n, k)]
 
 
 def _first_unbarred(found: list[Found], offsets: list[int]) -> Found:
@@ -283,7 +299,8 @@ def _statistics(c: _Chunk) -> Found:
     if c.pair.elementwise():
         key = torch.sub(diff, limit(scale, c.pair.atol, c.pair.rtol) if c.pair.rtol else c.pair.atol)
         if c.broken is not None:
-            key.masked_fill_(c.broken, math.inf)
+            # |a - n| and its bound both past float64's range (inf - inf): at the bound, as "inf > inf" judges it
+            key.nan_to_num_(nan=0.0, posinf=math.inf, neginf=-math.inf).masked_fill_(c.broken, math.inf)
     max_rel = torch.div(diff, scale, out=scale).masked_fill_(small, 0.0).max()
     k = torch.argmax(key)
     top = _at(key, k)

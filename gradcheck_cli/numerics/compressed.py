@@ -237,6 +237,7 @@ class Groups:
         # statistics folded from them; the structure (colours, members, where the entries are) is on the host
         self.device = self.layout.inputs[0].device if self.layout.inputs else torch.device("cpu")
         self.limits_there = self.row_limits.to(self.device)  # looked up a stage at a time
+        self.bounds_there = _there(store.bounds, self.device)  # the folds' spans, sliced there
         self._on_device: dict[int, torch.Tensor] = {}  # per weighting (its id), its copy on ``device``
         self.x0 = (
             torch.cat([real_view(x.detach()).reshape(-1).to("cpu", torch.float64) for x in self.layout.inputs])
@@ -518,7 +519,8 @@ class Groups:
             end = hi if k is None else max(lo, k * chunk)
             for p, q in self._pieces(c0, end, chunk):  # accepted, as their entries alone: all agree
                 first, last = self.store.starts[p], self.store.starts[q]
-                spans = self.store.bounds[(p // chunk + 1) * chunk : q : chunk] - first
+                at = slice((p // chunk + 1) * chunk, q, chunk)
+                spans = self.store.bounds[at] - first
                 n = self.numerical[first:last]
                 entry.fold_agreed(
                     _there(self.store.vals[first:last], n.device),  # where the numerical entries are
@@ -528,6 +530,7 @@ class Groups:
                     partial(self._place, p),
                     partial(self._not_finite, p, q, p - lo, probe, spans),
                     spans=spans,
+                    spans_there=self.bounds_there[at] - first if n.device.type != "cpu" else None,
                 )
                 entry.defer(partial(self._extras, p, q, p - lo, probe))
             if k is not None:

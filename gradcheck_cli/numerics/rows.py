@@ -42,7 +42,8 @@ class SparseRows:
     """The non-zero entries of the analytical Jacobian, by column (then row), read a span of columns at
     a time: their rows (32-bit where they fit) and values, and where each column's entries start
     (``bounds``, a tensor, and ``starts``, a list); the columns themselves are implied (``entries``).
-    The structure is on the host; the values on the host, or where they were found (``sorted_there``)."""
+    The structure is on the host; the values on the host, or where they were found (``sorted_there``) and
+    copied to the host once where a fold there first reads them (``host_vals``)."""
 
     def __init__(
         self, cols: torch.Tensor, rows: torch.Tensor, vals: torch.Tensor, n_cols: int, ordered: bool = False
@@ -62,6 +63,7 @@ class SparseRows:
 
     def _set(self, rows: torch.Tensor, vals: torch.Tensor, bounds: torch.Tensor) -> None:
         self.rows, self.vals, self.bounds = rows, vals, bounds.long()
+        self._host_vals: torch.Tensor | None = vals if vals.device.type == "cpu" else None
         self.n_cols = len(bounds) - 1
         self.starts = self.bounds.tolist()
 
@@ -72,11 +74,18 @@ class SparseRows:
 
     def entries(self, col0: int, col1: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The non-zero entries of columns col0..col1: column - col0, row and value, by column then row, on
-        the host."""
+        the host (the values read from one host copy, ``host_vals``)."""
         lo, hi = self.starts[col0], self.starts[col1]
         counts = self.bounds[col0 + 1 : col1 + 1] - self.bounds[col0:col1]
         cols = torch.repeat_interleave(torch.arange(col1 - col0), counts, output_size=hi - lo)
-        return cols, self.rows[lo:hi].long(), self.vals[lo:hi].cpu()
+        return cols, self.rows[lo:hi].long(), self.host_vals()[lo:hi]
+
+    def host_vals(self) -> torch.Tensor:
+        """The values on the host: themselves where they are there, else one copy made when first asked (a
+        copy per span of columns read would be a wait per span on a GPU)."""
+        if self._host_vals is None:
+            self._host_vals = self.vals.to("cpu")
+        return self._host_vals
 
 
 CHUNK = 2**20  # entries rearranged at once while a store is sorted (their temporaries stay small)

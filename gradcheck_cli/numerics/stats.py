@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Optional, Union, overload
 
+import numpy as np
 import torch
 
 from ..tolerance import limit
@@ -253,11 +254,13 @@ class Entry:
         locate: Callable[[int], tuple[int, int]],
         fallback: Callable[[Entry], None],
         spans: Sequence[int] | torch.Tensor = (),
+        spans_there: torch.Tensor | None = None,
     ) -> None:
         """``update_agreed`` without reading a value: the block's statistics are made where its tensors are
         and read, with every other block folded so, in one read at ``flush`` (which applies them in order, as
         ``update_agreed`` would have one by one). ``fallback(self)`` folds the block instead where an entry is
-        not finite (``update_agreed`` returning False: the caller's ``update_entries``)."""
+        not finite (``update_agreed`` returning False: the caller's ``update_entries``). ``spans_there``:
+        ``spans`` on the entries' device, where they are not on the CPU (no copy of them there, a wait on a GPU)."""
         n_cols, n_rows = shape
         diff = torch.sub(av, nv).abs_()
         tol = limit(nv.abs(), self.atol, self.rtol)
@@ -274,7 +277,7 @@ class Entry:
         rel_max = rel.max() if rel.numel() else zero
         values = torch.cat((torch.stack((top, rel_max, small.all().to(diff.dtype))), worst))
         first = (col0, n_rows, bool(diff.numel()))
-        self._pending.append(_Agreed(values, _span_sums(av, nv, spans), first, locate, fallback))
+        self._pending.append(_Agreed(values, _span_sums(av, nv, spans, spans_there), first, locate, fallback))
 
     def flush(self) -> None:
         """Fold in the blocks of ``fold_agreed`` (in order; a block with an entry not finite by its
@@ -473,23 +476,47 @@ class Entry:
         torch.maximum(self._err[cols], per, out=self._err[cols])
 
 
-def _span_sums(av: torch.Tensor, nv: torch.Tensor, spans: Sequence[int] | torch.Tensor) -> torch.Tensor:
+def _span_sums(
+    av: torch.Tensor, nv: torch.Tensor, spans: Sequence[int] | torch.Tensor, there: torch.Tensor | None = None
+) -> torch.Tensor:
     """a n, n n and a a of entries ``av``/``nv`` summed span by span (``spans``: where a sum starts anew,
-    given on the host), each from 0 and in order: a row of three per span. Elsewhere than on the CPU (a GPU,
-    whose segment_reduce sums a span of rows in one thread, one entry after the other), one sum per span: the
-    same span gives the same bits there too, whichever spans stand beside it."""
+    given on the host; ``there``: the same on ``av``'s device, if at hand), each from 0 and in order: a row of
+    three per span. Elsewhere than on the CPU (a GPU, whose segment_reduce sums a span of rows in one thread,
+    one entry after the other), in blocks (``span_by_span``): the same span gives the same bits there too,
+    whichever spans stand beside it."""
     terms = torch.stack((av * nv, nv * nv, av * av), 1)
     inner = torch.as_tensor(spans, dtype=torch.int64).view(-1)
     if av.device.type != "cpu":
-        return span_by_span(terms, inner.tolist())
+        return span_by_span(terms, inner.tolist(), there)
     lengths = torch.diff(inner, prepend=inner.new_zeros(1), append=inner.new_full((1,), len(av)))
     return torch.segment_reduce(terms, "sum", lengths=lengths, axis=0)
 
 
-def span_by_span(terms: torch.Tensor, spans: list[int]) -> torch.Tensor:
-    """The rows of ``terms`` summed span by span (``spans``: where a sum starts anew), one sum per span."""
-    ends = [0, *spans, len(terms)]
-    return torch.stack([terms[a:b].sum(0) for a, b in zip(ends, ends[1:])])
+SPAN_BLOCK = 1 << 10  # rows a GPU thread sums in order, at most (``span_by_span``)
+
+
+def span_by_span(terms: torch.Tensor, spans: list[int], there: torch.Tensor | None = None) -> torch.Tensor:
+    """The rows of ``terms`` summed span by span (``spans``: where a sum starts anew; ``there``: the same on
+    ``terms``' device, else copied there), each span in blocks of SPAN_BLOCK rows from its start, then its
+    blocks' sums in order: two segment_reduce calls whatever the number of spans, no value read on the host
+    (the blocks are counted from ``spans``, and made from ``there`` on the device), and no thread summing more
+    than SPAN_BLOCK rows (or a span's blocks)."""
+    total = int((-(-np.diff(np.asarray([0, *spans, len(terms)], dtype=np.int64)) // SPAN_BLOCK)).sum())
+    if not total:  # no rows: every span's sum is 0
+        return terms.new_zeros(len(spans) + 1, *terms.shape[1:])
+    inner = there if there is not None else torch.as_tensor(spans, dtype=torch.int64, device=terms.device)
+    inner = inner.to(torch.int64)
+    ends = torch.cat((inner.new_zeros(1), inner, inner.new_full((1,), len(terms))))
+    lengths = torch.diff(ends)
+    blocks = torch.div(lengths + (SPAN_BLOCK - 1), SPAN_BLOCK, rounding_mode="floor")
+    last = torch.cumsum(blocks, 0)  # each span's blocks end there
+    block = torch.arange(total, device=terms.device)
+    span = torch.searchsorted(last, block, right=True)  # each block's span
+    done = (block - (last - blocks).index_select(0, span)) * SPAN_BLOCK  # the span's rows before the block
+    sizes = torch.clamp_max(lengths.index_select(0, span) - done, SPAN_BLOCK)
+    # unsafe: the lengths are made here (non-negative, summing to the rows), not read back to be checked
+    partial_sums = torch.segment_reduce(terms, "sum", lengths=sizes, axis=0, unsafe=True)
+    return torch.segment_reduce(partial_sums, "sum", lengths=blocks, axis=0, unsafe=True)
 
 
 class _Agreed(NamedTuple):

@@ -60,12 +60,12 @@ def slow(a: torch.Tensor, n: torch.Tensor, own: Optional[torch.Tensor], rule: Re
     baseline = None
     if rule.rule == "relative":
         assert own is not None
-        O = reals(own)
+        own_reals = reals(own)
         finite_n = torch.isfinite(N)
-        if bool((finite_n & ~torch.isfinite(O)).any()):
+        if bool((finite_n & ~torch.isfinite(own_reals)).any()):
             return "unbarred"
         keep = finite_n
-        error = float((O - N)[keep].abs().max()) if bool(keep.any()) else 0.0
+        error = float((own_reals - N)[keep].abs().max()) if bool(keep.any()) else 0.0
         largest = float(N[keep].abs().max()) if bool(keep.any()) else 0.0
         baseline = max(error, torch.finfo(real).eps * largest)
         atol, rtol = rule.factor * baseline + (rule.atol or 0.0), 0.0

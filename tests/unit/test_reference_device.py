@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from traffic import Traffic
 
 from gradcheck_cli import check
 from gradcheck_cli.checks import sides
@@ -25,7 +26,6 @@ from gradcheck_cli.checks.rows import locate
 from gradcheck_cli.examples import broken, kernels
 from gradcheck_cli.results import InputReport, Status
 from gradcheck_cli.tolerance import ReferenceRule
-from traffic import Traffic
 
 aten = torch.ops.aten
 SYNCS = {
