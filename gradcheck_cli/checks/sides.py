@@ -227,9 +227,7 @@ def _baseline(c: _Chunk) -> Found:
     return [_largest(torch.sub(c.own, c.n)), _largest(c.n)]
 
 
-def _bar(
-    pair: _Pair, row: InputReport, shape: tuple[int, ...], low: torch.dtype, high: torch.dtype
-) -> list[float]:
+def _bar(pair: _Pair, row: InputReport, shape: tuple[int, ...], low: torch.dtype, high: torch.dtype) -> list[float]:
     """The relative rule's baseline and the reference's largest value, over the elements where the reference
     (run in ``high``) is finite (its non-finite values are compared as they are, by ``_statistics``). Where its
     own run in the target's dtype (``low``) is not finite but it is, the rule has no bar: a ``UserCodeError`` (an

@@ -71,8 +71,7 @@ def test_span_sums_on_a_gpu_wait_for_nothing():
 
 @pytest.mark.parametrize("block", [1, 3, 4, 1 << 10])
 @pytest.mark.parametrize(
-    "spans",
-    [[], [0], [1000], [10, 10, 500], [0, 999], list(range(0, 1000, 7)), [1, 2, 3, 900], list(range(1, 1000))],
+    "spans", [[], [0], [1000], [10, 10, 500], [0, 999], list(range(0, 1000, 7)), [1, 2, 3, 900], list(range(1, 1000))]
 )
 def test_span_sums_in_blocks_are_the_sequential_sums(spans, block, monkeypatch):
     monkeypatch.setattr(stats, "SPAN_BLOCK", block)
