@@ -4,6 +4,7 @@ Submodules, bottom up:
 
 - ``streams``: the named random streams of one attempt (``Streams``), probe values, the fork of the global RNG
 - ``realify``: tensors as flat real vectors (complex elements as pairs of reals), the calls' types
+- ``transfer``: copies from the host to a device that do not wait for it (``sent``)
 - ``differences``: THE finite-difference primitive (move an argument in place, call, put it back)
 - ``layout``: where each argument's columns and each output's rows lie in the Jacobian
 - ``batching``: the batching policy (stage sizes, memory budgets) and the vmapped forward
@@ -18,7 +19,8 @@ Devices and host synchronisations: the arguments, the outputs and the user's gra
 case's device, and so does the per-stage work of the compressed check: the grouped rows' products and
 their decoding into entries (``row_groups``), the groups' moved batches, quotients, verdicts and numerical
 entries, and the statistics folded from the accepted entries (``compressed``, ``stats.Entry.fold_agreed``).
-A stage reads no value on the host: its results stay where they are, and a check reads them a constant
+A stage reads no value on the host, and what it sends to the device it sends without waiting
+(``transfer.sent``): its results stay where they are, and a check reads them a constant
 number of times, however many groups, stages or pieces it has (the entries found and the overlapping groups
 once per pass, the groups' verdicts once per round of halving, the statistics of the accepted entries once
 per argument, ``stats.Entry.flush``); where a pass may have found more entries than the store holds, a
@@ -28,7 +30,8 @@ members are made on the host from one copy. The dense Jacobians, the columns mad
 comparison are float64 on the CPU, a value from the device moved there (``.to("cpu")``) where it enters
 one (the numerical entries of a compressed check, copied once, where a fold runs on the host: entries not
 finite, a failing argument's maps). tests/unit/test_host_syncs.py counts the synchronisations (what counts
-is written there); tests/unit/test_store_on_device.py holds where the numbers are.
+is written there); tests/unit/test_store_on_device.py holds where the numbers are, and on a GPU counts
+the synchronisations the CUDA runtime makes.
 
 This module re-exports the names the checks use.
 """

@@ -73,6 +73,7 @@ from .group_moves import LOW, GroupMove, separation, spread, step_factors, weigh
 from .realify import outputs_vector, real_numel, real_view
 from .rows import SparseRows
 from .stats import Entry
+from .transfer import sent
 
 PIECE = 2**16  # entries folded at once into the statistics (their temporaries stay in cache)
 LEAF = 32  # a group not accepted of at most this many columns has them made one by one; a larger one is halved
@@ -183,15 +184,16 @@ class _At:
         sizes = np.bincount(mine, weights=counts, minlength=self.n)  # each (group, row): one entry at most, so
         self.rows_left = bool((sizes < m).any())  # rows without one exist where a group has fewer: they must be zero
         at = torch.from_numpy(entries)
-        put = partial(torch.as_tensor, device=groups.device)
+        put = partial(sent, device=groups.device)
         rows = put(groups.store.rows.index_select(0, at)).long()
         per_col, total = put(counts), len(entries)
         self.entries = put(at)
         self.group = torch.repeat_interleave(put(mine), per_col, output_size=total)
         self.col = torch.repeat_interleave(put(cols), per_col, output_size=total)
         self.place = self.group * m + rows
-        vals = groups.store.vals
-        self.want = _there(vals.index_select(0, at if vals.device == at.device else self.entries), groups.device)
+        vals = groups.store.vals  # where they were sorted, or on the host (a store built there)
+        there = vals.device == groups.device
+        self.want = vals.index_select(0, self.entries) if there else put(vals.index_select(0, at))
         self.limits = groups.limits_there.index_select(0, rows)
 
     def groups(self, failed: torch.Tensor) -> torch.Tensor:
@@ -237,7 +239,7 @@ class Groups:
         # statistics folded from them; the structure (colours, members, where the entries are) is on the host
         self.device = self.layout.inputs[0].device if self.layout.inputs else torch.device("cpu")
         self.limits_there = self.row_limits.to(self.device)  # looked up a stage at a time
-        self.bounds_there = _there(store.bounds, self.device)  # the folds' spans, sliced there
+        self.bounds_there = sent(store.bounds, self.device)  # the folds' spans, sliced there
         self._on_device: dict[int, torch.Tensor] = {}  # per weighting (its id), its copy on ``device``
         self.x0 = (
             torch.cat([real_view(x.detach()).reshape(-1).to("cpu", torch.float64) for x in self.layout.inputs])
@@ -263,7 +265,7 @@ class Groups:
     def _dev(self, w: torch.Tensor) -> torch.Tensor:
         """Weighting ``w`` (made on the host, from the spec's seed) on ``device``, copied once."""
         if id(w) not in self._on_device:
-            self._on_device[id(w)] = torch.as_tensor(w, device=self.device)
+            self._on_device[id(w)] = sent(w, self.device)
         return self._on_device[id(w)]
 
     def _group_d(self) -> list[float]:
@@ -301,8 +303,8 @@ class Groups:
         self.members_np = member_arrays(self.colours_np, self.n_groups)
         self.members = [torch.from_numpy(m) for m in self.members_np]
         self.numerical = torch.empty(len(self.store.vals), dtype=torch.float64, device=self.device)
-        self.ok = torch.as_tensor(self.ok, device=self.device)
-        self._why = torch.as_tensor(self._why, device=self.device)
+        self.ok = sent(self.ok, self.device)
+        self._why = sent(self._why, self.device)
         self._evaluate(0)
 
     def narrow(self) -> None:
@@ -346,7 +348,7 @@ class Groups:
         size = stage_size(COL_STAGE, row_bytes, self.columns.memory_bytes, device_cap(GROUP_STAGE_BYTES, self.device))
         doubt = self._reason("in doubt: no weighting reaches its bound")
         codes = [doubt if self.kinds[k] == DOUBT else 0 for k in range(first, g)]
-        self._why = torch.cat([self._why[:first], torch.tensor(codes, dtype=torch.int8, device=self.device)])
+        self._why = torch.cat([self._why[:first], sent(codes, self.device, torch.int8)])
         k0 = first
         with torch.no_grad():
             while k0 < g:  # a run of groups of one kind at a time (not evaluated: the groups in doubt)
@@ -394,7 +396,7 @@ class Groups:
                     for i, x in enumerate(self.layout.inputs)
                 ]
             )
-            self.factors[key] = torch.as_tensor(made, device=self.device)
+            self.factors[key] = sent(made, self.device)
         return self.factors[key]
 
     def _accepted(self, k0: int, k1: int, moves: list[torch.Tensor | None], quotients: torch.Tensor) -> torch.Tensor:
@@ -475,7 +477,7 @@ class Groups:
             needed(curved_chance(float(self.d_np[self.members_np[k0 + k]].max()))) + 1 if is_far else 0
             for k, is_far in enumerate(far.tolist())
         ]
-        offered = torch.tensor([0 < c <= MOST for c in kc], dtype=torch.bool, device=far.device)
+        offered = sent([0 < c <= MOST for c in kc], far.device, torch.bool)
         self._tell(k0, far & ~offered, "its moves disagree (its curvature bound needs more weightings than MOST)")
         if not any(0 < c <= MOST for c in kc):
             return offered
@@ -511,8 +513,11 @@ class Groups:
     def fold(self, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
         """Columns lo..hi (one argument's) into ``entry``: the spans of accepted groups' columns as
         their entries alone, each chunk (of ``chunk`` columns, as without compression) where a
-        group was not accepted with its columns made one by one."""
+        group was not accepted with its columns made one by one. The statistics are folded where the store's
+        values are: on the device with the numerical entries, or on the host (a store built there) with one
+        host copy of them."""
         self._verdicts_to_host()
+        held = self.store.vals.device
         bad = (~self.accepted[lo:hi]).nonzero().view(-1).add_(lo).floor_divide_(chunk).unique().tolist()
         c0 = lo
         for k in [*bad, None]:
@@ -521,16 +526,16 @@ class Groups:
                 first, last = self.store.starts[p], self.store.starts[q]
                 at = slice((p // chunk + 1) * chunk, q, chunk)
                 spans = self.store.bounds[at] - first
-                n = self.numerical[first:last]
+                there = held == self.numerical.device
                 entry.fold_agreed(
-                    _there(self.store.vals[first:last], n.device),  # where the numerical entries are
-                    n,
+                    self.store.vals[first:last],
+                    self.numerical[first:last] if there else self._numerical_on_host(p, q),
                     (q - p, self.layout.n_rows),
                     p - lo,
                     partial(self._place, p),
                     partial(self._not_finite, p, q, p - lo, probe, spans),
                     spans=spans,
-                    spans_there=self.bounds_there[at] - first if n.device.type != "cpu" else None,
+                    spans_there=self.bounds_there[at] - first if held.type != "cpu" else None,
                 )
                 entry.defer(partial(self._extras, p, q, p - lo, probe))
             if k is not None:
@@ -609,7 +614,7 @@ class Groups:
         for i, x in enumerate(self.layout.inputs):
             mine = cols[(cols >= starts[i]) & (cols < starts[i + 1])]
             if len(mine):
-                at = torch.as_tensor(mine, device=x.device)
+                at = sent(mine, x.device)
                 if weights is None:
                     w = torch.ones(len(mine), dtype=torch.float64, device=x.device)
                 else:
@@ -643,7 +648,7 @@ class Groups:
         for i, x in enumerate(self.layout.inputs):
             mine = (cols >= starts[i]) & (cols < starts[i + 1])
             if mine.any():
-                put = partial(torch.as_tensor, device=x.device)
+                put = partial(sent, device=x.device)
                 index, row, at = put(cols[mine] - starts[i]), put(base[mine]), put(cols[mine])
                 batch = copies(batches, x, n)
                 x0 = batch[0, index].to(torch.float64)  # every batch row is a copy of the argument

@@ -29,6 +29,7 @@ import torch
 from .batching import ROW_GROUP_STAGE_BYTES, ROW_STAGE, device_cap, stage_size
 from .realify import real_numel, real_view, unravel
 from .rows import SORT_BYTES, Rows, SparseRows, from_keys, sorted_there
+from .transfer import sent
 
 EXACT = 1e-12  # relative: a single row's ratios are its weights to within a few roundings
 CALLS = 3  # backward calls per group: unit, weights w, weights w'
@@ -185,9 +186,10 @@ class RowGroups:
         sizes = torch.tensor([len(m) for m in stage])
         # the unit calls first, then the w, the w'
         unit = torch.repeat_interleave(torch.arange(len(stage)), sizes, output_size=len(members))
-        flat[unit, members] = 1
+        at, there = sent(unit, flat.device), sent(members, flat.device)
+        flat[at, there] = 1
         for i in range(1, calls):
-            flat[unit + i * len(stage), members] = self.w[i - 1, k + members].to(flat)
+            flat[at + i * len(stage), there] = sent(self.w[i - 1, k + members], flat.device).to(flat.dtype)
         return grads
 
     def _count(self, reached: torch.Tensor) -> None:
@@ -208,9 +210,9 @@ class RowGroups:
         products = got.contiguous().view(CALLS, g, n_cols)  # the unit products, the w products, the w' products
         value, first, second = products[0], products[1], products[2]
         moved = (value != 0) | (first != 0) | (second != 0)  # NaN counts as non-zero
-        members = torch.cat(rows)
+        members = sent(torch.cat(rows), self.device)
         sizes = np.array([len(r) for r in rows])
-        self.group[members] = torch.as_tensor(np.repeat(np.arange(g), sizes), device=self.device)
+        self.group[members] = sent(np.repeat(np.arange(g), sizes), self.device)
         ratio = first.div(value)
         row = ratio.sub(1).mul_(n).nan_to_num_(0.0, 0.0, 0.0).clamp_(0, n - 1).long()  # floor: not negative
         w, w2 = self.w_there[0][row], self.w_there[1][row]
@@ -224,7 +226,7 @@ class RowGroups:
         keys = (torch.arange(n_cols, device=self.device) * n + row).view(-1)  # column x rows + row
         self._put(keep, keys, value.reshape(-1))
         if self.parts is not None:  # each argument's entries
-            part = torch.as_tensor(torch.bucketize(torch.arange(n_cols), self.parts, right=True), device=self.device)
+            part = sent(torch.bucketize(torch.arange(n_cols), self.parts, right=True), self.device)
             self.part_found.index_add_(0, part, keep.view(g, n_cols).sum(0))
         return bad
 

@@ -16,8 +16,10 @@ counted, not timed:
   (by a device argument: ``"cpu"``, ``torch.device("cpu")``, ``device="cpu"``). On the CPU each of these is
   a no-op or a view, and on a GPU it is a blocking device-to-host copy, so each call counts, whatever its size.
 
-Not counted: copies from the host to the device (``torch.as_tensor(array, device=...)``: they do not wait for
-the device), and host work on NumPy arrays and Python lists (the groups' structure is made on the host once,
+Not counted: copies from the host to the device, which the numerics make without waiting for it
+(``numerics.transfer.sent``, through pinned memory: a plain copy to a GPU waits for it, and
+tests/unit/test_store_on_device.py counts a GPU's own synchronisations with its profiler), and host work on
+NumPy arrays and Python lists (the groups' structure is made on the host once,
 from one copy, and reading it waits for nothing).
 
 A check's count is then compared at two sizes: a count that does not grow is a constant number of waits,

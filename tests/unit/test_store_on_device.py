@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -128,3 +129,47 @@ def test_the_span_sums_made_span_by_span_are_the_sequential_sums_to_rounding():
         want = torch.segment_reduce(terms, "sum", lengths=lengths, axis=0)
         got = span_by_span(terms, spans)
         assert got.shape == want.shape and torch.allclose(got, want, rtol=1e-12, atol=1e-12), spans
+
+
+@cuda
+def test_on_a_gpu_the_compressed_check_waits_for_the_device_as_often_at_any_size():
+    # issue 30 item 1 on the device itself: a copy to a GPU from pageable memory waits for it (torch synchronises
+    # the stream after it), which the CPU's count (tests/unit/test_host_syncs.py) cannot see. The profiler sees
+    # every synchronisation the CUDA runtime makes: as many at n = 32 as at n = 96 (more stages, more pieces)
+    from torch.profiler import ProfilerActivity, profile
+
+    counts = []
+    for n in (32, 96):
+        args = linear_args(n, "cuda")
+        check(LinearFunction, args)  # its first kernels and allocations are not the check's
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            assert check(LinearFunction, args).status is Status.PASS
+        events = prof.key_averages()
+        assert sum(e.count for e in events if e.key == "cudaLaunchKernel") > 0  # the runtime's calls are seen
+        counts.append(sum(e.count for e in events if "Synchronize" in e.key))
+    assert counts[0] > 0 and counts[0] == counts[1], counts
+
+
+def test_a_host_array_sent_to_the_cpu_is_as_torch_makes_it():
+    from gradcheck_cli.numerics.transfer import sent
+
+    a = np.arange(12).reshape(3, 4)
+    t = sent(a, torch.device("cpu"))
+    assert torch.equal(t, torch.as_tensor(a)) and t.device.type == "cpu"
+    assert sent([True, False], torch.device("cpu"), torch.bool).dtype == torch.bool
+    assert sent(a, torch.device("meta")).device.type == "meta"  # another device: a plain copy
+
+
+@cuda
+def test_on_a_gpu_a_host_array_is_sent_without_waiting_for_the_device():
+    from gradcheck_cli.numerics.transfer import sent
+
+    a = np.random.default_rng(0).standard_normal(1 << 20)
+    busy = torch.randn(4096, 4096, device="cuda")
+    torch.cuda.set_sync_debug_mode("error")  # a synchronising call raises
+    try:
+        _ = busy @ busy  # work queued before the copy
+        t = sent(a, torch.device("cuda"))
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.equal(t.cpu(), torch.as_tensor(a))
