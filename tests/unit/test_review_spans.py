@@ -55,7 +55,7 @@ def test_span_sums_of_spans_at_hand_on_the_device_read_nothing_on_the_host():
     assert not {"aten._local_scalar_dense", "aten.lift_fresh", "aten._to_copy"} & set(seen), seen
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
 def test_span_sums_on_a_gpu_wait_for_nothing():
     terms = torch.randn(20_000, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     spans = list(range(2, 20_000, 2))
