@@ -72,7 +72,7 @@ def run(ctx: CheckContext) -> CheckResult:
         ]
     else:
         notes.append("forward's outputs not compared (no `reference:`, only `reference_backward:`)")
-    if any(r.pattern is Pattern.NONFINITE for r in rows):  # a pair with a non-finite value on one side only
+    if any(r.pattern is Pattern.NONFINITE for r in rows):  # a non-finite value the other side does not share
         _finite(high, target, oracle, [bound.names[i] for i in checked])
     return conclude(
         result,

@@ -173,8 +173,10 @@ class _Chunk:
         return bad if self.broken is None else bad.logical_or_(self.broken)
 
     def nonfinite(self) -> torch.Tensor:
-        """How many reals are broken."""
-        return torch.zeros((), device=self.a.device) if self.broken is None else self.broken.sum()
+        """How many elements are broken (a complex one: either of its reals)."""
+        if self.broken is None:
+            return torch.zeros((), device=self.a.device)
+        return per_element(self.broken, self.pair.per == 2).sum()
 
 
 def _chunks(pair: _Pair, exact: bool = True) -> Iterator[tuple[int, _Chunk]]:
@@ -425,7 +427,10 @@ def _pattern(
     factor up to what the rule allows, a few elements, or nothing."""
     mine, theirs = f"the target's {what}", "the reference's"
     if nonfinite:
-        return Diagnosis(Pattern.NONFINITE, f"{nonfinite} values are NaN or infinite on one side only")
+        those = "elements are" if nonfinite != 1 else "element is"
+        return Diagnosis(
+            Pattern.NONFINITE, f"{nonfinite} {those} NaN or infinite on one side and not the same on the other"
+        )
     if aa == 0 and nn > 0:
         culprit = (
             "backward returns zeros or None for it (a missing return, a detached result, or the wrong "

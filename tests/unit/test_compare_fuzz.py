@@ -265,3 +265,22 @@ def test_the_worst_element_of_a_nan_says_nan_not_zero():
     sides.compare(row, a, n, None, ReferenceRule("allclose", 2.0, None, None), "gradient")
     assert row.status is Status.FAIL and row.worst_index == [2, 3]
     assert math.isnan(row.analytical) and row.numerical == 1.3
+
+
+def test_the_non_finite_pattern_counts_elements_and_fits_infinities_of_both_signs():
+    # a complex element NaN in both parts was "2 values", and +inf against -inf (infinite on both sides) was
+    # "on one side only"
+    n = torch.complex(torch.ones(4, 4, dtype=torch.float64), torch.ones(4, 4, dtype=torch.float64))
+    a = n.clone()
+    a[1, 2] = complex(math.nan, math.nan)
+    row = InputReport(0, "z", [4, 4], "complex128", Status.PASS, numel=16)
+    sides.compare(row, a, n, None, ReferenceRule("allclose", 2.0, None, None), "gradient")
+    assert row.status is Status.FAIL and row.diagnosis.startswith("1 element is NaN or infinite on one side")
+    r = torch.ones(4, dtype=torch.float64)
+    r[0], b = math.inf, r.clone()
+    b[0] = -math.inf
+    row = InputReport(0, "x", [4], "float64", Status.PASS, numel=4)
+    sides.compare(row, b, r, None, ReferenceRule("allclose", 2.0, None, None), "gradient")
+    assert row.status is Status.FAIL and row.diagnosis == (
+        "1 element is NaN or infinite on one side and not the same on the other"
+    )
