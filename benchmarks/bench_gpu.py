@@ -221,6 +221,41 @@ def stage_table(sizes: tuple[int, ...], device: torch.device) -> None:
         print(f"| {n} | " + " | ".join(seconds(t) for t in got) + f" | {gigabytes(*got)} |", flush=True)
 
 
+SYNCS = (32, 64, 128)
+SYNCS_SMALL = (4, 8)
+
+
+def sync_table(sizes: tuple[int, ...], device: torch.device) -> None:
+    """Issue 30 item 1 on the device: the host's waits for it during the default check of Linear, as the CUDA
+    runtime makes them (the profiler's ``cudaStreamSynchronize``, ``cudaDeviceSynchronize`` and friends), and
+    the copies between host and device: a count that does not grow with n is a constant number of waits."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    print(f"\nWaits for the device during the default check of Linear on {device} (the CUDA runtime's calls)\n")
+    print("| Linear n | synchronisations | copies host to device | copies device to host | kernel launches |")
+    print("|---|---|---|---|---|")
+    for n in sizes:
+        args = linear_args(n, device)
+        check(LinearFunction, args)
+        if device.type != "cuda":
+            print(f"| {n} | - | - | - | - |")
+            continue
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            check(LinearFunction, args)
+            torch.cuda.synchronize(device)
+        counts = [(e.key, e.count) for e in prof.key_averages()]
+
+        def count(match: Callable[[str], bool], counts: list[tuple[str, int]] = counts) -> int:
+            return sum(c for key, c in counts if match(key))
+
+        print(
+            f"| {n} | {count(lambda k: 'Synchronize' in k)} | {count(lambda k: 'HtoD' in k)} "
+            f"| {count(lambda k: 'DtoH' in k)} | {count(lambda k: k == 'cudaLaunchKernel')} |",
+            flush=True,
+        )
+
+
 def profile_linear(n: int, device: torch.device, path: str) -> None:
     """Where the time of the default check of Linear at ``n`` goes, as ``profile`` for the reference check."""
 
@@ -301,6 +336,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     shapes = GELU_SMALL if args.small else GELU
     reference_table(shapes, device, args.budget)
     stage_table(STAGES_SMALL if args.small else STAGES, device)
+    sync_table(SYNCS_SMALL if args.small else SYNCS, device)
     if args.profile:
         profile(shapes[-1], device, args.profile)
         stem, dot, ext = args.profile.rpartition(".")

@@ -300,7 +300,9 @@ def test_the_gpu_benchmark_runs_on_a_cpu_at_tiny_sizes_and_prints_its_tables():
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in done.stdout.splitlines() if line[:2] == "| "]
     linear = {r[0]: r for r in rows if r[0].isdigit() and len(r) == 8}
     assert sorted(linear) == ["4", "8"]
-    stages = [r for r in rows if r[0].isdigit() and len(r) == 5]  # n, three ways to stage, peak
+    stages = [r for r in rows if r[0].isdigit() and len(r) == 5 and r[1] != "-"]  # n, three ways to stage, peak
+    waits = [r for r in rows if r[0].isdigit() and len(r) == 5 and r[1] == "-"]  # the CUDA runtime's: none here
+    assert [r[0] for r in waits] == ["4", "8"] and all(set(r[1:]) == {"-"} for r in waits)
     assert [r[0] for r in stages] == ["8"] and all(t.endswith(" ms") or t.endswith(" s") for t in stages[0][1:4])
     for r in linear.values():  # default, torch slow, ratio, --fast, torch fast, ratio, peak
         assert all(t.endswith(" ms") or t.endswith(" s") or "round" in t for t in (r[1], r[2], r[4], r[5])), r
