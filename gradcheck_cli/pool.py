@@ -159,7 +159,9 @@ def _tasks(conn: Connection) -> None:
             conn.send(("verdict", me, index, verdict))
 
         try:
-            result = run_task(task, reached)  # a process forked by the code under test never comes back from it
+            result = run_task(
+                task, reached, disposable=True
+            )  # a process forked by the code under test never comes back
         except KeyboardInterrupt:  # no Ctrl-C reaches a worker (its own process group): the code under test raised it
             result = failed_result(task, ErrorKind.FORWARD, "the code under test raised KeyboardInterrupt")
         processes.end(processes.started())  # what the case started ends with it (state.py named it)

@@ -61,11 +61,15 @@ def run_case(case: Case, device: str, opts: RunOptions = RunOptions()) -> CaseRe
     return run_task(Task(case, device, opts))
 
 
-def run_task(task: Task, reached: Optional[Callable[[CaseResult], None]] = None) -> CaseResult:
+def run_task(
+    task: Task, reached: Optional[Callable[[CaseResult], None]] = None, disposable: bool = False
+) -> CaseResult:
     """Check one task; with several trials, seeds seed, seed + 1, ... until one does not pass.
 
     ``reached(result)``, where given, is called with a failing case's result before it is shrunk, so that a
-    worker process can send its verdict before an interrupt ends it mid-search. A warning is shown once per case
+    worker process can send its verdict before an interrupt ends it mid-search. ``disposable``: this process
+    is replaced before its next task where ``state.GUARD.tainted()`` says so (a pool's worker), so a CUDA
+    case's failure may be shrunk in it (see ``_shrunk``). A warning is shown once per case
     (``state.warnings_once``).
 
     A process that the code under test forked and that returns from it ends here: it must not go on
@@ -78,7 +82,7 @@ def run_task(task: Task, reached: Optional[Callable[[CaseResult], None]] = None)
                 if reached is not None:
                     reached(result)
                 try:
-                    result.shrunk = _shrunk(task, result, started)
+                    result.shrunk = _shrunk(task, result, started, disposable)
                 except BaseException as exc:  # Ctrl-C or SIGTERM while shrinking: the run stops, the verdict stands
                     exc.verdict = result  # type: ignore[attr-defined]  # session reports it (verdict_of)
                     raise
@@ -112,15 +116,20 @@ def _trials(task: Task) -> CaseResult:
 SHRINK_SHARE = 0.5  # of the case's --timeout, at most, that the case and its shrinking take together
 
 
-def _shrunk(task: Task, result: CaseResult, started: float) -> Optional[Shrunk]:
+def _shrunk(task: Task, result: CaseResult, started: float, disposable: bool = False) -> Optional[Shrunk]:
     """A smaller case that fails as ``result`` does (``shrink``), searched within --shrink's seconds and half
     the case's --timeout; each attempt checks the case as ``--seed SEED --shape NAME=DIMS --values NAME=KIND``
-    would, running only the failing check (a case's verdict does not depend on which other checks run)."""
+    would, running only the failing check (a case's verdict does not depend on which other checks run).
+
+    A CUDA case's search runs in this process (a CUDA context is not forked), and only in a ``disposable`` one:
+    an attempt that ends in a CUDA error leaves the device unusable here, so it ends the search and taints the
+    process, which is then replaced before its next task (in a process that stays, the next cases would fail)."""
     case = task.case
     budget = task.opts.shrink
     if task.opts.timeout is not None:
         budget = min(budget, SHRINK_SHARE * task.opts.timeout - (time.perf_counter() - started))
-    if budget <= 0 or case.distributed is not None or task.device != "cpu":  # a CUDA context is not forked
+    here = task.device != "cpu"
+    if budget <= 0 or case.distributed is not None or (here and not disposable):
         return None
     try:
         args = overrides.tensor_args(case, _names(case, loader.load(case.function)))
@@ -134,15 +143,24 @@ def _shrunk(task: Task, result: CaseResult, started: float) -> Optional[Shrunk]:
     how = shrink.failure(result)
     only = (how.check,) if how is not None and case.expect is None else case.checks  # `expect:` names its checks
 
+    unusable: list[str] = []  # the CUDA error of an attempt, where one ended so
+
     def attempt(state: shrink.State) -> CaseResult:
         shapes, values = tuple(state.shapes.items()), tuple(state.values.items())
         opts = replace(task.opts, seed=result.seed, trials=1, shrink=0.0, shapes=shapes, values=values)
-        return _trials(Task(replace(case, checks=only), task.device, opts))
+        got = _trials(Task(replace(case, checks=only), task.device, opts))
+        if got.error is not None and got.error.kind is ErrorKind.CUDA:
+            unusable.append(got.error.message)
+        return got
 
     # a forked child must not enter the OpenMP thread pool of its parent (GNU OpenMP hangs there): one thread;
-    # where a forked child cannot run backward (a GPU machine), the search runs here
+    # where a forked child cannot run backward (a GPU machine), or the case is on a GPU, the search runs here
     setup = lambda: torch.set_num_threads(1)  # noqa: E731
-    return shrink.shrunk(result, start, allowed, attempt, budget, setup=setup, fork=devices.forks_run_backward)
+    fork = (lambda: False) if here else devices.forks_run_backward
+    found = shrink.shrunk(result, start, allowed, attempt, budget, setup=setup, fork=fork, stop=lambda: bool(unusable))
+    if unusable:
+        state.GUARD.taint(f"a CUDA error in the search for a smaller failing case: {unusable[0]}")
+    return found
 
 
 def _names(case: Case, target: Target) -> list[str]:

@@ -178,13 +178,14 @@ def shrunk(
     budget: float,
     setup: Callable[[], None] = lambda: None,
     fork: Callable[[], bool] = lambda: True,
+    stop: Callable[[], bool] = lambda: False,
 ) -> Optional[Shrunk]:
     """A smaller or simpler case than ``start`` (every tensor argument's shape; ``allowed``: the simpler values
     each argument's spec allows) that fails as ``result`` does, searched for ``budget`` seconds at most in a
     child process, which calls ``setup`` first; None when the result did not fail or no such case failed alike
     in time. Where the system cannot fork, or ``fork()`` says no (a forked child could not run backward; asked
     only when there is a search to run), it runs in this process instead, the budget checked between attempts
-    (``_here``)."""
+    (``_here``), and so is ``stop()``: true ends the search there (an attempt left the process unusable)."""
     how = failure(result)
     if how is None or budget <= 0 or not (_any_step(start, allowed)):
         return None
@@ -193,7 +194,7 @@ def shrunk(
     if hasattr(os, "fork") and fork():
         last = _forked(start, allowed, how, attempt, deadline, setup)
     else:
-        last = _here(start, allowed, how, attempt, deadline)
+        last = _here(start, allowed, how, attempt, deadline, stop)
     if last is None or last[1] is None:
         return None
     attempts, (state, seed) = last[0], last[1]
@@ -212,9 +213,17 @@ def shrunk(
 Found = Optional[tuple[int, Optional[tuple[State, int]]]]  # the last (attempts, best) the search reported
 
 
-def _here(start: State, allowed: dict[str, tuple[str, ...]], how: Failure, attempt: Attempt, deadline: float) -> Found:
+def _here(
+    start: State,
+    allowed: dict[str, tuple[str, ...]],
+    how: Failure,
+    attempt: Attempt,
+    deadline: float,
+    stop: Callable[[], bool] = lambda: False,
+) -> Found:
     """The search in this process: what the code under test prints meanwhile goes nowhere (it is not the
-    case's), and an attempt that runs past the deadline is waited for (the run's --timeout bounds it)."""
+    case's), an attempt that runs past the deadline is waited for (the run's --timeout bounds it), and the
+    search ends where ``stop()`` says so."""
     last: Found = None
 
     def found(attempts: int, best: Optional[tuple[State, int]]) -> None:
@@ -222,7 +231,7 @@ def _here(start: State, allowed: dict[str, tuple[str, ...]], how: Failure, attem
         last = (attempts, best)
 
     with _quiet():
-        search(start, allowed, how, attempt, lambda: time.perf_counter() >= deadline, found)
+        search(start, allowed, how, attempt, lambda: time.perf_counter() >= deadline or stop(), found)
     return last
 
 

@@ -508,6 +508,11 @@ class Guard:
         """What earlier cases changed in this process and could not be restored."""
         return list(self._tainted)
 
+    def taint(self, why: str) -> None:
+        """Say that this process cannot be put back as it was (``why``): a worker is replaced before its
+        next case."""
+        self._tainted.append(why)
+
     def kept_for_call(self) -> _KeptForCall:
         """Around one call into user code (``with GUARD.kept_for_call():``): put back the state
         gradcheck-cli's next step relies on."""

@@ -248,3 +248,16 @@ def test_fast_mode_checks_cuda_arguments():
     wrong = check(WrongWeight, args, probes=FAST_PROBES).checks[0]
     assert (right.status.value, right.mode) == ("pass", "probe"), right.message
     assert wrong.status.value == "fail" and [r.status.value for r in wrong.inputs] == ["pass", "fail", "pass"]
+
+
+@cuda
+def test_on_a_gpu_a_failing_cuda_case_is_shrunk_in_its_worker(monkeypatch, invoke):
+    # a CUDA context is not forked: the search runs in the pool's worker, which is replaced where an attempt
+    # ends in a CUDA error (tests/unit/test_shrink.py emulates both on the CPU)
+    monkeypatch.chdir(REPO)
+    result = invoke("broken-specs/linear_double_bias.yaml", "--device", "cuda", "--shrink", "30", "--format", "json")
+    assert result.exit_code == 1, result.output
+    (res,) = json.loads(result.stdout)["results"]
+    assert res["device"] == "cuda" and res["status"] == "fail"
+    assert res["shrunk"] is not None and res["shrunk"]["argument"] == "bias", res["shrunk"]
+    assert res["shrunk"]["shapes"] == {"input": [1, 1], "weight": [1, 1], "bias": [1]}

@@ -12,7 +12,7 @@ import torch
 
 from gradcheck_cli import runner, schemas, session, shrink
 from gradcheck_cli.plan import RunOptions, Task
-from gradcheck_cli.results import Pattern, Shrunk, Status, to_dict
+from gradcheck_cli.results import ErrorInfo, ErrorKind, Pattern, Shrunk, Status, to_dict
 from gradcheck_cli.spec import load_file
 
 SOURCE = """
@@ -366,3 +366,55 @@ def test_the_report_schema_describes_every_field_of_shrunk():
     shrunk = schemas.load("report")["$defs"]["shrunk"]
     names = {f.name for f in dataclasses.fields(Shrunk)}
     assert set(shrunk["properties"]) == names == set(shrunk["required"])
+
+
+# ---------------------------------------------------------------------------------- a case on a GPU
+
+
+def on_a_gpu(task: Task, monkeypatch: pytest.MonkeyPatch, cuda_error_from: int = 0) -> list[Task]:
+    """``task`` as a CUDA case whose checks run on the CPU (the emulation: what the search decides is what it
+    decides on a GPU): its trials recorded; from the ``cuda_error_from``-th on (0: never), each ends in a CUDA
+    error, as an attempt after a device-side assert would."""
+    real, ran = runner._trials, []
+
+    def trials(t: Task) -> runner.CaseResult:
+        ran.append(t)
+        got = real(dataclasses.replace(t, device="cpu"))
+        if cuda_error_from and len(ran) >= cuda_error_from:
+            got.status, got.error = Status.ERROR, ErrorInfo(ErrorKind.CUDA, "CUDA error: device-side assert triggered")
+        return got
+
+    monkeypatch.setattr(runner, "_trials", trials)
+    monkeypatch.setattr(os, "fork", lambda: pytest.fail("a CUDA case's search forked"))  # a CUDA context is not forked
+    monkeypatch.setattr(runner.state.GUARD, "_tainted", [])  # this process's own, put back after the test
+    return ran
+
+
+def test_a_gpu_cases_failure_is_shrunk_in_a_worker_that_is_replaced_after_it(spec, monkeypatch):
+    # before, a case on a GPU was never shrunk (a CUDA context is not forked); a pool's worker searches in itself
+    task = dataclasses.replace(spec("Linear", [6, 5], [4, 5], [4]), device="cuda", opts=RunOptions(shrink=60))
+    ran = on_a_gpu(task, monkeypatch)
+    got = runner.run_task(task, disposable=True)
+    assert got.status is Status.FAIL and got.shrunk is not None
+    assert got.shrunk.shapes == {"x": [1, 1], "w": [1, 1], "b": [1]}
+    assert len(ran) == 1 + got.shrunk.attempts and all(t.device == "cuda" for t in ran)
+    assert not runner.state.GUARD.tainted()  # no attempt broke the device: the worker goes on
+
+
+def test_a_gpu_case_is_not_shrunk_in_a_process_that_stays(spec, monkeypatch):
+    # in-process (--no-isolate, the pytest plugin, Python): a CUDA error in an attempt would break the next cases
+    task = dataclasses.replace(spec("Linear", [6, 5], [4, 5], [4]), device="cuda", opts=RunOptions(shrink=60))
+    ran = on_a_gpu(task, monkeypatch)
+    got = runner.run_task(task)
+    assert got.status is Status.FAIL and got.shrunk is None and len(ran) == 1
+
+
+def test_a_cuda_error_in_an_attempt_ends_the_search_and_the_worker(spec, monkeypatch):
+    task = dataclasses.replace(spec("Linear", [6, 5], [4, 5], [4]), device="cuda", opts=RunOptions(shrink=60))
+    ran = on_a_gpu(task, monkeypatch, cuda_error_from=3)  # the case, one attempt, then a CUDA error
+    got = runner.run_task(task, disposable=True)
+    assert got.status is Status.FAIL and len(ran) == 3  # no attempt after the error: the device is unusable
+    assert got.shrunk is not None and got.shrunk.attempts == 2  # what the first attempt found stands
+    assert got.shrunk.shapes == {"x": [1, 5]}
+    (why,) = runner.state.GUARD.tainted()  # a pool's worker is replaced before its next task
+    assert why.startswith("a CUDA error in the search for a smaller failing case: CUDA error: device-side assert")
