@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from gradcheck_cli import runner, schemas, session, shrink
+from gradcheck_cli import pool, runner, schemas, session, shrink
 from gradcheck_cli.plan import RunOptions, Task
 from gradcheck_cli.results import ErrorInfo, ErrorKind, Pattern, Shrunk, Status, to_dict
 from gradcheck_cli.spec import load_file
@@ -72,6 +72,16 @@ class Interrupting(torch.autograd.Function):  # wrong; away from the spec's shap
     def forward(ctx, x):
         if tuple(x.shape) != (6, 8):
             os.kill(os.getpid(), signal.SIGINT)
+        return 3 * x
+    @staticmethod
+    def backward(ctx, g):
+        return 6 * g
+
+class Quitting(torch.autograd.Function):  # wrong; away from the spec's shape it raises KeyboardInterrupt itself
+    @staticmethod
+    def forward(ctx, x):
+        if tuple(x.shape) != (6, 8):
+            raise KeyboardInterrupt
         return 3 * x
     @staticmethod
     def backward(ctx, g):
@@ -418,3 +428,48 @@ def test_a_cuda_error_in_an_attempt_ends_the_search_and_the_worker(spec, monkeyp
     assert got.shrunk.shapes == {"x": [1, 5]}
     (why,) = runner.state.GUARD.tainted()  # a pool's worker is replaced before its next task
     assert why.startswith("a CUDA error in the search for a smaller failing case: CUDA error: device-side assert")
+
+
+class Pipe:
+    """A worker's end of its pipe to the parent: the messages it will receive, and those it sent."""
+
+    def __init__(self, *messages: object) -> None:
+        self.inbox, self.sent = list(messages), []
+
+    def recv(self) -> object:
+        return self.inbox.pop(0)
+
+    def send(self, message: object) -> None:
+        self.sent.append(message)
+
+
+def in_a_worker(task: Task, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """``task`` checked by a pool worker's loop in this process (what the case starts is not ended here: this
+    process is pytest's); the messages the worker sent."""
+    monkeypatch.setattr(pool.processes, "started", lambda: frozenset())
+    pipe = Pipe((0, task), None)
+    pool._tasks(pipe)
+    return pipe.sent
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_in_a_worker_an_attempt_that_raises_keyboard_interrupt_leaves_the_verdict_as_it_was(spec, monkeypatch, device):
+    # no Ctrl-C reaches a worker, so a KeyboardInterrupt there is the code under test's; raised by an attempt of
+    # the search (information only), it cut the search short and must not make the failing case an error
+    task = dataclasses.replace(spec("Quitting", [6, 8]), device=device, opts=RunOptions(shrink=60))
+    if device == "cuda":
+        on_a_gpu(task, monkeypatch)  # the search runs in the worker
+    else:
+        monkeypatch.setattr(runner.devices, "forks_run_backward", lambda: False)  # a machine with a GPU
+    sent = in_a_worker(task, monkeypatch)
+    assert [m[0] for m in sent] == ["started", "verdict", "done"]
+    result = sent[-1][3]
+    assert result.status is Status.FAIL and result.error is None and result.shrunk is None, result.error
+    assert any("cut short" in w and "KeyboardInterrupt" in w for w in result.warnings), result.warnings
+
+
+def test_in_a_worker_a_case_that_raises_keyboard_interrupt_is_an_error(spec, monkeypatch):
+    task = dataclasses.replace(spec("Quitting", [5, 8]), opts=RunOptions(shrink=60))
+    result = in_a_worker(task, monkeypatch)[-1][3]
+    assert result.status is Status.ERROR and result.error.kind is ErrorKind.FORWARD
+    assert "raised KeyboardInterrupt" in result.error.message
