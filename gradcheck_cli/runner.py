@@ -69,8 +69,9 @@ def run_task(
     ``reached(result)``, where given, is called with a failing case's result before it is shrunk, so that a
     worker process can send its verdict before an interrupt ends it mid-search. ``disposable``: this process
     is replaced before its next task where ``state.GUARD.tainted()`` says so (a pool's worker), so a CUDA
-    case's failure may be shrunk in it (see ``_shrunk``). A warning is shown once per case
-    (``state.warnings_once``).
+    case's failure may be shrunk in it (see ``_shrunk``). A case that ends in a CUDA error taints the process
+    (its GPU context is unusable): a worker that asks ``tainted()`` alone (``--watch``'s) is replaced too. A
+    warning is shown once per case (``state.warnings_once``).
 
     A process that the code under test forked and that returns from it ends here: it must not go on
     as a copy of the worker (or of pytest) and report a second time."""
@@ -78,6 +79,8 @@ def run_task(
     try:
         with state.warnings_once():  # a warning of the code under test once per case, not once per check
             result = _trials(task)
+            if result.error is not None and result.error.kind is ErrorKind.CUDA:  # the GPU is unusable here now
+                state.GUARD.taint(f"a CUDA error in a case: {result.error.message}")
             if task.opts.shrink > 0 and result.status is Status.FAIL:
                 if reached is not None:
                     reached(result)
@@ -145,22 +148,20 @@ def _shrunk(task: Task, result: CaseResult, started: float, disposable: bool = F
 
     unusable: list[str] = []  # the CUDA error of an attempt, where one ended so
 
-    def attempt(state: shrink.State) -> CaseResult:
-        shapes, values = tuple(state.shapes.items()), tuple(state.values.items())
+    def attempt(at: shrink.State) -> CaseResult:
+        shapes, values = tuple(at.shapes.items()), tuple(at.values.items())
         opts = replace(task.opts, seed=result.seed, trials=1, shrink=0.0, shapes=shapes, values=values)
         got = _trials(Task(replace(case, checks=only), task.device, opts))
-        if got.error is not None and got.error.kind is ErrorKind.CUDA:
-            unusable.append(got.error.message)
+        if got.error is not None and got.error.kind is ErrorKind.CUDA and not unusable:  # tainted at once: what
+            unusable.append(got.error.message)  # ends the search after it (an interrupt) cannot skip it
+            state.GUARD.taint(f"a CUDA error in the search for a smaller failing case: {got.error.message}")
         return got
 
     # a forked child must not enter the OpenMP thread pool of its parent (GNU OpenMP hangs there): one thread;
     # where a forked child cannot run backward (a GPU machine), or the case is on a GPU, the search runs here
     setup = lambda: torch.set_num_threads(1)  # noqa: E731
     fork = (lambda: False) if here else devices.forks_run_backward
-    found = shrink.shrunk(result, start, allowed, attempt, budget, setup=setup, fork=fork, stop=lambda: bool(unusable))
-    if unusable:
-        state.GUARD.taint(f"a CUDA error in the search for a smaller failing case: {unusable[0]}")
-    return found
+    return shrink.shrunk(result, start, allowed, attempt, budget, setup=setup, fork=fork, stop=lambda: bool(unusable))
 
 
 def _names(case: Case, target: Target) -> list[str]:
