@@ -363,16 +363,19 @@ class Groups:
             self._settle_far()
 
     def _settle_far(self) -> None:
-        """The groups whose moves did not agree (``_accepted``), all stages' at once: one read says which stages
-        hold any, and those stages' such groups are accepted where their curved weightings hold (``_curved``)."""
+        """The groups whose moves did not agree (``_accepted``), all stages' at once: one read says which groups
+        they are, and those groups are accepted where their curved weightings hold (``_curved``)."""
         fars, self._far = self._far, []
         if not fars:
             return
-        for (k0, k1, far), any_far in zip(fars, torch.stack([far.any() for _, _, far in fars]).tolist()):
-            if any_far:
+        read = torch.cat([far for _, _, far in fars]).tolist()  # every stage's, in order
+        first = 0
+        for k0, k1, far in fars:
+            is_far, first = read[first : first + k1 - k0], first + k1 - k0
+            if any(is_far):
                 at = _At(self, k0, k1, self.layout.n_rows)
                 base = self.numerical.index_select(0, at.entries) * self._factor(None).index_select(0, at.col)
-                self.ok[k0:k1] |= self._curved(k0, k1, far, at, base)
+                self.ok[k0:k1] |= self._curved(k0, k1, far, is_far, at, base)
 
     def _reason(self, why: str) -> int:
         """The number of predicate ``why`` in ``_why``."""
@@ -469,13 +472,16 @@ class Groups:
             ok &= torch.sub(gap, gaps[0] * ratio).abs_() <= (ratio + 1) * limits * CURVED
         return ok
 
-    def _curved(self, k0: int, k1: int, far: torch.Tensor, at: _At, base: torch.Tensor) -> torch.Tensor:
-        """Per group of a stage whose moves do not agree at some entry (``far``), whether K_c curved
-        weightings (fresh: independent of those that were apart) are within the tolerance, zero elsewhere and
-        on the curvature line at every entry. None is offered where its bound needs more than MOST."""
+    def _curved(
+        self, k0: int, k1: int, far: torch.Tensor, is_far: list[bool], at: _At, base: torch.Tensor
+    ) -> torch.Tensor:
+        """Per group of a stage whose moves do not agree at some entry (``far``; ``is_far``: the same, read),
+        whether K_c curved weightings (fresh: independent of those that were apart) are within the tolerance,
+        zero elsewhere and on the curvature line at every entry. None is offered where its bound needs more
+        than MOST."""
         kc = [
-            needed(curved_chance(float(self.d_np[self.members_np[k0 + k]].max()))) + 1 if is_far else 0
-            for k, is_far in enumerate(far.tolist())
+            needed(curved_chance(float(self.d_np[self.members_np[k0 + k]].max()))) + 1 if one else 0
+            for k, one in enumerate(is_far)
         ]
         offered = sent([0 < c <= MOST for c in kc], far.device, torch.bool)
         self._tell(k0, far & ~offered, "its moves disagree (its curvature bound needs more weightings than MOST)")
