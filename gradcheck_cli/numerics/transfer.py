@@ -20,6 +20,8 @@ def sent(x: Any, device: torch.device, dtype: Optional[torch.dtype] = None) -> t
     on the CPU as ``torch.as_tensor`` makes it (no copy of a tensor or array). A tensor already on a device is
     moved as ``Tensor.to`` moves it (no copy where it is there already)."""
     t = torch.as_tensor(x, dtype=dtype)
+    if t.device.type == "cpu" and device.type == "cpu":
+        return t
     if t.device.type != "cpu" or device.type != "cuda":
         return t.to(device)
     # pin_memory hands a pinned tensor back as it is: the copy would read the caller's memory when the device
