@@ -447,6 +447,7 @@ def in_a_worker(task: Task, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """``task`` checked by a pool worker's loop in this process (what the case starts is not ended here: this
     process is pytest's); the messages the worker sent."""
     monkeypatch.setattr(pool.processes, "started", lambda: frozenset())
+    monkeypatch.setattr(runner.state.GUARD, "_tainted", [])  # what earlier tests left in this process: not its
     pipe = Pipe((0, task), None)
     pool._tasks(pipe)
     return pipe.sent
