@@ -208,3 +208,14 @@ def spec_error_result(exc: SpecError) -> CaseResult:
         error=ErrorInfo(ErrorKind.SPEC, str(exc)),
         line=exc.line,
     )
+
+
+def interrupted(task: Task, verdict: Optional[CaseResult]) -> CaseResult:
+    """The result of ``task`` whose code under test raised KeyboardInterrupt in a worker: the case's ``verdict``
+    where it came while shrinking its failure (the search is information only, and was cut short), else an
+    error."""
+    why = "the code under test raised KeyboardInterrupt"
+    if verdict is None:
+        return failed_result(task, ErrorKind.FORWARD, why)
+    verdict.warnings.append(f"the search for a smaller failing case (--shrink) was cut short: {why}")
+    return verdict

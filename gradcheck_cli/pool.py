@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from . import processes
 from .checks import REGISTRY
-from .plan import Task, failed_result
+from .plan import Task, failed_result, interrupted
 from .results import CaseResult, ErrorKind, Status
 
 
@@ -159,11 +159,10 @@ def _tasks(conn: Connection) -> None:
             conn.send(("verdict", me, index, verdict))
 
         try:
-            result = run_task(
-                task, reached, disposable=True
-            )  # a process forked by the code under test never comes back
+            # a process forked by the code under test never comes back from it
+            result = run_task(task, reached, disposable=True)
         except KeyboardInterrupt as exc:  # no Ctrl-C reaches a worker (its own process group): the code under test
-            result = _raised_interrupt(task, verdict_of(exc))  # raised it, in the case or in its shrinking
+            result = interrupted(task, verdict_of(exc))  # raised it, in the case or in its shrinking
         processes.end(processes.started())  # what the case started ends with it (state.py named it)
         processes.reap()
         _flush()  # what user code printed is out before the result: an idle worker may be ended at once
@@ -173,17 +172,6 @@ def _tasks(conn: Connection) -> None:
         conn.send(("retiring" if retire else "done", me, index, result))
         if retire:
             return
-
-
-def _raised_interrupt(task: Task, verdict: Optional[CaseResult]) -> CaseResult:
-    """The result of ``task`` whose code under test raised KeyboardInterrupt in a worker: the case's ``verdict``
-    where it came while shrinking its failure (the search is information only, and was cut short), else an
-    error."""
-    why = "the code under test raised KeyboardInterrupt"
-    if verdict is None:
-        return failed_result(task, ErrorKind.FORWARD, why)
-    verdict.warnings.append(f"the search for a smaller failing case (--shrink) was cut short: {why}")
-    return verdict
 
 
 def _flush() -> None:

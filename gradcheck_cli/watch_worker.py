@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import depends, processes
-from .plan import Task, failed_result
+from .plan import Task, failed_result, interrupted
 from .results import CaseResult, ErrorKind
 
 # a module that registers ops, or builds and loads C++ code, cannot simply run again in the same process
@@ -116,7 +116,7 @@ def _serve(conn: Connection, threads: int) -> None:
     sys.dont_write_bytecode = True  # the user's modules change between rounds: always from their source
     import torch
 
-    from .runner import run_task, warm_up
+    from .runner import run_task, verdict_of, warm_up
     from .state import GUARD
 
     torch.set_num_threads(threads)
@@ -135,10 +135,10 @@ def _serve(conn: Connection, threads: int) -> None:
             continue
         task: Task = message[1]
         conn.send(("started",))
-        try:
-            result = run_task(task)
-        except KeyboardInterrupt:  # no Ctrl-C reaches this process: the code under test raised it
-            result = failed_result(task, ErrorKind.FORWARD, "the code under test raised KeyboardInterrupt")
+        try:  # this process is replaced where the task leaves it tainted (``Outcome.retire``): disposable
+            result = run_task(task, disposable=True)
+        except KeyboardInterrupt as exc:  # no Ctrl-C reaches this process: the code under test raised it,
+            result = interrupted(task, verdict_of(exc))  # in the case or in its shrinking
         processes.end(processes.started())  # what the case started ends with it
         processes.reap()
         new = modules.scan()
