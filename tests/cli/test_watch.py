@@ -49,6 +49,7 @@ class Run:
         rounds: int,
         edits: Optional[dict[int, Callable[[], None]]] = None,
         at_poll: Optional[dict[tuple[int, int], Callable[[], None]]] = None,
+        opts: Optional[plan.RunOptions] = None,
     ) -> None:
         self.reports: list[Report] = []
         self.err, self.out = io.StringIO(), io.StringIO()
@@ -67,7 +68,7 @@ class Run:
         watch = Watch(
             lambda: resolve(["specs"], Path("specs"), [], []),
             lambda: spec_files_of(["specs"], Path("specs")),
-            plan.RunOptions(),
+            opts or plan.RunOptions(),
             lambda report, planned: None,
             Settings(threads=1, err=self.err, out=self.out, interval=0.1),
             Hooks(rounds=rounds, on_round=on_round, on_poll=on_poll),
@@ -224,3 +225,33 @@ def test_watch_and_no_isolate_is_a_usage_error(user_module, write_spec, invoke):
     write_spec(spec_text("sqmod:Square"), "specs/square.yaml")
     result = invoke("specs/", "--watch", "--no-isolate")
     assert result.exit_code == 2 and "leave out --no-isolate" in result.stderr
+
+
+QUITTING = """
+import torch
+import gradcheck_cli.devices
+
+gradcheck_cli.devices.forks_run_backward = lambda: False  # as on a machine with a GPU: the search runs here
+
+class Quitting(torch.autograd.Function):  # wrong; away from the spec's shape it raises KeyboardInterrupt itself
+    @staticmethod
+    def forward(ctx, x):
+        if tuple(x.shape) != (6, 8):
+            raise KeyboardInterrupt
+        return 3 * x
+
+    @staticmethod
+    def backward(ctx, g):
+        return 6 * g
+"""
+
+
+def test_an_attempt_of_the_search_that_raises_keyboard_interrupt_leaves_the_verdict(user_module, write_spec):
+    # in the watch's worker, as in the pool's (plan.interrupted): the search is information only; before, the
+    # failing case became a forward error
+    mod = user_module(QUITTING, "quitmod")
+    write_spec(spec_text(f"{mod}:Quitting", "[6, 8]"), "specs/quitting.yaml")
+    run = Run(1, opts=plan.RunOptions(shrink=30))
+    (result,) = run.reports[0].results
+    assert result.status is Status.FAIL and result.error is None, result.error
+    assert any("cut short" in w and "KeyboardInterrupt" in w for w in result.warnings), result.warnings
