@@ -166,9 +166,9 @@ def _tasks(conn: Connection) -> None:
         processes.end(processes.started())  # what the case started ends with it (state.py named it)
         processes.reap()
         _flush()  # what user code printed is out before the result: an idle worker may be ended at once
-        # a CUDA error leaves the context unusable, and some global state cannot be put back: a fresh
-        # worker takes the next task
-        retire = (result.error is not None and result.error.kind is ErrorKind.CUDA) or bool(GUARD.tainted())
+        # a CUDA error leaves the context unusable, and some global state cannot be put back (``run_task``
+        # taints this process for either): a fresh worker takes the next task
+        retire = bool(GUARD.tainted())
         conn.send(("retiring" if retire else "done", me, index, result))
         if retire:
             return

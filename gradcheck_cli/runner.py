@@ -79,8 +79,7 @@ def run_task(
     try:
         with state.warnings_once():  # a warning of the code under test once per case, not once per check
             result = _trials(task)
-            if result.error is not None and result.error.kind is ErrorKind.CUDA:  # the GPU is unusable here now
-                state.GUARD.taint(f"a CUDA error in a case: {result.error.message}")
+            _unusable(result, "a case")
             if task.opts.shrink > 0 and result.status is Status.FAIL:
                 if reached is not None:
                     reached(result)
@@ -152,9 +151,9 @@ def _shrunk(task: Task, result: CaseResult, started: float, disposable: bool = F
         shapes, values = tuple(at.shapes.items()), tuple(at.values.items())
         opts = replace(task.opts, seed=result.seed, trials=1, shrink=0.0, shapes=shapes, values=values)
         got = _trials(Task(replace(case, checks=only), task.device, opts))
-        if got.error is not None and got.error.kind is ErrorKind.CUDA and not unusable:  # tainted at once: what
-            unusable.append(got.error.message)  # ends the search after it (an interrupt) cannot skip it
-            state.GUARD.taint(f"a CUDA error in the search for a smaller failing case: {got.error.message}")
+        # tainted at once: what ends the search after it (an interrupt) cannot skip it
+        if not unusable and _unusable(got, "the search for a smaller failing case"):
+            unusable.append(got.error.message if got.error else "")
         return got
 
     # a forked child must not enter the OpenMP thread pool of its parent (GNU OpenMP hangs there): one thread;
@@ -162,6 +161,15 @@ def _shrunk(task: Task, result: CaseResult, started: float, disposable: bool = F
     setup = lambda: torch.set_num_threads(1)  # noqa: E731
     fork = (lambda: False) if here else devices.forks_run_backward
     return shrink.shrunk(result, start, allowed, attempt, budget, setup=setup, fork=fork, stop=lambda: bool(unusable))
+
+
+def _unusable(result: CaseResult, where: str) -> bool:
+    """Whether ``result`` ended in a CUDA error, which leaves this process's GPU unusable; if so the process is
+    tainted (``state.GUARD``: a worker is replaced before its next task), saying it came ``where``."""
+    if result.error is None or result.error.kind is not ErrorKind.CUDA:
+        return False
+    state.GUARD.taint(f"a CUDA error in {where}: {result.error.message}")
+    return True
 
 
 def _names(case: Case, target: Target) -> list[str]:

@@ -239,10 +239,9 @@ def _bar(pair: _Pair, row: InputReport, shape: tuple[int, ...], low: torch.dtype
         return found
     baseline, largest, count, k, at_own, at_n = _pass(_baseline_apart, pair, combine=_first_unbarred)
     if count:
-        subject = f"the {row.name}" if row.role == "output" else f"the gradient of '{row.name}'"
         raise UserCodeError(
             ErrorKind.REFERENCE,
-            f"the reference run in {str(low)[6:]} (the target's dtype) gives {at_own:g} for {subject} at "
+            f"the reference run in {str(low)[6:]} (the target's dtype) gives {at_own:g} for {_subject(row)} at "
             f"{list(unravel(int(k) // pair.per, shape))} where run in {str(high)[6:]} it gives {at_n:.6g} "
             f"({int(count)} such values): the relative rule's bar, the reference's own error in the target's dtype, "
             "is not finite there; draw inputs where the reference is finite in that dtype, or compare by "
@@ -253,13 +252,22 @@ def _bar(pair: _Pair, row: InputReport, shape: tuple[int, ...], low: torch.dtype
 
 def _overflow(row: InputReport, factor: float, baseline: float, low: torch.dtype) -> str:
     """Why the relative rule has no bar where its own error (``baseline``) times ``factor`` overflows float64."""
-    subject = f"the {row.name}" if row.role == "output" else f"the gradient of '{row.name}'"
     return (
-        f"the reference's own error in {str(low)[6:]} (the target's dtype) for {subject} is {baseline:.3g}, and "
+        f"the reference's own error in {str(low)[6:]} (the target's dtype) for {_subject(row)} is {baseline:.3g}, and "
         f"{factor:g}x that is past float64's range: the relative rule's bar is not finite (it would pass any "
         "target); draw inputs where the reference's values are within float64's range, or compare by "
         "`rule: allclose` in `tolerance.reference`"
     )
+
+
+def _subject(row: InputReport) -> str:
+    """What a row compares, in a sentence: the output, or the gradient of an argument."""
+    return f"the {row.name}" if row.role == "output" else f"the gradient of '{row.name}'"
+
+
+def _chunk_start(j: torch.Tensor, offsets: list[int]) -> torch.Tensor:
+    """Where chunk ``j`` (a device index) starts: the chunks are equal but the last, so at j times the first's size."""
+    return j * (offsets[1] if len(offsets) > 1 else 0)
 
 
 def _baseline_apart(c: _Chunk) -> Found:
@@ -271,7 +279,7 @@ def _baseline_apart(c: _Chunk) -> Found:
     n = torch.where(finite, c.n, 0.0)
     error = torch.where(finite & ~unbarred, torch.sub(c.own, n), 0.0)
     k = torch.argmax(unbarred.to(torch.uint8))  # the first unbarred real (0 where there is none)
-    count = unbarred.view(-1, 2).any(1).sum() if c.pair.per == 2 else unbarred.sum()  # elements
+    count = per_element(unbarred, c.pair.per == 2).sum()  # elements
     return [_largest(error), _largest(n), count, k, _at(c.own, k).to(torch.float64), _at(c.n, k)]
 
 
@@ -279,7 +287,7 @@ def _first_unbarred(found: list[Found], offsets: list[int]) -> Found:
     """The chunks' ``_baseline_apart`` as the whole pair's: maxima, the count, and the first element."""
     baseline, largest, count, k, at_own, at_n = (torch.stack(c) for c in zip(*found))
     j = torch.argmax((count > 0).to(torch.uint8))
-    start = j * (offsets[1] if len(offsets) > 1 else 0)
+    start = _chunk_start(j, offsets)
     return [baseline.max(), largest.max(), count.sum(), start + _at(k, j), _at(at_own, j), _at(at_n, j)]
 
 
@@ -313,7 +321,7 @@ def _worst(found: list[Found], offsets: list[int]) -> Found:
     largest key (the first of equals, as one argmax over the whole pair picks)."""
     max_abs, max_rel, any_big, top, k, at_a, at_n = (torch.stack(c) for c in zip(*found))
     j = torch.argmax(top)
-    start = j * (offsets[1] if len(offsets) > 1 else 0)  # the chunks are equal but the last: offset j * step
+    start = _chunk_start(j, offsets)
     worst = [_at(top, j), start + _at(k, j), _at(at_a, j), _at(at_n, j)]
     return [max_abs.max(), max_rel.max(), any_big.any(), *worst]
 
@@ -322,14 +330,14 @@ def _mismatch(row: InputReport, pair: _Pair, shape: tuple[int, ...], what: str, 
     """A failing row's how many (its mismatches, and non-finite disagreements), where (its first
     mismatching indices, its error map) and what (the pattern)."""
     complex_ = pair.per == 2
-    bads, errors, dots = [], [], []
+    bads, errors, sums = [], [], []
     for _, c in _chunks(pair):
         diff = c.diff()
         bads.append(per_element(c.bad(diff, c.tol()), complex_))
         errors.append(per_element(diff, complex_))
-        dots.append(torch.stack([c.a @ c.a, c.n @ c.n, c.a @ c.n, bads[-1].sum(), c.nonfinite()]))
+        sums.append(torch.stack([c.a @ c.a, c.n @ c.n, c.a @ c.n, bads[-1].sum(), c.nonfinite()]))
         del diff, c
-    aa, nn, an, mismatched, nonfinite = torch.stack(dots).sum(0).tolist()
+    aa, nn, an, mismatched, nonfinite = torch.stack(sums).sum(0).tolist()
     row.mismatched = int(mismatched)
     row.mismatched_indices, row.mismatched_indices_cap = _first(bads, shape), INDEX_CAP
     del bads

@@ -238,7 +238,7 @@ class Groups:
         # the stages' quotients, verdicts and numerical entries stay on the arguments' device, and so do the
         # statistics folded from them; the structure (colours, members, where the entries are) is on the host
         self.device = self.layout.inputs[0].device if self.layout.inputs else torch.device("cpu")
-        self.limits_there = self.row_limits.to(self.device)  # looked up a stage at a time
+        self.limits_there = sent(self.row_limits, self.device)  # looked up a stage at a time
         self.bounds_there = sent(store.bounds, self.device)  # the folds' spans, sliced there
         self._on_device: dict[int, torch.Tensor] = {}  # per weighting (its id), its copy on ``device``
         self.x0 = (
@@ -524,6 +524,7 @@ class Groups:
         host copy of them."""
         self._verdicts_to_host()
         held = self.store.vals.device
+        there = held == self.numerical.device  # else a store built on the host: folded there
         bad = (~self.accepted[lo:hi]).nonzero().view(-1).add_(lo).floor_divide_(chunk).unique().tolist()
         c0 = lo
         for k in [*bad, None]:
@@ -532,7 +533,6 @@ class Groups:
                 first, last = self.store.starts[p], self.store.starts[q]
                 at = slice((p // chunk + 1) * chunk, q, chunk)
                 spans = self.store.bounds[at] - first
-                there = held == self.numerical.device
                 entry.fold_agreed(
                     self.store.vals[first:last],
                     self.numerical[first:last] if there else self._numerical_on_host(p, q),
@@ -561,7 +561,8 @@ class Groups:
         """The numerical entries of columns p..q on the host, for the folds made there (entries not finite, a
         failing argument's per-column errors, columns made one by one): all of them copied there once."""
         if self._host_numerical is None:
-            self._host_numerical = _there(self.numerical, torch.device("cpu"))
+            on_host = self.numerical.device.type == "cpu"  # (no .cpu() call there: a count of copies sees none)
+            self._host_numerical = self.numerical if on_host else self.numerical.cpu()
         return self._host_numerical[self.store.starts[p] : self.store.starts[q]]
 
     def _place(self, p: int, k: int) -> tuple[int, int]:
@@ -679,11 +680,6 @@ def _column_max(values: torch.Tensor, bounds: torch.Tensor, n: int) -> torch.Ten
     if bool(full.any()):  # each non-empty column's run ends where the next non-empty one starts
         out[full] = np.maximum.reduceat(values.numpy(), bounds[:-1].numpy()[full])
     return torch.from_numpy(out)
-
-
-def _there(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``t`` on ``device``: itself where it is there (no copy, and no call that a count of copies would see)."""
-    return t if t.device == device else t.to(device)
 
 
 def _groups(failed: torch.Tensor, group: torch.Tensor, n: int) -> torch.Tensor:
