@@ -45,6 +45,14 @@ def report_rows(result: Any) -> Any:
     return strip(out)
 
 
+def determined(row: Any) -> tuple[Any, ...]:
+    """What the maths determines of a row (an ``InputReport``), for comparing two ways of checking the same case:
+    its name, status and counts, and its worst place only where it fails. A passing row's worst entry is the
+    argmax of rounding noise, which moves with the summation order and the CPU's vector instructions."""
+    place = (row.worst_index, row.worst_output) if row.status.value == "fail" else None
+    return (row.name, row.status, row.mismatched, row.numel, place)
+
+
 def one_input_function(forward: Callable, backward: Callable, name: str = "F") -> type:
     """A one-input autograd.Function from two plain functions: forward(x), backward(x, *grads)."""
 

@@ -45,3 +45,12 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert shlex.split(ci[0], comments=True) == shlex.split(readme), (
         f"README.md's test command is {readme!r} but .ci/run runs {ci[0]!r}: change both together"
     )
+
+
+def test_the_readme_names_the_other_cpus_runs_of_ci() -> None:
+    script = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    (other,) = re.findall(r'^OTHER_CPUS="(.*)"$', script, re.M)
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"`{other}`" in readme, f"README.md should show the command .ci/run runs as other CPUs: {other!r}"
+    for isa in re.findall(r"^for isa in (.*); do$", script, re.M)[0].split():
+        assert isa in readme, isa

@@ -22,6 +22,11 @@ from gradcheck_cli.spec import Tolerance
 from gradcheck_cli.target import Target
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from corpus import determined
+except ImportError:  # pragma: no cover
+    from tests.corpus import determined
+
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from corpus import Exp, Mul, Square
 except ImportError:  # pragma: no cover
     from tests.corpus import Exp, Mul, Square
@@ -868,12 +873,14 @@ def test_tiny_memory_budget_gives_the_same_numbers(wrong, monkeypatch):
     assert small.status == big.status
     assert status(big) == ("fail" if wrong else "pass")
     for s, b in zip(small.inputs, big.inputs):
-        assert (s.name, s.status, s.mismatched, s.numel) == (b.name, b.status, b.mismatched, b.numel)
-        assert s.worst_index == b.worst_index and s.worst_output == b.worst_output
-        assert s.max_abs_err == pytest.approx(b.max_abs_err, rel=1e-9, abs=1e-15)
-        assert s.max_rel_err == pytest.approx(b.max_rel_err, rel=1e-9, abs=1e-15)
-        assert s.analytical == pytest.approx(b.analytical, rel=1e-9, abs=1e-15)
-        assert s.numerical == pytest.approx(b.numerical, rel=1e-9, abs=1e-15)
+        assert determined(s) == determined(b)
+        if s.status.value == "fail":  # a passing row's largest error, and the values where it is, are rounding noise
+            assert s.max_abs_err == pytest.approx(b.max_abs_err, rel=1e-9, abs=1e-15)
+            assert s.max_rel_err == pytest.approx(b.max_rel_err, rel=1e-9, abs=1e-15)
+            assert s.analytical == pytest.approx(b.analytical, rel=1e-9, abs=1e-15)
+            assert s.numerical == pytest.approx(b.numerical, rel=1e-9, abs=1e-15)
+        else:  # both within the tolerance's rounding floor
+            assert max(s.max_abs_err, b.max_abs_err) < 1e-8
         assert s.diagnosis == b.diagnosis
     if wrong:
         w = [r for r in small.inputs if r.name == "w"][0]

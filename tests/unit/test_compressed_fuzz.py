@@ -1135,23 +1135,30 @@ def test_an_exactly_zero_factor_gives_the_same_numbers(used: dict[str, int], sin
     assert_same_report(got, plain, "SinProduct")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "where the central differences' rounding is near atol (forwards summing terms of 1e5 to ~1), the "
-        "batched forwards' rounding, which differs between the compressed groups (Groups._batched) and the "
-        "columns (Columns._batched_columns), decides an argument's verdict: arg1 passes element by element "
-        "(largest error 2.06e-05 of a tolerance of 2.5e-3) and fails compressed (8 entries of 0 against "
-        "-2.9e-05); with single-call forwards both agree"
-    ),
-)
-def test_an_ill_conditioned_case_gets_the_same_verdicts_with_batched_forwards(used: dict[str, int]) -> None:
+def test_an_ill_conditioned_case_differs_with_batched_forwards_only_where_rounding_decides(
+    used: dict[str, int],
+) -> None:
+    """A known rounding discrepancy, stated without being required. Where the central differences' rounding is
+    near atol (seed 1861: forwards summing terms of 1e5 to ~1), the batched forwards' rounding, which differs
+    between the compressed groups (Groups._batched) and the columns (Columns._batched_columns), can decide an
+    argument's verdict: on some CPUs arg1 passes element by element (largest error 2.06e-05 of a tolerance of
+    2.5e-3) and fails compressed (8 entries of 0 against -2.9e-05); on others (AVX-512) both pass; with
+    single-call forwards both agree everywhere. So: the verdicts agree, or they differ only in arguments whose
+    every error, on either side, is within the case's rounding estimate."""
     case = make_case(1861)
     if well_conditioned(case):
         raise RuntimeError("expected sweep seed 1861 to be the ill-conditioned case it was")
     got, plain = checks_of(case, used)
-    assert verdicts(got) == verdicts(plain), f"{case}\n--- compressed:\n{got}\n--- plain:\n{plain}"
+    if verdicts(got) == verdicts(plain):
+        return
+    assert case.model is not None
+    noise = case.model.rounding(case.inputs())
+    pairs = list(zip(got.checks, plain.checks))
+    assert [(c.check) for c, _ in pairs] == [p.check for p in plain.checks] and len(got.checks) == len(plain.checks)
+    for compressed_check, plain_check in pairs:
+        for a, b in zip(compressed_check.inputs, plain_check.inputs):
+            if (a.status, a.mismatched) != (b.status, b.mismatched):
+                assert max(a.max_abs_err or 0.0, b.max_abs_err or 0.0) <= noise, f"{a}\n{b}\nrounding {noise}"
 
 
 @pytest.mark.slow
