@@ -27,17 +27,25 @@ from torch.autograd import Function
 DT = torch.float64
 
 
-def report_rows(result: Any) -> Any:
+NOISE = ("max_abs_err", "max_rel_err", "worst_index", "worst_output", "analytical", "numerical")
+
+
+def report_rows(result: Any, noise: bool = True) -> Any:
     """A result (or JSON: a report, a list of results) as JSON, without its times and its shrunk case: what two
     checks of the same case must share (a shrunk case is searched for within a wall-clock budget, so two runs
-    find the same one only when neither runs out of time: tests/unit/test_shrink.py holds it to that)."""
+    find the same one only when neither runs out of time: tests/unit/test_shrink.py holds it to that).
+    ``noise=False``: without a passing row's rounding noise too (its largest errors, where the largest is and
+    the values there), for two computations whose summation orders differ (other chunk widths, other kernels)."""
     from gradcheck_cli.results import to_dict
 
     out = result if isinstance(result, (dict, list)) else to_dict(result)
 
     def strip(d: Any) -> Any:
         if isinstance(d, dict):
-            return {k: strip(v) for k, v in d.items() if k not in ("duration_s", "shrunk")}
+            quiet = not noise and d.get("status") == "pass" and "numel" in d
+            return {
+                k: None if quiet and k in NOISE else strip(v) for k, v in d.items() if k not in ("duration_s", "shrunk")
+            }
         if isinstance(d, list):
             return [strip(v) for v in d]
         return d

@@ -485,7 +485,8 @@ def test_accepted_spans_and_remade_chunks_fold_as_without_compression(memory, pi
     got = check(LinearOneWrong, args, memory_bytes=memory)
     assert used["n"] == 1  # compressed, at this budget too
     plain = check(LinearOneWrong, args, memory_bytes=memory, compress=False)
-    assert _rows(got) == _rows(plain)
+    # the chunks' widths set the matrix products' shapes, so their kernels and a passing row's noise
+    assert report_rows(got, noise=False) == report_rows(plain, noise=False)
     assert got.checks[0].inputs[1].worst_index == [3, 5]
 
 

@@ -429,15 +429,10 @@ def test_the_sparse_store_gives_the_dense_numbers(fn: type, memory: int, monkeyp
     compressed = _backward(fn, args, memory, compress=True)
     assert stored.status == dense.status == compressed.status == ("pass" if fn is LinearFunction else "fail")
     for s, d in [*zip(stored.inputs, dense.inputs), *zip(compressed.inputs, dense.inputs)]:
-        assert (s.name, s.status, s.mismatched, s.worst_index, s.diagnosis) == (
-            d.name,
-            d.status,
-            d.mismatched,
-            d.worst_index,
-            d.diagnosis,
-        )
-        assert s.max_abs_err == pytest.approx(d.max_abs_err, rel=1e-9, abs=1e-15)
-        assert (s.analytical, s.numerical) == pytest.approx((d.analytical, d.numerical), rel=1e-9, abs=1e-15)
+        assert (determined(s), s.diagnosis) == (determined(d), d.diagnosis)
+        if s.status.value == "fail":  # a passing row's largest error and the values where it is are noise
+            assert s.max_abs_err == pytest.approx(d.max_abs_err, rel=1e-9, abs=1e-15)
+            assert (s.analytical, s.numerical) == pytest.approx((d.analytical, d.numerical), rel=1e-9, abs=1e-15)
 
 
 def test_the_sparse_store_reports_the_dense_rows_worst_element_among_ties(monkeypatch: pytest.MonkeyPatch) -> None:
