@@ -102,7 +102,9 @@ def check(
     given = tuple(k for k, v in (("eps", eps), ("atol", atol), ("rtol", rtol)) if v != getattr(default, k))
     if reference_dtype not in REFERENCE_DTYPES:
         raise ValueError(f"reference_dtype {reference_dtype!r}: use one of {', '.join(REFERENCE_DTYPES)}")
-    tolerance = Tolerance(eps, atol, rtol, nondet_tol, given, strict, ReferenceRule(**(reference_tolerance or {})))
+    tolerance = Tolerance(
+        eps, atol, rtol, nondet_tol, given, strict, ReferenceRule(**(reference_tolerance or {})), prefix=""
+    )
     oracle = None
     if reference is not None or reference_backward is not None:
         ref = (

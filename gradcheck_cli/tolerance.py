@@ -131,6 +131,13 @@ class Tolerance:
     # differences' own error estimate fails (by default it is a warning, as torch.autograd.gradcheck passes it)
     strict: bool = False
     reference: ReferenceRule = ReferenceRule()
+    # how the user set these values, for messages: the spec's keys ("tolerance." + name) or the Python
+    # API's arguments ("" + name)
+    prefix: str = field(default="tolerance.", compare=False)
+
+    def key(self, name: str) -> str:
+        """How the user set ``name`` (``eps``, ``atol``): ``tolerance.eps`` in a spec, ``eps`` in the Python API."""
+        return self.prefix + name
 
     def at_least(self, dtype: torch.dtype, eps: bool = False) -> Tolerance:
         """This tolerance with ``dtype``'s gradient limits (and, with ``eps``, its step) where the

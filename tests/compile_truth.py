@@ -177,10 +177,8 @@ class RunningNorm1dInPlace(torch.nn.Module):
         return out
 
 
-class SinWithZeroBackward(torch.autograd.Function):
-    """PyTorch issue 193279's repro: a backward that returns zeros on purpose. Under
-    torch.compile(torch.func.vjp(...)) dynamo inlines forward and drops this backward (the gradient is
-    cos x); eager, and the compiled backward of the callable, give zeros."""
+class Sin(torch.autograd.Function):
+    """sin x, with x saved in setup_context (so torch.func runs it): the base of the two below."""
 
     @staticmethod
     def forward(x: Tensor) -> Tensor:
@@ -192,7 +190,31 @@ class SinWithZeroBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        return grad * torch.cos(x)
+
+
+class SinWithZeroBackward(Sin):
+    """PyTorch issue 193279's repro: a backward that returns zeros on purpose. Under
+    torch.compile(torch.func.vjp(...)) dynamo inlines forward and drops this backward (the gradient is
+    cos x); eager, and the compiled backward of the callable, give zeros."""
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
         return torch.zeros_like(grad)
+
+
+class BranchUnderCompile(Sin):
+    """sin, whose backward takes another branch when torch.compile traces it (``torch.compiler.is_compiling()``),
+    and that branch is wrong (2 cos x): the Function's own compiled backward differs, so the compile check
+    blames the Function, not torch.compile. (Compiled torch.func.vjp drops this backward and agrees.)"""
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        (x,) = ctx.saved_tensors
+        if torch.compiler.is_compiling():
+            return 2 * grad * torch.cos(x)
+        return grad * torch.cos(x)
 
 
 SHAPE = "inputs: [{name: x, shape: [3, 4]}]"
@@ -208,6 +230,11 @@ RIGHT_IN_PLACE: list[tuple[str, str]] = [
     ("tests.compile_truth:MulInPlace", "inputs: [{name: x, shape: [3, 4]}, {name: y, shape: [3, 4]}]"),
     ("tests.compile_truth:SquareInPlaceTwoOutputs", SHAPE),
 ]
+# right Functions that torch.func runs (setup_context): both compiled paths agree with eager
+RIGHT_PLAIN: list[tuple[str, str]] = [
+    ("tests.compile_truth:Sin", SHAPE),
+    ("gradcheck_cli.examples.compiled:ScaledTanh", "inputs: [{name: x, shape: [3, 4]}, {name: a, value: 2.0}]"),
+]
 ROWS = "inputs: [{name: x, shape: [6, 4]}]"
 RIGHT_STATEFUL: list[tuple[str, str]] = [
     ("gradcheck_cli.examples.stateful:RunningNorm1d", f"init: {{args: [4]}}\n{ROWS}"),
@@ -218,21 +245,32 @@ RIGHT_STATEFUL: list[tuple[str, str]] = [
     ("tests.compile_truth:UpdateThenUse", f"init: {{args: [4]}}\n{ROWS}"),
     ("tests.compile_truth:ExponentialAverage", f"init: {{args: [4]}}\n{ROWS}"),
 ]
-# (function, spec text, words the compile check's message must hold)
-BROKEN: list[tuple[str, str, str]] = [
+TORCH = "this is torch.compile's divergence on the torch.func.vjp path, not the Function's"
+# (function, spec text, words the compile check's message must hold, whether the words put it on torch.compile)
+BROKEN: list[tuple[str, str, str, bool]] = [
     (
         "tests.compile_truth:RunningNorm1dInPlace",
         f"init: {{args: [4]}}\n{ROWS}",
         "forward changes buffers 'running_mean', 'running_var' in place",
+        False,
     ),
     (
         "gradcheck_cli.examples.compiled:RoundSTE",
         "inputs: [{name: x, shape: [4], std: 2.0}]",
         "'x': compiled torch.func.vjp: its gradient is all zeros, eager's is not",
+        True,
     ),
     (
         "tests.compile_truth:SinWithZeroBackward",
         SHAPE,
         "'x': compiled torch.func.vjp: its gradient is not zero, eager's is",
+        True,
+    ),
+    (
+        "tests.compile_truth:BranchUnderCompile",
+        SHAPE,
+        "'x': compiled backward: its gradient is 2.00x eager's; compiled autograd.grad (what loss.backward() of a "
+        "compiled model runs) differs from eager: the target's own code computes otherwise",
+        False,
     ),
 ]

@@ -21,6 +21,7 @@ from . import contract
 from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import blank, fill_jacobian, take
+from .step import refuse_unusable
 from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, skip
 
@@ -89,6 +90,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     plain, tols, notes = reference(forward, copies, bound.names, checked, tol)  # copies: what finite differences move
     if plain is None:  # half precision only: finite differences there measure rounding
         return _half_only(ctx, result, notes[0], start)
+    refuse_unusable(plain, checked, bound.names, tols)
     result.warnings += notes
     backward = lambda *args: guarded(ErrorKind.BACKWARD, "backward", vjp, *args)  # noqa: E731
     grad_inputs, plain_inputs = [leaves[i] for i in checked], [plain[i] for i in checked]

@@ -39,6 +39,7 @@ from ..results import CheckResult, InputReport, Pattern, Status
 from ..rng import seed_plus
 from ..target import Target
 from ..tolerance import ReferenceRule
+from . import compile_blame as blame
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
 from .diagnosis import ratio_text
 from .sides import compare, gradients, output_row, side
@@ -46,7 +47,7 @@ from .verdict import begin, conclude, skip, unsupported
 
 STREAM = 31  # the random stream of the compile check's grad_outputs (a seed replays it)
 
-VJP = "torch.func.vjp"
+VJP = blame.VJP
 # logger -> its level while compiling; fake_tensor's traceback of a failing fake kernel: the check's message says it
 QUIET = {
     "torch._dynamo": logging.ERROR,
@@ -163,18 +164,26 @@ def _attempt(ctx: CheckContext) -> CheckResult:
             result, f"torch.compile (backend {backend!r}) failed on it: {_first_line(exc)}", start, ctx.named
         )
     paths = ["backward"]
-    via_vjp, vjp_note = _vjp_path(target, bound, checked, positions, probes, backend, eager.grads, breaks)
+    via_vjp, vjp_note, eager_vjp = _vjp_path(target, bound, checked, positions, probes, backend, eager.grads, breaks)
     if via_vjp is not None:
         paths.append(VJP)
+    only_vjp = []  # the arguments where compiled torch.func.vjp alone differs, and eager torch.func.vjp agrees
+    own = False  # an argument's compiled autograd.grad differs: the Function's (or module's) own code
     for k, i in enumerate(checked):
-        _against(
+        failing = _against(
             rows[i], {"backward": compiled.grads[k], **({VJP: via_vjp[k]} if via_vjp else {})}, eager.grads[k], rule
         )
+        if failing == [VJP] and eager_vjp is not None and blame.agrees(eager_vjp[k], eager.grads[k], rows[i], rule):
+            only_vjp.append(k)
+        own = own or "backward" in failing
+    divergence = _divergence(target, bound, checked, positions, probes, rows, only_vjp, via_vjp, rule, backend)
     rows += outs
     result.mode = f"{backend}: {', '.join(paths)}"
     result.warnings += _break_notes(breaks)
     notes = [_buffer_hazard(changed)] if changed and any(r.status is Status.FAIL for r in rows) else []
+    notes += [blame.OWN] if own and not notes else []
     notes += [vjp_note] if vjp_note else []
+    notes += [divergence] if divergence else []
     return conclude(
         result,
         start,
@@ -185,6 +194,27 @@ def _attempt(ctx: CheckContext) -> CheckResult:
         nothing="nothing to compare: no argument requires grad and no output",
         notes=notes,
     )
+
+
+def _divergence(
+    target: Target,
+    bound: Bound,
+    checked: list[int],
+    positions: list[int],
+    probes: dict[int, torch.Tensor],
+    rows: list[InputReport],
+    only_vjp: list[int],
+    via_vjp: Any,
+    rule: ReferenceRule,
+    backend: str,
+) -> str:
+    """The words saying that the arguments ``only_vjp`` (indices into ``checked``) differ by torch.compile's
+    doing on the torch.func.vjp path (``compile_blame``), or ''."""
+    if not only_vjp:
+        return ""
+    own = blame.own_operations(target, bound, checked, positions, probes)
+    dropped = own is not None and all(blame.agrees(via_vjp[k], own[k], rows[checked[k]], rule) for k in only_vjp)
+    return blame.divergence([rows[checked[k]] for k in only_vjp], dropped, backend)
 
 
 def _buffer_hazard(names: list[str]) -> str:
@@ -256,11 +286,12 @@ def _vjp_path(
     backend: str,
     want: list[torch.Tensor],
     breaks: dict[str, int],
-) -> tuple[Any, str]:
+) -> tuple[Any, str, Optional[list[torch.Tensor]]]:
     """The gradients from ``torch.compile(torch.func.vjp(...))``, or None and why that path was not run
-    (torch.func cannot run the target eagerly: an autograd.Function without ``setup_context``)."""
+    (torch.func cannot run the target eagerly: an autograd.Function without ``setup_context``); and those
+    of eager ``torch.func.vjp`` (None where it did not run)."""
     if not checked or not positions:
-        return None, ""
+        return None, "", None
     n, kw = bound.n_positional, bound.kw_names
     cotangents = tuple(probes[p] for p in positions)
     call = _traced(target)
@@ -279,22 +310,27 @@ def _vjp_path(
         return pull(cotangents)
 
     values = fresh_leaves(bound.values, grad=False)
+
+    def grads(got: tuple[Any, ...]) -> list[torch.Tensor]:
+        return [g.detach() if isinstance(g, torch.Tensor) else torch.zeros_like(w) for g, w in zip(got, want)]
+
     try:
-        as_tuple(call_forward(_Calls(target.path, pulled, target), bound, values, what=f"{VJP} (eager)"))
+        eager = grads(as_tuple(call_forward(_Calls(target.path, pulled, target), bound, values, what=f"{VJP} (eager)")))
     except UserCodeError as exc:
-        return None, f"{VJP} not compared: it cannot run eagerly ({_first_line(exc)})"
+        return None, f"{VJP} not compared: it cannot run eagerly ({_first_line(exc)})", None
     try:
         with _compiling(breaks):
             fn = _Calls(target.path, torch.compile(pulled, backend=backend), target)
             got = as_tuple(call_forward(fn, bound, values, what=f"torch.compile({VJP}, backend={backend!r})"))
     except UserCodeError as exc:
-        return None, f"{VJP} not compared: torch.compile (backend {backend!r}) failed on it: {_first_line(exc)}"
-    return [g.detach() if isinstance(g, torch.Tensor) else torch.zeros_like(w) for g, w in zip(got, want)], ""
+        why = f"{VJP} not compared: torch.compile (backend {backend!r}) failed on it: {_first_line(exc)}"
+        return None, why, eager
+    return grads(got), "", eager
 
 
-def _against(row: InputReport, got: dict[str, torch.Tensor], want: torch.Tensor, rule: ReferenceRule) -> None:
+def _against(row: InputReport, got: dict[str, torch.Tensor], want: torch.Tensor, rule: ReferenceRule) -> list[str]:
     """Fill ``row`` with the worst of the compiled paths' gradients (path -> gradient) against eager's;
-    a failing path is named in the diagnosis."""
+    a failing path is named in the diagnosis. Returns the failing paths."""
     filled = []
     for path, g in got.items():
         trial = replace(row)
@@ -304,6 +340,7 @@ def _against(row: InputReport, got: dict[str, torch.Tensor], want: torch.Tensor,
     path, worst = failing[0] if failing else max(filled, key=lambda pr: pr[1].max_abs_err or 0.0)
     worst.diagnosis = _words(worst, [p for p, _ in failing]) if failing else None
     row.__dict__.update(worst.__dict__)
+    return [p for p, _ in failing]
 
 
 def _words(row: InputReport, paths: list[str]) -> str:

@@ -33,6 +33,7 @@ from .base import (
 )
 from .rows import blank, fill_jacobian, take
 from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again
+from .step import refuse_unusable
 from .tower import Settings as Settings  # the spec's keys this check owns (order:); forward_over_reverse reads it too
 from .tower import Tower, build, every_order, ordinal, times
 from .upcast import by_tolerance, reference
@@ -148,6 +149,7 @@ def _run(ctx: CheckContext, order: int) -> CheckResult:
         "the numerical second derivative comes from forward and backward",
     )
     assert plain is not None  # half precision skipped above
+    refuse_unusable(plain, moved, list(bound.names) + [r.name for r in rows[len(checked) :]], tols)
     result.warnings += notes
     second = lambda *args: guarded(ErrorKind.BACKWARD, "backward, differentiated,", vjp, *args)  # noqa: E731
     analytic = [leaves[i] for i in checked] + v_leaves

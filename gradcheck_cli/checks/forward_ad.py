@@ -36,6 +36,7 @@ from .base import (
 )
 from .rows import blank, fill_jacobian, take
 from .second_look import EXPLAINED, PRECISION, look_again
+from .step import refuse_unusable
 from .upcast import reference
 from .verdict import begin, conclude, label, labels, reword, skip, unsupported
 
@@ -91,6 +92,7 @@ def run(ctx: CheckContext) -> CheckResult:
         forward, plain, bound.names, checked, ctx.tolerance, "jvp", "the numerical tangent comes from forward"
     )
     assert upcast is not None  # half precision skipped above
+    refuse_unusable(upcast, checked, bound.names, tols)
     result.warnings += notes
     budget = work_limit(ctx, "forward_ad", checked, outputs, positions)
     cols = Columns(jvp_call(ctx), forward, plain, upcast, checked, outputs, positions, budget)

@@ -37,6 +37,7 @@ from .double_backward import (
     probe_rows,
 )
 from .forward_ad import Columns, compare_columns, judge_rows, named_mistake, no_jvp
+from .step import refuse_unusable
 from .tower import build, every_order, leaves, reversed_
 from .upcast import reference
 from .verdict import begin, conclude, label, labels, skip, unsupported
@@ -104,6 +105,7 @@ def _run(ctx: CheckContext, order: int) -> CheckResult:
         "the numerical derivative comes from forward and backward",
     )
     assert upcast is not None  # half precision skipped above
+    refuse_unusable(upcast, moved, names, tols)
     result.warnings += notes
     budget = work_limit(ctx, "forward_over_reverse", checked, outputs, live)
     positions = list(range(len(grads)))

@@ -239,3 +239,59 @@ def test_a_failing_fake_kernel_is_the_checks_message_not_torchs_traceback_on_std
     )
     assert run.returncode == 1 and "BackendCompilerFailed" in run.stdout
     assert "fake_tensor" not in run.stderr and "Error detected in" not in run.stderr, run.stderr
+
+
+def test_a_difference_only_compiled_vjp_shows_is_put_on_torch_compile_with_how_to_keep_and_avoid_it(write_spec):
+    # issue 44, item 10: RoundSTE is right (eager autograd.grad, eager torch.func.vjp and compiled autograd.grad
+    # agree); torch.compile(torch.func.vjp) drops its backward. The fail stays, its words say whose it is
+    body = f"function: {COMPILED}:RoundSTE\nchecks: [compile]\ninputs: [{{name: x, shape: [4], std: 2.0}}]\n"
+    result, found, _ = run(write_spec, body)
+    assert result.status is Status.FAIL and found.status is Status.FAIL
+    message = found.message
+    assert "for 'x' this is torch.compile's divergence on the torch.func.vjp path, not the Function's" in message
+    assert "compiled autograd.grad (what loss.backward() of a compiled model runs" in message
+    assert "it is the gradient of forward's own operations" in message and "PyTorch issue 193279" in message
+    assert "torch.func.grad(torch.compile(f))" in message and "torch.compiler.disable" in message
+    assert "the target's own code computes otherwise" not in message  # the Function is not blamed
+    # the `expect:` the message gives, pasted into the spec, keeps the check: an xfail (exit 0)
+    expect = message.split("add to the spec `")[1].split("`")[0]
+    assert expect.startswith("expect: {reason: ") and expect.endswith("checks: [compile], x: zero_analytical}")
+    kept, found, rows = run(write_spec, body + expect + "\n")
+    assert kept.status is Status.XFAIL and found.status is Status.XFAIL, found.message
+    assert rows["x"].status is Status.XFAIL
+
+
+def test_the_ways_the_message_gives_to_avoid_issue_193279_give_eagers_gradient():
+    # the premise of the advice, in plain torch 2.13: compiled autograd.grad, the transform taken outside
+    # torch.compile, and the Function called through torch.compiler.disable all give RoundSTE's gradient 1
+    x = torch.tensor([0.3, 1.7, -0.2, 2.5], dtype=torch.float64)
+    ones = torch.ones(4, dtype=torch.float64)
+    safe = torch.compiler.disable(RoundSTE.apply)
+    got = {}
+    torch._dynamo.reset()
+    try:
+        leaf = x.clone().requires_grad_()
+        (got["autograd.grad"],) = torch.autograd.grad(
+            torch.compile(lambda t: RoundSTE.apply(t).sum(), backend="aot_eager")(leaf), leaf
+        )
+        torch._dynamo.reset()
+        got["outside"] = torch.func.grad(torch.compile(lambda t: RoundSTE.apply(t).sum(), backend="aot_eager"))(x)
+        torch._dynamo.reset()
+        got["disable"] = torch.compile(torch.func.grad(lambda t: safe(t).sum()), backend="aot_eager")(x)
+    finally:
+        torch._dynamo.reset()
+    assert all(torch.equal(g, ones) for g in got.values()), got
+
+
+def test_the_words_of_a_torch_compile_divergence_name_the_expect_entry_of_each_argument():
+    from gradcheck_cli.checks import compile_blame
+    from gradcheck_cli.results import InputReport
+
+    rows = [
+        InputReport(0, "x", [3], "float64", Status.FAIL, pattern=Pattern.SIGN_FLIP),
+        InputReport(1, "xs[1]", [3], "float64", Status.FAIL),
+    ]
+    words = compile_blame.divergence(rows, False, "inductor")
+    assert "for 'x', 'xs[1]' this is torch.compile's divergence on the torch.func.vjp path" in words
+    assert "checks: [compile], x: sign_flip, 'xs[1]': fail}" in words
+    assert "backend 'inductor'" in words and "193279" not in words  # its backward was not shown dropped

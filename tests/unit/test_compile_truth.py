@@ -11,7 +11,7 @@ import torch
 
 from gradcheck_cli import runner, spec
 from gradcheck_cli.results import Status
-from tests.compile_truth import BROKEN, RIGHT_IN_PLACE, RIGHT_STATEFUL, RunningNorm1dInPlace
+from tests.compile_truth import BROKEN, RIGHT_IN_PLACE, RIGHT_PLAIN, RIGHT_STATEFUL, TORCH, RunningNorm1dInPlace
 
 pytestmark = pytest.mark.slow  # every case compiles twice (the compiled callable, torch.func.vjp)
 
@@ -27,6 +27,7 @@ def compile_result(write_spec, function, body, checks="[compile]"):
 
 def test_the_truth_set_has_the_entries_issue_28_asks_for():
     assert len(RIGHT_IN_PLACE) >= 5 and len(RIGHT_STATEFUL) >= 5 and len(BROKEN) >= 1
+    assert {t for *_, t in BROKEN} == {True, False}  # blamed on torch.compile, and on the Function
 
 
 @pytest.mark.parametrize("function,body", RIGHT_IN_PLACE, ids=[f for f, _ in RIGHT_IN_PLACE])
@@ -44,12 +45,21 @@ def test_a_module_with_state_passes_under_compile(write_spec, function, body):
     assert found.status is Status.PASS, found.message
 
 
-@pytest.mark.parametrize("function,body,words", BROKEN, ids=[f for f, _, _ in BROKEN])
-def test_a_compile_only_divergence_fails_and_is_confirmed(write_spec, function, body, words):
+@pytest.mark.parametrize("function,body", RIGHT_PLAIN, ids=[f for f, _ in RIGHT_PLAIN])
+def test_a_right_function_passes_on_both_compiled_paths(write_spec, function, body):
+    _, found = compile_result(write_spec, function, body)
+    assert found.status is Status.PASS, found.message
+    assert found.mode == "aot_eager: backward, torch.func.vjp"  # the torch.func.vjp path was compared too
+
+
+@pytest.mark.parametrize("function,body,words,torchs", BROKEN, ids=[f for f, _, _, _ in BROKEN])
+def test_a_compile_only_divergence_fails_and_is_confirmed(write_spec, function, body, words, torchs):
     result, found = compile_result(write_spec, function, body)
     assert result.status is Status.FAIL and found.status is Status.FAIL, found.message
     assert words in found.message, found.message
     assert found.message.endswith("confirmed by a second run on fresh copies"), found.message
+    # torch.compile is named as the one at fault exactly where only its torch.func.vjp path differs
+    assert (TORCH in found.message) is torchs, found.message
 
 
 def test_the_in_place_running_norm_really_differs_under_torch_compile():
