@@ -105,26 +105,38 @@ def candidates(size: int) -> list[int]:
     return sorted({to for to in (1, 2, size // 2, size - 1) if 1 <= to < size})
 
 
+def empty(shape: tuple[int, ...]) -> bool:
+    """Whether a tensor of ``shape`` has no elements (a dimension of 0)."""
+    return 0 in shape
+
+
 def moves(shapes: Shapes) -> Iterator[Shapes]:
     """Smaller shapes to try from ``shapes``, in order: every dimension of one size at once (the dimensions a
     spec ties together have one size: a matmul's inner dimensions, a bias broadcast over rows, a square
-    matrix), the largest size first; then each dimension alone. A dimension of 0 or 1 stays."""
-    sizes = sorted({d for shape in shapes.values() for d in shape if d > 1}, reverse=True)
+    matrix), the largest size first; then each dimension alone. A dimension of 0 or 1 stays, and so does the
+    shape of an argument with no elements: no move makes a shape with no elements (``candidates`` are at
+    least 1), nor changes one (a case that compares nothing proves nothing)."""
+    sizes = sorted({d for shape in shapes.values() if not empty(shape) for d in shape if d > 1}, reverse=True)
     for size in sizes:
         for to in candidates(size):
-            yield {name: tuple(to if d == size else d for d in shape) for name, shape in shapes.items()}
+            yield {
+                name: shape if empty(shape) else tuple(to if d == size else d for d in shape)
+                for name, shape in shapes.items()
+            }
     for name, shape in shapes.items():
         for i, d in enumerate(shape):
-            for to in candidates(d):
+            for to in candidates(d) if not empty(shape) else ():
                 yield {**shapes, name: shape[:i] + (to,) + shape[i + 1 :]}
 
 
 def steps(state: State, allowed: dict[str, tuple[str, ...]]) -> Iterator[State]:
     """The states to try from ``state``: smaller shapes (``moves``), then simpler values for one argument
-    (of the kinds ``allowed`` for it, simplest first), values kept or shapes kept."""
+    with elements (of the kinds ``allowed`` for it, simplest first), values kept or shapes kept."""
     for shapes in moves(state.shapes):
         yield State(shapes, state.values)
     for name, kinds in allowed.items():
+        if empty(state.shapes.get(name, (1,))):  # no values to make simpler
+            continue
         now = KINDS.index(state.values[name]) if name in state.values else len(KINDS)
         for kind in kinds:
             if KINDS.index(kind) < now:

@@ -71,11 +71,37 @@ class CheckContext:
         return self.bound.streams
 
 
+class EightBitOutput(UserCodeError):
+    """Forward returned an 8-bit float: no finite difference judges a gradient through it (``call_forward``).
+    A check that meets it skips where the reference check judges the Function or under `checks: all`
+    (``broken.instead_of_error``); named with no reference, it is the case's forward error. ``why``: the
+    message without its advice (where the reference check judges it, none is needed)."""
+
+    ADVICE = (
+        "; return the value before the cast to 8 bits (cast outside the Function), "
+        "or compare a wider kernel with `reference:`"
+    )
+
+    def __init__(self, what: str, dtype: torch.dtype, position: int) -> None:
+        self.why = (
+            f"{what} returned a {str(dtype)[6:]} tensor (output {position}): 8-bit floats step by an eighth "
+            "or more of their value, so no gradient can be judged through them by finite differences"
+        )
+        super().__init__(ErrorKind.FORWARD, self.why + self.ADVICE)
+
+
 def call_forward(
-    target: Target, bound: Bound, values: Sequence[Any], kind: ErrorKind = ErrorKind.FORWARD, what: str = "forward"
+    target: Target,
+    bound: Bound,
+    values: Sequence[Any],
+    kind: ErrorKind = ErrorKind.FORWARD,
+    what: str = "forward",
+    eight_bit: bool = False,
 ) -> Any:
     """The target's forward on ``values`` (arguments in ``bound``'s order), user errors labelled
-    ``kind`` / ``what`` (as in ``guarded``).
+    ``kind`` / ``what`` (as in ``guarded``). An 8-bit float output is a forward error (no finite
+    difference can judge a gradient through it) unless ``eight_bit``: a check that compares two
+    computations of the same values (the reference check) differentiates through no step.
 
     The global RNG is forked around every forward: each starts from a state seeded from
     ``bound.streams`` and the user's state is put back after, so a forward that draws random numbers
@@ -103,17 +129,11 @@ def call_forward(
     eight = [
         (p, o)
         for p, o in enumerate(as_tuple(out))
-        if isinstance(o, torch.Tensor) and o.is_floating_point() and o.dtype.itemsize == 1
+        if not eight_bit and isinstance(o, torch.Tensor) and o.is_floating_point() and o.dtype.itemsize == 1
     ]
     if eight:
         p, o = eight[0]
-        raise UserCodeError(
-            ErrorKind.FORWARD,
-            f"{what} returned a {str(o.dtype)[6:]} tensor (output {p}): 8-bit "
-            "floats step by an eighth or more of their value, so no gradient can be "
-            "judged through them; return the value before the cast to 8 bits (cast "
-            "outside the Function), or compare a wider kernel with `reference:`",
-        )
+        raise EightBitOutput(what, o.dtype, p)
     return out
 
 

@@ -10,7 +10,7 @@ from ..errors import UserCodeError
 from ..numerics.streams import Stream
 from ..results import CheckResult, ErrorKind, Status
 from . import contract
-from .base import CheckContext
+from .base import CheckContext, EightBitOutput
 from .verdict import begin, skip
 
 
@@ -37,8 +37,23 @@ def contract_failure(ctx: CheckContext, result: CheckResult, start: float) -> Op
 
 def instead_of_error(ctx: CheckContext, name: str, exc: UserCodeError) -> Optional[CheckResult]:
     """Check ``name`` raised ``exc``: where backward raised (``ErrorKind.BACKWARD``) because its contract is
-    broken, that check's fail in the backward check's words; else None (the case's error)."""
+    broken, that check's fail in the backward check's words; where forward returned 8-bit floats, a skip as
+    ``eight_bit`` says; else None (the case's error)."""
+    if isinstance(exc, EightBitOutput):
+        return eight_bit(ctx, name, exc)
     if exc.kind is not ErrorKind.BACKWARD:
         return None
     start, _, _, result = begin(ctx.bound, name, None)
     return contract_failure(ctx, result, start)
+
+
+def eight_bit(ctx: CheckContext, name: str, exc: EightBitOutput) -> Optional[CheckResult]:
+    """Check ``name`` differentiates through forward's 8-bit float output, which no finite difference can
+    judge: a skip where the reference check judges the Function (it compares gradients, no step through
+    forward) or under `checks: all`, as for a Function that runs in half precision only; named with no
+    reference, None (the case's forward error, which says what to do)."""
+    if ctx.oracle is None and ctx.named:
+        return None
+    start, _, _, result = begin(ctx.bound, name, None)
+    why = f"{exc.why}; the reference check judges it" if ctx.oracle is not None else str(exc)
+    return skip(result, why, start, row_reason="8-bit float output")

@@ -15,7 +15,7 @@ from ..numerics import as_tuple, is_float_tensor, unravel, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
 from ..target import Target
 from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
-from .rows import columns, dtype_name, fill, statistics
+from .rows import NO_ELEMENTS, columns, dtype_name, fill, statistics
 
 STREAM = 2  # the random stream of device_consistency's grad_output (a seed replays it)
 
@@ -78,14 +78,14 @@ def _row(
 ) -> InputReport:
     """Argument i's gradient here (``a``) against the reference device's (``b``, in the numerical role)."""
     v = bound.values[i]
-    if not isinstance(v, torch.Tensor) or not v.requires_grad:
+    if not isinstance(v, torch.Tensor) or not v.requires_grad or not v.numel():
         return InputReport(
             bound.indices[i],
             bound.names[i],
             list(getattr(v, "shape", [])),
             str(getattr(v, "dtype", type(v).__name__)).replace("torch.", ""),
             Status.SKIP,
-            reason="no gradient to compare",
+            reason=NO_ELEMENTS if isinstance(v, torch.Tensor) and v.requires_grad else "no gradient to compare",
             line=bound.line(i),
         )
 

@@ -53,7 +53,7 @@ def run(ctx: CheckContext) -> CheckResult:
                 "`reference_backward: pkg.mod:fn` (the intended gradients), or --reference",
             )
         return skip(result, "no `reference:` or `reference_backward:` given", start)
-    target = side(ctx.target, bound, bound.values, checked, "forward")
+    target = side(ctx.target, bound, bound.values, checked, "forward", eight_bit=True)  # no step through it
     positions = differentiable(target.outputs)
     gen = ctx.streams.generator(STREAM)
     probes = {p: _probe(target.outputs[p], gen) for p in positions}
@@ -129,7 +129,8 @@ def _reference(
     fn = oracle.forward if dtype else oracle.low
     written = str(dtype or "the target's dtype").replace("torch.", "")
     if fn is not None:
-        ref = side(fn, bound, values, checked, f"reference {oracle.forward_path} (in {written})", REF, copied=True)
+        what = f"reference {oracle.forward_path} (in {written})"
+        ref = side(fn, bound, values, checked, what, REF, copied=True, eight_bit=True)
         _same_structure(ref.outputs, like, oracle.forward_path or "")
     else:
         ref = Side((), [values[i] for i in checked])

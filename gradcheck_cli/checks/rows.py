@@ -4,6 +4,7 @@ and the one filler that turns comparison statistics into the row."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any, Callable, Optional
 
@@ -45,7 +46,8 @@ def skeleton(bound: Bound) -> list[InputReport]:
 
 
 def checked_positions(bound: Bound, rows: list[InputReport]) -> list[int]:
-    """Arguments whose gradient is compared; mark the others' rows as not checked, with the reason."""
+    """Arguments whose gradient is compared; mark the others' rows as not checked, with the reason (a tensor
+    that requires grad but has no elements included: ``NO_ELEMENTS``)."""
     checked: list[int] = []
     seen: dict[int, int] = {}
     for i, v in enumerate(bound.values):
@@ -57,10 +59,20 @@ def checked_positions(bound: Bound, rows: list[InputReport]) -> list[int]:
         elif not v.requires_grad:
             rows[i].status = Status.SKIP
             rows[i].reason = "requires_grad is false" if is_float_tensor(v) else "not a floating-point tensor"
+        elif not v.numel():
+            rows[i].status, rows[i].reason = Status.SKIP, NO_ELEMENTS
         else:
             seen[id(v)] = i
             checked.append(i)
     return checked
+
+
+NO_ELEMENTS = "no elements: nothing to compare"  # the row of an argument with no elements (never a pass)
+
+
+def no_elements(name: str, shape: Sequence[int]) -> str:
+    """What a message says of argument ``name`` of ``shape`` with no elements, and what to do."""
+    return f"{name} has no elements ({list(shape)}): nothing to compare; give it a shape with elements"
 
 
 def dtype_name(v: torch.Tensor) -> str:

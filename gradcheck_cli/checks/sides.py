@@ -42,11 +42,13 @@ def side(
     what: str,
     kind: ErrorKind = ErrorKind.FORWARD,
     copied: bool = False,
+    eight_bit: bool = False,
 ) -> Side:
     """``fn``'s outputs on fresh leaves of ``values`` (gradients to come); its errors are of ``kind``.
-    ``copied``: ``values`` are fresh leaves already, made for this side (no second copy)."""
+    ``copied``: ``values`` are fresh leaves already, made for this side (no second copy); ``eight_bit``:
+    8-bit float outputs are compared as they are (``call_forward``)."""
     leaves = list(values) if copied else fresh_leaves(list(values))
-    outputs = as_tuple(call_forward(fn, bound, leaves, kind, what=what))
+    outputs = as_tuple(call_forward(fn, bound, leaves, kind, what=what, eight_bit=eight_bit))
     return Side(outputs, [leaves[i] for i in checked])
 
 
@@ -421,8 +423,11 @@ def real_dtype(t: torch.Tensor) -> torch.dtype:
 
 
 def _flat(t: torch.Tensor, device: Optional[torch.device] = None) -> torch.Tensor:
-    """``t`` flattened, a complex element as two reals, in its dtype, on ``device`` (default its own)."""
+    """``t`` flattened, a complex element as two reals, in its dtype, on ``device`` (default its own); an 8-bit
+    float in float32 (which holds every 8-bit float exactly; torch does no arithmetic across 8-bit dtypes)."""
     t = t.detach().resolve_conj()
+    if t.is_floating_point() and t.dtype.itemsize == 1:
+        t = t.to(torch.float32)
     flat = (torch.view_as_real(t) if t.is_complex() else t).reshape(-1)
     return flat if device is None else flat.to(device)
 

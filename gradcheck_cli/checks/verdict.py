@@ -13,10 +13,12 @@ from __future__ import annotations
 import time
 from typing import Callable, NamedTuple, Optional
 
+import torch
+
 from ..binding import Bound
 from ..numerics import Entry
 from ..results import CheckResult, InputReport, Pattern, Status
-from .rows import checked_positions, skeleton
+from .rows import NO_ELEMENTS, checked_positions, no_elements, skeleton
 
 
 class Begun(NamedTuple):
@@ -71,6 +73,21 @@ def unsupported(
     return skip(result, reason, start, Status.FAIL if named else Status.SKIP, row_reason)
 
 
+def emptied(rows: list[InputReport]) -> list[str]:
+    """A sentence per argument row not checked for having no elements (``rows.NO_ELEMENTS``)."""
+    return [no_elements(label(r), r.shape) for r in rows if r.status is Status.SKIP and r.reason == NO_ELEMENTS]
+
+
+def nothing_to_compare(bound: Bound, check: str) -> Optional[CheckResult]:
+    """Check ``check``'s result where every tensor argument that requires grad has no elements: a skip that
+    says so, before anything is called (nothing compared is never a pass); else None (the check runs)."""
+    wanted = [v for v in bound.values if isinstance(v, torch.Tensor) and v.requires_grad]
+    if not wanted or any(v.numel() for v in wanted):
+        return None
+    start, rows, _, result = begin(bound, check, None)
+    return skip(result, "; ".join(emptied(rows)), start)
+
+
 def status_of(result: CheckResult) -> Status:
     """A check's status from its rows and problems: FAIL where a problem was found or a row fails, XFAIL
     where its only mismatches are expected ones, else PASS (``conclude`` makes a check that compared
@@ -95,24 +112,27 @@ def conclude(
     """Status and one-line message of a check from its rows: the ``problems`` found besides the
     rows, a sentence per failing row (``wrong(row)``, None to say nothing more), which rows are
     right (``name_right``), and ``advice`` once when an analytical side is all zeros; when nothing
-    failed, ``passed(right rows)``, or SKIP with ``nothing`` when no row was compared. ``notes``
-    end the message either way."""
+    failed, ``passed(right rows)``, or, when no row was compared, SKIP (never a pass) that says why: the
+    arguments with no elements (``emptied``), else ``nothing``. Those arguments, then ``notes``, end the
+    message either way."""
     failing = [r for r in result.inputs if r.status is Status.FAIL]
     right = [r for r in result.inputs if r.status is Status.PASS]
     parts = list(problems) + [s for s in map(wrong, failing) if s]
     result.problems = list(problems)
+    empty = emptied(result.inputs)
     if status_of(result) is Status.FAIL:
         result.status = Status.FAIL
         if name_right and right and failing:
             parts.append(f"{labels(right)} {'is' if len(right) == 1 else 'are'} right")
         if advice and any(r.pattern is Pattern.ZERO_ANALYTICAL for r in failing):
             parts.append(advice)
-    elif not right and nothing is not None:
+    elif not right:
         result.status = Status.SKIP
-        parts.append(nothing)
+        parts += [] if empty else [nothing or "nothing was compared (see the rows)"]
     else:
         parts.append(passed(right))
-    result.message = "; ".join(parts + (notes or []))
+        result.warnings += empty  # a pass shows its warnings: what it did not compare is one
+    result.message = "; ".join(parts + empty + (notes or []))
     result.duration_s = time.perf_counter() - start
     return result
 

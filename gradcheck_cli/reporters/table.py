@@ -123,7 +123,7 @@ def render_brief(result: CaseResult, console: Console) -> None:
             console.print(Text(f"  {reason}", style=STYLE[Status.SKIP]))
     if result.status is Status.XFAIL:
         console.print(Text(f"  expected: {expected_reason(result)}", style=STYLE[Status.XFAIL]))
-    for warning in [w for c in result.checks for w in c.warnings] + result.warnings:
+    for warning in dict.fromkeys([w for c in result.checks for w in c.warnings] + result.warnings):  # each once
         console.print(Text(f"  warning: {warning}", style="yellow"))
 
 
