@@ -631,6 +631,18 @@ def _not_judged(result: CheckResult, row: InputReport, oracle: bool) -> None:
     row.status, row.reason, row.mismatched = Status.SKIP, NO_VERDICT, 0
 
 
+def wrong(r: InputReport) -> Optional[str]:
+    """What the check's message says of a failing row (None: nothing beyond the problems already said)."""
+    if r.diagnosis:
+        return f"gradient of '{r.name}': {r.diagnosis}"
+    return f"gradient of '{r.name}' is wrong" if r.mismatched else None
+
+
+def within(right: list[InputReport]) -> str:
+    """The check's message where every row compared is right."""
+    return f"{len(right)} argument{'s' * (len(right) != 1)} checked, all within tolerance"
+
+
 def _finish(result: CheckResult, found: contract.Findings, more: list[str], start: float) -> CheckResult:
     """Status and message of the check from the rows and the contract findings."""
     for i in found.bad_args:
@@ -640,17 +652,12 @@ def _finish(result: CheckResult, found: contract.Findings, more: list[str], star
         if r.status is Status.PASS and (r.at_kinks or r.unreliable or r.diagnosis):
             result.warnings.append(f"'{r.name}': {r.diagnosis or r.reason}")
 
-    def wrong(r: InputReport) -> Optional[str]:
-        if r.diagnosis:
-            return f"gradient of '{r.name}': {r.diagnosis}"
-        return f"gradient of '{r.name}' is wrong" if r.mismatched else None
-
     return conclude(
         result,
         start,
         found.failures + more,
         wrong,
-        lambda right: f"{len(right)} argument{'s' * (len(right) != 1)} checked, all within tolerance",
+        within,
         nothing=(
             "finite differences cannot judge it (forward's precision: see the warnings)"
             if any(r.reason == NO_VERDICT for r in result.inputs)

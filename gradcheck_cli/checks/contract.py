@@ -5,6 +5,11 @@ engine does, so that what autograd would repair or reject (extra gradients, cast
 broadcast dimensions, in-place changes) is seen as the user wrote it. ``in_use`` adds what
 autograd's use of backward needs of any target: linearity in grad_output, and undefined output
 gradients treated as zeros.
+
+``inspect`` also runs on every rank of a distributed case, each rank in lockstep with the others (``World``):
+where one rank stops, every rank stops at the same point, so that the collectives inside forward and backward
+stay matched; and a collective that sums into a tensor changes it, even where its values stay as they were
+(over one rank). Alone, ``ALONE``: this process decides by itself, and only values show a change.
 """
 
 from __future__ import annotations
@@ -53,17 +58,51 @@ class Findings:
             self.bad_args.add(arg)
 
 
-def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: float, repeat: int = 2) -> Findings:
+def _alone(stop: bool) -> bool:
+    return stop
+
+
+def _unseen(tensor: torch.Tensor) -> bool:
+    return False
+
+
+def _quiet(what: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class World:
+    """The processes that run ``inspect`` together (the ranks of a distributed case), as ``inspect`` sees them.
+
+    ``agree(stop)``: whether any process stops here (each says whether it does; every one asks at the same
+    points); ``wrote(t)``: whether a collective summed into ``t``'s storage since the inspection began (a change
+    even where the values stay, as over one rank); ``enter(what)``: forward or backward runs next (a rank's
+    progress). The rule for the next contributor: every call of user code that may hold a collective must be
+    reached by every process alike, so any early return goes through ``agree``."""
+
+    agree: Callable[[bool], bool] = _alone
+    wrote: Callable[[torch.Tensor], bool] = _unseen
+    enter: Callable[[str], None] = _quiet
+
+
+ALONE = World()
+
+
+def inspect(
+    target: Target, bound: Bound, gen: torch.Generator, nondet_tol: float, repeat: int = 2, world: World = ALONE
+) -> Findings:
     """Call backward directly on a fresh graph and check what it returns and what it touches;
-    ``repeat`` calls with the same grad_output must agree within ``nondet_tol``."""
+    ``repeat`` calls with the same grad_output must agree within ``nondet_tol``. ``world``: the processes
+    that run it together (``World``)."""
     found = Findings()
     leaves = fresh_leaves(bound.values)
     copies = fresh_leaves(leaves, grad=False)  # a tensor passed twice is one copy, as in ``leaves``
     before = [v if isinstance(v, torch.Tensor) else None for v in copies]
+    world.enter("forward")
     outputs = as_tuple(call_forward(target, bound, leaves))
     after_forward = [
-        b if b is None or same_values(v.detach(), b) else v.detach().clone()  # copied again where changed
-        for v, b in zip(leaves, before)
+        b if b is None or same_values(v.detach(), b) and not world.wrote(v) else v.detach().clone()  # copied
+        for v, b in zip(leaves, before)  # again where changed
     ]
     for i, (b, a) in enumerate(zip(before, after_forward)):
         if b is not None and a is not None and a is not b:
@@ -75,16 +114,18 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
                 fatal=True,
                 arg=i,
             )
-    if found.fatal:
-        return found
-    found.graph = leaves, outputs  # node.apply below leaves the graph as it was (unless fatal)
-    found.copies = copies
     node = next((o.grad_fn for o in outputs if isinstance(o, torch.Tensor) and o.grad_fn is not None), None)
-    if node is None or getattr(type(node), "_forward_cls", None) is not target.obj:
-        found.warnings.append(
-            "backward's raw return values could not be inspected: no output carries this Function's graph node"
-        )
+    alien = node is None or getattr(type(node), "_forward_cls", None) is not target.obj
+    if not found.fatal:
+        found.graph = leaves, outputs  # node.apply below leaves the graph as it was (unless fatal)
+        found.copies = copies
+        if alien:
+            found.warnings.append(
+                "backward's raw return values could not be inspected: no output carries this Function's graph node"
+            )
+    if world.agree(found.fatal or alien):
         return found
+    assert node is not None  # not alien here
     grads_in = [
         (probe_like(o, gen) if is_float_tensor(o) and o.requires_grad else torch.zeros_like(o))
         if isinstance(o, torch.Tensor)
@@ -93,25 +134,26 @@ def inspect(target: Target, bound: Bound, gen: torch.Generator, nondet_tol: floa
     ]
     apply = node.apply  # type: ignore[attr-defined]  # a Function's node (BackwardCFunction) has apply
     kept = [g.clone() if g is not None else None for g in grads_in]
+    world.enter("backward")
     with torch.no_grad():
         first = _values(guarded(ErrorKind.BACKWARD, "backward", apply, *grads_in))
     returned = tuple(g.detach().clone() if isinstance(g, torch.Tensor) else g for g in first)  # as they were
     _check_returned(first, leaves, bound, found)
     for i, (g, k) in enumerate(zip(grads_in, kept)):
-        if g is not None and k is not None and not torch.equal(g, k):
+        if g is not None and k is not None and (not torch.equal(g, k) or world.wrote(g)):
             found.fail(
                 f"backward modified grad_output{f' {i}' if len(kept) > 1 else ''} in place: "
                 "clone it before changing it (grad_output may be shared with other parts of the graph)"
             )
     for i, (v, b) in enumerate(zip(leaves, after_forward)):
-        if b is not None and not same_values(v.detach(), b):
+        if b is not None and (not same_values(v.detach(), b) or world.wrote(v)):
             found.fail(
                 f"backward modified input '{bound.names[i]}' in place: work on a copy "
                 "(autograd refuses a saved tensor that was changed, and the gradients are wrong)",
                 fatal=True,
                 arg=i,
             )
-    if not found.fatal:
+    if not world.agree(found.fatal):
         with torch.no_grad():
             again = [
                 _values(

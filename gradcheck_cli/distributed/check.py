@@ -1,19 +1,26 @@
 """A case under ``distributed:``: the arguments of every rank, the world started and ended, and the
-backward check's result with a row per argument and rank. Other checks are skipped with the reason."""
+backward check's result with a row per argument and rank: backward's contract as in one process (every rank
+inspects its own, ``checks.contract``; what it finds is said in one process's words, with the ranks that
+found it where there are several), then the gradients against finite differences of the global objective.
+Other checks are skipped with the reason."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
-from typing import Any, Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Callable, Optional
 
 import torch
 
 from ..binding import Bound
-from ..checks import verdict
+from ..checks import backward, contract, verdict
+from ..checks.contract import World
 from ..checks.rows import skeleton
 from ..errors import BindError, UserCodeError
-from ..numerics.streams import Streams
+from ..numerics.streams import Stream, Streams
 from ..results import CaseResult, CheckResult, ErrorKind, InputReport, Status
 from ..rng import seed_plus
 from ..spec import Case, Container, TensorArg
@@ -23,6 +30,7 @@ from . import judge, launch, layout, rank
 
 RANK_STRIDE = 7_777_777  # rank r's per_rank arguments are drawn with seed + r * RANK_STRIDE
 ONLY_BACKWARD = "not run across ranks: under `distributed`, gradcheck-cli checks backward only"
+BROKEN = "backward's contract is broken (see below)"  # a row's reason, as in one process
 
 
 def unavailable(backend: str, device: str, size: int) -> str:
@@ -65,7 +73,7 @@ def run(
     bounds = [first] + [
         bind("cpu", Streams(seed_plus(streams.seed, r * RANK_STRIDE))) if own else first for r in range(1, size)
     ]
-    begun = verdict.begin(first, "backward", f"distributed: {size} ranks, {backend}")
+    begun = verdict.begin(first, "backward", f"distributed: {size} rank{'s' * (size != 1)}, {backend}")
     if not begun.checked:
         raise BindError(
             "inputs",
@@ -98,6 +106,7 @@ def run(
         eps=[t.eps for t in tolerances],
         outputs=case.outputs,
         streams=streams,
+        contract=_inspection(target, case, first, streams) if target.is_function else None,
     )
     _warm()
     try:
@@ -109,11 +118,82 @@ def run(
             _broken(begun, exc, plan) if name == "backward" else _skipped(first, name) for name in case.checks
         ]
         return
+    found = [a["contract"] for a in answers]
+    if any(f["stopped"] for f in found):
+        result.checks = [
+            _refused(begun, found, plan) if name == "backward" else _skipped(first, name) for name in case.checks
+        ]
+        return
     _agree(answers, case)
     result.checks = [
         _judge(begun, answers, plan, placements, shapes, tolerances) if name == "backward" else _skipped(first, name)
         for name in case.checks
     ]
+
+
+def _inspection(
+    target: Target, case: Case, first: Bound, streams: Streams
+) -> Callable[[list[Any], World], contract.Findings]:
+    """Backward's contract on a rank's values, as the backward check inspects it in one process: the same
+    grad_outputs (its random stream), calls and tolerance."""
+    given = case.setting("repeat")
+    repeat = backward.Settings().repeat if given is None else given
+
+    def inspect(values: list[Any], world: World) -> contract.Findings:
+        bound = dataclasses.replace(first, values=values, rng=None)
+        return contract.inspect(
+            target, bound, streams.generator(Stream.BACKWARD), case.tolerance.nondet_tol, repeat, world
+        )
+
+    return inspect
+
+
+def _said(lists: list[list[str]], size: int) -> list[str]:
+    """The ranks' messages, each once, in order of first appearance: as one process words them, after the ranks
+    that said it where the world has more than one."""
+    ranks: dict[str, list[int]] = {}
+    for r, messages in enumerate(lists):
+        for message in messages:
+            ranks.setdefault(message, []).append(r)
+    if size == 1:
+        return list(ranks)
+    return [f"rank{'s' * (len(rs) > 1)} {', '.join(map(str, rs))}: {message}" for message, rs in ranks.items()]
+
+
+def _by_rank(begun: verdict.Begun, plan: rank.Plan, mark: Callable[[int, int, InputReport], None]) -> list[InputReport]:
+    """The check's rows: a checked argument ``i``'s row once per rank ``r`` (``x@rank1``, with that rank's shape),
+    marked by ``mark(i, r, row)``; the other arguments' rows as they are."""
+    rows: list[InputReport] = []
+    for i, row in enumerate(begun.rows):
+        if i not in begun.checked:
+            rows.append(row)
+            continue
+        for r in range(plan.size):
+            one = copy.copy(row)
+            one.name, one.shape = f"{row.name}@rank{r}", list(plan.values[r][i].shape)
+            mark(i, r, one)
+            rows.append(one)
+    return rows
+
+
+def _refused(begun: verdict.Begun, found: list[dict[str, Any]], plan: rank.Plan) -> CheckResult:
+    """The backward check's fail where a rank's backward broke its contract beyond what autograd accepts (every
+    rank stopped there), as in one process: the arguments it concerns fail on the ranks where it did, the
+    other rows are not compared."""
+
+    def mark(i: int, r: int, row: InputReport) -> None:
+        row.status, row.reason = Status.FAIL if i in found[r]["bad"] else Status.SKIP, BROKEN
+
+    begun.result.inputs = _by_rank(begun, plan, mark)
+    begun.result.warnings += _said([f["warnings"] for f in found], plan.size)
+    with _one_process_names(begun.result, plan.size):
+        return verdict.conclude(
+            begun.result,
+            begun.start,
+            _said([f["failures"] for f in found], plan.size),
+            lambda row: None,
+            lambda right: "",  # never: a contract failure stopped it
+        )
 
 
 def _skipped(bound: Bound, name: str) -> CheckResult:
@@ -126,19 +206,13 @@ def _broken(begun: verdict.Begun, failure: launch.WorldFailure, plan: rank.Plan)
     rows of the arguments (every one, for a wrong count) of the ranks where it did fail, the others are not
     compared."""
     broken = {r: e.broken for r, e in failure.errors.items() if e.broken is not None}
-    rows: list[InputReport] = []
-    for i, row in enumerate(begun.rows):
-        if i not in begun.checked:
-            rows.append(row)
-            continue
-        for r in range(plan.size):
-            one = copy.copy(row)
-            one.name, one.shape = f"{row.name}@rank{r}", list(plan.values[r][i].shape)
-            hit = r in broken and broken[r] in (-1, row.index)
-            one.status = Status.FAIL if hit else Status.SKIP
-            one.reason = "backward's contract is broken (see below)" if hit else "not compared (see the message)"
-            rows.append(one)
-    begun.result.inputs = rows
+
+    def mark(i: int, r: int, row: InputReport) -> None:
+        hit = r in broken and broken[r] in (-1, row.index)
+        row.status = Status.FAIL if hit else Status.SKIP
+        row.reason = BROKEN if hit else "not compared (see the message)"
+
+    begun.result.inputs = _by_rank(begun, plan, mark)
     ranks = sorted(broken)
     message = (
         failure.message
@@ -175,24 +249,54 @@ def _judge(
         if said:
             problems.append(said)
         replaced[i] = ranked
+    found = [a["contract"] for a in answers]
+    contract_only: set[int] = set()  # the rows that fail for the contract alone (said in its words)
+    for i in plan.checked:
+        for r, row in enumerate(replaced[i]):
+            if i in found[r]["bad"]:
+                if row.status is Status.PASS:
+                    contract_only.add(id(row))
+                row.status, row.reason = Status.FAIL, row.reason or BROKEN
     begun.result.inputs = [row for i, one in enumerate(begun.rows) for row in replaced.get(i, [one])]
+    begun.result.warnings += _said([f["warnings"] for f in found], size)
     said_for = set(problems)
+    problems = _said([f["failures"] for f in found], size) + problems
 
-    def wrong(row: InputReport) -> str | None:
-        if row.diagnosis in said_for:
+    def wrong(row: InputReport) -> Optional[str]:
+        if row.diagnosis in said_for or id(row) in contract_only:
             return None
+        if size == 1:
+            return backward.wrong(row)
         return f"gradient of '{row.name}' is wrong" + (f": {row.diagnosis}" if row.diagnosis else "")
 
-    return verdict.conclude(
-        begun.result,
-        begun.start,
-        problems,
-        wrong,
-        lambda right: (
-            f"every rank's gradient of {verdict.labels(_arguments(right))} matches finite differences "
-            f"of the global objective ({size} ranks)"
-        ),
-    )
+    with _one_process_names(begun.result, size):
+        return verdict.conclude(
+            begun.result,
+            begun.start,
+            problems,
+            wrong,
+            lambda right: (
+                backward.within(right)
+                if size == 1
+                else f"every rank's gradient of {verdict.labels(_arguments(right))} matches finite differences "
+                f"of the global objective ({size} ranks)"
+            ),
+        )
+
+
+@contextmanager
+def _one_process_names(result: CheckResult, size: int) -> Iterator[None]:
+    """Over one rank, the rows by their arguments' names ('x', not 'x@rank0') while the message is made: the
+    words of one process's verdict, which a world of one must give."""
+    names = [row.name for row in result.inputs]
+    if size == 1:
+        for row in result.inputs:
+            row.name = row.name.removesuffix("@rank0")
+    try:
+        yield
+    finally:
+        for row, name in zip(result.inputs, names):
+            row.name = name
 
 
 def _arguments(rows: list[InputReport]) -> list[InputReport]:

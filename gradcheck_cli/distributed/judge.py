@@ -51,7 +51,7 @@ def across_ranks(
         return None
     size = len(grads)
     said: Optional[str] = None
-    if all(row.mismatched and row.pattern is Pattern.CONSTANT_RATIO and row.ratio for row in ranked):
+    if size > 1 and all(row.mismatched and row.pattern is Pattern.CONSTANT_RATIO and row.ratio for row in ranked):
         ratios = [row.ratio or 0.0 for row in ranked]
         if all(abs(r - size) <= 1e-2 * size for r in ratios):
             said = (

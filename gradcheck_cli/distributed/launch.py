@@ -29,6 +29,7 @@ from ..results import ErrorKind
 STEPS, COLLECTIVES, IN_COLLECTIVE, PHASE = range(4)  # a rank's slot in the shared memory
 SLOT = 4
 PHASES = ("starting", "joining the process group", "forward", "backward", "finite differences", "done")
+FORWARD, BACKWARD, DIFFERENCES, DONE = 2, 3, 4, 5  # indices in PHASES
 COLLECTIVE_NAMES = (
     "",
     "all_reduce",
@@ -46,6 +47,7 @@ COLLECTIVE_NAMES = (
     "gather",
     "scatter",
 )
+AGREEING = len(COLLECTIVE_NAMES)  # in IN_COLLECTIVE: waiting for the other ranks in gradcheck-cli's own agreement
 _HEADER = struct.Struct("<Q")
 
 
@@ -102,8 +104,13 @@ class Progress:
             COLLECTIVE_NAMES.index(collective) if collective in COLLECTIVE_NAMES else 0
         )
 
+    def agreeing(self) -> None:
+        """Waiting for the other ranks in gradcheck-cli's own agreement (not one of the user's collective calls,
+        but a wait that only the other ranks can end, as inside one)."""
+        self.shared[self.base + IN_COLLECTIVE] = AGREEING
+
     def leave(self) -> None:
-        """Back from a collective call."""
+        """Back from a collective call (or the agreement)."""
         self.shared[self.base + IN_COLLECTIVE] = 0
         self.step()
 
@@ -278,6 +285,8 @@ def _where(shared: Any, rank: int, answers: dict[int, Any]) -> str:
     code = shared[base + IN_COLLECTIVE]
     if 0 < code < len(COLLECTIVE_NAMES):
         return f"{phase}, in {COLLECTIVE_NAMES[code]} (its collective call {calls})"
+    if code == AGREEING:
+        return f"{phase}, waiting for the other ranks after {calls} collective call{'s' * (calls != 1)}"
     return f"{phase}, {calls} collective call{'s' * (calls != 1)} made"
 
 
@@ -287,7 +296,9 @@ def _timed_out(
     """No rank moved for ``timeout`` seconds: blame the ranks stuck where the others are not."""
     if died or errors:
         return _blame(size, shared, answers, errors, died)
-    stuck = [r for r in range(size) if r not in answers]
+    running = [r for r in range(size) if r not in answers]
+    # a rank waiting for the others in the agreement has done its part, as one that finished has
+    stuck = [r for r in running if shared[r * SLOT + IN_COLLECTIVE] != AGREEING] or running
     outside = [r for r in stuck if shared[r * SLOT + IN_COLLECTIVE] == 0]  # the others wait for these
     blamed = outside if outside and len(outside) < len(stuck) else stuck
     states = "; ".join(f"rank {r}: {_where(shared, r, answers)}" for r in range(size))

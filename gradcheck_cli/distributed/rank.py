@@ -1,26 +1,43 @@
-"""What every rank runs, in lockstep with the others: join the process group, forward and backward with
+"""What every rank runs, in lockstep with the others: join the process group, backward's contract (as in one
+process: ``checks.contract.inspect``, every rank stopping where one does), forward and backward with
 its grad_outputs, then the forwards of finite differences, every rank through the same list of moves
 (an element moves on the rank that holds it, or on every rank for a replicate argument), so that the
 collectives inside forward stay matched. A rank answers with its gradients, its replicate outputs and
-its share of the objective at each move; the coordinator does the sums."""
+its share of the objective at each move, and what the contract found; the coordinator does the sums.
+
+A rank's collectives as gradcheck-cli sees them (``_watch``): each call counted and named (the coordinator's
+view of where a rank is), and the tensors that summing collectives write into while backward's contract is
+inspected (an all-reduce into grad_output changes it, even over one rank, where its values stay). The ranks'
+own agreement on whether to go on (``checks.contract.World``) runs on a process group of its own, so that it
+never pairs with one of the user's collective calls. For the next contributor: the agreement is the only
+collective gradcheck-cli calls itself; every rank calls it at the same points of ``contract.inspect``, and it
+must stay out of the user's group (a mismatched pair would hang or corrupt the user's next collective) and out
+of the counts the timeout message reports."""
 
 from __future__ import annotations
 
 import datetime
+import inspect
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
+from ..checks.contract import Findings, World
+from ..errors import UserCodeError
 from ..numerics import as_tuple
 from ..numerics.differences import elements
 from ..numerics.streams import Streams
 from ..results import ErrorKind
-from .launch import COLLECTIVE_NAMES, Progress, RankError, user_error
+from .launch import BACKWARD, COLLECTIVE_NAMES, DIFFERENCES, DONE, FORWARD, Progress, RankError, user_error
 from .layout import Moves, Placement, grad_output, share
 
-FORWARD, BACKWARD, DIFFERENCES, DONE = 2, 3, 4, 5  # launch.PHASES
+SUMMING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor")  # write a sum (or product) in place
+_written: Optional[list[torch.Tensor]] = None  # while ``_recording``: what summing collectives wrote into
+_originals: dict[str, Any] = {}  # torch.distributed's own functions, by name, where ``_watch`` wrapped them
 CONTRACT = re.compile(r"returned an (?:invalid gradient at index (\d+)|incorrect number of gradients)")  # autograd's
 # torch's refusal of backward in a process forked after autograd started its device threads (a GPU is visible
 # and the forking process ran backward): said as what it is, not as the user's backward failing
@@ -49,12 +66,14 @@ class Plan:
     eps: list[float]  # per checked argument
     outputs: tuple[str, ...]  # the spec's output placements (none: every output replicate)
     streams: Streams
+    # backward's contract on one value per argument, as ``checks.contract.inspect`` (None: not a Function)
+    contract: Optional[Callable[[list[Any], World], Findings]] = None
 
 
 def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
     """The body of rank ``rank``."""
     torch.set_num_threads(1)
-    _watch_collectives(progress)
+    _watch(progress)
     device = f"cuda:{rank}" if plan.device.startswith("cuda") else "cpu"
     if device != "cpu":
         torch.cuda.set_device(rank)
@@ -75,6 +94,9 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
     values = [v.to(device) if isinstance(v, torch.Tensor) else v for v in plan.values[rank]]
     for i in plan.checked:
         values[i] = values[i].detach().requires_grad_(True)
+    found = _contract(plan, values, progress, device, rank)
+    if found["stopped"]:  # a rank's backward broke its contract where autograd would refuse it: none goes on
+        return {"contract": found}
     progress.phase(FORWARD)
     outs = _call(plan, values)
     if any(isinstance(y, torch.Tensor) and y.is_complex() for y in outs):
@@ -95,8 +117,11 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
     grads_out = [grad_output(outs[p], placements[k], p, rank, plan.size, plan.streams) for k, p in enumerate(positions)]
     progress.phase(BACKWARD)
     try:
-        grads = torch.autograd.grad(
-            [outs[p] for p in positions], [values[i] for i in plan.checked], grads_out, allow_unused=True
+        grads = torch.autograd.grad(  # on copies of grad_outputs: the objective keeps them (the contract
+            [outs[p] for p in positions],  # says where backward changes them)
+            [values[i] for i in plan.checked],
+            [g.clone() for g in grads_out],
+            allow_unused=True,
         )
     except Exception as exc:  # noqa: BLE001 - the user's backward raised, or autograd rejected what it returned
         if AUTOGRAD_FORK in str(exc):
@@ -107,7 +132,7 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
             error.broken = int(rejected.group(1)) if rejected.group(1) else -1
             error.message = f"backward's contract is broken: {exc}"
         raise error from None
-    found = [
+    gradients = [
         g.detach().cpu() if g is not None else torch.zeros(values[i].shape, dtype=values[i].dtype)
         for g, i in zip(grads or [None] * len(plan.checked), plan.checked)
     ]
@@ -135,7 +160,7 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
                     progress.step()
                 row += 1
     progress.phase(DONE)
-    return {"grads": found, "replicated": replicated, "shapes": shapes, "objective": objective}
+    return {"grads": gradients, "replicated": replicated, "shapes": shapes, "objective": objective, "contract": found}
 
 
 def _call(plan: Plan, values: list[Any]) -> tuple[Any, ...]:
@@ -160,9 +185,38 @@ def _placements(plan: Plan, outs: tuple[Any, ...], positions: list[int]) -> list
     return [Placement.of(by_position[p]) for p in positions]
 
 
-def _watch_collectives(progress: Progress) -> None:
+def _contract(plan: Plan, values: list[Any], progress: Progress, device: str, rank: int) -> dict[str, Any]:
+    """Backward's contract on this rank, in lockstep with the others: what it found (its failures, warnings,
+    the arguments they concern, whether autograd would refuse what backward returned) and whether every rank
+    stops here (``stopped``: one rank's contract is broken beyond what autograd accepts)."""
+    found = Findings()
+    if plan.contract is not None:
+        with _recording() as written:
+            world = _world(progress, device, written)
+            try:
+                found = plan.contract(values, world)
+            except UserCodeError as exc:
+                if AUTOGRAD_FORK in str(exc):
+                    raise RankError(ErrorKind.DEVICE, f"rank {rank}: {FORKED_AFTER_BACKWARD}") from None
+                raise RankError(
+                    exc.kind, str(exc), exc.where, exc.frames, getattr(exc.__cause__, "_gradcheck_collective", "")
+                ) from None
+            stopped = world.agree(found.fatal)
+    else:
+        stopped = False
+    return {
+        "failures": found.failures,
+        "warnings": found.warnings,
+        "bad": sorted(found.bad_args),
+        "fatal": found.fatal,
+        "stopped": stopped,
+    }
+
+
+def _watch(progress: Progress) -> None:
     """Count this rank's collective calls and note the one it is in (torch.distributed's functions as the
-    user's code finds them on the module; this is a forked rank: the coordinator keeps the originals)."""
+    user's code finds them on the module; this is a forked rank: the coordinator keeps the originals), and
+    note what the summing ones write into while ``_recording``."""
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
@@ -170,8 +224,14 @@ def _watch_collectives(progress: Progress) -> None:
         original = getattr(c10d, name, None)
         if original is None:
             continue
+        signature = inspect.signature(original) if name in SUMMING else None
+        _originals[name] = original
 
-        def watched(*args: Any, __name: str = name, __original: Any = original, **kwargs: Any) -> Any:
+        def watched(
+            *args: Any, __name: str = name, __original: Any = original, __signature: Any = signature, **kwargs: Any
+        ) -> Any:
+            if __signature is not None and _written is not None:
+                _note(__signature, args, kwargs)
             progress.enter(__name)
             try:
                 return __original(*args, **kwargs)
@@ -187,3 +247,67 @@ def _watch_collectives(progress: Progress) -> None:
         for module in (dist, c10d):
             if getattr(module, name, None) is original:
                 setattr(module, name, watched)
+
+
+def _note(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """A summing collective's call: its output tensor (its first parameter), noted where it sums or multiplies."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:  # the call itself raises, as the user's code will see
+        return
+    bound.apply_defaults()
+    values = list(bound.arguments.values())
+    op = bound.arguments.get("op")
+    reduce = torch.distributed.ReduceOp
+    if values and isinstance(values[0], torch.Tensor) and (op == reduce.SUM or op == reduce.PRODUCT):
+        assert _written is not None
+        _written.append(values[0])  # kept alive: its storage cannot be reused while the inspection compares
+
+
+@contextmanager
+def _recording() -> Iterator[list[torch.Tensor]]:
+    """Note what summing collectives write into, in the block (the tensors themselves)."""
+    global _written
+    _written = []
+    try:
+        yield _written
+    finally:
+        _written = None
+
+
+def _world(progress: Progress, device: str, written: list[torch.Tensor]) -> World:
+    """The ranks as ``contract.inspect`` sees them: their agreement (any rank stops: all stop), the writes of
+    summing collectives (``written``, from ``_recording``), and the phases (forward, backward) for the
+    coordinator. Made on every rank (it creates the agreement's process group, a collective)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    group = dist.new_group(backend="gloo") if dist.is_gloo_available() else None
+    where = "cpu" if group is not None else device
+    all_reduce = _originals.get("all_reduce", c10d.all_reduce)
+
+    def agree(stop: bool) -> bool:
+        flag = torch.tensor([int(stop)], dtype=torch.int64, device=where)
+        progress.agreeing()
+        try:
+            all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+        finally:
+            progress.leave()
+        return bool(flag.item())
+
+    def wrote(tensor: torch.Tensor) -> bool:
+        storage = _storage(tensor)
+        return storage is not None and any(_storage(w) == storage for w in written)
+
+    def enter(what: str) -> None:
+        progress.phase(FORWARD if what == "forward" else BACKWARD)
+
+    return World(agree, wrote, enter)
+
+
+def _storage(tensor: torch.Tensor) -> Optional[int]:
+    """Where ``tensor``'s storage lies (None: it has none, a sparse tensor)."""
+    try:
+        return int(tensor.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return None
