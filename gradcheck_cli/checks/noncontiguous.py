@@ -48,7 +48,7 @@ from ..target import Target
 from ..tolerance import ReferenceRule, by_dtype, same
 from . import backward
 from .base import CheckContext, draws_random, graph_forward, probe_like
-from .rows import agreement, fill, zeros_if_none
+from .rows import agreement, dtype_name, fill, zeros_if_none
 from .sides import output_row
 from .upcast import REFERENCE
 from .verdict import begin, conclude, label, labels, skip
@@ -207,7 +207,7 @@ def _run(ctx: CheckContext) -> CheckResult:
         if change.side == BOTH and (problems or any(r.status is Status.FAIL for r in rows)):
             break  # a side alone broke it already
         judged = _in_that_layout(ctx, change)
-        _settle(rows, change, judged)
+        _settle(rows, change)
         if judged.found is not None:
             found = judged.found
             found.inputs += outs
@@ -241,6 +241,15 @@ def _forward_rows(want: tuple[Any, ...], got: tuple[Any, ...], nondet_tol: float
     contiguous ones (``want``), within the limits of two computations of the same values."""
     rows = []
     for p, o in enumerate(want):
+        other = got[p] if p < len(got) else None
+        if p >= len(got) or (is_float_tensor(o) and not (isinstance(other, torch.Tensor) and other.shape == o.shape)):
+            shown = list(other.shape) if isinstance(other, torch.Tensor) else "missing" if p >= len(got) else other
+            name = "output" if len(want) == 1 else f"output[{p}]"
+            kind = dtype_name(o) if isinstance(o, torch.Tensor) else type(o).__name__
+            row = InputReport(p, name, list(getattr(o, "shape", [])), kind, Status.FAIL, role="output")
+            row.reason = f"is {shown} with non-contiguous arguments, {row.shape} with contiguous ones"
+            rows.append(row)
+            continue
         limits = same(o.dtype, nondet_tol) if isinstance(o, torch.Tensor) else same(torch.float64)
         rows.append(output_row(p, got, want, None, ReferenceRule("allclose", atol=limits.atol, rtol=limits.rtol)))
     return rows
@@ -295,12 +304,15 @@ def _in_float64(ctx: CheckContext, side: str, checked: list[int], state: Any) ->
 
 
 def _relative(got: Sequence[Any], want: Sequence[Any]) -> list[float]:
-    """Per position: ``||got - want|| / ||want||`` of floating tensors (equal values, NaN with NaN, change nothing;
-    0 for anything else)."""
-    out = []
+    """Per position of ``want``: ``||got - want|| / ||want||`` of floating tensors (equal values, NaN with NaN,
+    change nothing; another shape, or none, is infinite; 0 for anything else)."""
+    out = [] if len(got) >= len(want) else [math.inf]
     for a, n in zip(got, want):
-        if not (is_float_tensor(n) and isinstance(a, torch.Tensor) and a.shape == n.shape and n.numel()):
+        if not is_float_tensor(n) or not n.numel():
             out.append(0.0)
+            continue
+        if not (isinstance(a, torch.Tensor) and a.shape == n.shape):
+            out.append(math.inf)  # another shape: another function
             continue
         a64, n64 = (
             (torch.view_as_real(t) if t.is_complex() else t).to(torch.float64) for t in (a.detach(), n.detach())
@@ -317,13 +329,15 @@ def _relative(got: Sequence[Any], want: Sequence[Any]) -> list[float]:
 
 def _moved(row: InputReport) -> str:
     """What a forward output whose values change with the arguments' layout shows."""
-    where = (
-        f" (worst {row.name} {row.worst_index}: {num(row.analytical)}, with contiguous arguments {num(row.numerical)})"
-    )
+    if row.mismatched is None:  # another shape, or no such output (the row's reason says which)
+        what = f"it {row.reason.removeprefix('it ')}" if row.reason else "it is another"
+    else:
+        values = f"{num(row.analytical)}, with contiguous arguments {num(row.numerical)}"
+        where = f" (worst {row.name} {row.worst_index}: {values})"
+        what = f"{row.mismatched} of {row.numel} elements differ{where if row.worst_index is not None else ''}"
     return (
-        f"changes when the arguments are non-contiguous ({WHAT}): {row.mismatched} of {row.numel} elements differ"
-        f"{where if row.worst_index is not None else ''}, and forward draws no random numbers: it reads an "
-        "argument's storage as if it were contiguous (call .contiguous() first, or index by its strides)"
+        f"changes when the arguments are non-contiguous ({WHAT}): {what}, and forward draws no random numbers: it "
+        "reads an argument's storage as if it were contiguous (call .contiguous() first, or index by its strides)"
     )
 
 
@@ -435,19 +449,18 @@ def _rounding_notes(changes: list[Moved]) -> list[str]:
     return notes
 
 
-def _settle(rows: list[InputReport], change: Moved, judged: Judged) -> None:
-    """The rows of a layout whose change turned out to be rounding (backward agrees with finite differences
-    there): passing, with what changed said; a forward output whose change is a fault, failing with its words."""
-    within = judged.agreed and not change.big
+def _settle(rows: list[InputReport], change: Moved) -> None:
+    """The rows a layout's change failed: passing where the change is rounding (``change.big`` false), with what
+    changed said; a forward output whose change is a fault keeps failing, with its words."""
     for r in rows:
         if r.status is not Status.FAIL:
             continue
         if r.role == "output" and change.kind == "forward":
-            if within:
-                r.status, r.reason, r.diagnosis = Status.PASS, None, _rounding(change)
-            else:
+            if change.big:
                 r.reason = r.diagnosis = _moved(r)
-        elif r.role != "output" and change.kind == "gradients" and within and r.reason == _changes(change.side):
+            else:
+                r.status, r.reason, r.diagnosis = Status.PASS, None, _rounding(change)
+        elif r.role != "output" and change.kind == "gradients" and not change.big and r.reason == _changes(change.side):
             r.status, r.reason, r.diagnosis = Status.PASS, None, _rounding(change)
 
 

@@ -536,3 +536,26 @@ def test_rounding_of_another_order_of_summation_is_not_a_layout_bug(fn):
     assert gradcheck_cli.check(fn, [x, w]).status is Status.PASS
     found = gradcheck_cli.check(fn, [x, w], checks=["noncontiguous"]).checks[0]
     assert found.status is Status.PASS, found.message
+
+
+class OtherShape(torch.autograd.Function):
+    """2 x, flattened and cut short when x is non-contiguous: forward's output has another shape in that layout."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        ctx.shape = x.shape
+        return x * 2 if x.is_contiguous() else (x * 2).flatten()[:-1]
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+        return 2 * (g if g.shape == ctx.shape else torch.cat([g, g[:1] * 0]).view(ctx.shape))
+
+
+def test_an_output_of_another_shape_in_a_layout_is_a_fail_naming_the_shapes_not_an_internal_error():
+    found = _check(OtherShape, (3, 4))
+    assert found.status is Status.FAIL, found.message
+    assert (
+        "forward's output changes when the arguments are non-contiguous (transposed, or strided where 1-D): it is "
+        in (found.message)
+    )
+    assert "[11] with non-contiguous arguments, [3, 4] with contiguous ones" in found.message
