@@ -4,7 +4,7 @@ and calling the user's forward safely."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, NamedTuple, Optional
 
 import torch
@@ -17,6 +17,7 @@ from ..numerics.batching import stage_budget
 from ..numerics.streams import RngFork, Streams, signed_uniform
 from ..oracle import Oracle
 from ..results import ErrorKind
+from ..rng import seed_plus
 from ..target import Target
 from ..tolerance import Tolerance
 from .rows import short
@@ -184,6 +185,18 @@ def _returned(value: Any) -> str:
         return f"a {kind} of {len(value)} {'/'.join(inner) or 'values'}" + ("s" * (len(value) != 1 and len(inner) == 1))
     article = "an" if kind[:1] in "aeiou" else "a"
     return f"{article} {kind} ({short(value)})"
+
+
+def draws_random(target: Target, bound: Bound, outputs: tuple[Any, ...]) -> bool:
+    """Whether forward draws random numbers: its floating outputs (``outputs``, from ``bound``'s own random
+    state) change when every forward starts from the state of another seed."""
+    other = replace(bound, rng=None, streams=Streams(seed_plus(bound.streams.seed, 1)))
+    again = as_tuple(call_forward(target, other, fresh_leaves(bound.values)))
+    return any(
+        is_float_tensor(a) and not torch.equal(a.detach(), b.detach())
+        for a, b in zip(again, outputs)
+        if isinstance(b, torch.Tensor) and a.shape == b.shape
+    )
 
 
 def fresh_leaves(values: list[Any], grad: bool = True) -> list[Any]:

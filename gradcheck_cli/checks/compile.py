@@ -33,14 +33,12 @@ import torch
 from ..binding import Bound
 from ..errors import UserCodeError
 from ..nn_module import ModuleTarget, call_with, restore_buffers
-from ..numerics import as_tuple, is_float_tensor
-from ..numerics.streams import Streams
+from ..numerics import as_tuple
 from ..results import CheckResult, InputReport, Pattern, Status
-from ..rng import seed_plus
 from ..target import Target
 from ..tolerance import ReferenceRule
 from . import compile_blame as blame
-from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
+from .base import CheckContext, call_forward, differentiable, draws_random, fresh_leaves, probe_like
 from .diagnosis import ratio_text
 from .sides import compare, gradients, output_row, side
 from .verdict import begin, conclude, skip, unsupported
@@ -148,7 +146,7 @@ def _attempt(ctx: CheckContext) -> CheckResult:
             outs = [output_row(p, compiled.outputs, eager.outputs, None, rule) for p in range(len(eager.outputs))]
             for r in outs:
                 r.diagnosis = _words(r, ["forward"]) if r.status is Status.FAIL else None
-            if any(r.status is Status.FAIL for r in outs) and _random(target, bound, eager.outputs):
+            if any(r.status is Status.FAIL for r in outs) and draws_random(target, bound, eager.outputs):
                 result.warnings += _break_notes(breaks)
                 return skip(
                     result,
@@ -377,17 +375,6 @@ def _passed(right: list[InputReport], backend: str, paths: list[str]) -> str:
     return (
         f"{' and '.join(parts)} under torch.compile (backend {backend!r}; {', '.join(paths)}) "
         f"{'agrees' if len(right) == 1 else 'agree'} with eager"
-    )
-
-
-def _random(target: Target, bound: Bound, outputs: tuple[Any, ...]) -> bool:
-    """Whether forward draws random numbers: eager's outputs change when the RNG starts elsewhere."""
-    other = replace(bound, rng=None, streams=Streams(seed_plus(bound.streams.seed, 1)))
-    again = as_tuple(call_forward(target, other, fresh_leaves(bound.values)))
-    return any(
-        is_float_tensor(a) and not torch.equal(a.detach(), b.detach())
-        for a, b in zip(again, outputs)
-        if isinstance(b, torch.Tensor) and a.shape == b.shape
     )
 
 
