@@ -61,6 +61,41 @@ def determined(row: Any) -> tuple[Any, ...]:
     return (row.name, row.status, row.mismatched, row.numel, place)
 
 
+def corpus_spec(case: Any, checks: tuple[str, ...] = ("backward",), entry: Any = None, **keys: Any) -> str:
+    """The YAML spec of a corpus case (its Function as ``corpus:NAME``, its arguments as literal data drawn from
+    seed 0), with ``checks`` and any other top-level ``keys`` (``distributed``, ...); ``entry`` maps each tensor
+    argument's entry to the one written (``contiguous: false``, a placement)."""
+    import yaml
+
+    entries: list[dict[str, Any]] = []
+    for a in case.make_args(torch.Generator().manual_seed(0)):
+        if isinstance(a, torch.Tensor):
+            tensor = {"data": a.tolist(), "dtype": str(a.dtype)[6:], "requires_grad": a.requires_grad}
+            entries.append(entry(tensor) if entry else tensor)
+        else:
+            entries.append({"value": list(a) if isinstance(a, tuple) else a})
+    spec = {
+        "function": f"corpus:{case.fn.__name__}",
+        "checks": list(checks),
+        "inputs": entries,
+        "kwargs": {k: {"value": v} for k, v in case.kwargs.items()},
+        **keys,
+    }
+    return yaml.safe_dump(spec)
+
+
+def verdict_of(result: Any) -> list[Any]:
+    """What the maths determines of a case's result (a ``CaseResult``, or its JSON): its status, each check's
+    status, and each row's status and mismatch count (not the errors' last bits)."""
+    from gradcheck_cli.results import to_dict
+
+    out = result if isinstance(result, dict) else to_dict(result)
+    return [out["status"]] + [
+        (c["check"], c["status"], [(r["name"], r.get("role"), r["status"], r["mismatched"]) for r in c["inputs"]])
+        for c in out["checks"]
+    ]
+
+
 def one_input_function(forward: Callable, backward: Callable, name: str = "F") -> type:
     """A one-input autograd.Function from two plain functions: forward(x), backward(x, *grads)."""
 

@@ -17,6 +17,11 @@ from gradcheck_cli.examples import broken, layouts, stochastic
 from gradcheck_cli.examples.linear import LinearFunction
 from gradcheck_cli.results import Status
 
+try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
+    from corpus import corpus_spec, verdict_of
+except ImportError:  # pragma: no cover
+    from tests.corpus import corpus_spec, verdict_of
+
 
 def _check(fn: Any, *shapes: tuple[int, ...]) -> Any:
     torch.manual_seed(0)
@@ -434,33 +439,8 @@ def test_the_arguments_layout_agrees_with_torch_gradcheck_of_the_function_in_tha
 # ------------------------------------------- metamorphic: `contiguous: false` on layout-independent Functions
 
 
-def _corpus_spec(case: Any, contiguous: bool) -> str:
-    """The spec of a corpus case (tests/corpus.py): its arguments as literal data, each tensor entry marked
-    ``contiguous: false`` where not ``contiguous``."""
-    import yaml
-
-    entries: list[dict[str, Any]] = []
-    for a in case.make_args(torch.Generator().manual_seed(0)):
-        if isinstance(a, torch.Tensor):
-            entry: dict[str, Any] = {"data": a.tolist(), "dtype": str(a.dtype)[6:], "requires_grad": a.requires_grad}
-            entries.append(entry if contiguous else {**entry, "contiguous": False})
-        else:
-            entries.append({"value": list(a) if isinstance(a, tuple) else a})
-    spec = {
-        "function": f"corpus:{case.fn.__name__}",
-        "checks": ["backward", "noncontiguous"],
-        "inputs": entries,
-        "kwargs": {k: {"value": v} for k, v in case.kwargs.items()},
-    }
-    return yaml.safe_dump(spec)
-
-
-def _verdict(result: Any) -> list[Any]:
-    """What the maths determines of a case's result: its status, and each check's status and rows' statuses and
-    mismatch counts (not the errors' last bits, which a transposed operand's summation order may change)."""
-    return [result.status] + [
-        (c.check, c.status, [(r.name, r.role, r.status, r.mismatched) for r in c.inputs]) for c in result.checks
-    ]
+def _non_contiguous(entry: dict[str, Any]) -> dict[str, Any]:
+    return {**entry, "contiguous": False}
 
 
 def _corpus_cases(step: int) -> list[Any]:
@@ -475,13 +455,14 @@ def _same_verdict_either_layout(case: Any, write_spec: Any) -> None:
 
     got = []
     for contiguous in (True, False):
-        (loaded,) = spec.load_file(write_spec(_corpus_spec(case, contiguous), f"{case.name}-{contiguous}.yaml"))
+        text = corpus_spec(case, ("backward", "noncontiguous"), None if contiguous else _non_contiguous)
+        (loaded,) = spec.load_file(write_spec(text, f"{case.name}-{contiguous}.yaml"))
         assert not isinstance(loaded, spec.SpecError), loaded
         result = run_case(loaded, "cpu")
         assert result.error is None, result.error
-        got.append(_verdict(result))
+        got.append(verdict_of(result))
     assert got[0] == got[1]
-    assert (got[0][0] is Status.PASS) is case.correct  # and that verdict is the labelled one
+    assert (got[0][0] == "pass") is case.correct  # and that verdict is the labelled one
 
 
 @pytest.mark.parametrize("case", _corpus_cases(5), ids=lambda c: c.name)
