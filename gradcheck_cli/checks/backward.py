@@ -11,7 +11,19 @@ import torch
 
 from ..binding import Bound
 from ..errors import UserCodeError, guarded
-from ..numerics import Entry, as_tuple, compare, is_float_tensor, kinks, precision, probes, real_numel, unravel, vjp
+from ..numerics import (
+    Entry,
+    as_tuple,
+    compare,
+    is_float_tensor,
+    kinks,
+    precision,
+    probes,
+    real_numel,
+    ties,
+    unravel,
+    vjp,
+)
 from ..numerics.jacobians import Spent, projection
 from ..numerics.realify import Vjp
 from ..numerics.streams import Stream, Streams, signed_uniform
@@ -124,6 +136,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     # tolerance, so that each argument is judged by its own dtype's
     spent = Spent(work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions, fast=True))
     for group in by_tolerance(todo, tols):
+        corners: list[tuple[int, ties.Corner]] = []  # (argument, element) examined at a corner, judged together below
         t = tols[group[0]]
         layout, entries = compare(
             forward,
@@ -145,6 +158,7 @@ def _check(ctx: CheckContext) -> CheckResult:
         for k, entry in zip(group, entries):
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
+            mine: list[ties.Corner] = []
             unjudged = _reexamine(
                 reports[i],
                 entry,
@@ -164,7 +178,9 @@ def _check(ctx: CheckContext) -> CheckResult:
                 _again(
                     ctx, (forward, batched, backward), outputs, positions, plain, grad_inputs[k], plain_inputs[k], i
                 ),
+                mine,
             )
+            corners += [(i, c) for c in mine]
             if unjudged and (ctx.oracle is not None or not ctx.named):
                 _not_judged(result, reports[i], ctx.oracle is not None)
             if reports[i].pattern is Pattern.SYSTEMATIC and t.strict:
@@ -179,6 +195,7 @@ def _check(ctx: CheckContext) -> CheckResult:
                     t.eps,
                     ctx.streams,
                 )
+        _tied(reports, corners, forward, plain, positions, t)
     nondeterministic = (
         []
         if found.repeated
@@ -310,6 +327,7 @@ def _reexamine(
     tol: Tolerance,
     columns: Columns,
     again: Optional[Again] = None,
+    corners: Optional[list[ties.Corner]] = None,
 ) -> bool:
     """Look again at the mismatching elements: one at a kink, a tie or a domain edge, where backward
     gives a one-sided derivative, or one whose finite differences lose to cancellation, where backward
@@ -318,7 +336,9 @@ def _reexamine(
     a batch at a time (``columns``: see ``kinks.analytical_columns``), until one element is confirmed
     wrong: that decides the fail, and the rest are not examined; no mismatch is left unexamined on a pass.
     A row limited by forward's precision goes to ``_imprecise`` (judged again with ``again``). True where
-    finite differences cannot judge the row at all (``_imprecise``: no verdict on backward)."""
+    finite differences cannot judge the row at all (``_imprecise``: no verdict on backward). The elements
+    explained at a corner go to ``corners`` (not from a row limited by precision), to be judged together
+    (``_tied``)."""
     if not row.mismatched or not entry.bad_columns:
         return False
     per = 2 if x.is_complex() else 1
@@ -332,6 +352,7 @@ def _reexamine(
     elements = sorted(worst, key=lambda e: (e not in first, -worst[e]))  # kept first, then the worst first
     order = [col for e in elements for col in range(e * per, e * per + per) if entry.bad[col]]
     verdicts: dict[int, kinks.Verdict] = {}
+    found: list[ties.Corner] = []
     decided = False  # an element confirmed wrong (or finite differences limited by precision): stop where it costs
     for col, a_col in columns(order, kept):
         element = col // per
@@ -351,9 +372,14 @@ def _reexamine(
         )
         if element not in verdicts or verdicts[element].explained:  # explained when all its parts are
             verdicts[element] = verdict
+        if verdict.explained and verdict.sides is not None:
+            part = f" ({'imaginary' if col % 2 else 'real'} part)" if x.is_complex() else ""
+            found.append(ties.corner(x, col, f"{row.name}{unravel(element, x.shape)}{part}", a_col, verdict.sides))
         decided = decided or not verdict.explained or verdict.kind == "precision"
     if any(v.kind == "precision" for v in verdicts.values()):
         return _imprecise(row, list(verdicts.values()), tol, again)
+    if corners is not None:
+        corners += found
     explained = [v for v in verdicts.values() if v.explained]
     if row.mismatched_indices is not None:  # an explained element is not a mismatch
         gone = [unravel(e, x.shape) for e, v in verdicts.items() if v.explained]
@@ -382,6 +408,38 @@ def _reexamine(
     )
     row.diagnosis = "; ".join([d for d in [row.diagnosis, *notes] if d])
     return False
+
+
+def _tied(
+    rows: list[InputReport],
+    corners: list[tuple[int, ties.Corner]],
+    forward: Any,
+    plain: list[Any],
+    positions: list[int],
+    tol: Tolerance,
+) -> None:
+    """The corners of one comparison judged together (``numerics.ties``): where backward's gradients over
+    a tie sum to more or less than moving its elements together allows, each passing row with an element
+    in it fails, those elements its mismatches (pattern KINK: wrong at a kink or tie)."""
+    if not any(rows[i].status is Status.PASS for i, _ in corners):
+        return
+    tie = ties.examine(forward, plain, [c for _, c in corners], tol.eps, positions, atol=tol.atol, rtol=tol.rtol)
+    if tie is None:
+        return
+    first: Optional[InputReport] = None
+    for i in dict.fromkeys(corners[k][0] for k in tie.members):
+        row = rows[i]
+        if row.status is not Status.PASS:
+            continue
+        per = 2 if corners[0][1].x.is_complex() else 1
+        mine = list(dict.fromkeys(corners[k][1].j // per for k in tie.members if corners[k][0] == i))
+        shape = tuple(corners[next(k for k in tie.members if corners[k][0] == i)][1].x.shape)
+        row.status, row.pattern, row.ratio, row.reason = Status.FAIL, Pattern.KINK, None, None
+        row.mismatched, row.at_kinks = len(mine), max(0, row.at_kinks - len(mine))
+        row.diagnosis = tie.text if first is None else f"{tie.short} (see the gradient of '{first.name}')"
+        first = first or row
+        if row.mismatched_indices is not None:
+            row.mismatched_indices = [unravel(e, shape) for e in sorted(mine)]
 
 
 def _explained_text(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdict]) -> list[str]:
