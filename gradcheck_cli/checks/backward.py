@@ -136,7 +136,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     # tolerance, so that each argument is judged by its own dtype's
     spent = Spent(work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions, fast=True))
     for group in by_tolerance(todo, tols):
-        corners: list[tuple[int, ties.Corner]] = []  # (argument, element) examined at a corner, judged together below
+        corners = ties.Held(opts.memory_bytes)  # elements examined at a corner, judged together below
         t = tols[group[0]]
         layout, entries = compare(
             forward,
@@ -158,7 +158,6 @@ def _check(ctx: CheckContext) -> CheckResult:
         for k, entry in zip(group, entries):
             i = checked[k]
             fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
-            mine: list[ties.Corner] = []
             unjudged = _reexamine(
                 reports[i],
                 entry,
@@ -178,9 +177,8 @@ def _check(ctx: CheckContext) -> CheckResult:
                 _again(
                     ctx, (forward, batched, backward), outputs, positions, plain, grad_inputs[k], plain_inputs[k], i
                 ),
-                mine,
+                (corners, i),
             )
-            corners += [(i, c) for c in mine]
             if unjudged and (ctx.oracle is not None or not ctx.named):
                 _not_judged(result, reports[i], ctx.oracle is not None)
             if reports[i].pattern is Pattern.SYSTEMATIC and t.strict:
@@ -195,7 +193,7 @@ def _check(ctx: CheckContext) -> CheckResult:
                     t.eps,
                     ctx.streams,
                 )
-        _tied(reports, corners, forward, plain, positions, t)
+        _tied(reports, corners.items, forward, plain, positions, t)
     nondeterministic = (
         []
         if found.repeated
@@ -327,7 +325,7 @@ def _reexamine(
     tol: Tolerance,
     columns: Columns,
     again: Optional[Again] = None,
-    corners: Optional[list[ties.Corner]] = None,
+    corners: Optional[tuple[ties.Held, int]] = None,
 ) -> bool:
     """Look again at the mismatching elements: one at a kink, a tie or a domain edge, where backward
     gives a one-sided derivative, or one whose finite differences lose to cancellation, where backward
@@ -337,8 +335,8 @@ def _reexamine(
     wrong: that decides the fail, and the rest are not examined; no mismatch is left unexamined on a pass.
     A row limited by forward's precision goes to ``_imprecise`` (judged again with ``again``). True where
     finite differences cannot judge the row at all (``_imprecise``: no verdict on backward). The elements
-    explained at a corner go to ``corners`` (not from a row limited by precision), to be judged together
-    (``_tied``)."""
+    explained at a corner go to ``corners`` (where kept, and the argument's number; not from a row limited by
+    precision), to be judged together (``_tied``)."""
     if not row.mismatched or not entry.bad_columns:
         return False
     per = 2 if x.is_complex() else 1
@@ -352,7 +350,7 @@ def _reexamine(
     elements = sorted(worst, key=lambda e: (e not in first, -worst[e]))  # kept first, then the worst first
     order = [col for e in elements for col in range(e * per, e * per + per) if entry.bad[col]]
     verdicts: dict[int, kinks.Verdict] = {}
-    found: list[ties.Corner] = []
+    mark = len(corners[0].items) if corners is not None else 0
     decided = False  # an element confirmed wrong (or finite differences limited by precision): stop where it costs
     for col, a_col in columns(order, kept):
         element = col // per
@@ -372,14 +370,15 @@ def _reexamine(
         )
         if element not in verdicts or verdicts[element].explained:  # explained when all its parts are
             verdicts[element] = verdict
-        if verdict.explained and verdict.sides is not None:
+        if corners is not None and verdict.explained and verdict.sides is not None:
             part = f" ({'imaginary' if col % 2 else 'real'} part)" if x.is_complex() else ""
-            found.append(ties.corner(x, col, f"{row.name}{unravel(element, x.shape)}{part}", a_col, verdict.sides))
+            name = f"{row.name}{unravel(element, x.shape)}{part}"
+            corners[0].add(ties.corner(x, col, name, a_col, verdict.sides, corners[1]))
         decided = decided or not verdict.explained or verdict.kind == "precision"
     if any(v.kind == "precision" for v in verdicts.values()):
+        if corners is not None:
+            corners[0].since(mark)  # finite differences limited by rounding: no corner story
         return _imprecise(row, list(verdicts.values()), tol, again)
-    if corners is not None:
-        corners += found
     explained = [v for v in verdicts.values() if v.explained]
     if row.mismatched_indices is not None:  # an explained element is not a mismatch
         gone = [unravel(e, x.shape) for e, v in verdicts.items() if v.explained]
@@ -412,7 +411,7 @@ def _reexamine(
 
 def _tied(
     rows: list[InputReport],
-    corners: list[tuple[int, ties.Corner]],
+    corners: list[ties.Corner],
     forward: Any,
     plain: list[Any],
     positions: list[int],
@@ -420,26 +419,32 @@ def _tied(
 ) -> None:
     """The corners of one comparison judged together (``numerics.ties``): where backward's gradients over
     a tie sum to more or less than moving its elements together allows, each passing row with an element
-    in it fails, those elements its mismatches (pattern KINK: wrong at a kink or tie)."""
-    if not any(rows[i].status is Status.PASS for i, _ in corners):
+    in it fails, those elements its mismatches (pattern KINK: wrong at a kink or tie); the first says why,
+    the others point to it."""
+    if not any(rows[c.argument].status is Status.PASS for c in corners):
         return
-    tie = ties.examine(forward, plain, [c for _, c in corners], tol.eps, positions, atol=tol.atol, rtol=tol.rtol)
+    tie = ties.examine(forward, plain, corners, tol.eps, positions, atol=tol.atol, rtol=tol.rtol)
     if tie is None:
         return
     first: Optional[InputReport] = None
-    for i in dict.fromkeys(corners[k][0] for k in tie.members):
+    for i in dict.fromkeys(corners[k].argument for k in tie.members):
         row = rows[i]
         if row.status is not Status.PASS:
             continue
-        per = 2 if corners[0][1].x.is_complex() else 1
-        mine = list(dict.fromkeys(corners[k][1].j // per for k in tie.members if corners[k][0] == i))
-        shape = tuple(corners[next(k for k in tie.members if corners[k][0] == i)][1].x.shape)
+        mine = [corners[k] for k in tie.members if corners[k].argument == i]
+        per = 2 if mine[0].x.is_complex() else 1
+        elements = sorted({c.j // per for c in mine})
         row.status, row.pattern, row.ratio, row.reason = Status.FAIL, Pattern.KINK, None, None
-        row.mismatched, row.at_kinks = len(mine), max(0, row.at_kinks - len(mine))
+        row.mismatched, row.at_kinks = len(elements), max(0, row.at_kinks - len(elements))
         row.diagnosis = tie.text if first is None else f"{tie.short} (see the gradient of '{first.name}')"
+        if row.at_kinks:
+            row.diagnosis += (
+                f"; its {row.at_kinks} other elements at kinks or ties not judged tie by tie (one wrong tie "
+                "decides the fail)"
+            )
         first = first or row
         if row.mismatched_indices is not None:
-            row.mismatched_indices = [unravel(e, shape) for e in sorted(mine)]
+            row.mismatched_indices = [unravel(e, tuple(mine[0].x.shape)) for e in elements]
 
 
 def _explained_text(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdict]) -> list[str]:

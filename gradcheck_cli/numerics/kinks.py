@@ -4,7 +4,9 @@ The central difference (f(x + eps) - f(x - eps)) / 2 eps assumes f is smooth on 
 At a kink (relu, abs or clamp at a corner), a tie (max of equal values) or a domain edge (sqrt or
 log just above 0) it is not, and a correct backward looks wrong. ``examine`` looks again at one
 input element whose Jacobian column mismatched and says which case it is, by estimating the
-left and the right derivative separately. Pure torch, no I/O.
+left and the right derivative separately. Pure torch, no I/O. One element at a time cannot see a tie
+counted twice (each of two tied maxima alone has one-sided derivatives 0 and 1): the elements found at a
+corner (``Verdict.sides``) are judged together by ``numerics.ties``.
 
 The maths. On side s (-1 or +1) of x the derivative is estimated by the second-order one-sided
 formula through (0, f(x)), (a, f(x + a)), (b, f(x + b)) with a = s h, b = 2 s h (the offsets

@@ -64,7 +64,8 @@ NAMED = 4  # tied elements named in the text
 class Corner:
     """An element whose own verdict was a corner: real element ``j`` of the argument ``x`` (a tensor inside
     the values finite differences move), named ``name`` (e.g. "x[2, 1]"); backward's derivative of the
-    realified outputs by it (``analytical``), and its own settled one-sided derivatives (``left``, ``right``)."""
+    realified outputs by it (``analytical``), and its own settled one-sided derivatives (``left``, ``right``);
+    ``argument``: the caller's number for the argument (its row)."""
 
     x: torch.Tensor
     j: int
@@ -72,6 +73,24 @@ class Corner:
     analytical: torch.Tensor
     left: torch.Tensor
     right: torch.Tensor
+    argument: int = 0
+
+
+class Held:
+    """The corners kept for ``examine``: as many as a quarter of ``memory_bytes`` holds (three float64 columns
+    each); those beyond are left to their own verdicts (any subset of the corners is a direction of the rule)."""
+
+    def __init__(self, memory_bytes: int) -> None:
+        self.memory_bytes = memory_bytes
+        self.items: list[Corner] = []
+
+    def add(self, c: Corner) -> None:
+        if len(self.items) * 3 * 8 * c.analytical.numel() < self.memory_bytes // 4:
+            self.items.append(c)
+
+    def since(self, mark: int) -> None:
+        """Forget the corners added after the first ``mark``."""
+        del self.items[mark:]
 
 
 @dataclass(frozen=True)
@@ -86,11 +105,16 @@ class Tie:
 
 
 def corner(
-    x: torch.Tensor, j: int, name: str, analytical: torch.Tensor, sides: tuple[torch.Tensor, torch.Tensor]
+    x: torch.Tensor,
+    j: int,
+    name: str,
+    analytical: torch.Tensor,
+    sides: tuple[torch.Tensor, torch.Tensor],
+    argument: int = 0,
 ) -> Corner:
     """A ``Corner`` from an element's verdict (``kinks.Verdict.sides``), its column float64 on the CPU."""
     a = analytical.detach().to(torch.float64).cpu().reshape(-1)
-    return Corner(x, j, name, a, sides[0], sides[1])
+    return Corner(x, j, name, a, sides[0], sides[1], argument)
 
 
 def examine(
@@ -250,17 +274,14 @@ def _judge(
     excess = _excess(s, lo, hi, size, gap, atol, rtol)
     for m in [int(m) for m in torch.argsort(excess, descending=True)[:ENTRIES] if excess[m] > 0]:
         signs = [1.0 if float(c.right[m]) >= float(c.left[m]) else -1.0 for c in _unique(members)]
-        sides = [
-            side
-            for v in (1.0, -1.0)
-            for side in _derivatives(line.at([v * t for t in signs], eps), eps / 4, atol, rtol) or [None]
-        ]
+        around = [_derivatives(line.at([v * t for t in signs], eps), eps / 4, atol, rtol) for v in (1.0, -1.0)]
         line.at(signs, 0.0)
-        if None in sides:
+        if any(pair is None for pair in around):
             continue  # a point around x where the derivative cannot be told: no verdict for this entry
-        ds = [float(lo[m]), float(hi[m]), *(float(side.d[m]) for side in sides if side is not None)]
+        sides = [side for pair in around if pair is not None for side in pair]
+        ds = [float(lo[m]), float(hi[m]), *(float(side.d[m]) for side in sides)]
         low, high = min(ds), max(ds)
-        most = max([float(gap[m]), *(float(side.gap[m]) for side in sides if side is not None)])
+        most = max([float(gap[m]), *(float(side.gap[m]) for side in sides)])
         slack = atol + rtol * (max(abs(low), abs(high)) + float(size[m])) + most
         total = float(s[m])
         if not low - slack <= total <= high + slack:

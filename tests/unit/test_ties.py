@@ -311,3 +311,15 @@ def test_one_corner_is_left_to_its_own_verdict():
     x = torch.tensor([2.0, 2.0], dtype=F64)
     f = function("MaxEvery2", lambda x: x.max().reshape(1), lambda xs, y, g: g * (xs[0] == y))
     assert ties.examine(lambda v: f.apply(*v), [x], corners_of(f, x, [0]), 1e-6, [0], atol=1e-5, rtol=1e-3) is None
+
+
+def test_the_corners_held_are_bounded_by_memory():
+    x = torch.zeros(4, dtype=F64)
+    col = torch.zeros(1000, dtype=F64)
+    held = ties.Held(memory_bytes=4 * 3 * 8 * 1000 * 5)  # room for five corners of 1000 output entries
+    for j in range(4):
+        for _ in range(3):
+            held.add(ties.corner(x, j, f"x[{j}]", col, (col, col)))
+    assert len(held.items) == 5
+    held.since(2)
+    assert [c.j for c in held.items] == [0, 0]
