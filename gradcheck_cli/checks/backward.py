@@ -29,7 +29,7 @@ from ..numerics.realify import Vjp
 from ..numerics.streams import Stream, Streams, signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..tolerance import Tolerance
-from . import contract
+from . import contract, tied
 from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import blank, fill_jacobian, take
@@ -193,7 +193,7 @@ def _check(ctx: CheckContext) -> CheckResult:
                     t.eps,
                     ctx.streams,
                 )
-        _tied(reports, corners.items, forward, plain, positions, t)
+        tied.judge(reports, corners.items, forward, plain, positions, t)
     nondeterministic = (
         []
         if found.repeated
@@ -336,7 +336,7 @@ def _reexamine(
     A row limited by forward's precision goes to ``_imprecise`` (judged again with ``again``). True where
     finite differences cannot judge the row at all (``_imprecise``: no verdict on backward). The elements
     explained at a corner go to ``corners`` (where kept, and the argument's number; not from a row limited by
-    precision), to be judged together (``_tied``)."""
+    precision), to be judged together (``tied.judge``)."""
     if not row.mismatched or not entry.bad_columns:
         return False
     per = 2 if x.is_complex() else 1
@@ -407,44 +407,6 @@ def _reexamine(
     )
     row.diagnosis = "; ".join([d for d in [row.diagnosis, *notes] if d])
     return False
-
-
-def _tied(
-    rows: list[InputReport],
-    corners: list[ties.Corner],
-    forward: Any,
-    plain: list[Any],
-    positions: list[int],
-    tol: Tolerance,
-) -> None:
-    """The corners of one comparison judged together (``numerics.ties``): where backward's gradients over
-    a tie sum to more or less than moving its elements together allows, each passing row with an element
-    in it fails, those elements its mismatches (pattern KINK: wrong at a kink or tie); the first says why,
-    the others point to it."""
-    if not any(rows[c.argument].status is Status.PASS for c in corners):
-        return
-    tie = ties.examine(forward, plain, corners, tol.eps, positions, atol=tol.atol, rtol=tol.rtol)
-    if tie is None:
-        return
-    first: Optional[InputReport] = None
-    for i in dict.fromkeys(corners[k].argument for k in tie.members):
-        row = rows[i]
-        if row.status is not Status.PASS:
-            continue
-        mine = [corners[k] for k in tie.members if corners[k].argument == i]
-        per = 2 if mine[0].x.is_complex() else 1
-        elements = sorted({c.j // per for c in mine})
-        row.status, row.pattern, row.ratio, row.reason = Status.FAIL, Pattern.KINK, None, None
-        row.mismatched, row.at_kinks = len(elements), max(0, row.at_kinks - len(elements))
-        row.diagnosis = tie.text if first is None else f"{tie.short} (see the gradient of '{first.name}')"
-        if row.at_kinks:
-            row.diagnosis += (
-                f"; its {row.at_kinks} other elements at kinks or ties not judged tie by tie (one wrong tie "
-                "decides the fail)"
-            )
-        first = first or row
-        if row.mismatched_indices is not None:
-            row.mismatched_indices = [unravel(e, tuple(mine[0].x.shape)) for e in elements]
 
 
 def _explained_text(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdict]) -> list[str]:

@@ -126,14 +126,16 @@ def examine(
     *,
     atol: float,
     rtol: float,
+    derivative: str = "backward's gradients",
 ) -> Tie | None:
     """The first set of ``corners`` whose gradients sum, for some output entry, outside what moving them
     together allows (the module's rule), or None where every direction judged agrees or cannot judge.
-    The arguments inside ``values`` are moved in place and put back bit-exactly, also when ``call`` raises."""
+    The arguments inside ``values`` are moved in place and put back bit-exactly, also when ``call`` raises.
+    ``derivative`` names the analytical columns in the text ("the derivatives jvp gives")."""
     if len(corners) < 2:
         return None
     for group in _groups(corners):
-        tie = _judge(call, values, corners, group, eps, positions, atol, rtol)
+        tie = _judge(call, values, corners, group, eps, positions, atol, rtol, derivative)
         if tie is not None:
             return tie
     return None
@@ -260,6 +262,7 @@ def _judge(
     positions: Sequence[int],
     atol: float,
     rtol: float,
+    derivative: str,
 ) -> Tie | None:
     """One direction: the corners ``group`` moved together (the module's rule)."""
     members = [corners[i] for i in group]
@@ -285,7 +288,7 @@ def _judge(
         slack = atol + rtol * (max(abs(low), abs(high)) + float(size[m])) + most
         total = float(s[m])
         if not low - slack <= total <= high + slack:
-            return _tie(corners, group, m, total, (float(lo[m]), float(hi[m])), (low, high), line)
+            return _tie(corners, group, m, total, (float(lo[m]), float(hi[m])), (low, high), line, derivative)
     return None
 
 
@@ -314,6 +317,7 @@ def _tie(
     at_x: tuple[float, float],
     around: tuple[float, float],
     line: Line,
+    derivative: str,
 ) -> Tie:
     """The words for a wrong sum of gradients over a tie at output entry m."""
     tied = [i for i in group if float(corners[i].left[m]) != float(corners[i].right[m])] or group
@@ -327,14 +331,14 @@ def _tie(
     bound = fmt(low) if _same(low, high) else f"between {fmt(low)} and {fmt(high)}"
     more = total > high
     text = (
-        f"{shown}{at} are tied{line.entry(m)}: moved together, they move the output {rate}, so backward's "
-        f"gradients over them must sum to {bound}; they sum to {fmt(total)}, "
+        f"{shown}{at} are tied{line.entry(m)}: moved together, they move the output {rate}, so {derivative} "
+        f"over them must sum to {bound}; they sum to {fmt(total)}, "
         f"{'more' if more else 'less'} than the one-sided derivatives allow"
     )
     times = total / high if high else 0.0
     if more and round(times) > 1 and _same(times, round(times)):
         text += (
-            f" (the tie counted {round(times)} times: each tied element given the whole gradient; at a tie "
+            f" (the tie counted {round(times)} times: each tied element given the whole of it; at a tie "
             "it goes to one of them, or is shared among them)"
         )
     elif not more and low > 0 and _same(total, 0.0):

@@ -237,7 +237,7 @@ def test_a_tie_counted_twice_is_named_with_its_elements_and_the_sum():
     assert a.diagnosis is not None and b.diagnosis is not None
     assert a.diagnosis.startswith(f"a[{m}], b[{m}] (= {PAIR[0][m]:g}) are tied (output 0 [{m}])")
     assert "must sum to 1; they sum to 2, more than" in a.diagnosis and "counted 2 times" in a.diagnosis
-    assert "(see the gradient of 'a')" in b.diagnosis  # said once, in full
+    assert "(see 'a')" in b.diagnosis  # said once, in full
     assert a.mismatched == b.mismatched == 1 and a.mismatched_indices == [[m]]
 
 
@@ -323,3 +323,47 @@ def test_the_corners_held_are_bounded_by_memory():
     assert len(held.items) == 5
     held.since(2)
     assert [c.j for c in held.items] == [0, 0]
+
+
+def maximum_with_jvp(at_tie_a: float, at_tie_b: float) -> type:
+    """max(a, b) with a right backward (a takes the tie) and a jvp giving ``at_tie_a`` of a's tangent and
+    ``at_tie_b`` of b's at a == b."""
+
+    class MaximumJvp(torch.autograd.Function):
+        @staticmethod
+        def forward(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.maximum(a, b)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: Any, output: Any) -> None:
+            ctx.save_for_backward(*inputs)
+            ctx.inputs = inputs
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            a, b = ctx.saved_tensors
+            return g * (a >= b), g * (b > a)
+
+        @staticmethod
+        def jvp(ctx: Any, ta: torch.Tensor, tb: torch.Tensor) -> torch.Tensor:
+            a, b = ctx.inputs
+            tie = (a == b).to(F64)
+            return ta * ((a > b) + at_tie_a * tie) + tb * ((b > a) + at_tie_b * tie)
+
+    return MaximumJvp
+
+
+@pytest.mark.parametrize("at_a, at_b, correct", [(1.0, 0.0, True), (0.5, 0.5, True), (1.0, 1.0, False)])
+def test_forward_ad_judges_ties_together_too(at_a, at_b, correct):
+    f = maximum_with_jvp(at_a, at_b)
+    result = check(f, [a.clone().requires_grad_() for a in PAIR], checks=["forward_ad"])
+    assert result.status is (Status.PASS if correct else Status.FAIL), str(result)
+    if not correct:
+        a, b = result.checks[0].inputs
+        assert a.pattern is b.pattern is Pattern.KINK and a.diagnosis is not None
+        assert "so the derivatives jvp gives over them must sum to 1; they sum to 2" in a.diagnosis
+        args = [a.clone().requires_grad_() for a in PAIR]
+        ok = torch.autograd.gradcheck(
+            f.apply, args, check_forward_ad=True, check_backward_ad=False, raise_exception=False
+        )
+        assert not ok
