@@ -11,13 +11,25 @@ import torch
 
 from ..binding import Bound
 from ..errors import UserCodeError, guarded
-from ..numerics import Entry, as_tuple, compare, is_float_tensor, kinks, precision, probes, real_numel, unravel, vjp
+from ..numerics import (
+    Entry,
+    as_tuple,
+    compare,
+    is_float_tensor,
+    kinks,
+    precision,
+    probes,
+    real_numel,
+    ties,
+    unravel,
+    vjp,
+)
 from ..numerics.jacobians import Spent, projection
 from ..numerics.realify import Vjp
 from ..numerics.streams import Stream, Streams, signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..tolerance import Tolerance
-from . import contract
+from . import contract, tied
 from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import blank, fill_jacobian, take
@@ -126,6 +138,7 @@ def _check(ctx: CheckContext) -> CheckResult:
     # tolerance, so that each argument is judged by its own dtype's
     spent = Spent(work_limit(ctx, "backward", [checked[k] for k in todo], outputs, positions, fast=True))
     for group in by_tolerance(todo, tols):
+        corners = ties.Held(opts.memory_bytes)  # elements examined at a corner, judged together below
         t = tols[group[0]]
         layout, entries = compare(
             forward,
@@ -166,6 +179,7 @@ def _check(ctx: CheckContext) -> CheckResult:
                 _again(
                     ctx, (forward, batched, backward), outputs, positions, plain, grad_inputs[k], plain_inputs[k], i
                 ),
+                (corners, i),
             )
             if unjudged and (ctx.oracle is not None or not ctx.named):
                 _not_judged(result, reports[i], ctx.oracle is not None)
@@ -181,6 +195,7 @@ def _check(ctx: CheckContext) -> CheckResult:
                     t.eps,
                     ctx.streams,
                 )
+        tied.judge(reports, corners.items, forward, plain, positions, t)
     nondeterministic = (
         []
         if found.repeated
@@ -312,6 +327,7 @@ def _reexamine(
     tol: Tolerance,
     columns: Columns,
     again: Optional[Again] = None,
+    corners: Optional[tuple[ties.Held, int]] = None,
 ) -> bool:
     """Look again at the mismatching elements: one at a kink, a tie or a domain edge, where backward
     gives a one-sided derivative, or one whose finite differences lose to cancellation, where backward
@@ -320,7 +336,9 @@ def _reexamine(
     a batch at a time (``columns``: see ``kinks.analytical_columns``), until one element is confirmed
     wrong: that decides the fail, and the rest are not examined; no mismatch is left unexamined on a pass.
     A row limited by forward's precision goes to ``_imprecise`` (judged again with ``again``). True where
-    finite differences cannot judge the row at all (``_imprecise``: no verdict on backward)."""
+    finite differences cannot judge the row at all (``_imprecise``: no verdict on backward). The elements
+    explained at a corner go to ``corners`` (where kept, and the argument's number; not from a row limited by
+    precision), to be judged together (``tied.judge``)."""
     if not row.mismatched or not entry.bad_columns:
         return False
     per = 2 if x.is_complex() else 1
@@ -334,6 +352,7 @@ def _reexamine(
     elements = sorted(worst, key=lambda e: (e not in first, -worst[e]))  # kept first, then the worst first
     order = [col for e in elements for col in range(e * per, e * per + per) if entry.bad[col]]
     verdicts: dict[int, kinks.Verdict] = {}
+    mark = len(corners[0].items) if corners is not None else 0
     decided = False  # an element confirmed wrong (or finite differences limited by precision): stop where it costs
     for col, a_col in columns(order, kept):
         element = col // per
@@ -353,8 +372,14 @@ def _reexamine(
         )
         if element not in verdicts or verdicts[element].explained:  # explained when all its parts are
             verdicts[element] = verdict
+        if corners is not None and verdict.explained and verdict.sides is not None:
+            part = f" ({'imaginary' if col % 2 else 'real'} part)" if x.is_complex() else ""
+            name = f"{row.name}{unravel(element, x.shape)}{part}"
+            corners[0].add(ties.corner(x, col, name, a_col, verdict.sides, corners[1]))
         decided = decided or not verdict.explained or verdict.kind == "precision"
     if any(v.kind == "precision" for v in verdicts.values()):
+        if corners is not None:
+            corners[0].since(mark)  # finite differences limited by rounding: no corner story
         return _imprecise(row, list(verdicts.values()), tol, again)
     explained = [v for v in verdicts.values() if v.explained]
     if row.mismatched_indices is not None:  # an explained element is not a mismatch

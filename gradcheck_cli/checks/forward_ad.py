@@ -20,11 +20,12 @@ import torch.autograd.forward_ad as fwAD
 
 from ..custom_op import OpTarget
 from ..errors import UserCodeError
-from ..numerics import Entry, as_tuple, central_difference, make_layout, real_flat, unravel
+from ..numerics import Entry, as_tuple, central_difference, make_layout, real_flat, ties, unravel
 from ..numerics.streams import signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..target import Target
 from ..tolerance import Tolerance
+from . import tied
 from .base import (
     CheckContext,
     call_forward,
@@ -216,10 +217,12 @@ def judge_rows(
     the names of the rows that fail where finite differences measure rounding (no verdict)."""
     imprecise: list[str] = []
     plain, moved, outputs, positions = cols.plain, cols.moved, cols.outputs, cols.positions
+    corners = ties.Held(ctx.options.memory_bytes)  # elements explained at a corner, judged together below
     for k, (i, entry, row) in enumerate(zip(cols.checked, entries, rows)):
         fill_jacobian(row, entry, layout, plain[i], outputs)
         reword(entry, row, all_zeros(row), derivative)
         if row.status is Status.FAIL and row.mismatched:
+            mark = len(corners.items)
             look = look_again(
                 row,
                 entry,
@@ -230,7 +233,10 @@ def judge_rows(
                 tols[k],
                 partial(jvp_column, cols.jvp, plain, plain[i], positions=positions),
                 derivative,
+                corners=(corners, k),
             )
+            if look.kind != EXPLAINED:
+                corners.since(mark)  # a wrong element decides, or rounding: no corner story
             if look.kind == PRECISION and look.eps:
                 t = replace(tols[k].at_least(torch.float32), eps=look.eps)
                 again, (fresh,) = compare_columns(ctx, cols, [i], [t])
@@ -243,6 +249,10 @@ def judge_rows(
                 imprecise.append(row.name)
             elif look.text:
                 row.diagnosis = "; ".join(d for d in [row.diagnosis, look.text] if d)
+    if corners.items:  # the loosest tolerance of the arguments at a corner: a tie is far outside any
+        t = max((tols[c.argument] for c in corners.items), key=lambda t: (t.atol, t.rtol))
+        tied.judge(rows, corners.items, cols.forward, moved, positions, t, f"the derivatives {derivative} gives")
+    for row in rows:
         if row.status is Status.PASS and (row.at_kinks or row.pattern is Pattern.PRECISION):
             warnings.append(f"{label(row)}: {row.reason}")
     return imprecise

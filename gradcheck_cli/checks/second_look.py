@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
-from ..numerics import Entry, central_difference, kinks, precision, unravel
+from ..numerics import Entry, central_difference, kinks, precision, ties, unravel
 from ..numerics.differences import Step, call_moved
 from ..numerics.realify import outputs_vector
 from ..results import InputReport
@@ -62,6 +62,7 @@ def look_again(
     column: Callable[[int], torch.Tensor],
     derivative: str,
     low: str = "",
+    corners: Optional[tuple[ties.Held, int]] = None,
 ) -> Look:
     """Examine ``row``'s mismatching elements, those the comparison kept first, worst first, until one is
     confirmed wrong. ``call`` is the function finite differences moved (``x`` inside ``values``: it is
@@ -70,7 +71,9 @@ def look_again(
     differentiated,"); ``low``: the float format the Function computes in inside ('' if none is seen), where
     finite differences at eps measure rounding even though the values they differentiate show no grid (a
     float32 value times a float64 one): an element off at eps is judged again at the larger steps of
-    ``precision.STEPS`` with float32's tolerances (the spec's where it sets them)."""
+    ``precision.STEPS`` with float32's tolerances (the spec's where it sets them). The elements explained at
+    a corner go to ``corners`` (with the argument's number), to be judged together (``tied.judge``): the
+    caller drops them where the look is not EXPLAINED."""
     per = 2 if x.is_complex() else 1
     kept = {col: a_col for col, a_col, _ in entry.bad_columns}
     err = entry.err
@@ -96,6 +99,8 @@ def look_again(
             return _coarser(call, values, x, col, positions, tol, a_col, derivative, low, verdict.text)
         if verdict.explained:
             explained.append(verdict)
+            if corners is not None and verdict.sides is not None:
+                corners[0].add(ties.corner(x, col, where, a_col, verdict.sides, corners[1]))
             continue
         if verdict.kind == "smooth" and not bool(torch.isfinite(a_col).all()):
             # the function is finite and smooth there, autograd's derivative is not: inf x 0 inside

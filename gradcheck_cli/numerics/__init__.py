@@ -14,6 +14,7 @@ Submodules, bottom up:
 - ``jacobians``: both sides joined, ``compare``: the whole comparison in bounded memory
 - ``probes``: the fast decision from random probes v^T J u
 - ``kinks``: a mismatch at a kink, a tie or a domain edge told apart from a wrong gradient
+- ``ties``: the corners ``kinks`` explained, judged together along the direction that moves them together
 
 Devices and host synchronisations: the arguments, the outputs and the user's gradients stay on the
 case's device, and so does the per-stage work of the compressed check: the grouped rows' products and

@@ -4,7 +4,9 @@ The central difference (f(x + eps) - f(x - eps)) / 2 eps assumes f is smooth on 
 At a kink (relu, abs or clamp at a corner), a tie (max of equal values) or a domain edge (sqrt or
 log just above 0) it is not, and a correct backward looks wrong. ``examine`` looks again at one
 input element whose Jacobian column mismatched and says which case it is, by estimating the
-left and the right derivative separately. Pure torch, no I/O.
+left and the right derivative separately. Pure torch, no I/O. One element at a time cannot see a tie
+counted twice (each of two tied maxima alone has one-sided derivatives 0 and 1): the elements found at a
+corner (``Verdict.sides``) are judged together by ``numerics.ties``.
 
 The maths. On side s (-1 or +1) of x the derivative is estimated by the second-order one-sided
 formula through (0, f(x)), (a, f(x + a)), (b, f(x + b)) with a = s h, b = 2 s h (the offsets
@@ -76,24 +78,52 @@ class Verdict:
     "precision" with the central difference within its rounding error, or for "cancellation" with the
     most reliable central difference where the one at eps is shown unreliable (not a wrong gradient);
     ``text`` one phrase for the report. For "precision": ``step``, the largest step in which the
-    outputs change, and ``grid``, the float format their values fit ('float32'), or ''."""
+    outputs change, and ``grid``, the float format their values fit ('float32'), or ''. At a corner (a
+    kink or tie at x itself: both one-sided derivatives settle and differ), ``sides`` holds them (left,
+    right), per output entry, for judging several corners together (``numerics.ties``)."""
 
     kind: str
     explained: bool
     text: str
     step: float = 0.0
     grid: str = ""
+    sides: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass
-class _Side:
+class Side:
     """A settled one-sided derivative per output entry, and the gap that bounds its error."""
 
     d: torch.Tensor
     gap: torch.Tensor
 
 
-class _Element:
+class Line:
+    """f along one direction through a point of the arguments: ``self(offset)`` is (the offset actually
+    taken, the realified float64 outputs there); ``entry(m)`` names output entry m (``names``: the outputs
+    at the point, as (position, output)); no one-sided step goes below ``floor``."""
+
+    floor: float = 0.0
+    names: list[tuple[int, torch.Tensor]]
+
+    def __call__(self, offset: float) -> Point:
+        raise NotImplementedError
+
+    def entry(self, m: int) -> str:
+        """' (output P [i, j])' naming realified output entry m, or '' when there is one entry."""
+        if sum(real_numel(o) for _, o in self.names) <= 1:
+            return ""
+        for p, o in self.names:
+            size = real_numel(o)
+            if m < size:
+                elem, part = divmod(m, 2 if o.is_complex() else 1)
+                index = f" {unravel(elem, o.shape)}" if o.dim() else ""
+                return f" (output {p}{index}{', imaginary part' if o.is_complex() and part else ''})"
+            m -= size
+        return ""
+
+
+class _Element(Line):
     """f as a function of one real element of ``x``, which is restored bit-exactly after every call."""
 
     def __init__(
@@ -125,19 +155,6 @@ class _Element:
 
         return taken, call_moved(self.call, self.values, self.element.to(offset), read)
 
-    def entry(self, m: int) -> str:
-        """' (output P [i, j])' naming realified output entry m, or '' when there is one entry."""
-        if sum(real_numel(o) for _, o in self.names) <= 1:
-            return ""
-        for p, o in self.names:
-            size = real_numel(o)
-            if m < size:
-                elem, part = divmod(m, 2 if o.is_complex() else 1)
-                index = f" {unravel(elem, o.shape)}" if o.dim() else ""
-                return f" (output {p}{index}{', imaginary part' if o.is_complex() and part else ''})"
-            m -= size
-        return ""
-
 
 def examine(
     call: Callable[[Sequence[Any]], Any],
@@ -163,7 +180,7 @@ def examine(
     """
     f = _Element(call, values, x, j, positions)
     part = f" ({'imaginary' if j % 2 else 'real'} part)" if x.is_complex() else ""
-    what = f"{index_text}{part} = {_num(f.x0)}"
+    what = f"{index_text}{part} = {fmt(f.x0)}"
     a = analytical.detach().to(torch.float64).cpu().reshape(-1)
     y0 = f.center()
     if y0.numel() != a.numel():
@@ -175,12 +192,12 @@ def examine(
         return Verdict(
             "domain_edge",
             False,
-            f"{what}: f(x){f.entry(m)} is not finite ({_num(float(y0[m]))}), so no derivative can be checked there",
+            f"{what}: f(x){f.entry(m)} is not finite ({fmt(float(y0[m]))}), so no derivative can be checked there",
         )
     minus, plus = f(-eps), f(eps)
     if not (_finite(minus) and _finite(plus)):
         return _domain_edge(f, what, y0, a, eps, minus, plus, atol, rtol)
-    coarse = _precision(f, what, y0, a, eps, minus, plus, atol, rtol)
+    coarse = precision_verdict(f, what, y0, a, eps, minus, plus, atol, rtol)
     if coarse is not None:
         return coarse
     left, right = _slope(y0, minus), _slope(y0, plus)
@@ -191,7 +208,7 @@ def examine(
             "smooth",
             False,
             f"{what} is not at a kink or domain edge{f.entry(m)}: the left and right differences "
-            f"agree on {_num(central[m])}, backward gives {_num(a[m])}",
+            f"agree on {fmt(central[m])}, backward gives {fmt(a[m])}",
         )
     return _kink(f, what, y0, a, eps, minus, plus, atol, rtol)
 
@@ -254,8 +271,8 @@ def resample_hint(name: str) -> str:
     )
 
 
-def _precision(
-    f: _Element,
+def precision_verdict(
+    f: Line,
     what: str,
     y0: torch.Tensor,
     a: torch.Tensor,
@@ -288,8 +305,8 @@ def _precision(
     grid = precision.grid_name(int(bits[m]))
     head = (
         f"{what}: forward's output{f.entry(m)} fits in {int(bits[m])} significant bits ({grid} or lower "
-        f"precision) and changes in steps of {_num(step[m])}, so its central difference at eps={_num(eps)} is "
-        f"good only to +-{_num(rounding[m])}"
+        f"precision) and changes in steps of {fmt(step[m])}, so its central difference at eps={fmt(eps)} is "
+        f"good only to +-{fmt(rounding[m])}"
     )
     wrong = (off > tol + 2 * rounding) & (off > tol)
     if bool(wrong.any()):
@@ -297,22 +314,21 @@ def _precision(
         return Verdict(
             "precision",
             False,
-            f"{head}; yet backward gives {_num(a[w])}{f.entry(w)} where it is "
-            f"{_num(central[w])}, further off than that",
+            f"{head}; yet backward gives {fmt(a[w])}{f.entry(w)} where it is {fmt(central[w])}, further off than that",
             float(step[m]),
             grid,
         )
     return Verdict(
         "precision",
         True,
-        f"{head} (the tolerance is {_num(tol[m])}): backward gives {_num(a[m])}, within that of {_num(central[m])}",
+        f"{head} (the tolerance is {fmt(tol[m])}): backward gives {fmt(a[m])}, within that of {fmt(central[m])}",
         float(step[m]),
         grid,
     )
 
 
 def _cancellation(
-    f: _Element, what: str, a: torch.Tensor, eps: float, minus: Point, plus: Point, atol: float, rtol: float
+    f: Line, what: str, a: torch.Tensor, eps: float, minus: Point, plus: Point, atol: float, rtol: float
 ) -> Verdict | None:
     """A "cancellation" verdict where the central difference at eps is shown unreliable by those at
     smaller and larger steps (see the module's docstring for the rule); else None."""
@@ -347,18 +363,18 @@ def _cancellation(
     m = int(torch.argmax(torch.where(shown, moved / tol, -1.0)))
     head = (
         f"finite differences unreliable at {what}{f.entry(m)} (cancellation: the estimate moves by "
-        f"{_num(moved[m])} between steps {_num(eps)} and {_num(estimates[STEPS[i + 1]][0])}, and is off by "
-        f"{_num((at(-1) - d)[m].abs())} at step {_num(estimates[-1][0])}); at steps "
-        f"{_num(estimates[STEPS[i]][0])} to {_num(estimates[STEPS[i + 2]][0])} it settles on {_num(d[m])}"
+        f"{fmt(moved[m])} between steps {fmt(eps)} and {fmt(estimates[STEPS[i + 1]][0])}, and is off by "
+        f"{fmt((at(-1) - d)[m].abs())} at step {fmt(estimates[-1][0])}); at steps "
+        f"{fmt(estimates[STEPS[i]][0])} to {fmt(estimates[STEPS[i + 2]][0])} it settles on {fmt(d[m])}"
     )
     off = torch.nan_to_num((a - d).abs(), nan=torch.inf)
     wrong = off > tol + gap
     if bool(wrong.any()):
         w = int(torch.argmax(torch.where(wrong, off / (tol + gap), -1.0)))
         return Verdict(
-            "cancellation", False, f"{head}; yet backward gives {_num(a[w])}{f.entry(w)} where it is {_num(d[w])}"
+            "cancellation", False, f"{head}; yet backward gives {fmt(a[w])}{f.entry(w)} where it is {fmt(d[w])}"
         )
-    return Verdict("cancellation", True, f"{head}, backward gives {_num(a[m])}")
+    return Verdict("cancellation", True, f"{head}, backward gives {fmt(a[m])}")
 
 
 def _central(minus: Point, plus: Point) -> torch.Tensor:
@@ -366,7 +382,7 @@ def _central(minus: Point, plus: Point) -> torch.Tensor:
 
 
 def _domain_edge(
-    f: _Element,
+    f: Line,
     what: str,
     y0: torch.Tensor,
     a: torch.Tensor,
@@ -383,7 +399,7 @@ def _domain_edge(
         return Verdict("domain_edge", False, head + ", so no one-sided difference can be taken")
     s, first = (1, plus) if _finite(plus) else (-1, minus)
     name = "right" if s > 0 else "left"
-    side = _settle(f, y0, s, eps, first, atol, rtol)
+    side = settle(f, y0, s, eps, first, atol, rtol)
     if side is None:
         return Verdict(
             "domain_edge",
@@ -397,13 +413,12 @@ def _domain_edge(
     return Verdict(
         "domain_edge",
         ok,
-        f"{head}; the one-sided derivative from the {name}{f.entry(m)} is "
-        f"{_num(side.d[m])}, backward gives {_num(a[m])}",
+        f"{head}; the one-sided derivative from the {name}{f.entry(m)} is {fmt(side.d[m])}, backward gives {fmt(a[m])}",
     )
 
 
 def _kink(
-    f: _Element,
+    f: Line,
     what: str,
     y0: torch.Tensor,
     a: torch.Tensor,
@@ -414,8 +429,8 @@ def _kink(
     rtol: float,
 ) -> Verdict:
     """Left and right differences at eps disagree: settle each side with smaller steps and compare."""
-    left = _settle(f, y0, -1, eps, minus, atol, rtol)
-    right = _settle(f, y0, 1, eps, plus, atol, rtol)
+    left = settle(f, y0, -1, eps, minus, atol, rtol)
+    right = settle(f, y0, 1, eps, plus, atol, rtol)
     if left is None and right is None:  # rounding, noise or a jump: cancellation may tell
         return _cancellation(f, what, a, eps, minus, plus, atol, rtol) or Verdict(
             "smooth",
@@ -433,7 +448,7 @@ def _kink(
             "kink",
             ok,
             f"{what} is at a jump or kink{f.entry(m)}: the {other} differences do not "
-            f"settle; the {name} derivative is {_num(side.d[m])}, backward gives {_num(a[m])}",
+            f"settle; the {name} derivative is {fmt(side.d[m])}, backward gives {fmt(a[m])}",
         )
     tol = limit(torch.maximum(left.d.abs(), right.d.abs()), atol, rtol)
     if _agree(left.d, right.d, atol, rtol):
@@ -445,14 +460,14 @@ def _kink(
                 "kink",
                 True,
                 f"{what} is within eps of a kink (or of curvature too strong for this eps)"
-                f"{f.entry(m)}: with smaller steps both sides give {_num(d[m])}, "
-                f"backward gives {_num(a[m])}",
+                f"{f.entry(m)}: with smaller steps both sides give {fmt(d[m])}, "
+                f"backward gives {fmt(a[m])}",
             )
         return Verdict(
             "smooth",
             False,
             f"{what} is not at a kink{f.entry(m)}: the left and right derivatives "
-            f"agree on {_num(d[m])}, backward gives {_num(a[m])}",
+            f"agree on {fmt(d[m])}, backward gives {fmt(a[m])}",
         )
     tol = tol + torch.maximum(left.gap, right.gap)
     lo, hi = torch.minimum(left.d, right.d) - tol, torch.maximum(left.d, right.d) + tol
@@ -464,12 +479,13 @@ def _kink(
     return Verdict(
         "kink",
         ok,
-        f"{what} is a kink or tie{f.entry(m)}: one-sided derivatives {_num(left.d[m])} "
-        f"and {_num(right.d[m])}, backward gives {_num(a[m])}",
+        f"{what} is a kink or tie{f.entry(m)}: one-sided derivatives {fmt(left.d[m])} "
+        f"and {fmt(right.d[m])}, backward gives {fmt(a[m])}",
+        sides=(left.d, right.d),
     )
 
 
-def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, atol: float, rtol: float) -> _Side | None:
+def settle(f: Line, y0: torch.Tensor, s: int, eps: float, first: Point, atol: float, rtol: float) -> Side | None:
     """The one-sided derivative on side ``s``, halving the step until two estimates agree; None if never."""
     points = (first, f(2 * s * eps))  # (near, far): offsets h and 2h
     previous: torch.Tensor | None = None
@@ -482,7 +498,7 @@ def _settle(f: _Element, y0: torch.Tensor, s: int, eps: float, first: Point, ato
         if d is not None and previous is not None:
             gap = (d - previous).abs()
             if bool((gap <= limit(d.abs(), atol, rtol)).all()):
-                return _Side(d, gap)
+                return Side(d, gap)
         previous = d
     return None
 
@@ -519,6 +535,6 @@ def _finite(point: Point) -> bool:
     return bool(torch.isfinite(point[1]).all())
 
 
-def _num(v: Any) -> str:
+def fmt(v: Any) -> str:
     v = float(v)
     return "0" if v == 0 else f"{v:.4g}"

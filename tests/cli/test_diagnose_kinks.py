@@ -72,6 +72,31 @@ class RowMax(torch.autograd.Function):
         return torch.zeros(ctx.shape, dtype=g.dtype).scatter(1, index[:, None], g[:, None])
 
 
+class WindowMaxEvery(torch.autograd.Function):
+    # the max of each row; the whole gradient goes to EVERY tied maximum: a tie counted twice or more (wrong)
+    @staticmethod
+    def forward(ctx, x):
+        values = x.max(dim=1).values
+        ctx.save_for_backward(x, values)
+        return values
+
+    @staticmethod
+    def backward(ctx, g):
+        x, values = ctx.saved_tensors
+        return (x == values[:, None]).to(g.dtype) * g[:, None]
+
+
+class WindowMaxSplit(torch.autograd.Function):
+    # the same, the gradient shared equally among the tied maxima (right)
+    forward = WindowMaxEvery.forward
+
+    @staticmethod
+    def backward(ctx, g):
+        x, values = ctx.saved_tensors
+        tied = (x == values[:, None]).to(g.dtype)
+        return tied / tied.sum(1, keepdim=True) * g[:, None]
+
+
 CALLS = [0]
 
 
@@ -272,6 +297,38 @@ def test_torch_gradcheck_differs_exactly_at_the_correct_kinks(usermod):
 
 
 # ------------------------------------------------------------------------ resample
+
+
+TIES_SPEC = """
+function: usermod:WindowMaxEvery
+inputs:
+  - {name: x, shape: [8, 4], dist: randint, low: 0, high: 3, dtype: float64}
+cases:
+  - name: every
+  - {name: split, function: usermod:WindowMaxSplit}
+  - {name: one_hot, function: usermod:RowMax}
+"""
+
+
+def test_cli_fails_a_tie_counted_twice_on_integer_inputs(usermod, write_spec, report_validator, run_json):
+    # quantised activations (integers): the rows' maxima are tied; each tied element alone has one-sided
+    # derivatives 0 and 1, so giving every one of them the whole gradient passed element by element
+    write_spec(TIES_SPEC, "specs/ties.yaml")
+    code, report = run_json("specs/ties.yaml")
+    assert code == 1 and schema_errors(report_validator, report) == []
+    results = by_case(report)
+    assert results["split"]["status"] == results["one_hot"]["status"] == "pass"
+    assert any("kink or tie" in w for w in results["one_hot"]["checks"][0]["warnings"])
+    every = results["every"]
+    (check,) = every["checks"]
+    (row,) = check["inputs"]
+    assert every["status"] == row["status"] == "fail" and row["pattern"] == "kink"
+    assert re.search(r"x\[\d+, \d+\], x\[\d+, \d+\].* \(= \d\) are tied \(output 0 \[\d+\]\)", row["diagnosis"])
+    assert "must sum to 1; they sum to" in row["diagnosis"] and "counted" in row["diagnosis"]
+    assert check["message"].startswith("gradient of 'x': ")
+    assert (every.get("shrunk") or {"pattern": "kink"})["pattern"] == "kink"  # a shrunk case fails alike
+    x = torch.randint(0, 3, (8, 4), generator=torch.Generator().manual_seed(every["seed"])).double()
+    assert not torch.autograd.gradcheck(usermod.WindowMaxEvery.apply, (x.requires_grad_(),), raise_exception=False)
 
 
 RESAMPLE_SPEC = """
