@@ -37,7 +37,13 @@ from .step import refuse_unusable
 from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, skip
 
-NO_VERDICT = "forward's precision: no verdict"  # the reason of a row finite differences cannot judge
+NO_VERDICT = "forward's precision: no verdict"
+# what outputs that change in coarse steps are: the two cases finite differences cannot tell apart on one input
+STEPS_ARE = (
+    "forward computes in {grid} or lower precision inside, or it is a step function such as a quantiser, whose "
+    "finite differences are exact zeros between its steps: a straight-through estimator's backward is not its "
+    "derivative, and `reference_backward:` declares the gradient it intends"
+)  # the reason of a row finite differences cannot judge
 GRID_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # precision.GRIDS
 Again = Callable[[InputReport, Tolerance], None]  # judge an argument's row again, element by element, at a tolerance
 Columns = Callable[[list[int], dict[int, torch.Tensor]], Iterator[tuple[int, torch.Tensor]]]  # see _reexamine
@@ -181,8 +187,8 @@ def _check(ctx: CheckContext) -> CheckResult:
                 ),
                 (corners, i),
             )
-            if unjudged and (ctx.oracle is not None or not ctx.named):
-                _not_judged(result, reports[i], ctx.oracle is not None)
+            if unjudged and ctx.oracle is not None:  # named or under `all` alike: the default check's verdict
+                _not_judged(result, reports[i])
             if reports[i].pattern is Pattern.SYSTEMATIC and t.strict:
                 _strict(
                     reports[i],
@@ -467,10 +473,9 @@ def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, 
     if not wrong or half:  # in half precision an element's samples may hide the grid: its "wrong" is rounding too
         row.pattern, row.ratio = Pattern.PRECISION, None
         row.diagnosis = (
-            f"finite differences cannot check it at eps={tol.eps:g}: forward computes in "
-            f"{median.grid} or lower precision (its outputs change in steps of about {median.step:.2g}), "
-            f"so they measure rounding, not the derivative (no verdict on backward); {fix}; "
-            f"e.g. {median.text}"
+            f"finite differences cannot check it at eps={tol.eps:g}: forward's outputs change in steps of about "
+            f"{median.step:.2g} ({STEPS_ARE.format(grid=median.grid)}), so they measure those steps, not the "
+            f"derivative (no verdict on backward); {fix}; e.g. {median.text}"
         )
         return True
     closer = f"forward's precision limits finite differences at eps={tol.eps:g} too: to check closer, {fix}"
@@ -643,14 +648,14 @@ def _determinism(
     return problems
 
 
-def _not_judged(result: CheckResult, row: InputReport, oracle: bool) -> None:
-    """A row finite differences cannot judge (forward's precision, at any step): not checked, and
-    why in the message, where the reference check judges it or the check runs under `checks: all`;
-    named, it stays a fail that says what to do."""
+def _not_judged(result: CheckResult, row: InputReport) -> None:
+    """A row finite differences cannot judge (forward's precision, at any step) where the reference check
+    judges it: not checked, and why in the message. Without a reference it stays a fail that says what to
+    do, named or under `checks: all` alike (`all` is never laxer than the default check, which this is)."""
     words = (
         f"{row.diagnosis.split('; ')[0]}; the reference check judges it"
-        if oracle and row.diagnosis
-        else f"{row.diagnosis} (a skip under `checks: all`; naming backward makes it a fail)"
+        if row.diagnosis
+        else "the reference check judges it"
     )
     result.warnings.append(f"'{row.name}' not checked: {words}")
     row.status, row.reason, row.mismatched = Status.SKIP, NO_VERDICT, 0

@@ -48,10 +48,14 @@ ONCE_SKIP = (
     "derivative to check; to support double backward, remove the decorator and write backward "
     "with differentiable torch ops"
 )
+ONCE_FIX = (
+    "if double backward is not wanted, mark backward @once_differentiable (that one decorator is the fix: "
+    "double backward then raises instead of giving wrong values)"
+)
 UNDIFFERENTIABLE = (
     "write backward with differentiable torch operations (no .numpy(), .item(), out=, or in-place "
-    "writes into tensors that require grad), or mark it @once_differentiable if it has no second "
-    "derivative"
+    "writes into tensors that require grad), or, if double backward is not wanted, mark it "
+    "@once_differentiable (that one decorator is the fix)"
 )
 ONCE_ROW = "backward is marked @once_differentiable"
 DETACHED = (
@@ -117,22 +121,8 @@ def _run(ctx: CheckContext, order: int) -> CheckResult:
             raise
         if ONCE in str(exc):  # order 3 and up: a once_differentiable backward's gradients differentiated
             return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason=ONCE_ROW)
-        # raises as well where backward itself is broken: the runner makes a broken contract backward's fail
-        first(leaves + [v.detach() for v in v_leaves[: len(live)]])
-        at = f" at {exc.where}" if exc.where else ""
-        hazard = (
-            f"backward cannot be differentiated{times(order)}: recording its graph (create_graph=True), "
-            f"{exc}{at}; {UNDIFFERENTIABLE}"
-        )
-        if ctx.named:
-            return skip(result, hazard, start, Status.FAIL, "backward could not be differentiated")
-        result.warnings.append(hazard)  # a correct first-order backward may be so: a warning under `all`
-        return skip(
-            result,
-            f"{hazard} (a warning under `checks: all`; naming double_backward makes it a fail)",
-            start,
-            row_reason="backward could not be differentiated",
-        )
+        first(leaves + [v.detach() for v in v_leaves[: len(live)]])  # backward itself raising: the runner's fail
+        return _raises(ctx, result, start, exc, f"recording its graph{times(order)} (create_graph=True)")
     if any(marked_once_differentiable(g) for g in grads):
         return unsupported(result, ONCE_SKIP, start, ctx.named, row_reason="backward is marked @once_differentiable")
     copies = fresh_leaves(bound.values, grad=False) + [v.clone() for v in vs]
@@ -181,7 +171,12 @@ def _run(ctx: CheckContext, order: int) -> CheckResult:
     except UserCodeError as exc:
         if ONCE in str(exc):  # a once_differentiable Function called inside a plain callable
             return unsupported(result, ONCE_SKIP, start, ctx.named)
-        raise
+        if exc.kind is not ErrorKind.BACKWARD:
+            raise
+        # backward's graph recorded, but differentiating it raised (an in-place write into a tensor its graph
+        # saved): double backward raises in real use too; backward itself raising is the runner's fail
+        first(leaves + [v.detach() for v in v_leaves[: len(live)]])
+        return _raises(ctx, result, start, exc, f"differentiating its graph{times(order)}")
     every = list(bound.names) + [r.name for r in rows[len(checked) :]]
     names = [every[j] for j in tower.of]  # what G's outputs are the gradients of
     zeros = "backward's result does not depend on {} through autograd"
@@ -295,6 +290,17 @@ class _Judge:
         return Look(WRONG, row.diagnosis)
 
 
+def _raises(ctx: CheckContext, result: CheckResult, start: float, exc: UserCodeError, doing: str) -> CheckResult:
+    """Double backward raises where backward's value is right (``doing``: recording or differentiating its
+    graph): it raises in real use too, as a Function marked @once_differentiable does, so the check cannot run:
+    a skip with the reason and a warning under `checks: all`, a fail when named (``unsupported``)."""
+    at = f" at {exc.where}" if exc.where else ""
+    hazard = f"backward cannot be differentiated: {doing}, {exc}{at}; {UNDIFFERENTIABLE}"
+    if not ctx.named:
+        result.warnings.append(hazard)
+    return unsupported(result, hazard, start, ctx.named, row_reason="backward could not be differentiated")
+
+
 def _verdict(
     ctx: CheckContext,
     result: CheckResult,
@@ -305,10 +311,13 @@ def _verdict(
     start: float,
     order: int = 2,
 ) -> CheckResult:
-    """The check's status from its rows: a wrong second derivative fails everywhere; a backward that is not
-    differentiable, or whose derivative autograd makes NaN at a domain edge, is a hazard (a warning under
-    `checks: all`, a fail when named); where finite differences measure rounding there is no verdict (a
-    skip under `checks: all`, a fail when named)."""
+    """The check's status from its rows, the same named or under `checks: all`: a wrong second derivative
+    fails, and so does a silently wrong one (a backward that is not differentiable: its derivatives come out
+    zero in double backward, Hessian-vector products and gradient penalties). What finite differences cannot
+    judge is no verdict (a skip under `checks: all`, a fail when named: ``unsupported``): where they measure
+    rounding, or where autograd makes backward's derivative NaN at a domain edge while backward's values are
+    finite (NaN shows itself in use; a correct Function such as entmax is so off its support), said as a
+    warning too."""
     for r in rows:
         if r.status is Status.PASS and (r.at_kinks or r.pattern is Pattern.PRECISION):
             result.warnings.append(f"{label(r)}: {r.reason}")
@@ -320,48 +329,21 @@ def _verdict(
             return look.kind
         return "zeros" if r.pattern is Pattern.ZERO_ANALYTICAL or r.name in omit else WRONG
 
-    if failing and all(kind(r) != WRONG for r in failing) and not ctx.named:
-        hazards = [
-            h
-            for h in [
-                _not_differentiable([r for r in failing if kind(r) == "zeros"]),
-                *[r.diagnosis for r in failing if kind(r) == NONFINITE][:1],
-            ]
-            if h
-        ]
-        imprecise = [f"{label(r)}: {r.diagnosis}" for r in failing if kind(r) == PRECISION]
-        result.warnings += hazards
+    if failing and all(kind(r) in (PRECISION, NONFINITE) for r in failing):
+        nan = [r.diagnosis for r in failing if kind(r) == NONFINITE and r.diagnosis][:1]
+        told = nan + [f"{label(r)}: {r.diagnosis}" for r in failing if kind(r) == PRECISION]
+        if not ctx.named:
+            result.warnings += nan
         for r in failing:
             r.status, r.reason = (
                 Status.SKIP,
-                (
-                    "not judged: finite differences measure rounding"
-                    if kind(r) == PRECISION
-                    else "backward is not differentiable with respect to it"
-                    if kind(r) == "zeros"
-                    else "NaN or infinite second derivative"
-                ),
+                "not judged: finite differences measure rounding"
+                if kind(r) == PRECISION
+                else "NaN or infinite second derivative",
             )
-        return skip(
-            result,
-            "; ".join(hazards + imprecise)
-            + (
-                " (a warning under `checks: all`; naming double_backward makes it a fail)"
-                if hazards
-                else " (a skip under `checks: all`; naming double_backward makes it a fail)"
-            ),
-            start,
-        )
-    named = (
-        ["this check was named explicitly, so what it cannot judge fails (`checks: all` skips it)"]
-        if any(kind(r) in (PRECISION, NONFINITE) for r in failing)
-        else []
-    )
-    # named: a backward that is not differentiable fails in the words `checks: all` warns with
+        return unsupported(result, "; ".join(told), start, ctx.named)
     hazard = _not_differentiable([r for r in failing if kind(r) == "zeros"])
-    problems = [f"{hazard}; this check was named explicitly, so that fails (`checks: all` makes it a warning)"] * bool(
-        hazard
-    ) + notes
+    problems = ([hazard] if hazard else []) + notes
 
     def wrong(r: InputReport) -> Optional[str]:
         if r.name in omit or kind(r) == "zeros":
@@ -378,7 +360,6 @@ def _verdict(
         wrong,
         lambda right: f"backward differentiated{times(order)} with respect to {labels(right)}: all within tolerance",
         advice=DETACHED,
-        notes=named,
     )
 
 
@@ -424,8 +405,8 @@ def _not_differentiable(failing: list[InputReport]) -> Optional[str]:
     return (
         f"backward is not differentiable with respect to {labels(failing)} and not marked @once_differentiable: "
         "second derivatives through it (double backward, Hessian-vector products, gradient penalties) come out "
-        "silently zero or partial; mark it @once_differentiable, or compute what backward uses inside backward "
-        "with differentiable torch ops"
+        f"silently zero or partial; {ONCE_FIX}, or compute what backward uses inside backward with differentiable "
+        "torch ops"
     )
 
 

@@ -27,6 +27,7 @@ from .base import CheckContext, call_forward, fresh_leaves, probe_like, work_lim
 from .double_backward import (
     FULL_BITS,
     ONCE,
+    ONCE_FIX,
     ONCE_ROW,
     ONCE_SKIP,
     UNDIFFERENTIABLE,
@@ -202,33 +203,26 @@ def _verdict(
     start: float,
     order: int = 2,
 ) -> CheckResult:
-    """The check's status from its rows: a wrong derivative fails everywhere; a backward that is not
-    differentiable with respect to some rows (no derivative in either mode) is a hazard (a warning under
-    `checks: all`, a fail when named); where finite differences measure rounding there is no verdict (a
-    skip under `checks: all`, a fail when named)."""
+    """The check's status from its rows, the same named or under `checks: all`: a wrong derivative fails, and
+    so does a backward that is not differentiable with respect to some rows (no derivative in either mode:
+    second derivatives through it come out silently zero); where finite differences measure rounding alone
+    there is no verdict (a skip under `checks: all`, a fail when named: ``unsupported``)."""
     failing = [r for r in rows if r.status is Status.FAIL]
     unjudged = [r for r in failing if r.name in imprecise and r not in lost]
     hazard = (
         f"backward is not differentiable with respect to {labels(lost)} (neither forward nor reverse mode "
         "finds a derivative of backward where finite differences do): second derivatives through it come out "
-        "silently zero or partial; compute what backward uses inside backward with differentiable torch ops, "
-        "or mark it @once_differentiable"
+        f"silently zero or partial; {ONCE_FIX}, or compute what backward uses inside backward with "
+        "differentiable torch ops"
     )
-    if not ctx.named:
-        for r in lost:
-            r.status, r.reason = Status.SKIP, "backward is not differentiable with respect to it"
-        if lost:
-            result.warnings.append(hazard)
     wrong = [r for r in failing if r not in lost and r not in unjudged]
-    if not wrong and (lost or unjudged):
+    if not wrong and not lost and unjudged:
         told = [f"{label(r)}: {r.diagnosis}" for r in unjudged]
-        if lost:
-            return _hazard(ctx, result, "; ".join([hazard] + told), start, "see the message")
         return unsupported(result, "; ".join(told), start, ctx.named, "not judged: finite differences measure rounding")
 
     def sentence(r: InputReport) -> str:
         if r in lost:
-            return f"{hazard}{NAMED}"
+            return hazard
         if r in unjudged:
             return f"{label(r)}: {r.diagnosis}"
         what = f"the forward-mode derivative of {reversed_(order)} along {label(r)} is wrong"

@@ -62,14 +62,20 @@ def skip(
     return result
 
 
+# the one difference between a check named and reached through `all` (``unsupported``): contract section 4
+NAMED_FAILS = "; this check was named explicitly, so that fails (`checks: all` skips it)"
+
+
 def unsupported(
     result: CheckResult, reason: str, start: float, named: bool, row_reason: str = "see the message"
 ) -> CheckResult:
-    """The Function cannot support this check (no jvp, @once_differentiable): a FAIL when the check
-    was named explicitly, so CI never goes green on a property that was asked for, and a SKIP under
-    ``checks: all`` (every applicable check)."""
+    """The Function cannot support this check (no jvp, @once_differentiable, a double backward that raises
+    in use) or finite differences cannot judge it: a FAIL when the check was named explicitly, so CI never
+    goes green on a property that was asked for, and a SKIP under ``checks: all`` (every applicable check),
+    with the same reason and rows. Never for what is wrong: a wrong or silently wrong value fails named or
+    under `all` alike (the case's verdict is the worst of its checks, so `all` is never laxer)."""
     if named:
-        reason += "; this check was named explicitly, so that fails (`checks: all` skips it)"
+        reason += NAMED_FAILS
     return skip(result, reason, start, Status.FAIL if named else Status.SKIP, row_reason)
 
 

@@ -18,6 +18,7 @@ import gradcheck_cli
 from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import backward
 from gradcheck_cli.checks.base import MEMORY_BYTES, CheckContext, Options
+from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Tolerance
 from gradcheck_cli.target import Target
 
@@ -386,29 +387,29 @@ class RaisesInHelper(TimesTwo):
         return helper_that_raises(g)
 
 
+def test_forward_raising_is_an_error_result_with_its_location():
+    r = run(RaisesInForward, rand(3))
+    assert status(r) == "error" and r.error is not None and r.error.kind == "forward"
+    assert "forward exploded on purpose" in r.error.message and "ValueError" in r.error.message
+    assert r.error.where is not None and f"{THIS_FILE}:{line_of('# RAISE-FORWARD')}" in r.error.where, r.error.where
+
+
 @pytest.mark.parametrize(
-    "fn, kind, text, marker",
+    "fn, text, marker",
     [
-        (RaisesInForward, "forward", "forward exploded on purpose", "# RAISE-FORWARD"),
-        (RaisesInBackward, "backward", "backward exploded on purpose", "# RAISE-BACKWARD"),
-        (RaisesInHelper, "backward", "helper exploded on purpose", "# RAISE-HELPER"),
+        (RaisesInBackward, "KeyError: 'backward exploded on purpose'", "# RAISE-BACKWARD"),
+        (RaisesInHelper, "ZeroDivisionError: helper exploded on purpose", "# RAISE-HELPER"),
     ],
 )
-def test_user_exception_is_an_error_result_with_its_location(fn, kind, text, marker):
+def test_backward_raising_on_valid_inputs_is_a_fail_with_its_location(fn, text, marker):
+    """a fail of kind backward, not an error (issue 44): forward ran, and backward raised on what it gave"""
     r = run(fn, rand(3))
-    assert status(r) == "error"
-    assert r.error is not None
-    assert r.error.kind == kind
-    assert text in r.error.message
-    assert r.error.where is not None
-    assert f"{THIS_FILE}:{line_of(marker)}" in r.error.where, r.error.where
-
-
-def test_exception_type_is_named():
-    r = run(RaisesInBackward, rand(3))
-    assert "KeyError" in r.error.message
-    r = run(RaisesInForward, rand(3))
-    assert "ValueError" in r.error.message
+    assert status(r) == "fail" and r.error is None
+    (found,) = r.checks
+    assert found.message.startswith(f"backward raised {text} at "), found.message
+    assert f"{THIS_FILE}:{line_of(marker)}" in found.message, found.message
+    assert "backward raises on inputs that forward accepts" in found.message
+    assert [(row.status, row.reason) for row in found.inputs] == [(Status.SKIP, "backward raised (see the message)")]
 
 
 def test_library_api_does_not_raise_for_bad_arguments():

@@ -1,6 +1,8 @@
-"""double_backward's verdict on a correct first-order backward that is not differentiable (issue 28):
-under `checks: all` a skip with the hazard as a warning, named a fail; a differentiable backward whose
-second derivative is wrong fails either way. A labelled truth set."""
+"""double_backward's verdict on a correct first-order backward that is not differentiable (issue 28): its
+second derivatives come out silently zero, a fail named or under `checks: all` alike (issue 44); one whose
+double backward raises in use (`out=`, @once_differentiable) skips under `all` and fails named; a
+differentiable backward whose second derivative is wrong fails either way. The truth set is in
+tests/truth_sets.py."""
 
 from __future__ import annotations
 
@@ -12,198 +14,21 @@ import torch
 
 from gradcheck_cli import runner, spec
 from gradcheck_cli.results import Status
+from tests.truth_sets import (
+    DOMAIN_EDGE,
+    FLOAT32,
+    LINEAR,
+    LINEAR32,
+    NOT_DIFFERENTIABLE,
+    RIGHT,
+    TRUTH,
+    WRONG_JVP,
+    WRONG_SECOND,
+    X,
+)
+from tests.truth_sets import NOT_DIFFERENTIABLE_MODULE as MODULE
 
-MODULE = '''
-import numpy as np
-import torch
-
-class SavedExp(torch.autograd.Function):
-    """forward's output saved: autograd differentiates backward through the Function itself"""
-    @staticmethod
-    def forward(ctx, x):
-        y = x.exp()
-        ctx.save_for_backward(y)
-        return y
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return g * y
-
-class DetachedSquare(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 2 * x.detach()
-
-class NumpySine(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sin()
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * torch.from_numpy(np.cos(x.detach().numpy()))
-
-class NoGradCube(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x ** 3
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        with torch.no_grad():
-            d = 3 * x * x
-        return g * d
-
-class SavedTanh(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = torch.tanh(x)
-        ctx.save_for_backward(y)
-        return y
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return g * (1 - y * y)
-
-class WrongSecondDerivative(torch.autograd.Function):
-    """backward's value is right (2 x g) but its derivative in x has 5 g too much: differentiable, wrong"""
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * (2 * x + 5 * (x - x.detach()))
-
-class RightSquare(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 2 * x
-
-# ------------------------------------------------ more correct first-order backwards that are not differentiable
-
-class SavedCos(torch.autograd.Function):
-    """sin, with cos computed in forward (no graph there) and saved"""
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x.cos())
-        return x.sin()
-    @staticmethod
-    def backward(ctx, g):
-        (c,) = ctx.saved_tensors
-        return g * c
-
-class DataSquare(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 2 * x.data
-
-class SavedSigmoidSlope(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        s = torch.sigmoid(x)
-        ctx.save_for_backward(s * (1 - s))
-        return s
-    @staticmethod
-    def backward(ctx, g):
-        (slope,) = ctx.saved_tensors
-        return g * slope
-
-class NumpyTanh(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return torch.tanh(x)
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        t = torch.from_numpy(np.tanh(x.detach().cpu().numpy())).to(x)
-        return g * (1 - t * t)
-
-class TolistCube(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x ** 3
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 3 * torch.tensor(x.tolist(), dtype=x.dtype) ** 2
-
-class MaskedReluSquare(torch.autograd.Function):
-    """relu(x)^2, with the mask and the slope 2 relu(x) made in forward"""
-    @staticmethod
-    def forward(ctx, x):
-        mask = x > 0
-        ctx.save_for_backward(mask, 2 * x * mask)
-        return (x * mask) ** 2
-    @staticmethod
-    def backward(ctx, g):
-        mask, slope = ctx.saved_tensors
-        return g * slope * mask
-
-class ArgmaxSquare(torch.autograd.Function):
-    """(max over the last dim)^2, its argmax index and the max saved from forward"""
-    @staticmethod
-    def forward(ctx, x):
-        m, idx = x.max(-1, keepdim=True)
-        ctx.save_for_backward(idx, m)
-        ctx.shape = x.shape
-        return (m * m).squeeze(-1)
-    @staticmethod
-    def backward(ctx, g):
-        idx, m = ctx.saved_tensors
-        out = torch.zeros(ctx.shape, dtype=g.dtype)
-        return out.scatter(-1, idx, 2 * m * g.unsqueeze(-1))
-
-class OutMulSquare(torch.autograd.Function):
-    """backward writes with out=, which autograd cannot record"""
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x * x
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        buf = torch.empty_like(x)
-        torch.mul(x, 2, out=buf)
-        return g * buf
-'''
-
-NOT_DIFFERENTIABLE = [
-    "DetachedSquare",
-    "NumpySine",
-    "NoGradCube",
-    "SavedCos",
-    "DataSquare",
-    "SavedSigmoidSlope",
-    "NumpyTanh",
-    "TolistCube",
-    "MaskedReluSquare",
-    "ArgmaxSquare",
-    "OutMulSquare",
-]
-# an output saved for backward stays in the graph (autograd differentiates through the Function again),
-# so these are differentiable and right: they must pass, never be called "not differentiable"
-RIGHT = ["RightSquare", "SavedExp", "SavedTanh"]
+# the truth set (tests/truth_sets.py holds every check's, for the relations of tests/cli/test_selection_relations.py)
 
 
 def double_backward(user_module, write_spec, function, checks):
@@ -221,18 +46,35 @@ def double_backward(user_module, write_spec, function, checks):
     return result, next(c for c in result.checks if c.check == "double_backward")
 
 
-@pytest.mark.parametrize("function", NOT_DIFFERENTIABLE)
-def test_a_correct_backward_that_is_not_differentiable_is_a_warning_under_all(user_module, write_spec, function):
+SILENT = [f for f in NOT_DIFFERENTIABLE if f != "OutMulSquare"]  # OutMulSquare: double backward raises in use
+
+
+@pytest.mark.parametrize("function", SILENT)
+def test_a_correct_backward_that_is_silently_not_differentiable_fails_under_all_as_named(
+    user_module, write_spec, function
+):
+    """its Hessian-vector products and gradient penalties come out silently zero (PyTorch issue 104040): a
+    fail under `all` too, in the words of the named check (issue 44; it was a skip with a warning)"""
     result, found = double_backward(user_module, write_spec, function, "all")
-    assert found.status is Status.SKIP, found.message
-    if function == "OutMulSquare":  # autograd cannot even record backward's graph: the hazard is that it raises
-        assert found.message.startswith("backward cannot be differentiated") and "out=" in found.message
-        assert any("@once_differentiable" in w for w in found.warnings)
-    else:
-        assert "backward is not differentiable with respect to 'x' and not marked @once_differentiable" in found.message
-        assert any("come out silently zero or partial" in w for w in found.warnings)
-    assert "wrong" not in found.message
+    assert found.status is Status.FAIL, found.message
+    assert "backward is not differentiable with respect to 'x' and not marked @once_differentiable" in found.message
+    assert "come out silently zero or partial" in found.message and "that one decorator is the fix" in found.message
+    assert "wrong" not in found.message.split(";")[0]
     assert next(c for c in result.checks if c.check == "backward").status is Status.PASS
+    _, named = double_backward(user_module, write_spec, function, "[double_backward]")
+    assert (found.status, found.message, found.inputs) == (named.status, named.message, named.inputs)
+
+
+@pytest.mark.parametrize("checks", ["all", "[double_backward]"])
+def test_a_backward_whose_graph_autograd_cannot_record_skips_under_all_and_fails_named(user_module, write_spec, checks):
+    """`out=` makes double backward raise in use (not a silent zero), as @once_differentiable does"""
+    _, found = double_backward(user_module, write_spec, "OutMulSquare", checks)
+    assert found.message.startswith("backward cannot be differentiated") and "out=" in found.message
+    assert "that one decorator is the fix" in found.message
+    if checks == "all":
+        assert found.status is Status.SKIP and any("@once_differentiable" in w for w in found.warnings)
+    else:
+        assert found.status is Status.FAIL and "named explicitly" in found.message
 
 
 @pytest.mark.parametrize("function", NOT_DIFFERENTIABLE + RIGHT + ["WrongSecondDerivative"])
@@ -245,16 +87,14 @@ def test_the_labels_agree_with_torch(user_module, function):
     assert _gradgradcheck(fn.apply, (x,)) is (function in RIGHT)
 
 
-@pytest.mark.parametrize("function", NOT_DIFFERENTIABLE)
+@pytest.mark.parametrize("function", SILENT)
 def test_the_same_backward_fails_when_double_backward_is_named(user_module, write_spec, function):
-    """with the words `checks: all` warns with (it said "the derivative of backward ... is wrong")"""
+    """named, the hazard's words (it said "the derivative of backward ... is wrong")"""
     _, found = double_backward(user_module, write_spec, function, "[double_backward]")
     assert found.status is Status.FAIL, found.message
-    if function != "OutMulSquare":
-        assert found.message.startswith("backward is not differentiable with respect to 'x"), found.message
-        assert "come out silently zero or partial" in found.message
-        assert "this check was named explicitly, so that fails (`checks: all` makes it a warning)" in found.message
-        assert "is wrong" not in found.message
+    assert found.message.startswith("backward is not differentiable with respect to 'x"), found.message
+    assert "come out silently zero or partial" in found.message
+    assert "named explicitly" not in found.message and "is wrong" not in found.message
 
 
 @pytest.mark.parametrize("checks", ["all", "[double_backward]"])
@@ -281,309 +121,6 @@ def _gradgradcheck(fn: Callable[..., Any], args: tuple[Any, ...], **tolerance: f
 
 # ------------------------------------------------ float32, domain edges, broken: the truth set of double_backward,
 # forward_ad and undefined_grad (issue 28)
-
-TRUTH = '''
-import torch
-
-def _save(ctx, *tensors):
-    ctx.save_for_backward(*tensors)
-    ctx.save_for_forward(*tensors)
-
-class Square(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return x * x
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * 2 * x
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t * 2 * x
-
-class Sin(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return x.sin()
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.cos()
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t * x.cos()
-
-class Softplus(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return torch.nn.functional.softplus(x)
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * torch.sigmoid(x)
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t * torch.sigmoid(x)
-
-class Linear(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w):
-        _save(ctx, x, w)
-        return x @ w.t()
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        return g @ w, g.t() @ x
-    @staticmethod
-    def jvp(ctx, tx, tw):
-        x, w = ctx.saved_tensors
-        return tx @ w.t() + x @ tw.t()
-
-class CastExp(torch.autograd.Function):
-    """computes in float32 inside, whatever the input's dtype"""
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return x.float().exp().to(x.dtype)
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.float().exp().to(x.dtype)
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t * x.float().exp().to(x.dtype)
-
-class CastTanh(torch.autograd.Function):
-    """computes in float32 inside"""
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return x.float().tanh().to(x.dtype)
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        t = x.float().tanh().to(x.dtype)
-        return g * (1 - t * t)
-    @staticmethod
-    def jvp(ctx, tangent):
-        (x,) = ctx.saved_tensors
-        t = x.float().tanh().to(x.dtype)
-        return tangent * (1 - t * t)
-
-class Sqrt(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return x.sqrt()
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g / (2 * x.sqrt())
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t / (2 * x.sqrt())
-
-class Log(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return x.log()
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g / x
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t / x
-
-class Acos(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return x.acos()
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return -g / (1 - x * x).sqrt()
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return -t / (1 - x * x).sqrt()
-
-class Relu(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return x.clamp(min=0)
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * (x > 0).to(g.dtype)
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t * (x > 0).to(t.dtype)
-
-class Abs(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        _save(ctx, x)
-        return x.abs()
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * x.sign()
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t * x.sign()
-
-class Entmax15(torch.autograd.Function):
-    """1.5-entmax over the last dim (sparse support); backward uses sqrt(y), at 0 off the support"""
-    @staticmethod
-    def forward(ctx, x):
-        x = x / 2
-        x = x - x.max(-1, keepdim=True).values
-        xs, _ = torch.sort(x, dim=-1, descending=True)
-        rho = torch.arange(1, x.shape[-1] + 1, dtype=x.dtype)
-        mean = xs.cumsum(-1) / rho
-        mean_sq = (xs ** 2).cumsum(-1) / rho
-        delta = (1 - rho * (mean_sq - mean ** 2)) / rho
-        tau = mean - delta.clamp(min=0).sqrt()
-        support = (tau <= xs).sum(-1, keepdim=True)
-        y = (x - tau.gather(-1, support - 1)).clamp(min=0) ** 2
-        ctx.save_for_backward(y)
-        return y
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        gppr = y.sqrt()
-        dx = g * gppr
-        q = dx.sum(-1, keepdim=True) / gppr.sum(-1, keepdim=True)
-        return dx - q * gppr
-
-# ------------------------------------------------ broken
-
-class SinWrongSecond(torch.autograd.Function):
-    """backward's value is right, its derivative in x has 0.3 g cos x too much"""
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sin()
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g * (x.cos() + 0.3 * (x.sin() - x.sin().detach()))
-
-class LinearWrongSecond(torch.autograd.Function):
-    """the gradient of w is right in value, but its derivative in grad_output is doubled"""
-    @staticmethod
-    def forward(ctx, x, w):
-        ctx.save_for_backward(x, w)
-        return x @ w.t()
-    @staticmethod
-    def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        return g @ w, (2 * g - g.detach()).t() @ x
-
-class SqrtWrongSecond(torch.autograd.Function):
-    """near sqrt's domain edge, and wrong there too"""
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.sqrt()
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        return g / (2 * x.sqrt()) * (1 + 2 * (x - x.detach()) / x.detach())
-
-class CastExpWrongSecond(torch.autograd.Function):
-    """computes in float32 inside; backward's derivative is 1.1x"""
-    @staticmethod
-    def forward(ctx, x):
-        ctx.save_for_backward(x)
-        return x.float().exp().to(x.dtype)
-    @staticmethod
-    def backward(ctx, g):
-        (x,) = ctx.saved_tensors
-        e = x.float().exp().to(x.dtype)
-        return g * (e + 0.1 * (e - e.detach()))
-
-class SquareJvpTwice(Square):
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return t * 4 * x
-
-class LinearJvpDropsW(Linear):
-    @staticmethod
-    def jvp(ctx, tx, tw):
-        x, w = ctx.saved_tensors
-        return tx @ w.t()
-
-class SinJvpSign(Sin):
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return -t * x.cos()
-
-class CastExpJvpOff(CastExp):
-    @staticmethod
-    def jvp(ctx, t):
-        (x,) = ctx.saved_tensors
-        return 1.1 * t * x.float().exp().to(x.dtype)
-
-class TwoOutputsCrashOnNone(torch.autograd.Function):
-    """two outputs; backward multiplies each grad_output, which is None when the loss does not use its output"""
-    @staticmethod
-    def forward(ctx, x):
-        ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x)
-        return x * 2, x * x
-    @staticmethod
-    def backward(ctx, ga, gb):
-        (x,) = ctx.saved_tensors
-        return ga.mul(2) + gb.mul(2 * x)
-'''
-
-X = "[{name: x, shape: [3, 4]}]"
-X32 = "[{name: x, shape: [3, 4], dtype: float32}]"
-LINEAR32 = "[{name: x, shape: [3, 4], dtype: float32}, {name: w, shape: [5, 4], dtype: float32}]"
-LINEAR = "[{name: x, shape: [3, 4]}, {name: w, shape: [5, 4]}]"
-# correct Functions that run in float32, or compute in float32 inside
-FLOAT32 = [("Square", X32), ("Sin", X32), ("Softplus", X32), ("Linear", LINEAR32), ("CastExp", X), ("CastTanh", X)]
-# correct Functions at or within eps of a kink or domain edge of backward (or of an operation inside it)
-DOMAIN_EDGE = [
-    ("Sqrt", "[{name: x, shape: [6], dist: uniform, low: 0.0, high: 1.0e-5}]"),
-    ("Log", "[{name: x, data: [1.0e-7, 1.0, 4.0, 5.0e-7]}]"),
-    ("Acos", "[{name: x, data: [0.9999999, 0.5, -0.9999995]}]"),
-    ("Relu", "[{name: x, data: [0.0, 1.0, -2.0, 1.0e-7]}]"),
-    ("Abs", "[{name: x, data: [4.0e-7, 1.5, -2.0, -3.0e-7]}]"),
-    ("Entmax15", "[{name: x, shape: [3, 5]}]"),
-]
-WRONG_SECOND = [
-    ("SinWrongSecond", X),
-    ("SinWrongSecond", X32),
-    ("LinearWrongSecond", LINEAR),
-    ("SqrtWrongSecond", "[{name: x, shape: [6], dist: uniform, low: 0.0, high: 1.0e-5}]"),
-    ("CastExpWrongSecond", X),
-]
-WRONG_JVP = [
-    ("SquareJvpTwice", X),
-    ("SquareJvpTwice", X32),
-    ("LinearJvpDropsW", LINEAR),
-    ("SinJvpSign", X32),
-    ("CastExpJvpOff", X),
-]
 
 
 def judge(user_module, write_spec, function: str, inputs: str, checks: str) -> Any:

@@ -251,12 +251,17 @@ def test_a_backward_that_cannot_be_differentiated_fails_double_backward_and_the_
     assert message.startswith("backward cannot be differentiated") and "numpy()" in message
 
 
-def test_a_backward_that_always_raises_is_still_an_error(user_module, write_spec, invoke):
+def test_a_backward_that_always_raises_is_a_fail_of_kind_backward(user_module, write_spec, invoke):
+    """issue 44: it was an error of the case (exit 3, "a spec could not be checked"); forward ran and backward
+    raised on what it gave, so the Function is wrong (exit 1)"""
     user_module(NUMPY_BACKWARD)
     write_spec("function: usermod:AlwaysRaises\nchecks: [double_backward]\ninputs: [{shape: [3]}]\n", "specs/s.yaml")
     result = invoke("specs/s.yaml", "--no-isolate", "--format", "json")
-    assert result.exit_code == 3, result.output
-    assert json.loads(result.stdout)["results"][0]["error"]["kind"] == "backward"
+    assert result.exit_code == 1, result.output
+    (res,) = json.loads(result.stdout)["results"]
+    assert res["error"] is None and res["status"] == "fail"
+    (check,) = res["checks"]
+    assert check["message"].startswith("backward raised ValueError: broken backward at usermod.py:"), check["message"]
 
 
 def test_batched_on_a_64_dimensional_tensor_is_unsupported_not_a_wrong_gradient():
