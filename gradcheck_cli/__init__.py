@@ -85,6 +85,7 @@ def check(
     from .reporters import display  # noqa: F401  (the result shows itself as the reporters draw it)
     from .results import CaseResult, Status
     from .spec import REFERENCE_DTYPES, ReferenceRule, Tolerance
+    from .state import GUARD
     from .target import Target
 
     if checks is None:
@@ -166,7 +167,8 @@ def check(
             oracle=oracle,
             settings={"repeat": repeat, "order": order},
         )
-        with vmap_fallback_quiet():
+        # what fn changes of the process's global state is put back and named, as between the command's cases
+        with GUARD.preserved(result.warnings), vmap_fallback_quiet():
             result.checks.extend(runner.run_check(n, ctx) for n in names)
 
     return runner.guard(result, body)

@@ -358,6 +358,18 @@ class CheckFailed(Exception):
         self.result = result
 
 
+def _tell_state_notes(notes: list[str]) -> None:
+    """What the case changed of the process (the guard's notes) as warnings of the item, in pytest's warnings
+    summary: a passing item shows nothing else of its result, and under --gradcheck-no-isolate the process
+    changed is this one."""
+    import warnings
+
+    from .state import GlobalStateWarning, told
+
+    for note in told(notes):
+        warnings.warn(note, GlobalStateWarning, stacklevel=2)
+
+
 class CaseItem(pytest.Item):
     """One (case, device): checked in this process's worker (or in-process with --gradcheck-no-isolate);
     its status mapped onto pytest's outcomes."""
@@ -390,6 +402,7 @@ class CaseItem(pytest.Item):
                 finished.close()  # an interrupt ends the worker and what it started
         self.result = result
         result.replay = replay.command(task, result.seed)
+        _tell_state_notes(result.warnings)
         if result.status is Status.SKIP:
             reasons = dict.fromkeys(c.message for c in result.checks if c.message)
             self._skip("; ".join(reasons) or "no check applies")

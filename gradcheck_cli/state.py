@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from . import processes
+from . import processes, torch_state
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -60,6 +60,8 @@ class Switch:
     same: Callable[[Any, Any], bool] = _same
     show: Callable[[Any, Any], str] = lambda before, after: f" ({before} -> {after})"
     kept: Optional[Callable[[Any], bool]] = None  # a quick "still exactly ``before``", without reading it anew
+    # what importing a module changed cannot be set again for its later cases: told this instead of recorded
+    imported: Optional[Callable[[Any, Any], None]] = None
 
 
 def _deterministic() -> tuple[bool, bool]:
@@ -221,10 +223,20 @@ def _namespaces_kept(before: _Namespaces) -> bool:
     return True
 
 
+# names torch itself rebinds when a setting that has its own switch changes: torch.set_default_dtype (and
+# torch.set_default_tensor_type) make torch.Storage the storage class of the new default dtype
+_FOLLOWERS = frozenset({("torch", "Storage")})
+
+
 def _patchable(owner: str, name: str, value: Any) -> bool:
     """A function a user could monkeypatch; torch keeps caches and flags of its own in the other names
-    (private module globals, plain data), which change as torch works."""
-    return (owner in _CLASSES or not name.startswith("_")) and callable(value) and not isinstance(value, ModuleType)
+    (private module globals, plain data, _FOLLOWERS), which change as torch works."""
+    return (
+        (owner in _CLASSES or not name.startswith("_"))
+        and callable(value)
+        and not isinstance(value, ModuleType)
+        and (owner, name) not in _FOLLOWERS
+    )
 
 
 def _replaced_names(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
@@ -298,8 +310,101 @@ def _new_threads(before: set[Any], after: set[Any]) -> bool:
 
 def _handler(number: signal.Signals) -> Switch:
     return Switch(
-        f"the {number.name} handler", lambda: signal.getsignal(number), lambda handler: signal.signal(number, handler)
+        f"the {number.name} handler",
+        lambda: signal.getsignal(number),
+        lambda handler: signal.signal(number, handler),
+        show=lambda before, after: f" ({_handler_name(before)} -> {_handler_name(after)})",
     )
+
+
+def _handler_name(handler: Any) -> str:
+    """SIG_DFL, SIG_IGN, a function's name, or "set outside Python" (what signal.getsignal's None means)."""
+    if handler is None:
+        return "set outside Python"
+    return str(getattr(handler, "name", None) or getattr(handler, "__qualname__", None) or handler)
+
+
+# the signals whose handling a case may change and a later case depends on: SIGINT and SIGTERM end a run,
+# SIGCHLD set to be ignored reaps children before they can be waited for (the shrinker's, the probes'), and
+# the others end the process by default (a pending alarm with its default handler kills the next case)
+_SIGNALS = (
+    "SIGINT",
+    "SIGTERM",
+    "SIGCHLD",
+    "SIGALRM",
+    "SIGVTALRM",
+    "SIGPROF",
+    "SIGHUP",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGPIPE",
+)
+
+
+def _signal_switches() -> list[Switch]:
+    """The handlers of _SIGNALS (that this system has) and the interval timers: read in any thread, set only in
+    the main thread (where cases run but under the pytest plugin's threads)."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    out = [_handler(getattr(signal, name)) for name in _SIGNALS if hasattr(signal, name)]
+    out += [
+        Switch(
+            "signal.alarm / signal.setitimer" + ("" if name == "ITIMER_REAL" else f"({name})"),
+            torch_state.timer(which),
+            torch_state.put_timer(which),
+            same=torch_state.same_timer,
+            show=torch_state.show_timer,
+        )
+        for name, which in torch_state.TIMERS
+    ]
+    return out
+
+
+def _autograd_switches() -> list[Switch]:
+    """Autograd's hooks and levels: saved-tensor hooks left entered or disabled, global module hooks, forward-AD
+    levels left open, forward grad and autograd's worker threads turned off (where this torch has them)."""
+    c = torch._C
+    out = []
+    if torch_state.HAS_HOOK_STACK:
+        out.append(
+            Switch(
+                "torch.autograd.graph.saved_tensors_hooks left entered",
+                torch_state.saved_hooks,
+                torch_state.put_hooks,
+                same=torch_state.same_hooks,
+                show=torch_state.show_hooks,
+            )
+        )
+    if torch_state.HAS_HOOKS_DISABLED:
+        out.append(
+            Switch(
+                "torch.autograd.graph.disable_saved_tensors_hooks",
+                torch_state.hooks_disabled,
+                torch_state.put_hooks_disabled,
+            )
+        )
+    out += [
+        Switch(
+            "global nn.Module hooks (torch.nn.modules.module.register_module_*_hook)",
+            torch_state.module_hooks,
+            torch_state.put_module_hooks,
+            show=torch_state.show_module_hooks,
+        ),
+        Switch("a forward-AD dual level left open", torch_state.dual_level, torch_state.put_dual_level),
+    ]
+    if hasattr(c, "_is_fwd_grad_enabled") and hasattr(c, "_set_fwd_grad_enabled"):
+        out.append(
+            Switch(
+                "forward AD enabled (torch._C._set_fwd_grad_enabled)", c._is_fwd_grad_enabled, c._set_fwd_grad_enabled
+            )
+        )
+    if hasattr(c, "_is_multithreading_enabled") and hasattr(c, "_set_multithreading_enabled"):
+        out.append(
+            Switch(
+                "torch.autograd.set_multithreading_enabled", c._is_multithreading_enabled, c._set_multithreading_enabled
+            )
+        )
+    return out
 
 
 def _numpy_random() -> Optional[ModuleType]:
@@ -385,9 +490,17 @@ def _switches(only: Optional[tuple[str, ...]] = None) -> list[Switch]:
         ),
         Switch("torch's global random state", torch.get_rng_state, torch.set_rng_state, quiet=True),
         Switch("random's global state", random.getstate, random.setstate, quiet=True, same=operator.eq),
+        Switch(
+            "an operator's kernel overridden with torch.library",
+            torch_state.kernels,
+            torch_state.put_kernels,
+            same=torch_state.same_kernels,
+            show=torch_state.show_kernels,
+            imported=torch_state.seen_at_import,
+        ),
+        *_autograd_switches(),
+        *_signal_switches(),
     ]
-    if threading.current_thread() is threading.main_thread():
-        out += [_handler(number) for number in (signal.SIGINT, signal.SIGTERM)]
     numpy_random = _numpy_random()
     if numpy_random is not None:
         out.append(Switch("numpy's global random state", numpy_random.get_state, numpy_random.set_state, quiet=True))
@@ -435,6 +548,7 @@ _PER_CALL = (
     "torch.set_default_device",
     "a torch function mode left active",
     "a torch dispatch mode left active",
+    "a forward-AD dual level left open",  # the forward_ad check opens its own: torch allows one at a time
 )
 _FUNCTION_STACK = getattr(torch._C, "_len_torch_function_stack", None)
 _DISPATCH_STACK = getattr(torch._C, "_len_torch_dispatch_stack", None)
@@ -453,7 +567,7 @@ def _per_call_quick() -> Optional[tuple[Any, ...]]:
         or _FUNCTION_STACK()
     ):
         return None  # (another torch, without these private readers: the full reading)
-    return torch.is_grad_enabled(), torch.get_default_dtype(), None, 0, _DISPATCH_STACK()
+    return torch.is_grad_enabled(), torch.get_default_dtype(), None, 0, _DISPATCH_STACK(), torch_state.dual_level()
 
 
 def snapshot() -> Snapshot:
@@ -462,13 +576,19 @@ def snapshot() -> Snapshot:
 
 
 def changes(since: Snapshot) -> Snapshot:
-    """What changed since ``since``, as the new values (``apply`` sets them again)."""
+    """What changed since ``since``, as the new values (``apply`` sets them again). A change that cannot be
+    made again (a kernel override: its kernel cannot be registered anew) is told to its switch's ``imported``
+    instead (the guard then leaves it in place and names it as what it could not put back)."""
     out = []
     for switch, before in since:
         if _kept(switch, before):
             continue
         after = _read(switch)
-        if not _unchanged(switch, before, after) and switch.put is not None and after is not _UNREADABLE:
+        if _unchanged(switch, before, after) or switch.put is None or after is _UNREADABLE:
+            continue
+        if switch.imported is not None:
+            switch.imported(before, after)
+        else:
             out.append((switch, after))
     return out
 
@@ -478,6 +598,19 @@ def apply(values: Snapshot) -> None:
     for switch, value in values:
         assert switch.put is not None
         switch.put(value)
+
+
+CHANGED = "the code under test changed global state"  # how the guard's notes begin (``told``)
+
+
+class GlobalStateWarning(UserWarning):
+    """A guard's note shown as a Python warning where results' warnings are not shown (the pytest plugin's
+    passing items)."""
+
+
+def told(notes: list[str]) -> list[str]:
+    """The guard's notes among a result's warnings: what the code under test changed of the process."""
+    return [note for note in notes if note.startswith(CHANGED)]
 
 
 def _note(notes: list[str], text: str) -> None:
@@ -618,7 +751,7 @@ class Guard:
         if changed:
             _note(
                 notes,
-                f"the code under test changed global state and left it changed: {'; '.join(changed)}. "
+                f"{CHANGED} and left it changed: {'; '.join(changed)}. "
                 "gradcheck-cli put it back after the case, so other cases do not see it; a Function "
                 "should restore what it changes (use the context-manager forms)",
             )
@@ -626,7 +759,7 @@ class Guard:
             self._tainted.extend(stuck)
             _note(
                 notes,
-                f"the code under test changed global state that cannot be put back: {'; '.join(stuck)}. "
+                f"{CHANGED} that cannot be put back: {'; '.join(stuck)}. "
                 "Cases checked after it in the same process may be affected (isolated workers are "
                 "replaced before their next case)",
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -21,6 +22,7 @@ from gradcheck_cli import state
 
 SOURCE = """
 import os
+import signal
 import sys
 import tempfile
 
@@ -479,3 +481,226 @@ def test_flush_denormal_and_print_options_are_read_without_a_getter(change, said
     assert torch.tensor([1e-310], dtype=torch.float64).mul(1).item() != 0.0
     assert torch.tensor([1e-40], dtype=torch.float32).mul(1).item() != 0.0
     assert torch._tensor_str.PRINT_OPTS.sci_mode is None
+
+
+# ------------------------------------------------------------------ issue 44, item 6: the pieces added to the guard
+def _pack(t):
+    return t * 1.01
+
+
+def _unpack(t):
+    return t
+
+
+def _enter_hooks():
+    torch.autograd.graph.saved_tensors_hooks(_pack, _unpack).__enter__()
+
+
+def _register_forward_hook():
+    torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: out * 0)
+
+
+def _open_dual_level():
+    torch.autograd.forward_ad.enter_dual_level()
+
+
+def _top_hooks():
+    return torch._C._autograd._top_saved_tensors_default_hooks(True)
+
+
+LIBRARIES: list = []
+LEFT: list = []  # context managers entered and never exited (their generators not collected meanwhile)
+
+
+def _left_entered(manager):
+    LEFT.append(manager)
+    manager.__enter__()
+
+
+def _override_sin():
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("sin", lambda t: torch.ops.aten.cos.default(t), "CPU")
+    LIBRARIES.append(lib)  # held, as a user's module holds it: only the guard unregisters it
+
+
+def _sin_is_sin():
+    return torch.sin(torch.zeros(1)).item() == 0.0
+
+
+@pytest.mark.parametrize(
+    "change, restored, said",
+    [
+        (_enter_hooks, lambda: _top_hooks() is None, "torch.autograd.graph.saved_tensors_hooks left entered"),
+        (
+            lambda: _left_entered(torch.autograd.graph.disable_saved_tensors_hooks("no hooks here")),
+            lambda: torch._C._autograd._saved_tensors_hooks_get_disabled_error_message() is None,
+            "torch.autograd.graph.disable_saved_tensors_hooks (None -> no hooks here)",
+        ),
+        (
+            _register_forward_hook,
+            lambda: not torch.nn.modules.module._global_forward_hooks,
+            "global nn.Module hooks (torch.nn.modules.module.register_module_*_hook) (forward_hooks +1)",
+        ),
+        (_override_sin, _sin_is_sin, "an operator's kernel overridden with torch.library (aten::sin for CPU)"),
+        (
+            _open_dual_level,
+            lambda: torch.autograd.forward_ad._current_level == -1,
+            "a forward-AD dual level left open (-1 -> 0)",
+        ),
+        (
+            lambda: signal.signal(signal.SIGCHLD, signal.SIG_IGN),
+            lambda: signal.getsignal(signal.SIGCHLD) is signal.SIG_DFL,
+            "the SIGCHLD handler (SIG_DFL -> SIG_IGN)",
+        ),
+        (
+            lambda: signal.signal(signal.SIGALRM, signal.SIG_IGN),
+            lambda: signal.getsignal(signal.SIGALRM) is signal.SIG_DFL,
+            "the SIGALRM handler (SIG_DFL -> SIG_IGN)",
+        ),
+        (
+            lambda: signal.alarm(600),
+            lambda: signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0),
+            "signal.alarm / signal.setitimer (none pending -> pending",
+        ),
+        (
+            lambda: _left_entered(torch.autograd.set_multithreading_enabled(False)),
+            torch._C._is_multithreading_enabled,
+            "torch.autograd.set_multithreading_enabled (True -> False)",
+        ),
+    ],
+)
+def test_preserved_puts_back_the_hooks_kernels_levels_signals_and_timers_a_body_left(
+    monkeypatch, change, restored, said
+):
+    """Issue 44, item 6: each of these, left by one case, changed the next case's verdict in the same worker."""
+    if not hasattr(signal, "SIGCHLD"):
+        pytest.skip("no POSIX signals here")
+    monkeypatch.setattr(state.GUARD, "_tainted", [])
+    notes: list[str] = []
+    try:
+        with state.GUARD.preserved(notes):
+            change()
+        assert restored()
+        assert len(notes) == 1 and said in notes[0] and "put it back" in notes[0], notes
+        assert state.GUARD.tainted() == []
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def test_a_pending_timer_that_was_there_before_is_kept_counting_down(monkeypatch):
+    """An alarm pending before the block (pytest-timeout's, a caller's watchdog) is not the body's change: it
+    stays, and one the body cancelled is set again for what was left of it."""
+    monkeypatch.setattr(state.GUARD, "_tainted", [])
+    signal.setitimer(signal.ITIMER_REAL, 600)
+    try:
+        quiet: list[str] = []
+        with state.GUARD.preserved(quiet):
+            pass
+        assert quiet == [] and 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 600
+        notes: list[str] = []
+        with state.GUARD.preserved(notes):
+            signal.alarm(0)
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 600
+        assert len(notes) == 1 and "(pending, " in notes[0] and "-> none pending)" in notes[0], notes
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def test_hooks_entered_before_the_block_stay_and_hooks_it_popped_are_pushed_again():
+    outer = torch.autograd.graph.saved_tensors_hooks(_pack, _unpack)
+    with outer:
+        notes: list[str] = []
+        with state.GUARD.preserved(notes):
+            _enter_hooks()
+            _enter_hooks()
+        assert _top_hooks() == (_pack, _unpack) and len(notes) == 1
+        with state.GUARD.preserved(notes):
+            torch._C._autograd._pop_saved_tensors_default_hooks()
+        assert _top_hooks() == (_pack, _unpack)
+    assert _top_hooks() is None
+
+
+def test_kernels_torch_registers_and_operators_user_code_defines_are_not_overrides(monkeypatch):
+    """A module of torch imported during a case registers kernels of its own (torch._dynamo's hundreds), and a
+    user's own operator has its own kernels: neither changes another case, and neither is unregistered."""
+    monkeypatch.setattr(state.GUARD, "_tainted", [])
+    notes: list[str] = []
+    with state.GUARD.preserved(notes):
+        lib = torch.library.Library("gradcheck_state_test", "FRAGMENT")
+        lib.define("twice(Tensor x) -> Tensor")
+        lib.impl("twice", lambda t: t * 2, "CPU")
+    try:
+        assert notes == [] and torch.ops.gradcheck_state_test.twice(torch.ones(1)).item() == 2.0
+        before = state.torch_state.kernels()
+        torch_kernel = next(k for k in before.impls if k.startswith("aten/"))  # one torch registered itself
+        after = state.torch_state.Kernels(before.impls, before.defs)
+        assert state.torch_state.overrides(before._replace(impls=before.impls - {torch_kernel}), after) == []
+    finally:
+        lib._destroy()
+
+
+def test_a_kernel_override_made_by_an_import_stays_and_taints_the_process(monkeypatch):
+    """What importing a module overrode cannot be registered again for the module's later cases (as every other
+    import-time change is, runner._import_effects): it stays, named, and a worker is replaced before its next
+    case, so that no other module's case sees it."""
+    monkeypatch.setattr(state.GUARD, "_tainted", [])
+    monkeypatch.setattr(state.torch_state, "imported", set())
+    notes: list[str] = []
+    with state.GUARD.preserved(notes):
+        before = state.snapshot()
+        _override_sin()  # as a module's top level would, while the runner imports it
+        assert state.changes(before) == []  # nothing to set again: it is not undone
+    try:
+        assert not _sin_is_sin()
+        assert len(notes) == 1 and "cannot be put back" in notes[0] and "aten::sin for CPU" in notes[0], notes
+        assert state.GUARD.tainted() == ["an operator's kernel overridden with torch.library (aten::sin for CPU)"]
+    finally:
+        LIBRARIES.pop()._destroy()
+    assert _sin_is_sin()
+
+
+def test_a_call_that_leaves_a_dual_level_open_is_put_back_before_the_tool_opens_its_own():
+    """The forward_ad check opens a dual level of its own after calling forward; torch allows one at a time, so
+    one a call left open made the check an internal error (exit 4)."""
+    from gradcheck_cli.errors import guarded
+    from gradcheck_cli.results import ErrorKind
+
+    notes: list[str] = []
+    with state.GUARD.preserved(notes):
+        guarded(ErrorKind.FORWARD, "forward", _open_dual_level)
+        assert torch.autograd.forward_ad._current_level == -1
+        with torch.autograd.forward_ad.dual_level():
+            pass
+    assert len(notes) == 1 and "a forward-AD dual level left open (-1 -> 0)" in notes[0], notes
+
+
+def test_torch_storage_follows_the_default_dtype_and_is_no_monkeypatch():
+    """torch.set_default_dtype rebinds torch.Storage; a module's import-time default dtype, set again for its
+    second case in the same worker, was told as "torch's functions (monkeypatched) (torch.Storage)"."""
+    notes: list[str] = []
+    with state.GUARD.preserved(notes, ends_with_block=True):
+        torch.set_default_dtype(torch.float64)
+        with state.GUARD.preserved(notes, last=True):
+            pass
+    assert len(notes) == 1 and "monkeypatched" not in notes[0] and "torch.set_default_dtype" in notes[0], notes
+    assert torch.Storage is torch.FloatStorage
+
+
+def test_the_trust_model_page_lists_every_piece_the_guard_covers():
+    """docs/explanation/trust-model.md names each piece of process state as the guard's warnings name it."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "explanation" / "trust-model.md").read_text()
+    text = " ".join(page.split())  # the page's lines wrap
+    missing = []
+    for switch in state._switches():
+        name = switch.name
+        if name.startswith("the SIG") and name.endswith(" handler"):
+            name = name.removeprefix("the ").removesuffix(" handler")  # listed together: "the handlers of ..."
+        elif name.startswith("signal.alarm / signal.setitimer("):
+            name = "signal.alarm / signal.setitimer"
+        elif "random" in name:
+            name = "random states"
+        if name not in text:
+            missing.append(switch.name)
+    assert missing == []

@@ -31,9 +31,30 @@ SAID_AS = {  # where torch keeps one setting behind two names, the guard names t
 _undo: list[Callable[[], Any]] = []  # what a STUCK change leaves, undone after its test
 
 
-def _leave_entered(cm: Any) -> None:
+def _leave_entered(cm: Any, undo: bool = True) -> None:
+    """Enter ``cm`` and leave it entered (held: a context of a generator that is collected exits); ``undo``:
+    exit it after the test (what the guard cannot put back)."""
     cm.__enter__()
-    _undo.append(lambda: cm.__exit__(None, None, None))
+    _held.append(cm)
+    if undo:
+        _undo.append(lambda: cm.__exit__(None, None, None))
+
+
+_held: list[Any] = []
+
+
+def _pack(t: torch.Tensor) -> torch.Tensor:
+    return t * 1.01
+
+
+def _unpack(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def _override_kernel() -> None:
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("sin", lambda t: torch.ops.aten.cos.default(t), "CPU")
+    _held.append(lib)  # held, as a user's module holds it: only the guard unregisters it
 
 
 def _leave_mode(mode: Any) -> None:
@@ -94,6 +115,39 @@ ENTRIES: dict[str, tuple[Callable[[], Any], str]] = {
     "the SIGINT handler": (lambda: signal.signal(signal.SIGINT, lambda *_: None), PUT_BACK),
     "the SIGTERM handler": (lambda: signal.signal(signal.SIGTERM, lambda *_: None), PUT_BACK),
     "numpy's global random state": (_numpy_seed, QUIET),
+    # issue 44, item 6
+    "an operator's kernel overridden with torch.library": (_override_kernel, PUT_BACK),
+    "torch.autograd.graph.saved_tensors_hooks left entered": (
+        lambda: _leave_entered(torch.autograd.graph.saved_tensors_hooks(_pack, _unpack), undo=False),
+        PUT_BACK,
+    ),
+    "torch.autograd.graph.disable_saved_tensors_hooks": (
+        lambda: _leave_entered(torch.autograd.graph.disable_saved_tensors_hooks("off"), undo=False),
+        PUT_BACK,
+    ),
+    "global nn.Module hooks (torch.nn.modules.module.register_module_*_hook)": (
+        lambda: torch.nn.modules.module.register_module_full_backward_hook(lambda *_: None),
+        PUT_BACK,
+    ),
+    "a forward-AD dual level left open": (torch.autograd.forward_ad.enter_dual_level, PUT_BACK),
+    "forward AD enabled (torch._C._set_fwd_grad_enabled)": (lambda: torch._C._set_fwd_grad_enabled(False), PUT_BACK),
+    "torch.autograd.set_multithreading_enabled": (
+        lambda: _leave_entered(torch.autograd.set_multithreading_enabled(False), undo=False),
+        PUT_BACK,
+    ),
+    **{
+        f"the {name} handler": (lambda name=name: signal.signal(getattr(signal, name), lambda *_: None), PUT_BACK)
+        for name in ("SIGCHLD", "SIGALRM", "SIGVTALRM", "SIGPROF", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGPIPE")
+        if hasattr(signal, name)
+    },
+    **{
+        "signal.alarm / signal.setitimer" + ("" if which == "ITIMER_REAL" else f"({which})"): (
+            lambda which=which: signal.setitimer(getattr(signal, which), 600),
+            PUT_BACK,
+        )
+        for which in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF")
+        if hasattr(signal, which)
+    },
     "torch.cuda's random states": (lambda: torch.cuda.manual_seed_all(7), QUIET),
 }
 
