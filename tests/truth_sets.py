@@ -656,6 +656,9 @@ LABELLED: list[Labelled] = [
     *[Labelled("truthmod", f, _inputs(i), "forward_ad", False) for f, i in WRONG_JVP],
     Labelled("truthmod", "Square", _inputs(X), "undefined_grad", True),
     Labelled("truthmod", "TwoOutputsCrashOnNone", _inputs(X), "undefined_grad", False),
-    *[Labelled("", f, b, "compile", True) for f, b in compile_truth.RIGHT_IN_PLACE + compile_truth.RIGHT_STATEFUL],
-    *[Labelled("", f, b, "compile", False) for f, b, _ in compile_truth.BROKEN],
+    *[
+        Labelled("", f, b, "compile", True)
+        for f, b in compile_truth.RIGHT_IN_PLACE + compile_truth.RIGHT_PLAIN + compile_truth.RIGHT_STATEFUL
+    ],
+    *[Labelled("", f, b, "compile", False) for f, b, *_ in compile_truth.BROKEN],
 ]
