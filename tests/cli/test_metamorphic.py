@@ -53,7 +53,8 @@ def _gradcheck(cwd: Path, *args: str) -> dict[str, Any]:
         text=True,
         timeout=1800,
     )
-    assert done.returncode in (0, 1), f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    said = f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode in (0, 1) and done.stdout.strip(), said
     return json.loads(done.stdout)
 
 
@@ -68,7 +69,7 @@ def _labelled(case: Case, result: dict[str, Any]) -> None:
 
 # ------------------------------------------------------- one process against distributed: {world_size: 1}
 
-WORST = re.compile(r" \(worst [^()]*\)")  # where a failing row's worst entry is, in the message's words
+WORST = re.compile(r" \((worst|e\.g\.) [^()]*\)")  # where a failing row's worst entry is, in the message's words
 
 
 def _one_rank(result: dict[str, Any]) -> tuple[Any, list[str]]:
