@@ -15,30 +15,33 @@ spacing 2**(E - B + 1) at magnitude 2**E. Fewer bits are told by the values them
 result scaled in float64, a decimal rounding) are not seen: an exact gcd of the samples'
 differences would find them, but in floating point it also finds false steps in smooth functions.
 
-A float64 check of a forward that computes in float32 inside is judged again at a larger step
-(``judged_step``), chosen from the function's own curvature, never fixed: a central difference
+A float64 check of a forward that computes in float32 inside is judged again at a larger step,
+chosen from the function's own curvature (``judged_step``), never fixed: a central difference
 D(h) = (f(x + h) - f(x - h)) / 2h is off by its truncation error h**2 f''' / 6 plus its rounding
 error (each output off by up to half its grid step s: s / 2h), and at h = 1e-2 the first alone is
-0.17% for sin(10 x), beyond rtol. For each step h of ``CANDIDATES`` above the spec's eps, a few
-sampled input elements give D(h) and D(h / 2); D(h) - D(h / 2) is 3/4 of D(h)'s truncation error
-plus both rounding errors, so the error bound of D(h) per output entry is taken as
+0.17% for sin(10 x), beyond rtol. For each step h of ``CANDIDATES`` and ``CANDIDATES`` times the
+argument's largest magnitude, above the spec's eps, ``SAMPLED`` input elements give D(h) and
+D(h / 2). D(h) - D(h / 2) is 3/4 of D(h)'s truncation error plus both steps' rounding, so the error
+bound of D(h) per output entry is taken as (``bounded``)
 
-    E(h) = 2 |D(h) - D(h / 2)| + s / h
+    E(h) = 2 |D(h) - D(h / 2)| + s / 2h + |D(h)| s_x / h
 
-(8/3 of the truncation, about twice the rounding the two steps show, twice the grid's worst case).
-The step taken is the one whose bound takes the smallest ``share`` of the tolerance
-atol + rtol |D(h)| (the largest share over the sampled entries). The row is then judged at that
-step with the tolerance narrowed and widened by the share. Where |t - D(h)| <= E <= share * tol
-for the true derivative t: an entry within (1 - share) tol has |a - t| <= tol, the verdict the
-exact derivative gives, so every entry within it is a pass; an entry beyond (1 + share) tol has
-|a - t| > tol, a fail. Otherwise, or where the share is ``UNRESOLVED`` or more (a right backward
-could not be told from one wrong by rtol), the finite differences cannot decide: no verdict,
-never a pass. A factor 1 + rtol exactly (0.1%) is the tolerance's own edge: no verdict there; a
-factor r with |r - 1| > rtol (1 + 2 share) + (1 + 2 share) atol / |t| fails.
+(8/3 of the truncation, about twice the rounding the two steps show, the grid's worst case for
+the outputs, and for a forward that reads x in float32 the points' own displacement, s_x / 2 with
+s_x the grid's spacing at x). The step taken is the one whose bound takes the smallest share of the
+tolerance atol + rtol |D(h)| over the sampled entries. Then every element is judged by its own
+bound at that step (``decide``): for any true derivative t within E of D, an entry with
+|a - D| <= atol + rtol |D| - E has |a - t| within the tolerance (the exact derivative's verdict is a
+pass), one with |a - D| > atol + rtol |D| + E has it beyond (a fail). An argument passes where every
+entry is within, fails where one is beyond, and otherwise the finite differences cannot decide: no
+verdict, never a pass. A factor 1 + rtol exactly (0.1%) is the tolerance's own edge, within it by
+atol's margin: there the words say the check cannot decide wherever E exceeds that margin.
 
-For the next contributor: the bound is an estimate from sampled elements (their curvature stands
-for the others'); keep it an overestimate (the factor 2, the grid's worst case), and never let a row
-that is not within the narrowed tolerance pass.
+For the next contributor: the bound is an estimate (the sampled elements' curvature chooses the
+step; each element's own two steps bound its error); keep every term an overestimate, and never let
+an element that is not within the tolerance less its bound pass. An entry that does not move at
+any of the four points has D = 0 and bound 0 (its derivative is below s / h): the structural zeros
+of a Jacobian column.
 
 Pure torch, no I/O.
 """
@@ -61,9 +64,9 @@ GRIDS = ((8, "bfloat16"), (11, "float16"), (24, "float32"))
 STEPS = (1e-3, 1e-2)  # the steps at which a forward that computes in low precision is judged again
 WELL_BELOW = 10  # there the central difference's rounding error, step / 2 eps, is at most atol / WELL_BELOW
 MAX_EPS = 1e-2  # no larger step is advised: its truncation error eps**2 f''' / 6 nears rtol for ordinary f
-CANDIDATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # the steps a judgement again chooses from (``judged_step``)
+CANDIDATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # the steps a judgement again chooses from, and these times |x|
+SCALE_FREE = (0.1, 10.0)  # inputs of largest magnitude in here are tried at CANDIDATES only, others also at |x| times
 SAMPLED = 8  # input elements whose differences at two steps estimate the bound
-UNRESOLVED = 0.5  # the share of the tolerance at which the bound cannot tell a right backward from a wrong one
 
 
 def significant_bits(v: torch.Tensor) -> torch.Tensor:
@@ -175,17 +178,26 @@ def bounded(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(D(h), E(h)) for real element ``col`` of ``x`` (a tensor inside ``values``, moved in place and
     put back), per output entry at ``positions``: the central difference at ``h`` and its error
-    bound E = 2 |D(h) - D(h/2)| + s / 2h, s the entry's grid step (``_grid``; see the module's
-    docstring). A bound that is not finite is infinite."""
-    element = elements(x)
+    bound E = 2 |D(h) - D(h/2)| + s / 2h + |D(h)| s_x / h, s the entry's grid step (``_grid``; see the
+    module's docstring) and s_x that grid's spacing at x (a forward that reads x in float32 moves
+    the points themselves by up to s_x / 2); 0 for an entry that does not move at any of the four
+    points (its derivative is below s / h, as one that does not depend on the element: zero up to
+    that). A bound that is not finite is infinite."""
+    element = elements(x)(col)
     ys = torch.stack(
         [
-            call_moved(call, values, element(col).to(k), lambda outputs: outputs_vector(outputs, positions).cpu())
+            call_moved(call, values, element.to(k), lambda outputs: outputs_vector(outputs, positions).cpu())
             for k in (-h, h, -h / 2, h / 2)
         ]
     ).to(torch.float64)
     d, half = (ys[1] - ys[0]) / (2 * h), (ys[3] - ys[2]) / h
-    return d, torch.nan_to_num(2 * (d - half).abs() + _grid(ys) / (2 * h), nan=math.inf)
+    grid, bits = _grid(ys)
+    # the points x +- h read in the grid's format are off by up to half its spacing at x: D(h) by that / h, relative
+    x0 = element.x0
+    moved = 2.0 ** (math.floor(math.log2(abs(x0))) - bits + 1) if x0 and math.isfinite(x0) else 0.0
+    still = (ys == ys[0]).all(0)  # an entry that does not move at any of the four points: D is exactly 0
+    bound = torch.where(still, 0.0, 2 * (d - half).abs() + grid / (2 * h) + d.abs() * moved / h)
+    return d, torch.nan_to_num(bound, nan=math.inf)
 
 
 def judged_step(
@@ -198,12 +210,20 @@ def judged_step(
     atol: float,
     rtol: float,
 ) -> Judged | None:
-    """The step of ``CANDIDATES`` above ``eps`` whose error bound (``bounded``) takes the smallest
-    share of the tolerance atol + rtol |D(h)|, the largest share over the real elements ``cols`` of
-    ``x`` and their output entries: the step chosen from the function's own curvature and rounding.
-    None where no candidate is above ``eps``."""
+    """The step above ``eps`` whose error bound (``bounded``) takes the smallest share of the
+    tolerance atol + rtol |D(h)|, the largest share over the real elements ``cols`` of ``x`` and their
+    output entries: the step chosen from the function's own curvature and rounding. The steps tried
+    are ``CANDIDATES`` and, where ``x``'s largest magnitude |x| is outside ``SCALE_FREE``, ``CANDIDATES``
+    times |x| to one digit (an input near 1e3 read in
+    float32 moves in steps of 6e-5, which a step of 1e-2 would measure; near 1e-3 a step of 1e-4 is a
+    tenth of the input).
+    None where no step tried is above ``eps``."""
     best: Judged | None = None
-    for h in (c for c in CANDIDATES if c > eps):
+    real = torch.view_as_real(x) if x.is_complex() else x
+    size = float(real.detach().abs().max()) if real.numel() else 0.0
+    scaled = math.isfinite(size) and size > 0 and not SCALE_FREE[0] <= size <= SCALE_FREE[1]
+    steps = {*CANDIDATES, *(float(f"{c * size:.0e}") for c in CANDIDATES if scaled)}
+    for h in sorted(c for c in steps if c > eps):
         share = 0.0
         for col in cols:
             d, bound = bounded(call, values, x, col, positions, h)
@@ -252,16 +272,16 @@ def decide(
     return Decision(passed, failed, undecided, example)
 
 
-def _grid(samples: torch.Tensor) -> torch.Tensor:
+def _grid(samples: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Each output entry's grid step, from ``samples`` [S, M]: the spacing 2**(E - B + 1) at its
     largest magnitude 2**E of the grid the moving entries show (their most significant bits B, as
     ``resolution`` reads them); a constant entry's own bits are left out (its one value may fit in
-    fewer by chance). 4 float64 ulps where no moving entry shows a grid."""
+    fewer by chance). 4 float64 ulps where no moving entry shows a grid (B = 51). And B."""
     step, bits = resolution(samples)
     moving = (samples != samples[0]).any(0) & (step > 0)
     b = int(bits[moving].max()) if bool(moving.any()) else 51
     top = samples.abs().amax(0)
-    return torch.exp2(torch.floor(torch.log2(torch.where(top > 0, top, 1.0))) - b + 1) * (top > 0)
+    return torch.exp2(torch.floor(torch.log2(torch.where(top > 0, top, 1.0))) - b + 1) * (top > 0), b
 
 
 def sampled(first: Sequence[int], n: int, k: int = SAMPLED) -> list[int]:
