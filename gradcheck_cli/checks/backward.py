@@ -366,8 +366,8 @@ def _reexamine(
             verdicts[element] = verdict
         decided = decided or not verdict.explained or verdict.kind == "precision"
     if any(v.kind == "precision" for v in verdicts.values()):
-        first = [e * per + k for e, v in verdicts.items() if v.kind == "precision" for k in range(per)]
-        return _imprecise(row, list(verdicts.values()), tol, again, precision.sampled(first, real_numel(x)))
+        examined = [e * per + k for e, v in verdicts.items() if v.kind == "precision" for k in range(per)]
+        return _imprecise(row, list(verdicts.values()), tol, again, precision.sampled(examined, real_numel(x)))
     explained = [v for v in verdicts.values() if v.explained]
     if row.mismatched_indices is not None:  # an explained element is not a mismatch
         gone = [unravel(e, x.shape) for e, v in verdicts.items() if v.explained]
@@ -522,7 +522,7 @@ def _rejudge(
         )
     if decision.failed:  # beyond the tolerance and the bound: the comparison's own numbers stand
         if row.status is not Status.FAIL:
-            row.status, row.mismatched = Status.FAIL, max(row.mismatched, decision.failed)
+            row.status, row.mismatched = Status.FAIL, max(row.mismatched or 0, decision.failed)
         found = row.diagnosis or f"{row.mismatched} of {row.numel} elements out of tolerance"
         row.diagnosis = f"{what}: {found}; {example}; {how}"
         return True
