@@ -36,12 +36,12 @@ class Again:
     """How an argument's row is judged again: ``judge(row, t)`` compares it element by element at the
     tolerance ``t`` (the row refilled); ``step(cols, eps, atol, rtol)`` chooses the step to judge it at
     from the finite differences at the real elements ``cols`` (``precision.judged_step``);
-    ``decide(eps, atol, rtol)`` judges every element there by that step's error bound
+    ``decide(steps, atol, rtol)`` judges every element at those steps by each step's error bound
     (``precision.decide``)."""
 
     judge: Callable[[InputReport, Tolerance], None]
     step: Callable[[Sequence[int], float, float, float], Optional[precision.Judged]]
-    decide: Callable[[float, float, float], precision.Decision]
+    decide: Callable[[Sequence[float], float, float], precision.Decision]
 
 
 @dataclass(frozen=True)
@@ -496,7 +496,7 @@ def _rejudge(
         if chosen is None:
             return None
         eps = chosen.eps
-        decision = again.decide(eps, atol, rtol)
+        decision = again.decide(chosen.steps, atol, rtol)
         trial = copy(row)
         again.judge(trial, replace(tol, eps=eps, atol=atol, rtol=rtol))
     except UserCodeError:  # forward raises at the larger step (a domain it checks), or the work is too large
@@ -610,11 +610,11 @@ def _again(
     def step(cols: Sequence[int], eps: float, atol: float, rtol: float) -> Optional[precision.Judged]:
         return precision.judged_step(forward, plain, x, cols, positions, eps, atol, rtol)
 
-    def decide(eps: float, atol: float, rtol: float) -> precision.Decision:
+    def decide(steps: Sequence[float], atol: float, rtol: float) -> precision.Decision:
         n = real_numel(x)
-        work_limit(ctx, "backward", [i], outputs, positions, fast=True)(4 * n, 1)
+        work_limit(ctx, "backward", [i], outputs, positions, fast=True)(4 * n * len(steps), 1)
         columns = kinks.analytical_columns(backward, outputs, positions, leaf, range(n), {}, opts.memory_bytes)
-        return precision.decide(forward, plain, x, columns, positions, eps, atol, rtol)
+        return precision.decide(forward, plain, x, columns, positions, steps, atol, rtol)
 
     return Again(judge, step, decide)
 

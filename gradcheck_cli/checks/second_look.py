@@ -159,7 +159,7 @@ def _coarser(
     if chosen is None:
         return Look(WRONG, text)
     eps = chosen.eps
-    decision = precision.decide(call, values, x, [(col, a_col)], positions, eps, loose.atol, loose.rtol)
+    decision = precision.decide(call, values, x, [(col, a_col)], positions, chosen.steps, loose.atol, loose.rtol)
     low = low or "float32"
     if decision.passed:
         return Look(
