@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from copy import copy
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, Optional
@@ -45,9 +46,21 @@ STEPS_ARE = (
     "derivative, and `reference_backward:` declares the gradient it intends"
 )  # the reason of a row finite differences cannot judge
 GRID_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}  # precision.GRIDS
-Again = Callable[[InputReport, Tolerance], None]  # judge an argument's row again, element by element, at a tolerance
 Columns = Callable[[list[int], dict[int, torch.Tensor]], Iterator[tuple[int, torch.Tensor]]]  # see _reexamine
 STRICT_MARGIN = 10  # --strict fails a constant factor off 1 by this many times the finite differences' own error
+
+
+@dataclass(frozen=True)
+class Again:
+    """How an argument's row is judged again: ``judge(row, t)`` compares it element by element at the
+    tolerance ``t`` (the row refilled); ``step(cols, eps, atol, rtol)`` chooses the step to judge it at
+    from the finite differences at the real elements ``cols`` (``precision.judged_step``);
+    ``decide(steps, atol, rtol)`` judges every element at those steps by each step's error bound
+    (``precision.decide``)."""
+
+    judge: Callable[[InputReport, Tolerance], None]
+    step: Callable[[Sequence[int], float, float, float], Optional[precision.Judged]]
+    decide: Callable[[Sequence[float], float, float], precision.Decision]
 
 
 @dataclass(frozen=True)
@@ -386,7 +399,8 @@ def _reexamine(
     if any(v.kind == "precision" for v in verdicts.values()):
         if corners is not None:
             corners[0].since(mark)  # finite differences limited by rounding: no corner story
-        return _imprecise(row, list(verdicts.values()), tol, again)
+        examined = [e * per + k for e, v in verdicts.items() if v.kind == "precision" for k in range(per)]
+        return _imprecise(row, list(verdicts.values()), tol, again, precision.sampled(examined, real_numel(x)))
     explained = [v for v in verdicts.values() if v.explained]
     if row.mismatched_indices is not None:  # an explained element is not a mismatch
         gone = [unravel(e, x.shape) for e, v in verdicts.items() if v.explained]
@@ -441,10 +455,17 @@ def _where(at_kinks: list[kinks.Verdict], unreliable: list[kinks.Verdict]) -> st
     return " or ".join(parts)
 
 
-def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, again: Optional[Again] = None) -> bool:
+def _imprecise(
+    row: InputReport,
+    verdicts: list[kinks.Verdict],
+    tol: Tolerance,
+    again: Optional[Again] = None,
+    cols: Sequence[int] = (),
+) -> bool:
     """A row whose finite differences are limited by forward's precision (it computes in float32,
     or is quantised: see ``numerics.precision``): never a kink story. With ``again`` the row is
-    judged again at a step that resolves that precision, with its tolerances (``_rejudge``); not
+    judged again at a step that resolves that precision, with its tolerances (``_rejudge``, the step's
+    error bound estimated at the real elements ``cols``); not
     where forward computes in half precision inside (no step up to ``precision.MAX_EPS`` resolves
     a grid of 8 or 11 bits, and its inputs' rounding moves the points themselves). Else, every
     mismatch examined within that rounding, or a half-precision grid: pattern PRECISION and the eps
@@ -453,8 +474,10 @@ def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, 
     coarse = sorted((v for v in verdicts if v.kind == "precision"), key=lambda v: v.step)
     median = coarse[len(coarse) // 2]
     half = GRID_DTYPES.get(median.grid) in HALF
-    if again is not None and not half and _rejudge(row, coarse, tol, again):
-        return False
+    if again is not None and not half:
+        decided = _rejudge(row, coarse, tol, again, cols)
+        if decided is not None:
+            return not decided
     advised = None if half else precision.advice(median.step, tol.eps, tol.atol)
     if advised is None:
         fix = (
@@ -483,31 +506,75 @@ def _imprecise(row: InputReport, verdicts: list[kinks.Verdict], tol: Tolerance, 
     return False
 
 
-def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, again: Again) -> bool:
-    """Judge ``row`` again, element by element, at the step of ``precision.STEPS`` that resolves
-    the rounding seen (``coarse``: its precision verdicts, by step), with the tolerances of that
-    precision (the spec's atol and rtol where it set them): a pass there is a pass with a
-    warning that says what was and was not checked (under --strict a fail that says so); a fail
-    gives those numbers. False where no step
-    is left, or the user's code raises there (the row is untouched)."""
+def _rejudge(
+    row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, again: Again, cols: Sequence[int]
+) -> Optional[bool]:
+    """Judge ``row`` again, element by element, with the tolerances of the precision seen (``coarse``:
+    its precision verdicts, by step; the spec's atol and rtol where it set them), at the step of
+    ``precision.CANDIDATES`` whose error bound (truncation and rounding, from steps h and h/2) takes
+    the smallest share of the tolerance at the elements ``cols``, each element by the bound of that
+    step (``precision.decide``): within the tolerance less the bound everywhere is a pass, beyond it
+    plus the bound anywhere a fail, and in between there is no verdict, never a pass. A pass is a pass
+    with a warning that says what was and was not checked (under --strict a fail that says so); a
+    fail gives the numbers there. True where judged, False where the finite differences cannot decide
+    (the row says why); None where no step is left, or the user's code raises there, or the work is
+    too large (the row is untouched)."""
     median = coarse[len(coarse) // 2]  # a few entries' values fit in fewer bits by chance: their step is overestimated
     grid = median.grid
     low = tol.at_least(GRID_DTYPES.get(grid, torch.float32))
     atol, rtol = low.atol, low.rtol
-    eps = precision.rejudge_eps(median.step, tol.eps, atol)
-    if eps is None:
-        return False
     try:
-        again(row, replace(tol, eps=eps, atol=atol, rtol=rtol))
+        chosen = again.step(cols, tol.eps, atol, rtol)
+        if chosen is None:
+            return None
+        eps = chosen.eps
+        decision = again.decide(chosen.steps, atol, rtol)
+        trial = copy(row)
+        again.judge(trial, replace(tol, eps=eps, atol=atol, rtol=rtol))
     except UserCodeError:  # forward raises at the larger step (a domain it checks), or the work is too large
-        return False
+        return None
+    take(row, trial)
     given = "the spec's" if {"atol", "rtol"} & set(tol.given) else grid or "float32"
     inside = f"{grid} or lower precision" if grid else "low precision"
     what = (
         f"forward computes in {inside} inside, so finite differences at eps={tol.eps:g} "
         f"measure rounding: judged at eps {eps:g} with {given} tolerances (atol {atol:g}, rtol {rtol:g})"
     )
-    if row.status is Status.PASS and tol.strict:  # agreeing at a step and tolerance the user did not choose
+    how = (
+        f"eps {eps:g} is the step whose error bound (from steps {eps:g} and {eps / 2:g}, and rounding: forward's "
+        "own curvature) takes the least of the tolerance"
+    )
+    example = ""
+    if decision.example is not None:
+        col, a, n, bound, limit = decision.example
+        per = 2 if row.dtype.startswith("complex") else 1
+        example = (
+            f"at {row.name}{unravel(col // per, tuple(row.shape))} backward gives {a:.6g} where finite differences "
+            f"give {n:.6g} +- {bound:.2g}, their error bound (the tolerance is {limit:.2g})"
+        )
+    if decision.failed:  # beyond the tolerance and the bound: the comparison's own numbers stand
+        if row.status is not Status.FAIL:
+            row.status, row.mismatched = Status.FAIL, max(row.mismatched or 0, decision.failed)
+        found = row.diagnosis or f"{row.mismatched} of {row.numel} elements out of tolerance"
+        row.diagnosis = f"{what}: {found}; {example}; {how}"
+        return True
+    if decision.undecided:
+        inner = row.diagnosis if row.pattern is Pattern.PRECISION and row.diagnosis else ""  # its advice stands
+        row.status, row.pattern, row.ratio, row.at_kinks = Status.FAIL, Pattern.PRECISION, None, 0
+        row.mismatched = decision.undecided
+        row.diagnosis = (
+            f"{what}: {inner}"
+            if inner
+            else (
+                f"{what}; {how}: {decision.undecided} of {decision.undecided + decision.passed} elements lie within "
+                "that bound of the tolerance's edge, so finite differences cannot decide (no verdict on backward: "
+                f"it is not a pass); e.g. {example}; give `reference: pkg.mod:fn` (a plain PyTorch implementation, "
+                "run in float64) and `checks: [reference]` for a tighter check"
+            )
+        )
+        return False
+    row.status, row.mismatched = Status.PASS, 0  # every element within the tolerance less its bound
+    if tol.strict:  # agreeing at a step and tolerance the user did not choose
         setting = ", ".join(
             f"{k}: {_yaml_number(v)}"
             for k, v, was in (("eps", eps, tol.eps), ("atol", atol, tol.atol), ("rtol", rtol, tol.rtol))
@@ -519,17 +586,15 @@ def _rejudge(row: InputReport, coarse: list[kinks.Verdict], tol: Tolerance, agai
             f"pass: set `tolerance: {{{setting}}}` in the spec to choose that check, or give "
             "`reference: pkg.mod:fn` for a tighter one"
         )
-    elif row.status is Status.PASS:
+    else:
         row.pattern, row.ratio = Pattern.PRECISION, None  # a factor below rtol is float32 noise here
         row.diagnosis = "; ".join(
             [
-                f"{what}; a relative error below about {rtol:g} cannot be seen this way; give "
-                "`reference: pkg.mod:fn` for a tighter check",
+                f"{what}; {how}, and every element is within the tolerance less that bound; a relative error "
+                f"below about {rtol:g} cannot be seen this way; give `reference: pkg.mod:fn` for a tighter check",
                 *([row.reason] if row.at_kinks and row.reason else []),
             ]
         )
-    else:
-        row.diagnosis = f"{what}: {row.diagnosis or f'{row.mismatched} of {row.numel} elements out of tolerance'}"
     return True
 
 
@@ -545,7 +610,8 @@ def _again(
 ) -> Again:
     """How argument ``i`` (its leaf in the graph of ``outputs``, ``x`` its copy inside ``plain`` that
     finite differences move) is judged again at another tolerance: compared element by element as
-    ``_check`` does (same layout, memory bound and budget), its row refilled and reexamined."""
+    ``_check`` does (same layout, memory bound and budget), its row refilled and reexamined; and the
+    step to judge it at, from the finite differences at a few of its elements."""
     forward, batched, backward = calls
     opts = ctx.options
 
@@ -573,7 +639,16 @@ def _again(
         _reexamine(fresh, entry, forward, plain, x, positions, t, columns)  # no third judgement
         take(row, fresh)
 
-    return judge
+    def step(cols: Sequence[int], eps: float, atol: float, rtol: float) -> Optional[precision.Judged]:
+        return precision.judged_step(forward, plain, x, cols, positions, eps, atol, rtol)
+
+    def decide(steps: Sequence[float], atol: float, rtol: float) -> precision.Decision:
+        n = real_numel(x)
+        work_limit(ctx, "backward", [i], outputs, positions, fast=True)(4 * n * len(steps), 1)
+        columns = kinks.analytical_columns(backward, outputs, positions, leaf, range(n), {}, opts.memory_bytes)
+        return precision.decide(forward, plain, x, columns, positions, steps, atol, rtol)
+
+    return Again(judge, step, decide)
 
 
 def _yaml_number(v: float) -> str:

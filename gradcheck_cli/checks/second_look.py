@@ -11,11 +11,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..numerics import Entry, central_difference, kinks, precision, ties, unravel
+from ..numerics import Entry, kinks, precision, ties, unravel
 from ..numerics.differences import Step, call_moved
 from ..numerics.realify import outputs_vector
 from ..results import InputReport
-from ..tolerance import Tolerance, limit, within
+from ..tolerance import Tolerance
 
 EXPLAINED, WRONG, PRECISION, NONFINITE = "explained", "wrong", "precision", "nonfinite"
 NONFINITE_LOOKS = 8  # NaN or infinite columns examined; the others with a finite error still are, every one
@@ -70,10 +70,10 @@ def look_again(
     comparison did not keep it; ``derivative`` names what gives the analytical side ("backward,
     differentiated,"); ``low``: the float format the Function computes in inside ('' if none is seen), where
     finite differences at eps measure rounding even though the values they differentiate show no grid (a
-    float32 value times a float64 one): an element off at eps is judged again at the larger steps of
-    ``precision.STEPS`` with float32's tolerances (the spec's where it sets them). The elements explained at
-    a corner go to ``corners`` (with the argument's number), to be judged together (``tied.judge``): the
-    caller drops them where the look is not EXPLAINED."""
+    float32 value times a float64 one): an element off at eps is judged again, with float32's tolerances
+    (the spec's where it sets them), at the step chosen from the function's own curvature, by that step's
+    error bound (``_coarser``). The elements explained at a corner go to ``corners`` (with the argument's
+    number), to be judged together (``tied.judge``): the caller drops them where the look is not EXPLAINED."""
     per = 2 if x.is_complex() else 1
     kept = {col: a_col for col, a_col, _ in entry.bad_columns}
     err = entry.err
@@ -92,8 +92,13 @@ def look_again(
         verdict = kinks.examine(
             call, values, x, col, tol.eps, positions, a_col, atol=tol.atol, rtol=tol.rtol, index_text=where
         )
+        if verdict.kind == "precision" and verdict.explained:
+            return _imprecise(verdict, tol, derivative)
+        if verdict.kind == "precision" and bool(torch.isfinite(a_col).all()):  # off by more than the outputs' rounding
+            # at eps, but a forward that reads its input in float32 moves the points too: judged again by the bound
+            return _coarser(call, values, x, col, positions, tol, a_col, derivative, low or verdict.grid, verdict.text)
         if verdict.kind == "precision":
-            return _imprecise(verdict, tol, derivative) if verdict.explained else Look(WRONG, verdict.text)
+            return Look(WRONG, verdict.text)
         # in a Function that computes in low precision inside, rounding looks like a kink or noise too
         if low and not verdict.explained and verdict.kind != "domain_edge" and bool(torch.isfinite(a_col).all()):
             return _coarser(call, values, x, col, positions, tol, a_col, derivative, low, verdict.text)
@@ -144,30 +149,43 @@ def _coarser(
     low: str,
     text: str,
 ) -> Look:
-    """An element off at eps in a Function that computes in ``low`` precision inside: PRECISION with the
-    larger step of ``precision.STEPS`` where its central difference agrees with ``a_col`` at float32's
-    tolerances, else WRONG with the numbers at the largest step."""
+    """An element off at eps in a Function that computes in ``low`` precision inside, judged again at the
+    step chosen from the function's own curvature (``precision.judged_step``, from this element and a few
+    others) by that step's error bound (``precision.decide``), with float32's tolerances: PRECISION with
+    that step where it is within the tolerance less the bound (the row is then judged again there), WRONG
+    with the numbers where it is beyond the tolerance plus the bound, and PRECISION with no step (no
+    verdict, never a pass) in between."""
     loose = tol.at_least(torch.float32)
-    a = a_col.detach().to(torch.float64).cpu().reshape(-1)
-    steps = [s for s in precision.STEPS if s > tol.eps]
-    n = a
-    for eps in steps:
-        n = central_difference(call, values, x, col, eps, positions)
-        if bool(within(a, n, loose.atol, loose.rtol).all()):
-            return Look(
-                PRECISION,
-                f"the Function computes in {low} or lower precision inside, so finite "
-                f"differences at eps={tol.eps:g} measure rounding ({text})",
-                eps=eps,
-            )
-    if not steps:
+    n = x.numel() * (2 if x.is_complex() else 1)
+    chosen = precision.judged_step(
+        call, values, x, precision.sampled([col], n), positions, tol.eps, loose.atol, loose.rtol
+    )
+    if chosen is None:
         return Look(WRONG, text)
-    m = int(torch.argmax((a - n).abs() / limit(n.abs(), loose.atol, loose.rtol)))
+    eps = chosen.eps
+    decision = precision.decide(call, values, x, [(col, a_col)], positions, chosen.steps, loose.atol, loose.rtol)
+    low = low or "float32"
+    if decision.passed:
+        return Look(
+            PRECISION,
+            f"the Function computes in {low} or lower precision inside, so finite "
+            f"differences at eps={tol.eps:g} measure rounding ({text})",
+            eps=eps,
+        )
+    assert decision.example is not None  # one element, failed or undecided
+    _, a, d, bound, edge = decision.example
+    numbers = (
+        f"judged again at eps {eps:g} (the step whose error bound, from steps {eps:g} and {eps / 2:g} and "
+        f"rounding, takes the least of the tolerance) with {low} tolerances (atol {loose.atol:g}, rtol "
+        f"{loose.rtol:g}) {derivative} gives {a:.6g} where finite differences give {d:.6g} +- {bound:.2g}"
+    )
+    if decision.failed:
+        return Look(WRONG, f"{text}; the Function computes in {low} or lower precision inside, but {numbers}")
     return Look(
-        WRONG,
-        f"{text}; the Function computes in {low} or lower precision inside, but judged again at eps "
-        f"{steps[-1]:g} with {low} tolerances (atol {loose.atol:g}, rtol {loose.rtol:g}) {derivative} "
-        f"gives {float(a[m]):.4g} where finite differences give {float(n[m]):.4g}",
+        PRECISION,
+        f"the Function computes in {low} or lower precision inside, so finite differences at eps={tol.eps:g} "
+        f"measure rounding, and {numbers}, within that bound of the tolerance ({edge:.2g}): they cannot decide "
+        f"(no verdict, not a pass); give `reference: pkg.mod:fn` for a tighter check ({text})",
     )
 
 

@@ -86,7 +86,9 @@ def test_a_correct_float32_forward_is_judged_again_at_float32_level_and_passes_w
     assert warning == (
         "'x': forward computes in float32 or lower precision inside, so finite differences at "
         "eps=1e-06 measure rounding: judged at eps 0.01 with float32 tolerances (atol 0.0001, "
-        "rtol 0.001); a relative error below about 0.001 cannot be seen this way; give "
+        "rtol 0.001); eps 0.01 is the step whose error bound (from steps 0.01 and 0.005, and rounding: "
+        "forward's own curvature) takes the least of the tolerance, and every element is within the "
+        "tolerance less that bound; a relative error below about 0.001 cannot be seen this way; give "
         "`reference: pkg.mod:fn` for a tighter check"
     )
 
