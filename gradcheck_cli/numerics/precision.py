@@ -34,10 +34,11 @@ tolerance atol + rtol |D(h)| over the sampled entries. Then every element is jud
 bound at that step and the next ``TRIED`` - 1 best ones (``decide``; an element whose derivative is
 small is best judged at a larger step than one whose derivative is large): for any true
 derivative t within E of D, an entry with |a - D| <= atol + rtol |D| - E has |a - t| within the
-tolerance (the exact derivative's verdict is a pass), one with |a - D| > atol + rtol |D| + E has it beyond (a fail). An argument passes where every
-entry is within, fails where one is beyond, and otherwise the finite differences cannot decide: no
-verdict, never a pass. A factor 1 + rtol exactly (0.1%) is the tolerance's own edge, within it by
-atol's margin: there the words say the check cannot decide wherever E exceeds that margin.
+tolerance (the exact derivative's verdict is a pass), one with |a - D| > atol + rtol |D| + E has
+it beyond (a fail). An argument passes where every entry is within, fails where one is beyond, and otherwise
+the finite differences cannot decide: no verdict, never a pass. A factor 1 + rtol exactly (0.1%) is the
+tolerance's own edge, within it by atol's margin: there the words say the check cannot decide wherever E
+exceeds that margin.
 
 For the next contributor: the bound is an estimate (the sampled elements' curvature chooses the
 step; each element's own two steps bound its error); keep every term an overestimate, and never let
