@@ -186,6 +186,8 @@ def _draw(arg: TensorArg, case: Case, gen: torch.Generator) -> torch.Tensor:
             t = torch.tensor(arg.data)
         except (TypeError, ValueError, RuntimeError, OverflowError) as exc:  # Overflow: an int beyond float range
             raise InputError(arg.key + ".data", f"not a rectangular nested list of numbers: {exc}") from exc
+        if t.is_floating_point() or t.is_complex():  # Python floats are doubles: read them so, not in float32
+            t = torch.tensor(arg.data, dtype=torch.complex128 if t.is_complex() else torch.float64)
         if arg.dtype:
             return t.to(torch_dtype(arg.dtype))
         return t.to(torch_dtype(case.dtype)) if t.is_floating_point() else t

@@ -51,6 +51,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..tolerance import limit
 from .differences import Element, call_moved, elements
 from .kinks import Line, Point, Side, fmt, precision_verdict, settle
 from .realify import as_tuple, outputs_vector
@@ -285,7 +286,7 @@ def _judge(
         ds = [float(lo[m]), float(hi[m]), *(float(side.d[m]) for side in sides)]
         low, high = min(ds), max(ds)
         most = max([float(gap[m]), *(float(side.gap[m]) for side in sides)])
-        slack = atol + rtol * (max(abs(low), abs(high)) + float(size[m])) + most
+        slack = limit(max(abs(low), abs(high)) + float(size[m]), atol, rtol) + most
         total = float(s[m])
         if not low - slack <= total <= high + slack:
             return _tie(corners, group, m, total, (float(lo[m]), float(hi[m])), (low, high), line, derivative)
@@ -304,7 +305,7 @@ def _excess(
     s: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, size: torch.Tensor, gap: torch.Tensor, atol: float, rtol: float
 ) -> torch.Tensor:
     """How far each S_m lies outside [lo, hi], in units of its slack (0 inside; NaN counts as outside)."""
-    slack = atol + rtol * (torch.maximum(lo.abs(), hi.abs()) + size) + gap
+    slack = limit(torch.maximum(lo.abs(), hi.abs()) + size, atol, rtol) + gap
     out = torch.clamp(lo - s, min=0) + torch.clamp(s - hi, min=0)
     return torch.nan_to_num(out / slack, nan=math.inf)
 

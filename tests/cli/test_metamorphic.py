@@ -81,6 +81,14 @@ def _one_rank(result: dict[str, Any]) -> tuple[Any, list[str]]:
     return verdict, [WORST.sub("", c["message"]) for c in result["checks"]]
 
 
+# Where a world of one tells the same verdict in other words, and why (each a limit the docs state):
+OTHER_WORDS = {
+    # backward's linearity in grad_output is not checked across ranks (docs/how-to/distributed.md, Limits): one
+    # process names the non-linear backward, a world of one the element it gets wrong; same status and rows
+    "bad_mul_single_wrong_element": "linearity in grad_output"
+}
+
+
 def _same_alone_and_in_a_world_of_one(cases: list[Case], tmp_path: Path) -> None:
     for case in cases:
         (tmp_path / f"{case.name}.yaml").write_text(corpus_spec(case), encoding="utf-8")
@@ -88,11 +96,17 @@ def _same_alone_and_in_a_world_of_one(cases: list[Case], tmp_path: Path) -> None
             corpus_spec(case, distributed={"world_size": 1}), encoding="utf-8"
         )
     got = _by_spec(_gradcheck(tmp_path, "."))
+    differ = {}
     for case in cases:
         alone, world = got[f"{case.name}.yaml"], got[f"{case.name}.ws1.yaml"]
         _labelled(case, alone)
         _labelled(case, world)
-        assert _one_rank(world) == _one_rank(alone), case.name
+        same = _one_rank(world) == _one_rank(alone)
+        if case.name in OTHER_WORDS:  # the verdict the same, its words not (see OTHER_WORDS)
+            same = _one_rank(world)[0] == _one_rank(alone)[0] and not _one_rank(world)[1] == _one_rank(alone)[1]
+        if not same:
+            differ[case.name] = (_one_rank(alone), _one_rank(world))
+    assert not differ, "\n".join(f"{name}:\n  alone {a}\n  world {w}" for name, (a, w) in differ.items())
 
 
 def test_a_world_of_one_gives_the_one_process_verdict(tmp_path: Path) -> None:
@@ -100,6 +114,7 @@ def test_a_world_of_one_gives_the_one_process_verdict(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.relations
 def test_a_world_of_one_gives_the_one_process_verdict_over_the_whole_corpus(tmp_path: Path) -> None:
     _same_alone_and_in_a_world_of_one(CORPUS, tmp_path)
 
@@ -140,5 +155,6 @@ def test_a_batch_gives_each_case_its_verdict_alone_in_every_mode(tmp_path: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.relations
 def test_a_batch_of_the_whole_corpus_gives_each_case_its_verdict_alone_in_every_mode(tmp_path: Path) -> None:
     _same_in_every_mode(CORPUS, tmp_path)

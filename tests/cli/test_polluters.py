@@ -328,6 +328,7 @@ VICTIMS = sorted({p.victim for p in POLLUTERS.values()})
 
 
 @pytest.mark.slow
+@pytest.mark.relations
 @pytest.mark.parametrize("mode", [["-j", "1"], ["-j", "2"], ["--no-isolate"]])
 @pytest.mark.parametrize("name", list(POLLUTERS))
 def test_every_polluter_before_every_victim(user_module, write_spec, invoke, restored, name, mode):
@@ -343,6 +344,7 @@ def test_every_polluter_before_every_victim(user_module, write_spec, invoke, res
 
 
 @pytest.mark.slow
+@pytest.mark.relations
 def test_every_polluter_before_its_victim_under_the_pytest_plugin_in_one_process(user_module, write_spec, tmp_path):
     user_module(USER)
     names = [n for n, p in POLLUTERS.items() if p.put_back]

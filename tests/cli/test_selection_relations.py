@@ -96,6 +96,7 @@ def test_named_listed_and_under_all_agree_on_a_sample(user_module, write_spec, e
 
 
 @pytest.mark.slow
+@pytest.mark.relations
 @pytest.mark.parametrize("entry", REST, ids=[e.id for e in REST])
 def test_named_listed_and_under_all_agree_on_every_truth_set(user_module, write_spec, entry):
     relations(_runner(user_module, write_spec), entry)

@@ -176,6 +176,7 @@ def test_a_backward_that_changes_its_saved_input_fails_at_world_size_1_as_in_one
 
 
 @pytest.mark.slow
+@pytest.mark.relations
 @pytest.mark.parametrize("function, inputs, status, words", LABELLED, ids=[f for f, *_ in LABELLED])
 def test_one_process_and_world_size_1_give_the_same_verdict_in_the_same_words(
     write_spec, truth, function, inputs, status, words
@@ -189,6 +190,7 @@ def test_one_process_and_world_size_1_give_the_same_verdict_in_the_same_words(
 
 
 @pytest.mark.slow
+@pytest.mark.relations
 @pytest.mark.parametrize("function, inputs, status, words", LABELLED, ids=[f for f, *_ in LABELLED])
 def test_world_size_2_with_replicated_inputs_gives_the_one_process_status(
     write_spec, truth, function, inputs, status, words

@@ -126,6 +126,7 @@ GRID = [(n, m) for n in G for m in MAGNITUDES if (n, m) != ("sin(100u)", 1e-3)]
 
 
 @pytest.mark.slow
+@pytest.mark.relations
 @pytest.mark.parametrize(("name", "m"), GRID, ids=[f"{n}-m{m:g}" for n, m in GRID])
 def test_float32_inside_gives_the_float64_verdict_over_the_whole_grid(name: str, m: float) -> None:
     relation(name, m)

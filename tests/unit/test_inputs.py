@@ -193,6 +193,15 @@ def test_data_literal_floats(build):
     assert x.requires_grad
 
 
+@pytest.mark.parametrize("dtype", ["", "dtype: float64, ", "dtype: complex128, "])
+def test_data_literal_floats_keep_every_digit(build, dtype):
+    """A literal 0.1 is a double: read it in float32 first and its float64 tensor is 0.10000000149..., a value
+    that fits in 24 bits, which the backward check then takes for a forward computing in float32 inside (found
+    by tests/cli/test_metamorphic.py: a corpus case written as a spec got another diagnosis than in Python)."""
+    (x,), _ = build(f"inputs: [{{{dtype}data: [0.1, -2.1787893820745574, 1.0e-300]}}]\n")
+    assert x.detach().real.tolist() == [0.1, -2.1787893820745574, 1e-300]
+
+
 def test_data_literal_ints_stay_ints(build):
     (x,), _ = build("inputs: [{data: [1, 2, 3]}]\n")
     assert x.dtype == torch.int64 and x.tolist() == [1, 2, 3]

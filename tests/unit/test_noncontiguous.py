@@ -471,6 +471,7 @@ def test_contiguous_false_on_a_layout_independent_function_gives_the_same_verdic
 
 
 @pytest.mark.slow
+@pytest.mark.relations
 @pytest.mark.parametrize("case", _corpus_cases(1), ids=lambda c: c.name)
 def test_contiguous_false_gives_the_same_verdict_over_the_whole_corpus(case, write_spec):
     _same_verdict_either_layout(case, write_spec)
