@@ -96,7 +96,7 @@ def run(
     plan = rank.Plan(
         size=size,
         backend=backend,
-        port=launch.free_port(),
+        rendezvous="",  # launch.meeting's file, below
         timeout=config.timeout,
         device=device,
         call=lambda vs: target.call(first.arguments(vs), first.n_positional, first.kw_names),
@@ -110,7 +110,8 @@ def run(
     )
     _warm()
     try:
-        answers = launch.run_world(size, lambda r, progress: rank.run(plan, r, progress), config.timeout)
+        with launch.meeting() as plan.rendezvous:
+            answers = launch.run_world(size, lambda r, progress: rank.run(plan, r, progress), config.timeout)
     except launch.WorldFailure as exc:
         if exc.error is None or exc.error.broken is None:
             raise UserCodeError(exc.kind, exc.message, exc.where, exc.frames) from None

@@ -15,11 +15,14 @@ import multiprocessing
 import os
 import pickle
 import select
+import shutil
 import signal
-import socket
 import struct
+import tempfile
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -115,12 +118,33 @@ class Progress:
         self.step()
 
 
-def free_port() -> int:
-    """A TCP port on the loopback that nothing listens on now (rank 0's store binds it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+MEETING = "gradcheck-world-"
+
+
+@contextmanager
+def meeting() -> Iterator[str]:
+    """The path of a file no rank has opened yet, where a world's ranks meet (``torch.distributed.FileStore``),
+    in a folder of its own that is removed afterwards. A file, not a TCP port picked free in advance: another
+    process can take a port between the pick and rank 0's bind. A folder left by a worker that was killed
+    (SIGKILL ends a worker on SIGTERM) is removed by the next world on this machine once its process is gone."""
+    base = tempfile.gettempdir()
+    for name in os.listdir(base) if os.name == "posix" else ():  # worlds are forked: POSIX only
+        pid = name[len(MEETING) :].partition("-")[0]
+        if name.startswith(MEETING) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{MEETING}{os.getpid()}-") as folder:
+        yield os.path.join(folder, "store")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def run_world(size: int, body: Callable[[int, Progress], Any], timeout: float) -> list[Any]:

@@ -56,7 +56,7 @@ class Plan:
 
     size: int
     backend: str
-    port: int
+    rendezvous: str  # a file no rank has opened yet: the ranks meet in it (no TCP port to be taken meanwhile)
     timeout: float
     device: str  # cpu, or cuda (rank r on cuda:r)
     call: Callable[[list[Any]], Any]  # the target on one value per argument
@@ -81,15 +81,15 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
     try:
         torch.distributed.init_process_group(
             plan.backend,
-            init_method=f"tcp://127.0.0.1:{plan.port}",
+            store=torch.distributed.FileStore(plan.rendezvous, plan.size),  # type: ignore[attr-defined]
             rank=rank,
             world_size=plan.size,
             timeout=datetime.timedelta(seconds=2 * plan.timeout + 10),  # the coordinator's timeout decides first
         )
-    except Exception as exc:  # noqa: BLE001 - the machine's network (a port taken meanwhile), not the user's code
+    except Exception as exc:  # noqa: BLE001 - the machine (its files, the backend's network), not the user's code
         raise RankError(
             ErrorKind.DEVICE,
-            f"could not join the process group ({plan.backend}, 127.0.0.1:{plan.port}): {type(exc).__name__}: {exc}",
+            f"could not join the process group ({plan.backend}, {plan.rendezvous}): {type(exc).__name__}: {exc}",
         ) from None
     values = [v.to(device) if isinstance(v, torch.Tensor) else v for v in plan.values[rank]]
     for i in plan.checked:

@@ -409,3 +409,49 @@ def test_outputs_that_do_not_require_grad_are_left_out_as_torch_leaves_them_out(
     nothing = one(write_spec, "function: markmod:OnlyMarker\n" + body)
     assert nothing.error is not None and nothing.error.kind is ErrorKind.FORWARD
     assert "no output of forward requires grad" in nothing.error.message
+
+
+def test_a_port_taken_by_another_process_never_costs_a_verdict(write_spec, monkeypatch):
+    """The ranks meet without a TCP port chosen in advance: a port picked free and taken by another process
+    before rank 0 binds it (two gradcheck runs, pytest workers, gloo's own connections) was an error, exit 3.
+    Here every port the coordinator could be handed is one this test holds."""
+    import socket
+
+    from gradcheck_cli.distributed import launch
+
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    try:
+        monkeypatch.setattr(launch, "free_port", lambda: held.getsockname()[1], raising=False)
+        result = one(
+            write_spec,
+            "function: gradcheck_cli.examples.distributed:ColumnParallelLinear\ndistributed: {world_size: 2}\n"
+            "inputs: [{name: x, shape: [2, 3]}, {name: w, shape: [4, 3], placement: shard(0)}, {name: b, shape: [4], placement: shard(0)}]\n"
+            "outputs: [shard(-1)]\n",
+        )
+    finally:
+        held.close()
+    assert result.status is Status.PASS, str(result)
+
+
+def test_a_meeting_place_left_by_a_killed_worker_is_removed_by_the_next_world(tmp_path, monkeypatch):
+    """A worker killed mid-world (SIGKILL: the pool's answer to SIGTERM) cannot remove its ranks' folder; the
+    next world on the machine removes it once that process is gone, and leaves a live process's folder alone."""
+    import subprocess
+    import tempfile
+
+    from gradcheck_cli.distributed import launch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = tmp_path / f"{launch.MEETING}{gone.pid}-abc"
+    live = tmp_path / f"{launch.MEETING}{os.getpid()}-def"
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / "store").write_text("x")
+    with launch.meeting() as path:
+        assert Path(path).parent.parent == tmp_path and not Path(path).exists()
+    assert not stale.exists() and live.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
