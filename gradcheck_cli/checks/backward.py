@@ -34,7 +34,7 @@ from . import contract, tied
 from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
 from .diagnosis import diagnose, ratio_text
 from .rows import blank, fill_jacobian, take
-from .step import refuse_unusable
+from .step import refuse_outside_domain, refuse_unusable
 from .upcast import by_tolerance, reference
 from .verdict import begin, conclude, skip
 
@@ -401,6 +401,7 @@ def _reexamine(
             corners[0].since(mark)  # finite differences limited by rounding: no corner story
         examined = [e * per + k for e, v in verdicts.items() if v.kind == "precision" for k in range(per)]
         return _imprecise(row, list(verdicts.values()), tol, again, precision.sampled(examined, real_numel(x)))
+    refuse_outside_domain([v.kind for v in verdicts.values()], x.numel(), x, row.name, tol)
     explained = [v for v in verdicts.values() if v.explained]
     if row.mismatched_indices is not None:  # an explained element is not a mismatch
         gone = [unravel(e, x.shape) for e, v in verdicts.items() if v.explained]

@@ -16,6 +16,7 @@ from ..numerics.differences import Step, call_moved
 from ..numerics.realify import outputs_vector
 from ..results import InputReport
 from ..tolerance import Tolerance
+from .step import refuse_outside_domain
 
 EXPLAINED, WRONG, PRECISION, NONFINITE = "explained", "wrong", "precision", "nonfinite"
 NONFINITE_LOOKS = 8  # NaN or infinite columns examined; the others with a finite error still are, every one
@@ -124,6 +125,7 @@ def look_again(
             ),
             len(explained),
         )
+    refuse_outside_domain([v.kind for v in explained], per * x.numel(), x, row.name, tol)
     first = explained[0]
     kind = (
         "at a kink, tie or domain edge, where the finite differences need a one-sided derivative"

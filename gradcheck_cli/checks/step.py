@@ -13,9 +13,16 @@ element is moved in (``numerics.differences.Element``). The step is refused for 
 - it leaves the dtype's range: ``x ± eps`` is infinite where x is finite (1e300 in a float32 moved in
   float32).
 
-Only the values and eps are read (a few elementwise operations per argument, no call of forward). Zeros
+These read only the values and eps (a few elementwise operations per argument, no call of forward). Zeros
 move (0 + eps is eps, subnormal or not), and a few elements swallowed beside others that are not (1e-20
 beside 1 at eps 1e-3) are right: those elements sit at about 0 on the step's scale.
+
+A step the spec set (``tolerance.eps``; ``eps`` in the Python API) is refused too where it leaves the
+function's domain at every element of an argument: ``f(x - eps)`` or ``f(x + eps)`` is not finite at each one
+(log at eps 1 beside values in [0.5, 1]; ``refuse_outside_domain``, after the kinks' second look). No
+two-sided difference exists at that step, and the one-sided ones the second look takes at smaller steps are
+not the step the spec asked for. Where only some elements are that close to the edge, those are the inputs'
+business (the kink warning's `avoid:`), and a default step's edge is too: the inputs sit within it.
 
 For the next contributor: the rule must never refuse a step that moves every element and keeps the
 argument's values apart (a step too large for the function's curvature is the truncation error, judged
@@ -56,6 +63,22 @@ def refuse_unusable(
             f"{tol.eps:.3g} {problem.format(name=name, dtype=str(x.dtype).removeprefix('torch.'))}, so finite "
             f"differences at that step measure no derivative; use a value near {near}",
         )
+
+
+def refuse_outside_domain(kinds: Sequence[str], total: int, x: torch.Tensor, name: str, tol: Tolerance) -> None:
+    """Raise BindError (``tolerance.eps``) where the spec set the step and every one of the ``total`` real
+    numbers finite differences move in ``x`` (named ``name``) was found at a domain edge: ``kinds``, the
+    second look's verdict kind for each element it examined (see the module's docstring)."""
+    if "eps" not in tol.given or total == 0 or len(kinds) < total or any(k != "domain_edge" for k in kinds):
+        return
+    shown = name if name.startswith("grad_output") else f"'{name}'"
+    raise BindError(
+        tol.key("eps"),
+        f"{tol.eps:.3g} leaves the function's domain at every element of {shown} (f(x - eps) or f(x + eps) is "
+        "not finite at each one), so no two-sided difference exists at that step; use a step smaller than the "
+        f"elements' distance to the domain's edge (the default for {str(x.dtype).removeprefix('torch.')} is "
+        f"{by_dtype(x.dtype).eps:.0e})",
+    )
 
 
 def _real(x: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """The step of finite differences against the values it moves (issue 44, item 9): an eps that does not move
 the inputs (x + eps == x), that swallows them (x + eps == eps) or that leaves the dtype's range is a spec
-error naming `tolerance.eps` (or the Python API's `eps`), not a FAIL "the outputs do not depend on it"."""
+error naming `tolerance.eps` (or the Python API's `eps`), not a FAIL "the outputs do not depend on it"; so
+is a step the spec set that leaves the function's domain at every element (log at eps 1 on [0.5, 1])."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from gradcheck_cli.checks.step import _problem
 from gradcheck_cli.results import ErrorKind, Status
 
 SIN = "function: torch.sin\ntolerance: {{eps: {eps}}}\nchecks: {checks}\ninputs: [{{name: input, {arg}}}]\n"
+NEAR_ONE = "shape: [3, 4], dist: uniform, low: 0.5, high: 1.0"
 
 
-def outcome(write_spec, eps, checks="[backward]", arg="shape: [3, 4]"):
-    (case,) = spec.load_file(write_spec(SIN.format(eps=eps, checks=checks, arg=arg)))
+def outcome(write_spec, eps, checks="[backward]", arg="shape: [3, 4]", function="torch.sin"):
+    text = SIN.format(eps=eps, checks=checks, arg=arg).replace("torch.sin", function)
+    (case,) = spec.load_file(write_spec(text))
     assert not isinstance(case, spec.SpecError), case
     return runner.run_case(case, "cpu")
 
@@ -105,3 +108,46 @@ def test_the_rule_reads_the_values_in_the_dtype_they_are_moved_in(x, eps, words)
 @pytest.mark.parametrize("x", [torch.zeros(0), torch.arange(3), torch.tensor([float("inf"), 1.0], dtype=torch.float64)])
 def test_what_finite_differences_do_not_move_is_not_judged(x):
     assert _problem(x, 1e-6) is None
+
+
+@pytest.mark.parametrize(
+    "checks", ["[backward]", "[forward_ad]", "all"]
+)  # not double_backward: g / x is finite at x - 1
+def test_a_step_that_leaves_the_domain_at_every_element_is_a_spec_error_naming_tolerance_eps(write_spec, checks):
+    # log at x - 1 <= 0 for every x in [0.5, 1]: before, a PASS with a warning to keep x away from domain edges
+    result = outcome(write_spec, "1.0", checks, NEAR_ONE, "torch.log")
+    assert result.status is Status.ERROR and result.error is not None, [(c.check, c.message) for c in result.checks]
+    assert result.error.kind is ErrorKind.SPEC
+    words = "spec.yaml:1: tolerance.eps: 1 leaves the function's domain at every element of 'input'"
+    assert words in result.error.message, result.error.message
+    assert result.error.message.endswith("(the default for float64 is 1e-06)"), result.error.message
+
+
+@pytest.mark.parametrize(
+    "function,eps,arg",
+    [
+        ("torch.log", "1.0e-3", NEAR_ONE),  # a step inside the domain everywhere
+        ("torch.log", "0.6", "data: [0.5, 0.7, 2.0, 3.0]"),  # the edge at two elements of four: the inputs' business
+        ("torch.sqrt", "0.1", "shape: [3, 4], dist: uniform, low: 0.01, high: 1.0"),  # some elements near 0
+    ],
+)
+def test_a_step_that_leaves_the_domain_at_some_elements_only_still_checks(write_spec, function, eps, arg):
+    result = outcome(write_spec, eps, arg=arg, function=function)
+    assert result.error is None, result.error
+    assert result.status is Status.PASS, [(c.check, c.message) for c in result.checks]
+
+
+def test_the_default_step_at_the_domain_edge_is_the_inputs_business_not_a_spec_error():
+    # every element within 1e-6 of log's edge at 0, eps not set: a pass with the warning to keep x away
+    x = (torch.rand(3, 4, dtype=torch.float64) * 1e-7 + 1e-9).requires_grad_()
+    result = gradcheck_cli.check(torch.log, [x])
+    assert result.status is Status.PASS, result
+    (row,) = result.checks[0].inputs
+    assert "at the edge of the domain" in (row.reason or ""), row.reason
+
+
+def test_the_python_api_names_its_eps_argument_at_a_domain_edge():
+    x = (torch.rand(3, 4, dtype=torch.float64) * 0.5 + 0.5).requires_grad_()
+    result = gradcheck_cli.check(torch.log, [x], eps=1.0)
+    assert result.status is Status.ERROR and result.error is not None and result.error.kind is ErrorKind.SPEC
+    assert result.error.message.startswith("eps: 1 leaves the function's domain at every element of 'arg0'")
