@@ -20,12 +20,13 @@ from ..checks import backward, contract, verdict
 from ..checks.contract import World
 from ..checks.rows import skeleton
 from ..errors import BindError, UserCodeError
+from ..numerics.realify import vjp
 from ..numerics.streams import Stream, Streams
 from ..results import CaseResult, CheckResult, ErrorKind, InputReport, Status
 from ..rng import seed_plus
 from ..spec import Case, Container, TensorArg
 from ..target import Target
-from ..tolerance import Limits, same, within
+from ..tolerance import Limits, Tolerance, same, within
 from . import judge, launch, layout, rank
 
 RANK_STRIDE = 7_777_777  # rank r's per_rank arguments are drawn with seed + r * RANK_STRIDE
@@ -107,6 +108,7 @@ def run(
         outputs=case.outputs,
         streams=streams,
         contract=_inspection(target, case, first, streams) if target.is_function else None,
+        in_use=_in_use(target, first, list(begun.checked), streams, tolerances),
     )
     _warm()
     try:
@@ -147,6 +149,25 @@ def _inspection(
         )
 
     return inspect
+
+
+def _in_use(
+    target: Target, first: Bound, checked: list[int], streams: Streams, tolerances: list[Tolerance]
+) -> Callable[[list[Any], tuple[Any, ...], list[int], tuple[list[Any], list[Any]]], contract.Findings]:
+    """Backward as autograd uses it (linear in grad_output, undefined output gradients as zeros) on a rank's
+    graph, as the backward check looks at it in one process (``contract.in_use``): the same random streams,
+    calls, and tolerance (the loosest of the checked arguments')."""
+    loosest = max(tolerances, key=lambda t: (t.atol, t.rtol))
+
+    def in_use(
+        values: list[Any], outputs: tuple[Any, ...], positions: list[int], given: tuple[list[Any], list[Any]]
+    ) -> contract.Findings:
+        found = contract.Findings()
+        bound = dataclasses.replace(first, values=values, rng=None)
+        contract.in_use(found, target, bound, (values, outputs), positions, checked, vjp, given, streams, loosest)
+        return found
+
+    return in_use
 
 
 def _said(lists: list[list[str]], size: int) -> list[str]:

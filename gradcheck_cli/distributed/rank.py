@@ -68,6 +68,10 @@ class Plan:
     streams: Streams
     # backward's contract on one value per argument, as ``checks.contract.inspect`` (None: not a Function)
     contract: Optional[Callable[[list[Any], World], Findings]] = None
+    # backward as autograd uses it, on this rank's graph, as ``checks.contract.in_use``: its failures and the
+    # checked arguments they concern; given the values (the leaves), the outputs, the differentiable outputs'
+    # positions, and the grad_output per output position with the gradients backward returned for it
+    in_use: Optional[Callable[[list[Any], tuple[Any, ...], list[int], tuple[list[Any], list[Any]]], Findings]] = None
 
 
 def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
@@ -122,6 +126,7 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
             [values[i] for i in plan.checked],
             [g.clone() for g in grads_out],
             allow_unused=True,
+            retain_graph=plan.in_use is not None,  # called again there
         )
     except Exception as exc:  # noqa: BLE001 - the user's backward raised, or autograd rejected what it returned
         if AUTOGRAD_FORK in str(exc):
@@ -132,6 +137,14 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
             error.broken = int(rejected.group(1)) if rejected.group(1) else -1
             error.message = f"backward's contract is broken: {exc}"
         raise error from None
+    in_use = plan.in_use
+    if in_use is not None:  # every rank, in lockstep: the calls of backward are the same on each
+        by_position: list[Any] = [None] * len(outs)
+        for k, p in enumerate(positions):
+            by_position[p] = grads_out[k]
+        used = _user_code(rank, lambda: in_use(values, outs, positions, (by_position, list(grads))))
+        found["failures"] += used.failures
+        found["bad"] = sorted(set(found["bad"]) | used.bad_args)
     gradients = [
         g.detach().cpu() if g is not None else torch.zeros(values[i].shape, dtype=values[i].dtype)
         for g, i in zip(grads or [None] * len(plan.checked), plan.checked)
@@ -163,6 +176,19 @@ def run(plan: Plan, rank: int, progress: Progress) -> dict[str, Any]:
     return {"grads": gradients, "replicated": replicated, "shapes": shapes, "objective": objective, "contract": found}
 
 
+def _user_code(rank: int, inspect: Callable[[], Findings]) -> Findings:
+    """``inspect()``, a part of backward's contract that calls the user's code, with what it raised as this
+    rank reports it."""
+    try:
+        return inspect()
+    except UserCodeError as exc:
+        if AUTOGRAD_FORK in str(exc):
+            raise RankError(ErrorKind.DEVICE, f"rank {rank}: {FORKED_AFTER_BACKWARD}") from None
+        raise RankError(
+            exc.kind, str(exc), exc.where, exc.frames, getattr(exc.__cause__, "_gradcheck_collective", "")
+        ) from None
+
+
 def _call(plan: Plan, values: list[Any]) -> tuple[Any, ...]:
     try:
         return as_tuple(plan.call(values))
@@ -191,16 +217,10 @@ def _contract(plan: Plan, values: list[Any], progress: Progress, device: str, ra
     stops here (``stopped``: one rank's contract is broken beyond what autograd accepts)."""
     found = Findings()
     if plan.contract is not None:
+        contract = plan.contract
         with _recording() as written:
             world = _world(progress, device, written)
-            try:
-                found = plan.contract(values, world)
-            except UserCodeError as exc:
-                if AUTOGRAD_FORK in str(exc):
-                    raise RankError(ErrorKind.DEVICE, f"rank {rank}: {FORKED_AFTER_BACKWARD}") from None
-                raise RankError(
-                    exc.kind, str(exc), exc.where, exc.frames, getattr(exc.__cause__, "_gradcheck_collective", "")
-                ) from None
+            found = _user_code(rank, lambda: contract(values, world))
             stopped = world.agree(found.fatal)
     else:
         stopped = False

@@ -88,11 +88,7 @@ def _one_rank(result: dict[str, Any]) -> tuple[Any, list[str]]:
 
 
 # Where a world of one tells the same verdict in other words, and why (each a limit the docs state):
-OTHER_WORDS = {
-    # backward's linearity in grad_output is not checked across ranks (docs/how-to/distributed.md, Limits): one
-    # process names the non-linear backward, a world of one the element it gets wrong; same status and rows
-    "bad_mul_single_wrong_element": "linearity in grad_output"
-}
+OTHER_WORDS: dict[str, str] = {}  # none now (backward's linearity and undefined gradients run on every rank)
 
 
 def _same_alone_and_in_a_world_of_one(cases: list[Case], tmp_path: Path) -> None:

@@ -81,6 +81,26 @@ TRUTH = """
             return (2 * x * g).float()
 
 
+    class SquareNotLinear(Square):  # 2 x g + 0.1: right at no grad_output, not linear in it
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x * g + 0.1
+
+
+    class SquareUndefinedGradIsOnes(torch.autograd.Function):  # an undefined grad_output taken as ones
+        @staticmethod
+        def forward(ctx, x):
+            ctx.set_materialize_grads(False)
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 2 * x * (torch.ones_like(x) if g is None else g)
+
+
     class CopyAllReducesClone(torch.autograd.Function):  # Megatron's copy: identity, backward all-reduces
         @staticmethod
         def forward(ctx, x):
@@ -98,6 +118,14 @@ TRUTH = """
         def backward(ctx, g):
             dist.all_reduce(g)
             return g
+
+
+    class CopyAllReducesPlusConstant(CopyAllReducesClone):  # the all-reduce right, plus 0.1: not linear
+        @staticmethod
+        def backward(ctx, g):
+            out = g.clone()
+            dist.all_reduce(out)
+            return out + 0.1
 
 
     class ChangesSavedInputOnRank1(torch.autograd.Function):
@@ -130,6 +158,8 @@ X = "[{name: x, shape: [3]}]"
 XW = "[{name: x, shape: [3]}, {name: w, shape: [3]}]"
 SAVED = "backward modified input 'x' in place: work on a copy"
 GRAD_OUTPUT = "backward modified grad_output in place: clone it before changing it"
+NOT_LINEAR = "backward is not linear in grad_output: for a one-hot grad_output (output 0 at "
+UNDEFINED = "with every output's gradient undefined, backward returned a nonzero gradient for 'x'"
 # the labelled set: (Function, its inputs, the one-process status, words of the one-process message)
 LABELLED = [
     ("Square", X, Status.PASS, "1 argument checked, all within tolerance"),
@@ -139,6 +169,7 @@ LABELLED = [
     ("SquareChangesSavedInput", X, Status.FAIL, SAVED),
     ("SquareZeroesGradOutput", X, Status.FAIL, GRAD_OUTPUT),
     ("SquareFloat32Gradient", X, Status.FAIL, "backward returned a float32 gradient for float64 'x'"),
+    ("SquareUndefinedGradIsOnes", X, Status.FAIL, UNDEFINED),
 ]
 
 
@@ -240,3 +271,28 @@ def test_a_contract_broken_on_one_rank_fails_naming_it_and_every_rank_stops_ther
     (check,) = result.checks
     assert check.message.startswith(words), check.message
     assert {r.name for r in check.inputs if r.status is Status.FAIL} == failing
+
+
+@pytest.mark.parametrize(
+    "function, extra, sizes",
+    [
+        ("SquareNotLinear", "", [1, 2]),
+        ("CopyAllReducesPlusConstant", "outputs: [per_rank]\n", [1, 2]),  # its collective inside backward's calls
+        ("SquareUndefinedGradIsOnes", "", [2]),  # world size 1: the labelled set's relation above
+    ],
+)
+def test_backward_as_autograd_uses_it_is_checked_on_every_rank(write_spec, truth, function, extra, sizes):
+    """Linear in grad_output, and an undefined grad_output taken as zeros (``contract.in_use``): one process
+    checked them and a world did not (a non-linear backward got the words of a wrong element instead). Now
+    every rank does, in lockstep, in one process's words, after the ranks that found it."""
+    words = UNDEFINED if "Undefined" in function else NOT_LINEAR
+    alone = runner.run_case(case_of(write_spec, function, X, 0, extra), "cpu") if not extra else None
+    if alone is not None:
+        assert alone.status is Status.FAIL and verdict(alone)[1].startswith(words), str(alone)
+    for size in sizes:
+        world = runner.run_case(case_of(write_spec, function, X, size, extra), "cpu")
+        assert world.status is Status.FAIL and world.error is None, str(world)
+        prefix = "ranks 0, 1: " if size > 1 else ""
+        assert verdict(world)[1].startswith(prefix + words), verdict(world)[1]
+    right = runner.run_case(case_of(write_spec, "CopyAllReducesClone", X, 2, "outputs: [per_rank]\n"), "cpu")
+    assert right.status is Status.PASS, str(right)
