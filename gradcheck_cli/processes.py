@@ -1,7 +1,8 @@
 """Processes that the code under test started: found, and ended with their case.
 
 Read from /proc (Linux); where there is none, nothing is found and nothing is ended. No torch here:
-the pool's parent uses ``end_group`` too.
+the pool's parent uses ``end_group`` too. What is Linux's alone (PR_SET_PDEATHSIG, a subreaper) is asked for
+on Linux only, and Windows, which has no SIGKILL, ends a process with ``KILL`` (TerminateProcess there).
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ import contextlib
 import ctypes
 import os
 import signal
+import sys
 from pathlib import Path
+from typing import Optional
 
 PROC = Path("/proc")
+KILL = getattr(signal, "SIGKILL", signal.SIGTERM)  # os.kill(pid, SIGTERM) is TerminateProcess on Windows
 
 
 def _table() -> dict[int, tuple[int, int]]:
@@ -84,7 +88,7 @@ def end(pids: frozenset[int]) -> None:
     """Kill ``pids`` and reap those that are this process's children."""
     for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, KILL)
         except OSError:
             pass
     for pid in pids:
@@ -100,14 +104,24 @@ def lead_group() -> None:
     it also dies with its parent."""
     if hasattr(os, "setpgrp"):
         os.setpgrp()
-    try:  # Linux: die with the parent, even when it is killed (SIGKILL) and cannot stop its workers;
-        # and adopt the orphans of what user code starts (a daemon that forked twice and left the group)
-        libc = ctypes.CDLL(None)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    libc = die_with_parent()  # Linux: even when the parent is killed (SIGKILL) and cannot stop its workers;
+    if libc is not None:  # and adopt the orphans of what user code starts (a daemon that forked twice)
         global _subreaper
         _subreaper = libc.prctl(36, 1) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
+
+
+def die_with_parent() -> Optional[ctypes.CDLL]:
+    """Linux: this process is killed when its parent dies, however it dies (PR_SET_PDEATHSIG), and the C
+    library is returned; elsewhere (macOS, Windows: ``ctypes.CDLL(None)`` raises TypeError there) nothing is
+    set and None is returned: those platforms end a worker by the pool's pipe watch and process group."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, KILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError, TypeError):
+        return None
+    return libc
 
 
 def reap() -> None:
@@ -127,7 +141,7 @@ def end_group(pid: int, ended: bool = False) -> None:
     if not hasattr(os, "killpg"):
         if not ended:
             with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, KILL)
         return
     try:
         group = os.getpgid(pid)
@@ -135,7 +149,7 @@ def end_group(pid: int, ended: bool = False) -> None:
         # no process has this pid: the group it led outlives it while a member lives, and while one does the
         # system gives the number to no new process (nor group), so the group is still the one it led
         with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(pid, KILL)
         return
     except OSError:
         group = None
@@ -143,6 +157,6 @@ def end_group(pid: int, ended: bool = False) -> None:
         return
     with contextlib.suppress(OSError):
         if group == pid:
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(pid, KILL)
         else:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, KILL)

@@ -11,7 +11,6 @@ in this process, the budget checked between attempts. No torch here: the caller'
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import pickle
 import select
@@ -24,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
+from . import processes
 from .results import CaseResult, CheckResult, InputReport, Pattern, Shrunk, Status
 
 Shapes = dict[str, tuple[int, ...]]  # argument name -> shape
@@ -310,9 +310,7 @@ def _any_step(start: State, allowed: dict[str, tuple[str, ...]]) -> bool:
 def _die_with(parent: int) -> None:
     """Linux: this child is killed when its parent dies, however it dies (a worker killed for memory while it
     shrinks): a search left running would hold the pipes of the parent's own parent (the run waits for them)."""
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent's process group ends it
+    if processes.die_with_parent() is None:  # not Linux: the parent's process group ends it
         return
     if os.getppid() != parent:  # the parent died before the line above
         os._exit(0)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +38,10 @@ BROKEN = "backward's contract is broken (see below)"  # a row's reason, as in on
 
 def unavailable(backend: str, device: str, size: int) -> str:
     """Why the world cannot run here ('' when it can)."""
+    if not hasattr(os, "fork"):
+        return (
+            f"the ranks are forked processes, and {sys.platform} cannot fork: run distributed cases on Linux or macOS"
+        )
     if not torch.distributed.is_available():
         return "torch.distributed is not available in this build of torch"
     if backend == "nccl":

@@ -9,7 +9,6 @@ coordinator ends the world when no rank has moved for ``timeout`` seconds, and s
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import multiprocessing
 import os
@@ -26,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from .. import processes
 from ..errors import user_frame, user_frames
 from ..results import ErrorKind
 
@@ -226,10 +226,7 @@ def _rank_main(
     try:
         for fd in ends:
             os.close(fd)
-        try:  # Linux: die with the coordinator, even when it is killed (SIGKILL)
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+        processes.die_with_parent()  # Linux: die with the coordinator, even when it is killed (SIGKILL)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the coordinator ends the ranks
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if os.getppid() == 1:  # the coordinator died before the death signal was set
