@@ -1,6 +1,7 @@
 """Processes that the code under test started: found, and ended with their case.
 
-Read from /proc (Linux); where there is none, nothing is found and nothing is ended. No torch here:
+Read from /proc (Linux); where there is none (macOS, Windows), from psutil (a dependency there), and where
+neither can be read, nothing is found and nothing is ended. No torch here:
 the pool's parent uses ``end_group`` too. What is Linux's alone (PR_SET_PDEATHSIG, a subreaper) is asked for
 on Linux only, and Windows, which has no SIGKILL, ends a process with ``KILL`` (TerminateProcess there).
 """
@@ -25,7 +26,7 @@ def _table() -> dict[int, tuple[int, int]]:
     try:
         names = os.listdir(PROC)
     except OSError:
-        return {}
+        return _psutil_table()
     for name in names:
         if not name.isdigit():
             continue
@@ -36,6 +37,25 @@ def _table() -> dict[int, tuple[int, int]]:
                 table[int(name)] = (int(fields[1]), int(fields[2]))
         except (OSError, ValueError, IndexError):  # it ended meanwhile (an empty or cut read)
             continue
+    return table
+
+
+def _psutil_table() -> dict[int, tuple[int, int]]:
+    """``_table`` from psutil, where there is no /proc; the group is the process's own pid where the system
+    has no process groups (Windows: ``started`` never asks for one there)."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    table = {}
+    for proc in psutil.process_iter(["ppid", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.info["ppid"] is None:
+            continue
+        try:
+            group = os.getpgid(proc.pid) if hasattr(os, "getpgid") else proc.pid
+        except OSError:  # it ended meanwhile
+            continue
+        table[proc.pid] = (int(proc.info["ppid"]), group)
     return table
 
 

@@ -119,3 +119,20 @@ def test_spawned_workers_give_the_forked_workers_verdicts(write_spec, invoke, mo
     spawned = _verdicts(invoke, "-j", jobs)
     assert spawned == forked
     assert sorted(forked.values()) == ["error", "fail", "pass"], forked
+
+
+def test_the_processes_user_code_started_are_found_without_proc(monkeypatch, tmp_path):
+    """Where there is no /proc (macOS, Windows), the process tree comes from psutil: the same children found,
+    and ended with their case (before, nothing was found, and a case's children outlived it)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        with_proc = processes.started()
+        monkeypatch.setattr(processes, "PROC", tmp_path / "no-proc")
+        without = processes.started()
+        assert child.pid in with_proc and without == with_proc
+        processes.end(without)
+        child.wait(timeout=120)  # a bound for a broken run only: it ends at once
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, 9)
+            child.wait()
