@@ -176,7 +176,9 @@ def _by_user_code(key: str) -> bool:
     line = next((ln for ln in torch._C._dispatch_dump(op).splitlines() if ln.startswith(wanted)), "")
     if (key, line) not in _origin:
         where = line.partition(" registered at ")[2]
-        _origin[key, line] = bool(where) and not where.startswith(_TORCH_DIR)
+        # torch's own Python registrations name its files; some (torch 2.4's prims, registered lazily by
+        # torch.compile) name no file at all, "/dev/null": neither is the user's
+        _origin[key, line] = bool(where) and not where.startswith((_TORCH_DIR, "/dev/null"))
     return _origin[key, line]
 
 

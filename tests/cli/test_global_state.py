@@ -639,6 +639,23 @@ def test_kernels_torch_registers_and_operators_user_code_defines_are_not_overrid
         lib._destroy()
 
 
+@pytest.mark.parametrize(
+    "where, users",
+    [
+        ("/home/me/project/ops.py:12", True),
+        (state.torch_state._TORCH_DIR + "_prims/__init__.py:40", False),
+        ("/dev/null:168", False),  # torch 2.4's prims kernels, registered by torch.compile: no file named
+    ],
+)
+def test_a_kernel_is_the_user_s_where_the_dispatcher_names_a_file_outside_torch(monkeypatch, where, users):
+    """Under torch 2.4 every compile case warned "an operator's kernel overridden with torch.library ()": the
+    prims kernels torch.compile registers on first use are recorded at /dev/null, which is not a user's file."""
+    monkeypatch.setattr(state.torch_state, "_origin", {})
+    dump = f"name: prims::fake\nCPU: registered at {where} :: (none) [ boxed ]\n"
+    monkeypatch.setattr(torch._C, "_dispatch_dump", lambda op: dump)
+    assert state.torch_state._by_user_code("prims/fake/CPU") is users
+
+
 def test_a_kernel_override_made_by_an_import_stays_and_taints_the_process(monkeypatch):
     """What importing a module overrode cannot be registered again for the module's later cases (as every other
     import-time change is, runner._import_effects): it stays, named, and a worker is replaced before its next
