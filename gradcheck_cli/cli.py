@@ -735,15 +735,27 @@ def _write(
 
 
 def main(argv: Optional[list[str]] = None) -> Any:
-    """Console-script entry point: click's own exit codes, and 4 for a bug of ours."""
+    """The command line: click's own exit codes (2 for a usage error), 130 for Ctrl-C wherever it comes (click
+    would say "Aborted!" and exit 1 before the run's own handling starts), and 4 for a bug of ours."""
     try:
-        return cli.main(args=argv, prog_name="gradcheck", standalone_mode=True)
+        code = cli.main(args=argv, prog_name="gradcheck", standalone_mode=False)
+    except click.exceptions.Abort as exc:  # Ctrl-C (click's Abort from a KeyboardInterrupt), or end of input
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            sys.exit(ExitCode.INTERRUPTED)
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(ExitCode.INTERRUPTED)
+    except click.ClickException as exc:  # what standalone mode does with it
+        exc.show()
+        sys.exit(exc.exit_code)
     except SystemExit:
         raise
     except Exception:  # noqa: BLE001 - report, then exit with the contract's internal-error code
         traceback.print_exc()
         click.echo("gradcheck-cli internal error: please report it with the traceback above", err=True)
         sys.exit(ExitCode.INTERNAL)
+    sys.exit(code if isinstance(code, int) else 0)  # a command's return, or ctx.exit's code (--help: 0)
 
 
 @cli.command("init")

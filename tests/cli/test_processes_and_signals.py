@@ -398,3 +398,51 @@ def test_no_process_outlives_a_gradcheck_killed_with_sigkill(user_module, write_
     while _in_session(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _in_session(proc.pid) == []
+
+
+INTERRUPT_ON_IMPORT = """
+import importlib.abc, os, signal, sys
+
+class _CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == {module!r}:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the command line is still being imported
+        return None
+
+sys.meta_path.insert(0, _CtrlC())
+"""
+
+
+@pytest.mark.parametrize("module", ["click", "rich", "yaml"])
+def test_ctrl_c_while_the_command_line_starts_exits_130_without_a_traceback(tmp_path, module):
+    """A cancelled CI job must not read as a failed check: Ctrl-C in the first ~0.3 s printed a
+    KeyboardInterrupt traceback (while imports run) or exited 1 with click's "Aborted!"."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(INTERRUPT_ON_IMPORT.format(module=module))
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "s.yaml").write_text("function: torch.sin\ninputs: [{name: x, shape: [3]}]\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", "specs/"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 130, (done.returncode, done.stderr[-3000:])
+    assert "Traceback" not in done.stderr and "Aborted!" not in done.stderr, done.stderr
+
+
+def test_ctrl_c_before_the_first_case_exits_130_not_click_s_1(monkeypatch, tmp_path, capsys):
+    """Between the command line's start and the run's own handling (reading specs, planning), click turned
+    KeyboardInterrupt into "Aborted!" and exit 1."""
+    from gradcheck_cli import cli, plan
+
+    (tmp_path / "s.yaml").write_text("function: torch.sin\ninputs: [{name: x, shape: [3]}]\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plan, "expand", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["check", str(tmp_path / "s.yaml")])
+    assert stopped.value.code == 130
+    assert "Aborted!" not in capsys.readouterr().err

@@ -365,7 +365,7 @@ def test_pre_commit_manifest_is_valid_and_runs_our_console_script() -> None:
     # one gradcheck process for all the files: it starts a worker per core itself
     assert hook["pass_filenames"] is True and hook["require_serial"] is True
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
-    assert scripts.get(hook["entry"].split()[0]) == "gradcheck_cli.cli:main"
+    assert scripts.get(hook["entry"].split()[0]) == "gradcheck_cli.__main__:main"
     files = re.compile(hook["files"])
     assert files.search("specs/linear.yaml") and files.search("specs/sub/relu.yml")
     assert not files.search("specs/README.md") and not files.search("src/specs/linear.yaml")
