@@ -632,7 +632,10 @@ def check_cmd(
     if cache_clear:
         lastfailed.clear(root)
     if last_failed:
-        items, said = lastfailed.select(items, lastfailed.read(root))
+        failed, unreadable = lastfailed.read(root)
+        if unreadable:
+            click.echo(f"gradcheck: warning: {unreadable}", err=True)
+        items, said = lastfailed.select(items, failed)
         click.echo(f"gradcheck: {said}", err=True)
     opts = plan.run_options(
         max_memory,

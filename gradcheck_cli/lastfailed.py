@@ -5,12 +5,13 @@ passed, skipped or failed as expected is removed, and a case that did not run is
 A case is known by its spec file's absolute path and its id after the path (``#doc::case[device]``), so a
 run from another folder finds the same entries. The cache folder holds a ``.gitignore`` of ``*`` and a
 ``CACHEDIR.TAG`` (backup tools skip it). Reading or writing it never stops a run: a cache that cannot be
-read counts as empty, one that cannot be written is a warning."""
+read counts as empty (a warning), one that cannot be written is a warning."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,13 +33,33 @@ def _key(spec: str, ident: str) -> str:
     return ident
 
 
-def read(root: Path) -> set[str]:
-    """The keys that failed last time (none where the cache is missing or cannot be read)."""
+MAX_BYTES = 64 * 2**20  # a cache larger than this is not ours (ours holds one short key per failed case)
+
+
+def read(root: Path) -> tuple[set[str], Optional[str]]:
+    """The keys that failed last time, and a warning where the cache exists but cannot be read (then none):
+    a file that is not a regular file (a FIFO, a device, a link to /dev/zero) is never opened, one larger
+    than MAX_BYTES never read, and JSON nested too deep to parse counts as unreadable."""
+    path = root / FOLDER / FILE
     try:
-        found = json.loads((root / FOLDER / FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return set()
-    return {k for k in found if isinstance(k, str)} if isinstance(found, dict) else set()
+        facts = path.stat()
+    except OSError:  # none yet
+        return set(), None
+    why = ""
+    if not stat.S_ISREG(facts.st_mode):
+        why = "not a regular file"
+    elif facts.st_size > MAX_BYTES:
+        why = f"{facts.st_size} bytes, more than a cache of failures holds"
+    else:
+        try:
+            found = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, ValueError, RecursionError, MemoryError) as exc:
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        else:
+            if isinstance(found, dict):
+                return {k for k in found if isinstance(k, str)}, None
+            why = "not a JSON object"
+    return set(), f"--lf's cache {path} cannot be read ({why}): it counts as empty and is written anew after this run"
 
 
 def select(items: Sequence[Union[Case, SpecError]], failed: set[str]) -> tuple[list[Union[Case, SpecError]], str]:
@@ -53,8 +74,9 @@ def select(items: Sequence[Union[Case, SpecError]], failed: set[str]) -> tuple[l
 
 
 def update(root: Path, results: Sequence[CaseResult]) -> Optional[str]:
-    """Record this run's results in the cache; a warning where it cannot be written, else None."""
-    failed = read(root)
+    """Record this run's results in the cache; a warning where it cannot be written, else None (one that cannot
+    be read is written anew; what is not a regular file is replaced, never written through)."""
+    failed, _ = read(root)
     for result in results:
         key = _key(result.spec or "", result.id)
         if result.status in FAILED:

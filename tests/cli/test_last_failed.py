@@ -4,7 +4,10 @@ pytest keeps its own."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 SOURCE = """
 import torch
@@ -100,3 +103,37 @@ def test_a_cache_that_cannot_be_written_is_a_warning_not_a_failure(user_module, 
     result = invoke("specs/", "--no-isolate", "--format", "json")
     assert result.exit_code == 0 and len(_ids(result)) == 2
     assert "warning: --lf's cache" in result.stderr and "cannot be written" in result.stderr
+
+
+def _deep(path: Path) -> None:
+    path.write_text("[" * 100_000 + "]" * 100_000)  # json's parser recurses once per level
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)  # opened for reading, it would wait for a writer forever
+
+
+def _zeros(path: Path) -> None:
+    path.symlink_to("/dev/zero")  # read whole, it never ends (MemoryError)
+
+
+@pytest.mark.parametrize(
+    "make, why",
+    [(_deep, "RecursionError"), (_fifo, "not a regular file"), (_zeros, "not a regular file")],
+    ids=["nested-100000-deep", "fifo", "link-to-dev-zero"],
+)
+def test_a_cache_that_cannot_be_read_counts_as_empty_with_a_warning(
+    user_module, write_spec, invoke, tmp_path, make, why
+):
+    """Each of these was exit 4 after the report on every later run, a MemoryError, or a run that hung."""
+    _setup(user_module, write_spec, factor=3.0)
+    (tmp_path / ".gradcheck_cache").mkdir()
+    make(tmp_path / ".gradcheck_cache" / "lastfailed.json")
+    first = invoke("specs/", "--no-isolate", "--format", "json", "--lf")
+    assert first.exit_code == 1 and len(_ids(first)) == 2, first.output
+    said = " ".join(first.stderr.split())
+    assert f"warning: --lf's cache {tmp_path / '.gradcheck_cache' / 'lastfailed.json'} cannot be read ({why}" in said
+    assert "it counts as empty" in said and "Traceback" not in first.output
+    assert len(_cache(tmp_path)) == 2  # written anew, as a regular file (the FIFO or link replaced)
+    again = invoke("specs/", "--no-isolate", "--format", "json", "--lf", "-k", "a_good")
+    assert again.exit_code == 1 and "cannot be read" not in again.stderr
