@@ -36,6 +36,7 @@ def canonical(function: str) -> str:
 
 
 Test = Callable[[list[str]], bool]  # -k's expression, as a test of an item's keywords
+MAX_NESTING = 100  # -k's `not`s and parentheses around one word
 
 
 def matching(items: list[Item], pattern: str) -> list[Item]:
@@ -66,6 +67,7 @@ def _expression(pattern: str) -> Test:
     of an item's keywords."""
     tokens = re.findall(r"\(|\)|[^\s()]+", pattern)
     at = 0
+    depth = 0  # the `not`s and `(`s open around the word being read
 
     def peek() -> Optional[str]:
         return tokens[at] if at < len(tokens) else None
@@ -93,16 +95,22 @@ def _expression(pattern: str) -> Test:
         if token is None or token in ("and", "or", ")"):
             raise ValueError(f"expected a word, `not` or `(` {f'before {token!r}' if token else 'at the end'}")
         take()
+        if token not in ("not", "("):
+            return _word(token)
+        nonlocal depth
+        depth += 1
+        if depth > MAX_NESTING:  # read and run by recursion: past Python's limit it would be an internal error
+            raise ValueError(f"nested more than {MAX_NESTING} deep (`not`s and parentheses): write it flatter")
         if token == "not":
             inner = one()
+            depth -= 1
             return lambda words: not inner(words)
-        if token == "(":
-            inner = either()
-            if peek() != ")":
-                raise ValueError("a `(` is not closed")
-            take()
-            return inner
-        return _word(token)
+        inner = either()
+        if peek() != ")":
+            raise ValueError("a `(` is not closed")
+        take()
+        depth -= 1
+        return inner
 
     if not tokens:
         raise ValueError("empty expression")
@@ -136,7 +144,8 @@ def collect(
         try:
             items = matching(items, select)
         except ValueError as exc:
-            raise TargetError(f"{shown or f'-k {select}'}: {exc}") from None
+            quoted = select if len(select) <= 80 else f"{select[:60]}... ({len(select)} characters)"
+            raise TargetError(f"{shown or f'-k {quoted}'}: {exc}") from None
         if not items:
             raise TargetError(
                 f"{shown or f'-k {select}'}: it selects no case (matched against each case's name "

@@ -365,6 +365,26 @@ def test_k_takes_pytest_expressions_and_matches_the_function_too(monkeypatch, in
     assert nothing.exit_code == 2 and "it selects no case" in nothing.output
 
 
+@pytest.mark.parametrize(
+    "expression", ["(" * 250 + "linear" + ")" * 250, "not " * 1200 + "linear"], ids=["250-parentheses", "1200-nots"]
+)
+def test_k_nested_too_deep_is_a_usage_error_not_an_internal_one(monkeypatch, invoke, expression):
+    """Both were a RecursionError (exit 4); within the bound, the same expression still selects."""
+    monkeypatch.chdir(REPO)
+    result = invoke("specs/", "-k", expression)
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert f"({len(expression)} characters): nested more than 100 deep (`not`s and parentheses)" in said, said
+    plain = invoke("specs/", "--format", "json", "--no-isolate", "--check", "backward", "-k", "linear")
+    within = invoke(
+        "specs/", "--format", "json", "--no-isolate", "--check", "backward", "-k", "(" * 50 + "linear" + ")" * 50
+    )
+    assert within.exit_code == plain.exit_code == 0, within.output
+    assert [r["id"] for r in json.loads(within.stdout)["results"]] == [
+        r["id"] for r in json.loads(plain.stdout)["results"]
+    ]
+
+
 def test_an_inline_target_gets_a_replay_command_that_reruns_it(monkeypatch, invoke):
     """issue 31 item 5: `gradcheck mod.Fn -i 4x5 --kwarg beta=2.0` had `replay: null`"""
     monkeypatch.chdir(REPO)
