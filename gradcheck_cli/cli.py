@@ -658,6 +658,8 @@ def check_cmd(
         fmt = reporters.choose_auto(os.environ)
     color = reporters.use_color(color, fmt, os.environ, sys.stdout.isatty())
 
+    unwritten: list[str] = []  # the reports the last write could not write
+
     def write(report: Report, planned: list[Any]) -> None:
         """The report in the chosen format on stdout, and the files asked for."""
         replay.attach(
@@ -674,7 +676,9 @@ def check_cmd(
         # (a watch keeps every result: Ctrl-C there must stop it at once)
         ignored = {} if watch else {signal.SIGINT: signal.SIG_IGN, signal.SIGTERM: signal.SIG_IGN}
         with _handling(ignored):
-            _write(report, fmt, color, (verbosity, tb), junit_xml, junit_locations, html_path)
+            unwritten[:] = _write(report, fmt, color, (verbosity, tb), junit_xml, junit_locations, html_path)
+        for message in unwritten:
+            click.echo(message, err=True)
 
     if watch:
         from .watch import watch_targets
@@ -699,7 +703,10 @@ def check_cmd(
     warning = lastfailed.update(root, report.results)
     if warning:
         click.echo(f"gradcheck: warning: {warning}", err=True)
-    sys.exit(report.exit_code())
+    code = report.exit_code()
+    if unwritten and code not in (ExitCode.INTERRUPTED, ExitCode.TERMINATED, ExitCode.INTERNAL):
+        code = ExitCode.NOT_CHECKED  # the run's verdict did not reach where it was asked for
+    sys.exit(code)
 
 
 def _write(
@@ -710,31 +717,55 @@ def _write(
     junit_xml: Optional[str],
     junit_locations: bool,
     html_path: Optional[str],
-) -> None:
+) -> list[str]:
     """The report in ``fmt`` on stdout, and the files asked for; ``table``: the table's verbosity (-q, -v)
-    and traceback style (--tb)."""
+    and traceback style (--tb). Each is written whatever became of the others: what could not be written
+    (a full disk, a folder that is not writable, a closed stdout) is returned, one message naming it each."""
     from . import reporters
 
-    if fmt == "table":  # -q / -v choose how much of it, --tb how errors are traced
-        from .reporters.table import Verbosity
-        from .reporters.table import render as render_table
+    def on_stdout() -> None:
+        if fmt == "table":  # -q / -v choose how much of it, --tb how errors are traced
+            from .reporters.table import Verbosity
+            from .reporters.table import render as render_table
 
-        verbosity, tb = table
-        render_table(report, sys.stdout, color, Verbosity[(verbosity or "normal").upper()], tb)
-    else:
-        reporters.get(fmt)(report, sys.stdout, color)
-    if fmt == "github" and os.environ.get("GITHUB_STEP_SUMMARY"):  # the job's summary page
+            verbosity, tb = table
+            render_table(report, sys.stdout, color, Verbosity[(verbosity or "normal").upper()], tb)
+        else:
+            reporters.get(fmt)(report, sys.stdout, color)
+        sys.stdout.flush()
+
+    def summary(path: str) -> None:
         from .reporters import github
 
-        github.append_step_summary(report, os.environ["GITHUB_STEP_SUMMARY"])
-    if junit_xml:
+        github.append_step_summary(report, path)
+
+    def junit(path: str) -> None:
         from .reporters import junit
 
-        junit.write(report, junit_xml, locations=junit_locations)
-    if html_path:
+        junit.write(report, path, locations=junit_locations)
+
+    def html(path: str) -> None:
         from .reporters import html
 
-        html.write(report, html_path)
+        html.write(report, path)
+
+    outputs: list[tuple[str, Callable[[], None]]] = [(f"the {fmt} report on stdout", on_stdout)]
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if fmt == "github" and step_summary:  # the job's summary page
+        outputs.append((f"the step summary {step_summary}", lambda: summary(step_summary)))
+    if junit_xml:
+        outputs.append((f"the JUnit XML report {junit_xml}", lambda: junit(junit_xml)))
+    if html_path:
+        outputs.append((f"the HTML report {html_path}", lambda: html(html_path)))
+    failed = []
+    for what, write_it in outputs:
+        try:
+            write_it()
+        except OSError as exc:
+            failed.append(f"gradcheck: cannot write {what}: {exc.strerror or exc}")
+            if write_it is on_stdout:  # what is left in its buffer would fail again at exit
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return failed
 
 
 def main(argv: Optional[list[str]] = None) -> Any:
