@@ -76,14 +76,16 @@ def check(
     import torch
 
     from . import runner
+    from .api_arguments import refuse_unusable
     from .binding import bind
     from .checks import NAMES
     from .checks.base import MEMORY_BYTES, CheckContext, Options
     from .custom_op import as_op, vmap_fallback_quiet
+    from .devices import device_problem
     from .numerics.streams import Streams
     from .oracle import Oracle
     from .reporters import display  # noqa: F401  (the result shows itself as the reporters draw it)
-    from .results import CaseResult, Status
+    from .results import CaseResult, CheckResult, Status
     from .spec import REFERENCE_DTYPES, ReferenceRule, Tolerance
     from .state import GUARD
     from .target import Target
@@ -153,6 +155,21 @@ def check(
         return bound
 
     def body(result: CaseResult) -> None:
+        refuse_unusable(
+            eps=eps,
+            atol=atol,
+            rtol=rtol,
+            nondet_tol=nondet_tol,
+            seed=seed,
+            repeat=repeat,
+            probes=probes,
+            device=device,
+            other_devices=tuple(devices),
+        )
+        problem = device_problem(device) if device is not None else None
+        if problem:  # as a spec's case on a device this machine lacks
+            result.checks = [CheckResult(n, Status.SKIP, message=problem) for n in names]
+            return
         bound = on(device)
         here = [str(v.device) for v in bound.values if isinstance(v, torch.Tensor)]
         result.device = ",".join(sorted(set(here))) or "cpu"
