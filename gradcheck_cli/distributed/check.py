@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..binding import Bound
-from ..checks import backward, contract, verdict
+from ..checks import backward, broken, contract, verdict
 from ..checks.contract import World
 from ..checks.rows import skeleton
 from ..errors import BindError, UserCodeError
@@ -121,6 +121,11 @@ def run(
         with launch.meeting() as plan.rendezvous:
             answers = launch.run_world(size, lambda r, progress: rank.run(plan, r, progress), config.timeout)
     except launch.WorldFailure as exc:
+        if exc.kind is ErrorKind.BACKWARD and (exc.error is None or exc.error.broken is None):
+            result.checks = [
+                _raised(begun, exc, plan) if name == "backward" else _skipped(first, name) for name in case.checks
+            ]
+            return
         if exc.error is None or exc.error.broken is None:
             raise UserCodeError(exc.kind, exc.message, exc.where, exc.frames) from None
         result.checks = [
@@ -221,6 +226,21 @@ def _refused(begun: verdict.Begun, found: list[dict[str, Any]], plan: rank.Plan)
             _said([f["failures"] for f in found], plan.size),
             lambda row: None,
             lambda right: "",  # never: a contract failure stopped it
+        )
+
+
+def _raised(begun: verdict.Begun, failure: launch.WorldFailure, plan: rank.Plan) -> CheckResult:
+    """The backward check's fail where the ranks' backward raised on valid inputs, as in one process
+    (``broken.raised``), after the ranks that raised it where more than one did."""
+    first = failure.error
+    ranks = sorted(r for r, e in failure.errors.items() if first is not None and e.message == first.message)
+    said = failure.message.split(": ", 1)[1] if plan.size == 1 or len(ranks) > 1 else failure.message
+    if plan.size > 1 and len(ranks) > 1:
+        said = f"ranks {', '.join(map(str, ranks))}: {said}"
+    begun.result.inputs = _by_rank(begun, plan, lambda i, r, row: None)
+    with _one_process_names(begun.result, plan.size):
+        return broken.raised(
+            begun.result, UserCodeError(failure.kind, said, failure.where, failure.frames), begun.start
         )
 
 

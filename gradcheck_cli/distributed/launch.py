@@ -235,6 +235,8 @@ def _rank_main(
             message: dict[str, Any] = {"answer": body(rank, progress)}
         except RankError as exc:
             message = {"error": exc}
+        except KeyboardInterrupt:  # SIGINT is ignored here: the code under test raised it, as in one process
+            message = {"error": RankError(ErrorKind.FORWARD, "the code under test raised KeyboardInterrupt")}
         except BaseException as exc:  # noqa: BLE001 - a rank's failure is reported, never raised here
             message = {
                 "error": RankError(

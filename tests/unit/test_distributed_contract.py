@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from gradcheck_cli import runner
-from gradcheck_cli.results import CaseResult, Status
+from gradcheck_cli.results import CaseResult, ErrorKind, Status
 from gradcheck_cli.spec import Case, Distributed, load_file
 
 TRUTH = """
@@ -101,6 +101,24 @@ TRUTH = """
             return 2 * x * (torch.ones_like(x) if g is None else g)
 
 
+    class SquareBackwardRaises(Square):  # backward raises on valid inputs: the backward check's fail
+        @staticmethod
+        def backward(ctx, g):
+            raise ValueError("not on these inputs")
+
+
+    class SquareBackwardExits(Square):  # SystemExit from backward, as any other exception
+        @staticmethod
+        def backward(ctx, g):
+            raise SystemExit(0)
+
+
+    class SquareForwardInterrupts(Square):  # KeyboardInterrupt from the code under test (no Ctrl-C reaches a rank)
+        @staticmethod
+        def forward(ctx, x):
+            raise KeyboardInterrupt
+
+
     class CopyAllReducesClone(torch.autograd.Function):  # Megatron's copy: identity, backward all-reduces
         @staticmethod
         def forward(ctx, x):
@@ -170,6 +188,7 @@ LABELLED = [
     ("SquareZeroesGradOutput", X, Status.FAIL, GRAD_OUTPUT),
     ("SquareFloat32Gradient", X, Status.FAIL, "backward returned a float32 gradient for float64 'x'"),
     ("SquareUndefinedGradIsOnes", X, Status.FAIL, UNDEFINED),
+    ("SquareBackwardRaises", X, Status.FAIL, "backward raised ValueError: not on these inputs at "),
 ]
 
 
@@ -296,3 +315,21 @@ def test_backward_as_autograd_uses_it_is_checked_on_every_rank(write_spec, truth
         assert verdict(world)[1].startswith(prefix + words), verdict(world)[1]
     right = runner.run_case(case_of(write_spec, "CopyAllReducesClone", X, 2, "outputs: [per_rank]\n"), "cpu")
     assert right.status is Status.PASS, str(right)
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_what_the_code_under_test_raises_on_a_rank_is_judged_as_in_one_process(write_spec, truth, size):
+    """A backward that raises (SystemExit too) fails the backward check, as in one process (it was an error,
+    exit 3); KeyboardInterrupt raised by forward is the case's forward error (it was an internal error, exit 4)."""
+    prefix = "ranks 0, 1: " if size > 1 else ""
+    for function, name in (("SquareBackwardRaises", "ValueError"), ("SquareBackwardExits", "SystemExit")):
+        alone = runner.run_case(case_of(write_spec, function, X), "cpu")
+        world = runner.run_case(case_of(write_spec, function, X, size), "cpu")
+        assert alone.status is world.status is Status.FAIL and world.error is None, str(world)
+        assert verdict(world)[1].startswith(f"{prefix}backward raised {name}"), verdict(world)[1]
+        if size == 1:
+            assert verdict(world) == verdict(alone)
+    interrupted = runner.run_case(case_of(write_spec, "SquareForwardInterrupts", X, size), "cpu")
+    assert interrupted.status is Status.ERROR and interrupted.error is not None, str(interrupted)
+    assert interrupted.error.kind is ErrorKind.FORWARD, interrupted.error
+    assert interrupted.error.message == "rank 0: the code under test raised KeyboardInterrupt"
