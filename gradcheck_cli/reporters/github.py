@@ -111,43 +111,70 @@ def user_location(where: Optional[str]) -> Optional[tuple[str, int]]:
     return path, int(match["line"])
 
 
-def commands(report: Report) -> list[str]:
-    """The workflow commands for ``report``, one per line, in result order."""
-    out = []
+SHOWN = 10  # annotations GitHub shows per step and kind (error, warning, notice); it drops the rest silently
+
+
+def annotations(report: Report) -> dict[str, list[str]]:
+    """Every workflow command for ``report`` by kind, in result order; for a kind with more than GitHub shows,
+    the most useful first: each failing case on its spec line, then each case that could not be checked, then
+    the user's line that raised (result order within each)."""
+    found: dict[str, list[tuple[int, str]]] = {"error": [], "notice": [], "warning": []}  # (rank, command)
     for result in report.results:
         file = spec_file(result)
         if result.status is Status.FAIL:
             rows = [row.line for _, row in _failing_rows(result) if row.line]
             line = rows[0] if rows else result.line
-            out.append(command("error", _fail_message(result), file, line, f"gradcheck fail: {result.id}"))
+            found["error"].append(
+                (0, command("error", _fail_message(result), file, line, f"gradcheck fail: {result.id}"))
+            )
         elif result.status is Status.ERROR:
             kind = result.error.kind if result.error else "unknown"
             message = _error_message(result) if result.error else "could not be checked"
             title = f"gradcheck {kind} error: {result.id}"
-            out.append(command("error", message, file, result.line, title))
+            found["error"].append((1, command("error", message, file, result.line, title)))
             at = user_location(result.error.where if result.error else None)
             if at is not None and result.error is not None:  # and at the user's line that raised
-                out.append(
-                    command(
-                        "error",
-                        f"{kind} error: {result.error.message}\nwhile checking {result.id}",
-                        at[0],
-                        at[1],
-                        title,
-                    )
-                )
+                text = f"{kind} error: {result.error.message}\nwhile checking {result.id}"
+                found["error"].append((2, command("error", text, at[0], at[1], title)))
         elif result.status is Status.XFAIL:
-            out.append(
-                command(
-                    "notice",
-                    f"expected failure: {expected_reason(result)}",
-                    file,
-                    result.line,
-                    f"gradcheck xfail: {result.id}",
-                )
-            )
+            text = f"expected failure: {expected_reason(result)}"
+            found["notice"].append((0, command("notice", text, file, result.line, f"gradcheck xfail: {result.id}")))
         warnings = [f"{c.check}: {w}" for c in result.checks for w in c.warnings] + result.warnings
-        out += [command("warning", w, file, result.line, f"gradcheck warning: {result.id}") for w in warnings]
+        title = f"gradcheck warning: {result.id}"
+        found["warning"] += [(0, command("warning", w, file, result.line, title)) for w in warnings]
+    return {
+        kind: [text for _, text in (sorted(items, key=lambda item: item[0]) if len(items) > SHOWN else items)]
+        for kind, items in found.items()
+    }
+
+
+def folded(report: Report) -> dict[str, int]:
+    """How many annotations of each kind ``commands`` leaves out (GitHub would drop them)."""
+    return _left_out(annotations(report))
+
+
+def _left_out(annotations: dict[str, list[str]]) -> dict[str, int]:
+    return {kind: len(items) - (SHOWN - 1) if len(items) > SHOWN else 0 for kind, items in annotations.items()}
+
+
+def commands(report: Report) -> list[str]:
+    """The workflow commands for ``report``, one per line: at most ``SHOWN`` of each kind, the most useful first
+    (``annotations``); where a kind has more, its last says how many were folded into the step summary."""
+    out = []
+    every = annotations(report)
+    left_out = _left_out(every)
+    for kind, items in every.items():
+        if left_out[kind]:
+            more = left_out[kind]
+            items = items[: SHOWN - 1] + [
+                command(
+                    kind,
+                    f"{more} more {kind} annotations folded (GitHub shows {SHOWN} per step): the step summary and "
+                    "the log above hold every result",
+                    title=f"gradcheck: {more} more {kind}s",
+                )
+            ]
+        out += items
     return out
 
 
@@ -226,6 +253,19 @@ def step_summary(report: Report) -> str:
             if r.error is not None
         ]
         lines.append("")
+    warnings = [(r.id, f"{c.check}: {w}") for r in report.results for c in r.checks for w in c.warnings]
+    warnings += [(r.id, w) for r in report.results for w in r.warnings]
+    if warnings:
+        lines += ["| case | warning |", "|---|---|"]
+        lines += [f"| {_cell(case)} | {_cell(w)} |" for case, w in warnings]
+        lines.append("")
+    left_out = folded(report)
+    if any(left_out.values()):
+        said = ", ".join(f"{n} {kind}{'s' * (n != 1)}" for kind, n in left_out.items() if n)
+        lines += [
+            f"{said} not shown as annotations (GitHub shows {SHOWN} of each kind per step): every one is above.",
+            "",
+        ]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

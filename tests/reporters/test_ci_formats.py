@@ -790,9 +790,13 @@ def test_github_step_summary_is_appended_by_the_command_line(write_spec, invoke,
 
 
 def test_github_on_real_runs(shipped_report, problem_report):
-    lines = github.commands(shipped_report)
-    assert len([x for x in lines if x.startswith("::error ")]) == shipped_report.summary()["failed"]
-    (double_bias,) = [x for x in lines if "linear_double_bias" in x]
+    every = github.annotations(shipped_report)["error"]  # one per failing case, before GitHub's cap
+    failed = shipped_report.summary()["failed"]
+    assert len(every) == failed > github.SHOWN
+    shown = [x for x in github.commands(shipped_report) if x.startswith("::error ")]
+    assert shown[: github.SHOWN - 1] == every[: github.SHOWN - 1] and len(shown) == github.SHOWN
+    assert f"::{failed - github.SHOWN + 1} more error annotations folded (GitHub shows 10 per step)" in shown[-1]
+    (double_bias,) = [x for x in every if "linear_double_bias" in x]
     # line 8 of the file is the bias entry: the failing argument
     assert double_bias.startswith("::error file=broken-specs/linear_double_bias.yaml,line=8,")
     assert (REPO / "broken-specs/linear_double_bias.yaml").read_text().splitlines()[7].strip() == "- name: bias"
@@ -849,3 +853,29 @@ def test_junit_timestamp_and_hostname_can_be_given():
 def test_junit_names_are_pytests_names_of_the_plugins_items(rid, spec_path, case, expected):
     result = CaseResult(rid, spec_path, case, "m:F", "cpu" if "cpu" in rid else "cuda:1", 0, Status.PASS, line=4)
     assert junit.names(result) == expected
+
+
+def test_github_annotations_are_capped_at_what_github_shows_the_most_useful_first():
+    """GitHub shows 10 error (and 10 warning) annotations per step and drops the rest silently: 32 for
+    broken-specs/ meant 22 lost without a word. Each failing case comes first, on its spec line; the cases that
+    could not be checked after; the last annotation says how many were folded, and the step summary too."""
+    errors = [errored(spec_path=f"specs/e{i}.yaml") for i in range(3)]
+    fails = [failing(spec_path=f"specs/f{i:02}.yaml", warnings=(f"warning {i}",)) for i in range(15)]
+    report = Report(errors + fails)  # the errors first in the results: still after the fails when capped
+    said = github.commands(report)
+    shown = [c for c in said if c.startswith("::error ")]
+    assert len(shown) == github.SHOWN
+    assert [f"specs/f{i:02}.yaml" in c for i, c in enumerate(shown[:9])] == [True] * 9
+    assert shown[-1] == (
+        "::error title=gradcheck%3A 9 more errors::9 more error annotations folded (GitHub shows 10 per step): "
+        "the step summary and the log above hold every result"
+    )
+    warnings = [c for c in said if c.startswith("::warning ")]
+    assert len(warnings) == 10 and "6 more warning annotations folded" in warnings[-1]
+    assert github.folded(report) == {"error": 9, "notice": 0, "warning": 6}
+    summary = github.step_summary(report)
+    assert "9 errors, 6 warnings not shown as annotations (GitHub shows 10 of each kind per step)" in summary
+    assert all(f": warning {i} |" in summary for i in range(15))  # every warning is in the summary
+    few = Report(errors[:1] + fails[:2])
+    assert github.folded(few) == {"error": 0, "notice": 0, "warning": 0}
+    assert "not shown as annotations" not in github.step_summary(few)
