@@ -114,7 +114,7 @@ def user_location(where: Optional[str]) -> Optional[tuple[str, int]]:
 SHOWN = 10  # annotations GitHub shows per step and kind (error, warning, notice); it drops the rest silently
 
 
-def annotations(report: Report) -> dict[str, list[str]]:
+def annotations_by_kind(report: Report) -> dict[str, list[str]]:
     """Every workflow command for ``report`` by kind, in result order; for a kind with more than GitHub shows,
     the most useful first: each failing case on its spec line, then each case that could not be checked, then
     the user's line that raised (result order within each)."""
@@ -150,18 +150,18 @@ def annotations(report: Report) -> dict[str, list[str]]:
 
 def folded(report: Report) -> dict[str, int]:
     """How many annotations of each kind ``commands`` leaves out (GitHub would drop them)."""
-    return _left_out(annotations(report))
+    return _left_out(annotations_by_kind(report))
 
 
-def _left_out(annotations: dict[str, list[str]]) -> dict[str, int]:
-    return {kind: len(items) - (SHOWN - 1) if len(items) > SHOWN else 0 for kind, items in annotations.items()}
+def _left_out(found: dict[str, list[str]]) -> dict[str, int]:
+    return {kind: len(items) - (SHOWN - 1) if len(items) > SHOWN else 0 for kind, items in found.items()}
 
 
 def commands(report: Report) -> list[str]:
     """The workflow commands for ``report``, one per line: at most ``SHOWN`` of each kind, the most useful first
-    (``annotations``); where a kind has more, its last says how many were folded into the step summary."""
+    (``annotations_by_kind``); where a kind has more, its last says how many were folded into the step summary."""
     out = []
-    every = annotations(report)
+    every = annotations_by_kind(report)
     left_out = _left_out(every)
     for kind, items in every.items():
         if left_out[kind]:

@@ -790,7 +790,7 @@ def test_github_step_summary_is_appended_by_the_command_line(write_spec, invoke,
 
 
 def test_github_on_real_runs(shipped_report, problem_report):
-    every = github.annotations(shipped_report)["error"]  # one per failing case, before GitHub's cap
+    every = github.annotations_by_kind(shipped_report)["error"]  # one per failing case, before GitHub's cap
     failed = shipped_report.summary()["failed"]
     assert len(every) == failed > github.SHOWN
     shown = [x for x in github.commands(shipped_report) if x.startswith("::error ")]
