@@ -20,7 +20,9 @@ HANGS = """
     class HangsOnRank1(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
-            Path({marks!r}, f"rank{{dist.get_rank()}}.pid").write_text(str(os.getpid()))
+            mark = Path({marks!r}, f"rank{{dist.get_rank()}}.pid")
+            Path(str(mark) + ".tmp").write_text(str(os.getpid()))
+            Path(str(mark) + ".tmp").replace(mark)  # whole when seen: the test reads it at once
             if dist.get_rank() == 1:
                 while True:
                     time.sleep(0.05)

@@ -20,7 +20,6 @@ REFUSED = [
     ("repeat", 0, "repeat: 0"),
     ("seed", 2**64, "seed: 18446744073709551616"),
     ("seed", -1, "seed: -1"),
-    ("device", "meta", "device: meta"),
 ]
 
 
@@ -66,3 +65,17 @@ def test_a_device_this_machine_lacks_is_a_skip_with_the_reason_as_a_spec_s():
 def test_values_a_spec_accepts_still_check(kwargs):
     x = torch.randn(3, dtype=torch.float64, requires_grad=True)
     assert gradcheck_cli.check(torch.sin, [x], **kwargs).status is Status.PASS
+
+
+@pytest.mark.parametrize("name, value", [("device", "meta"), ("devices", ["cpu", "meta"]), ("device", "nowhere")])
+def test_a_device_that_holds_no_values_is_a_spec_error_naming_it(name, value):
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    result = gradcheck_cli.check(torch.sin, [x], **{name: value})
+    assert result.status is Status.ERROR and result.error is not None and result.error.kind is ErrorKind.SPEC
+    assert result.error.message.startswith(f"{name}: expected cpu, cuda, cuda:N or mps"), result.error.message
+
+
+def test_a_torch_device_name_device_consistency_compares_is_accepted():
+    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
+    result = gradcheck_cli.check(torch.sin, [x], checks=["device_consistency"], devices=["cpu:0", "cpu"])
+    assert result.error is None, result.error

@@ -7,6 +7,7 @@ the same status, over a labelled set of correct and broken Functions."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -188,8 +189,7 @@ LABELLED = [
     ("SquareZeroesGradOutput", X, Status.FAIL, GRAD_OUTPUT),
     ("SquareFloat32Gradient", X, Status.FAIL, "backward returned a float32 gradient for float64 'x'"),
     ("SquareUndefinedGradIsOnes", X, Status.FAIL, UNDEFINED),
-    ("SquareBackwardRaises", X, Status.FAIL, "backward raised ValueError: not on these inputs at "),
-]
+]  # (a backward that raises: test_what_the_code_under_test_raises_..., below: which ranks report it is timing)
 
 
 @pytest.fixture
@@ -321,15 +321,16 @@ def test_backward_as_autograd_uses_it_is_checked_on_every_rank(write_spec, truth
 def test_what_the_code_under_test_raises_on_a_rank_is_judged_as_in_one_process(write_spec, truth, size):
     """A backward that raises (SystemExit too) fails the backward check, as in one process (it was an error,
     exit 3); KeyboardInterrupt raised by forward is the case's forward error (it was an internal error, exit 4)."""
-    prefix = "ranks 0, 1: " if size > 1 else ""
+    # every rank raises; the first error ends the world, so which others had reported by then is timing
+    prefix = r"(rank [01]|ranks 0, 1): " if size > 1 else ""
     for function, name in (("SquareBackwardRaises", "ValueError"), ("SquareBackwardExits", "SystemExit")):
         alone = runner.run_case(case_of(write_spec, function, X), "cpu")
         world = runner.run_case(case_of(write_spec, function, X, size), "cpu")
         assert alone.status is world.status is Status.FAIL and world.error is None, str(world)
-        assert verdict(world)[1].startswith(f"{prefix}backward raised {name}"), verdict(world)[1]
+        assert re.match(f"{prefix}backward raised {name}", verdict(world)[1]), verdict(world)[1]
         if size == 1:
             assert verdict(world) == verdict(alone)
     interrupted = runner.run_case(case_of(write_spec, "SquareForwardInterrupts", X, size), "cpu")
     assert interrupted.status is Status.ERROR and interrupted.error is not None, str(interrupted)
     assert interrupted.error.kind is ErrorKind.FORWARD, interrupted.error
-    assert interrupted.error.message == "rank 0: the code under test raised KeyboardInterrupt"
+    assert re.fullmatch(r"rank [01]: the code under test raised KeyboardInterrupt", interrupted.error.message)
