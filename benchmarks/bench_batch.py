@@ -35,7 +35,7 @@ import sys, time
 from pathlib import Path
 import torch
 from gradcheck_cli import inputs, loader, spec
-from gradcheck_cli.binding import bind
+from gradcheck_cli.subject.binding import bind
 start = time.perf_counter()
 verdicts = []
 for path in sorted(Path(sys.argv[1]).glob("*.yaml")):

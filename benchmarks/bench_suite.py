@@ -119,7 +119,7 @@ def _setup(case: str) -> tuple:
     """In the child process: the case's Function and input shapes, and a fresh-input maker."""
     import torch
 
-    from gradcheck_cli.pool import keep_freed_memory
+    from gradcheck_cli.run.pool import keep_freed_memory
 
     keep_freed_memory()  # as in the CLI's worker processes; for every engine, so all run alike
     # every engine on the same number of torch threads (BENCH_THREADS, default 1: on this shared
@@ -237,7 +237,7 @@ def batched_floor(fn: object, shapes: list) -> float:
     nothing compared; timed in the same process."""
     import torch
 
-    from gradcheck_cli.target import Target
+    from gradcheck_cli.subject.target import Target
 
     body = Target("floor", fn, True).body
     args = [torch.randn(*s, dtype=torch.float64) for s in shapes]

@@ -75,20 +75,20 @@ def check(
     """
     import torch
 
-    from . import runner
     from .api_arguments import refuse_unusable
-    from .binding import bind
     from .checks import NAMES
-    from .checks.base import MEMORY_BYTES, CheckContext, Options
-    from .custom_op import as_op, vmap_fallback_quiet
-    from .devices import device_problem
+    from .checks.parts.base import MEMORY_BYTES, CheckContext, Options
     from .numerics.streams import Streams
-    from .oracle import Oracle
     from .reporters import display  # noqa: F401  (the result shows itself as the reporters draw it)
     from .results import CaseResult, CheckResult, Status
+    from .run import runner
+    from .sandbox.state_guard import GUARD
     from .spec import REFERENCE_DTYPES, ReferenceRule, Tolerance
-    from .state import GUARD
-    from .target import Target
+    from .subject.binding import bind
+    from .subject.custom_op import as_op, vmap_fallback_quiet
+    from .subject.devices import device_problem
+    from .subject.oracle import Oracle
+    from .subject.target import Target
 
     if checks is None:
         checks = ("reference",) if reference is not None or reference_backward is not None else ("backward",)
@@ -238,10 +238,10 @@ def check_spec(
     """
     from pathlib import Path
 
-    from . import plan, replay, runner
     from .checks import NAMES
-    from .discovery import TargetError, collect
     from .reporters import display  # noqa: F401  (the report shows itself as the reporters draw it)
+    from .run import plan, replay, runner
+    from .run.discovery import TargetError, collect
     from .spec import is_device, is_import_path, is_module_name
 
     targets = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else [os.fspath(p) for p in paths]

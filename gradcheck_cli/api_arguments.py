@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .errors import BindError
+from .sandbox.errors import BindError
 from .spec.lines import Ctx
 from .spec.model import SpecError
 from .spec.settings import setting

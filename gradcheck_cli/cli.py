@@ -135,7 +135,7 @@ def _parse_shard(ctx: click.Context, param: click.Parameter, value: Optional[str
 
 
 def _parse_timeout(ctx: click.Context, param: click.Parameter, value: str) -> Optional[float]:
-    from .session import timeout_seconds
+    from .run.session import timeout_seconds
 
     try:
         return timeout_seconds(value)
@@ -173,7 +173,7 @@ def _parse_shapes(
 
 
 def _parse_values(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    from .overrides import KINDS
+    from .subject.overrides import KINDS
 
     values: dict[str, str] = {}
     for text in value:
@@ -261,7 +261,7 @@ IMPORT_HELP = (
 def _terminate(signum: int, frame: Any) -> None:
     """While checking, SIGTERM raises ``session.Terminated`` (as SIGINT raises KeyboardInterrupt), so the
     run stops its workers and reports what finished (exit 143)."""
-    from .session import Terminated
+    from .run.session import Terminated
 
     raise Terminated()
 
@@ -588,11 +588,11 @@ def check_cmd(
 
     Defaults come from [tool.gradcheck] in the nearest pyproject.toml (see --show-config).
     """
-    from .discovery import Item, TargetError
-    from .discovery import collect as discovered
+    from .run.discovery import Item, TargetError
+    from .run.discovery import collect as discovered
 
     if targets and not (show_config or no_isolate or watch):
-        from .pool import prepare
+        from .run.pool import prepare
 
         prepare()  # the workers' torch import starts now, beside the reading of the specs
     if show_config:
@@ -616,7 +616,8 @@ def check_cmd(
             "--watch checks in a worker process of its own (a module that cannot be imported "
             "twice needs a fresh one): leave out --no-isolate"
         )
-    from . import lastfailed, plan, pool, replay, reporters, session
+    from . import reporters
+    from .run import lastfailed, plan, pool, replay, session
 
     def collect() -> list[Item]:
         """The targets' cases (-k, --shard applied); TargetError when there is nothing to check."""
@@ -808,7 +809,7 @@ def main(argv: Optional[list[str]] = None) -> Any:
 def init_cmd(function: str, output: Optional[str], force: bool, imports: tuple[str, ...]) -> None:
     """Write a spec skeleton for FUNCTION (pkg.mod.MyFunction, or a custom op torch.ops.ns.op) from its
     forward signature (an op's schema)."""
-    from .errors import LoadError
+    from .sandbox.errors import LoadError
     from .scaffold import skeleton
 
     try:
@@ -855,7 +856,7 @@ def validate_cmd(targets: tuple[str, ...]) -> None:
     PATH:LINE: KEY: MESSAGE. Exit 0 when all are valid, 3 when any is not (as a run would), 2 for a
     missing path.
     """
-    from .discovery import TargetError, files_of
+    from .run.discovery import TargetError, files_of
     from .spec import SpecError, load_file
 
     try:

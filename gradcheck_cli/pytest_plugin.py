@@ -26,9 +26,9 @@ from . import DEFAULT_TIMEOUT, FAST_PROBES
 from .checks import NAMES as CHECKS
 
 if TYPE_CHECKING:
-    from .plan import RunOptions
-    from .pool import Pool
     from .results import CaseResult
+    from .run.plan import RunOptions
+    from .run.pool import Pool
     from .spec import Case, SpecError
 
 SPEC_SUFFIXES = (".yaml", ".yml")
@@ -160,7 +160,7 @@ def _positive(text: str) -> int:
 
 def run_options(config: pytest.Config) -> RunOptions:
     """The plugin's options as the checks' RunOptions, mapped as the command line maps its own."""
-    from .plan import run_options as options
+    from .run.plan import run_options as options
 
     checks = tuple(config.getoption("gradcheck_check"))
     return options(
@@ -185,7 +185,7 @@ def _megabytes(text: str) -> int:
 
 
 def _seconds(text: str) -> Optional[float]:
-    from .session import timeout_seconds
+    from .run.session import timeout_seconds
 
     try:
         return timeout_seconds(text)
@@ -197,7 +197,7 @@ def _pool(config: pytest.Config) -> Pool:
     """This pytest process's worker (one; under pytest-xdist, one per xdist worker, sharing the cores)."""
     pool = config.stash.get(_POOL, None)
     if pool is None:
-        from .pool import Pool, usable_cores
+        from .run.pool import Pool, usable_cores
 
         share = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
         pool = config.stash[_POOL] = Pool(
@@ -364,7 +364,7 @@ def _tell_state_notes(notes: list[str]) -> None:
     changed is this one."""
     import warnings
 
-    from .state import GlobalStateWarning, told
+    from .sandbox.state_guard import GlobalStateWarning, told
 
     for note in told(notes):
         warnings.warn(note, GlobalStateWarning, stacklevel=2)
@@ -382,16 +382,16 @@ class CaseItem(pytest.Item):
         self.extra_keyword_matches.update({case.function, case.function.replace(":", ".").rsplit(".", 1)[-1]})
 
     def runtest(self) -> None:
-        from . import replay
-        from .plan import Task, expand
         from .results import Status, expected_reason
+        from .run import replay
+        from .run.plan import Task, expand
 
         # the case as the options change it (checks, strict, devices), as the command line plans it
         (task,) = [
             t for t in expand([self.case], run_options(self.config)) if isinstance(t, Task) and t.device == self.device
         ]
         if self.config.getoption("gradcheck_no_isolate"):
-            from .runner import run_task
+            from .run.runner import run_task
 
             result = run_task(task)
         else:

@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-from .printable import printable
+from .core.printable import printable
 
 # how the reporters draw a result: kind ("rich", "html") -> fn(results, report or None); they register
 # themselves (``shown_as``) when imported, so this module, the contract, imports none of them

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from .custom_op import OpTarget, is_tensor
-from .loader import import_modules, load
+from .subject.custom_op import OpTarget, is_tensor
+from .subject.loader import import_modules, load
 
 PLACEHOLDER_SHAPE = [4, 5]
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, TextIO, Union
 
-from . import depends, plan
-from .discovery import SPEC_SUFFIXES, TargetError
-from .plan import RunOptions, Task
 from .results import CaseResult, ErrorKind, ExitCode, Report
-from .session import Terminated
+from .run import depends, plan
+from .run.discovery import SPEC_SUFFIXES, TargetError
+from .run.plan import RunOptions, Task
+from .run.session import Terminated
+from .run.watch_worker import Worker
 from .spec import Case, SpecError
-from .watch_worker import Worker
 
 INTERVAL = 0.1  # seconds between two looks at the files' modification times
 SETTLE = 0.02  # after a change, wait this long for the editor to finish writing (a save in several steps)
@@ -323,7 +323,7 @@ def watch_targets(
 ) -> ExitCode:
     """The front end's call: watch the command line's targets (spec files, folders, import paths whose
     specs are in ``specs_dir``) until Ctrl-C; the terminal is cleared before each round when stdout is one."""
-    from .pool import usable_cores
+    from .run.pool import usable_cores
 
     settings = Settings(timeout=timeout, threads=usable_cores(), clear=sys.stdout.isatty())
     return Watch(collect, lambda: spec_files_of(targets, specs_dir), opts, show, settings, hooks).run()
@@ -332,7 +332,7 @@ def watch_targets(
 def spec_files_of(targets: Iterable[str], specs_dir: Path) -> list[str]:
     """The spec files the targets cover now: a file, the files under a folder, the spec folder for an
     import path (any spec there may come to name it)."""
-    from .discovery import files_of, looks_like_path, spec_files
+    from .run.discovery import files_of, looks_like_path, spec_files
 
     found: list[str] = []
     for target in targets:

@@ -10,8 +10,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..binding import Bound
-from ..errors import UserCodeError, guarded
+from ..core.tolerance import Tolerance
 from ..numerics import (
     Entry,
     as_tuple,
@@ -29,14 +28,24 @@ from ..numerics.jacobians import Spent, projection
 from ..numerics.realify import Vjp
 from ..numerics.streams import Stream, Streams, signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
-from ..tolerance import Tolerance
-from . import contract, tied
-from .base import HALF, CheckContext, Options, call_forward, fresh_leaves, probe_like, refuse_if_too_big, work_limit
-from .diagnosis import diagnose, ratio_text
-from .rows import blank, fill_jacobian, take
-from .step import refuse_outside_domain, refuse_unusable
-from .upcast import by_tolerance, reference
-from .verdict import begin, conclude, skip
+from ..sandbox.errors import UserCodeError, guarded
+from ..subject.binding import Bound
+from .parts import contract, tied
+from .parts.argument_rows import blank, fill_jacobian, take
+from .parts.base import (
+    HALF,
+    CheckContext,
+    Options,
+    call_forward,
+    fresh_leaves,
+    probe_like,
+    refuse_if_too_big,
+    work_limit,
+)
+from .parts.diagnosis import diagnose, ratio_text
+from .parts.step import refuse_outside_domain, refuse_unusable
+from .parts.upcast import by_tolerance, reference
+from .parts.verdict import begin, conclude, skip
 
 NO_VERDICT = "forward's precision: no verdict"
 # what outputs that change in coarse steps are: the two cases finite differences cannot tell apart on one input

@@ -28,17 +28,17 @@ from typing import Any, Optional
 
 import torch
 
-from ..binding import Bound
-from ..custom_op import OpTarget
-from ..errors import UserCodeError, guarded, user_frame
+from ..core.tolerance import same
 from ..numerics import as_tuple, engine, vjp
 from ..numerics.streams import signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Status
-from ..target import Target
-from ..tolerance import same
-from .base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like
-from .rows import agreement, fill, zeros_if_none
-from .verdict import begin, conclude, skip, unsupported
+from ..sandbox.errors import UserCodeError, guarded, user_frame
+from ..subject.binding import Bound
+from ..subject.custom_op import OpTarget
+from ..subject.target import Target
+from .parts.argument_rows import agreement, fill, zeros_if_none
+from .parts.base import CheckContext, call_forward, fresh_leaves, graph_forward, probe_like
+from .parts.verdict import begin, conclude, skip, unsupported
 
 STREAM = 20  # the random stream of batched's stack of grad_outputs (a seed replays it)
 

@@ -25,16 +25,16 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap
 
-from ..errors import UserCodeError
+from ..core.tolerance import same
 from ..numerics import Entry, as_tuple, make_layout
 from ..numerics.streams import signed_uniform
 from ..results import CheckResult, InputReport, Status
-from ..tolerance import same
-from .base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big, work_limit
+from ..sandbox.errors import UserCodeError
 from .batched import hazard, is_defect, refusal, untold
 from .forward_ad import jvp_call, jvp_column, named_mistake, no_jvp
-from .rows import fill, output_at
-from .verdict import begin, conclude, labels, skip, unsupported
+from .parts.argument_rows import fill, output_at
+from .parts.base import CheckContext, call_forward, differentiable, fresh_leaves, refuse_if_too_big, work_limit
+from .parts.verdict import begin, conclude, labels, skip, unsupported
 
 STREAM = 22  # the random stream of batched_forward's projection of the outputs (a seed replays it)
 

@@ -30,18 +30,18 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..binding import Bound
-from ..errors import UserCodeError
-from ..nn_module import ModuleTarget, call_with, restore_buffers
+from ..core.tolerance import ReferenceRule
 from ..numerics import as_tuple
 from ..results import CheckResult, InputReport, Pattern, Status
-from ..target import Target
-from ..tolerance import ReferenceRule
-from . import compile_blame as blame
-from .base import CheckContext, call_forward, differentiable, draws_random, fresh_leaves, probe_like
-from .diagnosis import ratio_text
-from .sides import compare, gradients, output_row, side
-from .verdict import begin, conclude, skip, unsupported
+from ..sandbox.errors import UserCodeError
+from ..subject.binding import Bound
+from ..subject.nn_module import ModuleTarget, call_with, restore_buffers
+from ..subject.target import Target
+from .parts import compile_blame as blame
+from .parts.base import CheckContext, call_forward, differentiable, draws_random, fresh_leaves, probe_like
+from .parts.diagnosis import ratio_text
+from .parts.sides import compare, gradients, output_row, side
+from .parts.verdict import begin, conclude, skip, unsupported
 
 STREAM = 31  # the random stream of the compile check's grad_outputs (a seed replays it)
 

@@ -8,14 +8,14 @@ from typing import Any, Optional
 
 import torch
 
-from ..binding import Bound
-from ..devices import device_problem
-from ..errors import guarded
 from ..numerics import as_tuple, is_float_tensor, unravel, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status
-from ..target import Target
-from .base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
-from .rows import NO_ELEMENTS, columns, dtype_name, fill, statistics
+from ..sandbox.errors import guarded
+from ..subject.binding import Bound
+from ..subject.devices import device_problem
+from ..subject.target import Target
+from .parts.argument_rows import NO_ELEMENTS, columns, dtype_name, fill, statistics
+from .parts.base import CheckContext, call_forward, differentiable, fresh_leaves, probe_like
 
 STREAM = 2  # the random stream of device_consistency's grad_output (a seed replays it)
 

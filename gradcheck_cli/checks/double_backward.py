@@ -14,13 +14,14 @@ from typing import Any, Callable, Optional, Union
 
 import torch
 
-from ..errors import UserCodeError, guarded
+from ..core.tolerance import Tolerance
 from ..numerics import Entry, as_tuple, compare, engine, kinks, vjp
 from ..numerics.realify import Vjp, strided
 from ..numerics.streams import Streams
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
-from ..tolerance import Tolerance
-from .base import (
+from ..sandbox.errors import UserCodeError, guarded
+from .parts.argument_rows import blank, fill_jacobian, take
+from .parts.base import (
     CheckContext,
     Graph,
     call_forward,
@@ -31,13 +32,14 @@ from .base import (
     refuse_if_too_big,
     work_limit,
 )
-from .rows import blank, fill_jacobian, take
-from .second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again
-from .step import refuse_unusable
-from .tower import Settings as Settings  # the spec's keys this check owns (order:); forward_over_reverse reads it too
-from .tower import Tower, build, every_order, ordinal, times
-from .upcast import by_tolerance, reference
-from .verdict import begin, conclude, label, labels, reword, skip, unsupported
+from .parts.second_look import EXPLAINED, NONFINITE, PRECISION, WRONG, Look, inside, look_again
+from .parts.step import refuse_unusable
+from .parts.tower import (
+    Settings as Settings,  # the spec's keys this check owns (order:); forward_over_reverse reads it too
+)
+from .parts.tower import Tower, build, every_order, ordinal, times
+from .parts.upcast import by_tolerance, reference
+from .parts.verdict import begin, conclude, label, labels, reword, skip, unsupported
 
 STREAM = 10  # the random stream of double_backward's grad_outputs (a seed replays it)
 

@@ -18,15 +18,16 @@ from typing import Any, Callable, Optional
 import torch
 import torch.autograd.forward_ad as fwAD
 
-from ..custom_op import OpTarget
-from ..errors import UserCodeError
+from ..core.tolerance import Tolerance
 from ..numerics import Entry, as_tuple, central_difference, make_layout, real_flat, ties, unravel
 from ..numerics.streams import signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
-from ..target import Target
-from ..tolerance import Tolerance
-from . import tied
-from .base import (
+from ..sandbox.errors import UserCodeError
+from ..subject.custom_op import OpTarget
+from ..subject.target import Target
+from .parts import tied
+from .parts.argument_rows import blank, fill_jacobian, take
+from .parts.base import (
     CheckContext,
     call_forward,
     differentiable,
@@ -35,11 +36,10 @@ from .base import (
     refuse_if_too_big,
     work_limit,
 )
-from .rows import blank, fill_jacobian, take
-from .second_look import EXPLAINED, PRECISION, look_again
-from .step import refuse_unusable
-from .upcast import reference
-from .verdict import begin, conclude, label, labels, reword, skip, unsupported
+from .parts.second_look import EXPLAINED, PRECISION, look_again
+from .parts.step import refuse_unusable
+from .parts.upcast import reference
+from .parts.verdict import begin, conclude, label, labels, reword, skip, unsupported
 
 STREAM = 11  # the random stream of forward_ad's projection (a seed replays it)
 

@@ -19,11 +19,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..errors import UserCodeError, guarded
 from ..numerics import as_tuple, engine
 from ..numerics.realify import strided
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
-from .base import CheckContext, call_forward, fresh_leaves, probe_like, work_limit
+from ..sandbox.errors import UserCodeError, guarded
 from .double_backward import (
     FULL_BITS,
     ONCE,
@@ -38,10 +37,11 @@ from .double_backward import (
     probe_rows,
 )
 from .forward_ad import Columns, compare_columns, judge_rows, named_mistake, no_jvp
-from .step import refuse_unusable
-from .tower import build, every_order, leaves, reversed_
-from .upcast import reference
-from .verdict import begin, conclude, label, labels, skip, unsupported
+from .parts.base import CheckContext, call_forward, fresh_leaves, probe_like, work_limit
+from .parts.step import refuse_unusable
+from .parts.tower import build, every_order, leaves, reversed_
+from .parts.upcast import reference
+from .parts.verdict import begin, conclude, label, labels, skip, unsupported
 
 STREAM = 12  # the random stream of forward_over_reverse's grad_outputs (a seed replays it)
 

@@ -41,17 +41,17 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from ..errors import UserCodeError, guarded
+from ..core.tolerance import ReferenceRule, by_dtype, same
 from ..numerics import as_tuple, is_float_tensor, vjp
 from ..results import CheckResult, ErrorKind, InputReport, Status, num
-from ..target import Target
-from ..tolerance import ReferenceRule, by_dtype, same
+from ..sandbox.errors import UserCodeError, guarded
+from ..subject.target import Target
 from . import backward
-from .base import CheckContext, draws_random, graph_forward, probe_like
-from .rows import agreement, dtype_name, fill, zeros_if_none
-from .sides import output_row
-from .upcast import REFERENCE
-from .verdict import begin, conclude, label, labels, skip
+from .parts.argument_rows import agreement, dtype_name, fill, zeros_if_none
+from .parts.base import CheckContext, draws_random, graph_forward, probe_like
+from .parts.sides import output_row
+from .parts.upcast import REFERENCE
+from .parts.verdict import begin, conclude, label, labels, skip
 
 STREAM = 23  # the random stream of the noncontiguous check's grad_outputs (a seed replays it)
 PROBES = 3  # random grad_outputs, each compared

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from ..custom_op import OpTarget
-from ..errors import guarded
 from ..results import CheckResult, ErrorKind, InputReport, Status
-from .base import CheckContext, fresh_leaves
-from .verdict import conclude, unsupported
+from ..sandbox.errors import guarded
+from ..subject.custom_op import OpTarget
+from .parts.base import CheckContext, fresh_leaves
+from .parts.verdict import conclude, unsupported
 
 # each test of torch.library.opcheck, and what to do when it fails
 TESTS = {

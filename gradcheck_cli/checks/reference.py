@@ -25,15 +25,15 @@ from typing import Any, Optional
 
 import torch
 
-from ..binding import Bound
-from ..errors import BindError, UserCodeError, guarded
+from ..core.tolerance import ReferenceRule
 from ..numerics import is_float_tensor, unravel
-from ..oracle import Oracle
 from ..results import CheckResult, ErrorKind, InputReport, Pattern
-from ..tolerance import ReferenceRule
-from .base import CheckContext, differentiable, fresh_leaves, probe_like
-from .sides import Side, compare, eps, gradients, output_row, side
-from .verdict import begin, conclude, skip
+from ..sandbox.errors import BindError, UserCodeError, guarded
+from ..subject.binding import Bound
+from ..subject.oracle import Oracle
+from .parts.base import CheckContext, differentiable, fresh_leaves, probe_like
+from .parts.sides import Side, compare, eps, gradients, output_row, side
+from .parts.verdict import begin, conclude, skip
 
 STREAM = 30  # the random stream of the reference check's grad_outputs (a seed replays it)
 

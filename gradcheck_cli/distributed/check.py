@@ -17,19 +17,20 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..binding import Bound
-from ..checks import backward, broken, contract, verdict
-from ..checks.contract import World
-from ..checks.rows import skeleton
-from ..errors import BindError, UserCodeError
+from ..checks import backward
+from ..checks.parts import broken, contract, verdict
+from ..checks.parts.argument_rows import skeleton
+from ..checks.parts.contract import World
+from ..core.rng import seed_plus
+from ..core.tolerance import Limits, Tolerance, same, within
 from ..numerics.realify import vjp
 from ..numerics.streams import Stream, Streams
 from ..results import CaseResult, CheckResult, ErrorKind, InputReport, Status
-from ..rng import seed_plus
+from ..sandbox.errors import BindError, UserCodeError
 from ..spec import Case, Container, TensorArg
-from ..target import Target
-from ..tolerance import Limits, Tolerance, same, within
-from . import judge, launch, layout, rank
+from ..subject.binding import Bound
+from ..subject.target import Target
+from . import judge, launch, placements, rank
 
 RANK_STRIDE = 7_777_777  # rank r's per_rank arguments are drawn with seed + r * RANK_STRIDE
 ONLY_BACKWARD = "not run across ranks: under `distributed`, gradcheck-cli checks backward only"
@@ -73,10 +74,10 @@ def run(
         return
     _refuse(target, case)
     first = bind("cpu", streams)  # on the CPU: a CUDA context must not exist before the ranks are forked
-    placements = [layout.Placement.of(e.placement if isinstance(e, TensorArg) else None) for e in first.entries] + [
-        layout.Placement("replicate")
+    placed = [placements.Placement.of(e.placement if isinstance(e, TensorArg) else None) for e in first.entries] + [
+        placements.Placement("replicate")
     ] * (len(first.values) - len(first.entries))
-    own = any(p.kind == "per_rank" for p in placements)
+    own = any(p.kind == "per_rank" for p in placed)
     bounds = [first] + [
         bind("cpu", Streams(seed_plus(streams.seed, r * RANK_STRIDE))) if own else first for r in range(1, size)
     ]
@@ -88,12 +89,12 @@ def run(
             "was not called: give it a floating-point tensor argument (`shape: [...]`)",
         )
     for i in begun.checked:
-        _fits(first, i, placements[i], size)
+        _fits(first, i, placed[i], size)
     values = [
         [
-            (b if placements[i].kind == "per_rank" else first).values[i]
+            (b if placed[i].kind == "per_rank" else first).values[i]
             if not isinstance(first.values[i], torch.Tensor)
-            else layout.local((b if placements[i].kind == "per_rank" else first).values[i], placements[i], r, size)
+            else placements.local((b if placed[i].kind == "per_rank" else first).values[i], placed[i], r, size)
             for i in range(len(first.values))
         ]
         for r, b in enumerate(bounds)
@@ -109,7 +110,7 @@ def run(
         call=lambda vs: target.call(first.arguments(vs), first.n_positional, first.kw_names),
         values=values,
         checked=list(begun.checked),
-        moves=[layout.moves(placements[i], s, size) for i, s in zip(begun.checked, shapes)],
+        moves=[placements.moves(placed[i], s, size) for i, s in zip(begun.checked, shapes)],
         eps=[t.eps for t in tolerances],
         outputs=case.outputs,
         streams=streams,
@@ -140,7 +141,7 @@ def run(
         return
     _agree(answers, case)
     result.checks = [
-        _judge(begun, answers, plan, placements, shapes, tolerances) if name == "backward" else _skipped(first, name)
+        _judge(begun, answers, plan, placed, shapes, tolerances) if name == "backward" else _skipped(first, name)
         for name in case.checks
     ]
 
@@ -275,7 +276,7 @@ def _judge(
     begun: verdict.Begun,
     answers: list[dict[str, Any]],
     plan: rank.Plan,
-    placements: list[layout.Placement],
+    placed: list[placements.Placement],
     shapes: list[tuple[int, ...]],
     tolerances: list[Any],
 ) -> CheckResult:
@@ -289,11 +290,11 @@ def _judge(
         part = objective[spans[k] : spans[k + 1]]
         numerical = (part[:, 1] - part[:, 0]) / (2 * plan.eps[k])  # central differences of L
         grads = [a["grads"][k] for a in answers]
-        wanted = [layout.expected(numerical, placements[i], shapes[k], r, size) for r in range(size)]
+        wanted = [placements.expected(numerical, placed[i], shapes[k], r, size) for r in range(size)]
         limits = Limits(tolerances[k].atol, tolerances[k].rtol)
         ranked = judge.rows(begun.rows[i], grads, wanted, limits)
-        full = numerical.view(size, *shapes[k]) if placements[i].kind == "per_rank" else numerical.view(shapes[k])
-        said = judge.across_ranks(begun.rows[i].name, placements[i], grads, wanted, full, ranked, limits)
+        full = numerical.view(size, *shapes[k]) if placed[i].kind == "per_rank" else numerical.view(shapes[k])
+        said = judge.across_ranks(begun.rows[i].name, placed[i], grads, wanted, full, ranked, limits)
         if said:
             problems.append(said)
         replaced[i] = ranked
@@ -401,7 +402,7 @@ def _refuse(target: Target, case: Case) -> None:
         raise BindError("inputs", "`list:` and `dict:` arguments are not supported under `distributed` yet")
 
 
-def _fits(bound: Bound, i: int, placement: layout.Placement, size: int) -> None:
+def _fits(bound: Bound, i: int, placement: placements.Placement, size: int) -> None:
     """A checked argument that its placement can split, and real."""
     value = bound.values[i]
     if value.is_complex():

@@ -11,11 +11,11 @@ from typing import Optional
 
 import torch
 
-from ..checks.diagnosis import diagnose
-from ..checks.rows import agreement, fill
+from ..checks.parts.argument_rows import agreement, fill
+from ..checks.parts.diagnosis import diagnose
+from ..core.tolerance import Limits, within
 from ..results import InputReport, Pattern
-from ..tolerance import Limits, within
-from .layout import Placement
+from .placements import Placement
 
 
 def rows(

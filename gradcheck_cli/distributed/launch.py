@@ -25,9 +25,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from .. import processes
-from ..errors import user_frame, user_frames
 from ..results import ErrorKind
+from ..sandbox import processes
+from ..sandbox.errors import user_frame, user_frames
 
 STEPS, COLLECTIVES, IN_COLLECTIVE, PHASE = range(4)  # a rank's slot in the shared memory
 SLOT = 4

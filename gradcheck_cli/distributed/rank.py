@@ -26,14 +26,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..checks.contract import Findings, World
-from ..errors import UserCodeError
+from ..checks.parts.contract import Findings, World
 from ..numerics import as_tuple
 from ..numerics.differences import elements
 from ..numerics.streams import Streams
 from ..results import ErrorKind
+from ..sandbox.errors import UserCodeError
 from .launch import BACKWARD, COLLECTIVE_NAMES, DIFFERENCES, DONE, FORWARD, Progress, RankError, user_error
-from .layout import Moves, Placement, grad_output, share
+from .placements import Moves, Placement, grad_output, share
 
 SUMMING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor")  # write a sum (or product) in place
 _written: Optional[list[torch.Tensor]] = None  # while ``_recording``: what summing collectives wrote into

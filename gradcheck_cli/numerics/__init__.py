@@ -40,8 +40,8 @@ This module re-exports the names the checks use.
 from __future__ import annotations
 
 from .differences import Step, call_moved, central_difference, elements
+from .jacobian_layout import Layout, make_layout
 from .jacobians import compare
-from .layout import Layout, make_layout
 from .realify import as_tuple, is_float_tensor, real_flat, real_numel, unravel, vjp
 from .stats import Entry
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, TypeVar
 import torch
 from torch.utils._pytree import tree_flatten
 
-from .layout import Layout
+from .jacobian_layout import Layout
 from .realify import Call, as_tuple, real_numel, real_view
 
 ROW_STAGE = 256  # rows (one-hot grad_outputs) per batched backward, or gathered per transposed write

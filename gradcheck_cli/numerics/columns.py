@@ -18,7 +18,7 @@ import torch
 
 from .batching import Batches, column_stages, copies, same, try_batched, vmapped
 from .differences import difference_into, elements
-from .layout import Layout
+from .jacobian_layout import Layout
 from .realify import Call
 
 

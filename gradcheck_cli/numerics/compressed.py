@@ -64,7 +64,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from ..tolerance import within
+from ..core.tolerance import within
 from .batching import COL_STAGE, GROUP_STAGE_BYTES, Batches, copies, device_cap, same, stage_size, try_batched, vmapped
 from .colouring import colour, member_arrays, members
 from .columns import Columns

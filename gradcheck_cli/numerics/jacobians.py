@@ -17,7 +17,7 @@ import torch
 from .batching import COL_STAGE, ROW_STAGE
 from .columns import Columns
 from .compressed import Groups
-from .layout import Layout, make_layout
+from .jacobian_layout import Layout, make_layout
 from .realify import Call, Vjp, real_numel, vjp
 from .row_groups import RowGroups
 from .rows import Rows, SparseRows, store_limit

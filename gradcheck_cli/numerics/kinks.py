@@ -59,10 +59,10 @@ from typing import Any, Callable
 
 import torch
 
-from ..tolerance import limit
+from ..core.tolerance import limit
 from . import precision
 from .differences import call_moved, elements
-from .layout import make_layout
+from .jacobian_layout import make_layout
 from .realify import Vjp, as_tuple, outputs_vector, real_numel, unravel
 from .rows import Rows
 

@@ -61,7 +61,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ..tolerance import limit
+from ..core.tolerance import limit
 from .differences import Step, call_moved, elements
 from .realify import Call, outputs_vector
 

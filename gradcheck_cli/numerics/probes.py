@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ..tolerance import limit
+from ..core.tolerance import limit
 from .batching import BATCH_BYTES, Batches, argument_groups, copies, same, stage_budget, try_batched, vmapped
 from .differences import Step, call_moved
 from .realify import Call, Vjp, as_tuple, outputs_vector, real_flat, real_numel, vjp

@@ -20,7 +20,7 @@ import torch
 
 from . import engine
 from .batching import ROW_STAGE, STAGE_BYTES, device_cap, same, stage_size, try_batched
-from .layout import Layout
+from .jacobian_layout import Layout
 from .realify import Vjp, real_flat, real_numel, real_view
 
 # The store's bytes per entry: while it is built (the buffers of 64-bit keys and values, the sort's

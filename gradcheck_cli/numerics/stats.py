@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple, Optional, Union, overload
 import numpy as np
 import torch
 
-from ..tolerance import limit
+from ..core.tolerance import limit
 
 KEEP_BAD = 16  # mismatching columns kept whole, to re-examine (kinks, domain edges)
 KEEP_BYTES = 64 * 2**20  # at most this much of them per argument (the first is always kept), unless told

@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..tolerance import limit
+from ..core.tolerance import limit
 from .differences import Element, call_moved, elements
 from .kinks import Line, Point, Side, fmt, precision_verdict, settle
 from .realify import as_tuple, outputs_vector

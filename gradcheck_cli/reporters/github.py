@@ -16,7 +16,7 @@ import os
 import re
 from typing import Optional, TextIO
 
-from ..printable import printable
+from ..core.printable import printable
 from ..results import CaseResult, CheckResult, InputReport, Report, Status, expected_reason, num
 from . import spec_file, table, writable
 

@@ -10,7 +10,7 @@ import os
 from html import escape
 from typing import Optional, TextIO, Union
 
-from ..printable import printable
+from ..core.printable import printable
 from ..results import COLUMNS, CaseResult, CheckResult, ErrorMap, InputReport, Report, Status, cells, titles
 from ..version import __version__
 from .json_ import torch_version

@@ -7,7 +7,7 @@ import json
 from dataclasses import fields
 from typing import Any, TextIO
 
-from ..printable import printable
+from ..core.printable import printable
 from ..results import CaseResult, InputReport, Report, to_dict
 from ..version import __version__
 

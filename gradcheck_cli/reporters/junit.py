@@ -20,7 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path, PurePosixPath
 from typing import Optional, TextIO, Union
 
-from ..printable import printable
+from ..core.printable import printable
 from ..results import CaseResult, Report, Status, expected_reason
 from ..version import __version__
 from . import spec_file, table

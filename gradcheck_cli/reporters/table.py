@@ -14,7 +14,7 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
-from ..printable import printable
+from ..core.printable import printable
 from ..results import COLUMNS, CaseResult, CheckResult, Report, Status, cells, expected_reason, titles
 from . import writable
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
+from ..core.tolerance import ReferenceRule, Tolerance
 from ..results import EXPECTABLE
-from ..tolerance import ReferenceRule, Tolerance
 from .arguments import argument, parse_argument
 from .document import parse_document
 from .lines import MAX_NODES, MERGE_TAG, Ctx, documents, keystr

@@ -8,7 +8,6 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from .distributed import placement
-from .layout import sparse
 from .lines import Ctx, keystr
 from .model import (
     ALIAS_KEYS,
@@ -33,6 +32,7 @@ from .model import (
     ValueArg,
 )
 from .rules import not_matrices, outside_int64, reversed_interval, square_example, too_deep, unordered
+from .tensor_layout import sparse
 from .values import did_you_mean, dtype_of, import_path, mapping, number, show, whole
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..core.rng import SEEDS
+from ..core.tolerance import ReferenceRule, Tolerance
 from ..results import EXPECTABLE
-from ..rng import SEEDS
-from ..tolerance import ReferenceRule, Tolerance
 from .arguments import argument
 from .distributed import consistent, distributed, outputs
 from .lines import Ctx, keystr

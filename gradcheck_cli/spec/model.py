@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from ..tolerance import Tolerance
+from ..core.tolerance import Tolerance
 from .vocabulary import DEFS, alternatives, enum, keys, owned, prop, required
 
 _DTYPE, _DIST, _RULE = DEFS["dtype"], prop("tensor", "dist"), prop("reference_rule", "rule")

@@ -14,13 +14,14 @@ import torch
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import batched, undefined_grad
-from gradcheck_cli.checks.base import CheckContext, Options
+from gradcheck_cli.checks.parts import undefined
+from gradcheck_cli.checks.parts.base import CheckContext, Options
 from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import CheckResult, Status
 from gradcheck_cli.spec import Tolerance
-from gradcheck_cli.target import Target
+from gradcheck_cli.subject.binding import bind
+from gradcheck_cli.subject.target import Target
 
 DT = torch.float64
 REPO = Path(__file__).resolve().parents[2]
@@ -584,9 +585,9 @@ def test_undefined_grad_crash_message_in_the_users_terms() -> None:
 
 
 def test_undefined_grad_situations() -> None:
-    assert undefined_grad.scenarios(1) == [frozenset()]
-    assert undefined_grad.scenarios(2) == [{0}, {1}, frozenset()]
-    assert undefined_grad.scenarios(3) == [{0}, {1}, {2}, {1, 2}, {0, 2}, {0, 1}, frozenset()]
+    assert undefined.scenarios(1) == [frozenset()]
+    assert undefined.scenarios(2) == [{0}, {1}, frozenset()]
+    assert undefined.scenarios(3) == [{0}, {1}, {2}, {1, 2}, {0, 2}, {0, 1}, frozenset()]
     result = run_check(undefined_grad, ThreeHandlesNone, x4())
     assert "gradient of outputs 1, 2 ('gc', 'ge') undefined" in result.message
 

@@ -14,10 +14,10 @@ import torch
 
 from gradcheck_cli import spec
 from gradcheck_cli.examples import sparse as ex
-from gradcheck_cli.loader import load
 from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import Status
-from gradcheck_cli.runner import bind_case, run_case
+from gradcheck_cli.run.runner import bind_case, run_case
+from gradcheck_cli.subject.loader import load
 
 MM = "gradcheck_cli.examples.sparse:{}"
 SPEC = """

@@ -507,9 +507,9 @@ def test_tb_shows_the_users_frames_as_pytest_does(user_module, write_spec, invok
 
 
 def test_the_default_max_memory_is_one_number_everywhere():
-    from gradcheck_cli.checks.base import MEMORY_BYTES
+    from gradcheck_cli.checks.parts.base import MEMORY_BYTES
     from gradcheck_cli.cli import check_cmd
-    from gradcheck_cli.plan import MAX_MEMORY_MB
+    from gradcheck_cli.run.plan import MAX_MEMORY_MB
 
     (option,) = [p for p in check_cmd.params if p.name == "max_memory"]
     assert option.default == MAX_MEMORY_MB == MEMORY_BYTES // 2**20

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_cli import pool
+from gradcheck_cli.run import pool
 
 ROOT = Path(__file__).resolve().parents[2]
 

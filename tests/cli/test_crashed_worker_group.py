@@ -91,9 +91,9 @@ def test_what_the_code_under_test_started_ends_with_its_crashed_worker(
 @pytest.mark.skipif(not hasattr(os, "killpg") or not Path("/proc").is_dir(), reason="process groups and /proc")
 def test_what_the_code_under_test_started_ends_with_its_crashed_watch_worker(user_module, write_spec, tmp_path):
     """The same for `--watch`'s worker: it crashed, was reaped while its death was read, and its group lived on."""
-    from gradcheck_cli.plan import Task
+    from gradcheck_cli.run.plan import Task
+    from gradcheck_cli.run.watch_worker import Worker
     from gradcheck_cli.spec import load_file
-    from gradcheck_cli.watch_worker import Worker
 
     user_module(USER)
     path = write_spec("function: usermod:ExitsAfterStartingAChild\ninputs: [{shape: [3]}]\n", "specs/00_crash.yaml")

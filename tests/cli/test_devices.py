@@ -12,14 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from gradcheck_cli import loader, runner
 from gradcheck_cli.checks import device_consistency
-from gradcheck_cli.checks.base import CheckContext, Options
-from gradcheck_cli.devices import memory_problem
-from gradcheck_cli.errors import UserCodeError, device_kind, guarded
+from gradcheck_cli.checks.parts.base import CheckContext, Options
 from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import runner
+from gradcheck_cli.sandbox.errors import UserCodeError, device_kind, guarded
 from gradcheck_cli.spec import Case, TensorArg
+from gradcheck_cli.subject import loader
+from gradcheck_cli.subject.devices import memory_problem
 
 REPO = Path(__file__).resolve().parents[2]
 cuda = pytest.mark.cuda

@@ -24,9 +24,10 @@ import torch
 import yaml
 
 import gradcheck_cli
-from gradcheck_cli import replay, runner, schemas
-from gradcheck_cli.plan import Task
+from gradcheck_cli import schemas
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import replay, runner
+from gradcheck_cli.run.plan import Task
 from gradcheck_cli.spec import load_file
 
 USER = """

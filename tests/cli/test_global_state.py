@@ -18,7 +18,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from gradcheck_cli import state
+from gradcheck_cli.sandbox import state_guard
 
 SOURCE = """
 import os
@@ -154,12 +154,12 @@ def test_state_set_by_importing_a_module_holds_for_each_of_its_cases_and_no_othe
 def test_preserved_puts_back_what_the_body_changed(change, restored):
     global THREADS, RNG
     THREADS, RNG = torch.get_num_threads(), torch.get_rng_state()
-    tainted = state.GUARD.tainted()
+    tainted = state_guard.GUARD.tainted()
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         change()
     assert restored()
-    assert state.GUARD.tainted() == tainted
+    assert state_guard.GUARD.tainted() == tainted
 
 
 THREADS = 0
@@ -167,21 +167,21 @@ RNG = torch.empty(0)
 
 
 def test_what_cannot_be_put_back_is_named_and_taints_the_process(monkeypatch):
-    monkeypatch.setattr(state.GUARD, "_tainted", [])
+    monkeypatch.setattr(state_guard.GUARD, "_tainted", [])
     stop = threading.Event()
     notes: list[str] = []
     try:
-        with state.GUARD.preserved(notes):
+        with state_guard.GUARD.preserved(notes):
             threading.Thread(target=stop.wait, name="left-behind", daemon=True).start()
     finally:
         stop.set()
     assert any("cannot be put back" in n and "left-behind" in n for n in notes), notes
-    assert state.GUARD.tainted() == ["Python threads left running (left-behind)"]
+    assert state_guard.GUARD.tainted() == ["Python threads left running (left-behind)"]
 
 
 def test_the_random_state_is_put_back_without_a_word():
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         torch.rand(3)
     assert notes == []
 
@@ -194,12 +194,12 @@ def _device_context():
 def test_a_default_device_set_by_user_code_is_put_back_to_none_set_not_to_cpu_set(kind):
     """No default device set is not "cpu" set: a set device is a DeviceContext every torch call goes
     through (and the quick state reading stands down under it for the rest of the process)."""
-    from gradcheck_cli.errors import guarded
     from gradcheck_cli.results import ErrorKind
+    from gradcheck_cli.sandbox.errors import guarded
 
     assert _device_context() is None
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         if kind == "call":
             guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, "meta")
         else:  # outside any single call: the case's restore puts it back
@@ -209,13 +209,13 @@ def test_a_default_device_set_by_user_code_is_put_back_to_none_set_not_to_cpu_se
 
 
 def test_a_default_device_the_user_had_set_is_kept():
-    from gradcheck_cli.errors import guarded
     from gradcheck_cli.results import ErrorKind
+    from gradcheck_cli.sandbox.errors import guarded
 
     torch.set_default_device("cpu")
     try:
         notes: list[str] = []
-        with state.GUARD.preserved(notes):
+        with state_guard.GUARD.preserved(notes):
             guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, None)
             assert _device_context() is not None
         assert _device_context() is not None and notes and "(cpu -> none set)" in notes[0], notes
@@ -224,17 +224,17 @@ def test_a_default_device_the_user_had_set_is_kept():
 
 
 def test_a_call_that_changes_the_default_device_is_put_back_and_told_once():
-    from gradcheck_cli.errors import guarded
     from gradcheck_cli.results import ErrorKind
+    from gradcheck_cli.sandbox.errors import guarded
 
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, "meta")
         assert torch.empty(1).device.type == "cpu"  # put back at once: the next step of the check works
     assert len(notes) == 1 and "torch.set_default_device" in notes[0]
     guarded(ErrorKind.FORWARD, "forward", torch.set_default_device, "meta")  # outside any case: nothing kept
     assert torch.empty(1).device.type == "cpu"
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         pass
     assert len(notes) == 1
 
@@ -296,10 +296,10 @@ def test_every_kind_of_monkeypatch_is_caught_told_and_put_back(monkeypatch, chan
     fake.first, fake.second, fake.third = _first, _second, _third
     monkeypatch.setitem(sys.modules, fake.__name__, fake)
     quiet: list[str] = []
-    with state.GUARD.preserved(quiet):
+    with state_guard.GUARD.preserved(quiet):
         pass
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         change(fake)
     assert quiet == [] and len(notes) == 1, notes
     assert all(f"torch.gradcheck_state_fake.{name}" in notes[0] for name in said), notes
@@ -312,11 +312,11 @@ def test_a_change_between_two_blocks_belongs_to_the_block_around_them(monkeypatc
     monkeypatch.setitem(sys.modules, fake.__name__, fake)
     outer: list[str] = []
     inner: list[str] = []
-    with state.GUARD.preserved(outer):
-        with state.GUARD.preserved(inner):
+    with state_guard.GUARD.preserved(outer):
+        with state_guard.GUARD.preserved(inner):
             pass
         fake.first = _second  # as a Function's __init__ would, between two checks
-        with state.GUARD.preserved(inner):
+        with state_guard.GUARD.preserved(inner):
             assert fake.first is _second  # the change holds for the checks after it
     assert inner == [] and len(outer) == 1 and "torch.gradcheck_state_fake.first" in outer[0], (inner, outer)
     assert fake.first is _first
@@ -331,13 +331,13 @@ def test_a_change_before_the_last_block_holds_in_it_and_is_told_once_and_put_bac
     fake.first = _first
     monkeypatch.setitem(sys.modules, fake.__name__, fake)
     reads = []
-    kept = state._namespaces_kept
-    monkeypatch.setattr(state, "_namespaces_kept", lambda before: reads.append(1) or kept(before))
+    kept = state_guard._namespaces_kept
+    monkeypatch.setattr(state_guard, "_namespaces_kept", lambda before: reads.append(1) or kept(before))
     notes: list[str] = []
-    with state.GUARD.preserved(notes, ends_with_block=True):
+    with state_guard.GUARD.preserved(notes, ends_with_block=True):
         fake.first = _second  # as a Module's __init__ would, before the checks
         before = len(reads)
-        with state.GUARD.preserved(notes, last=last):
+        with state_guard.GUARD.preserved(notes, last=last):
             assert fake.first is _second
             started = len(reads) - before
         assert (fake.first is _first) is last  # put back at the end of the last block
@@ -348,13 +348,13 @@ def test_a_change_before_the_last_block_holds_in_it_and_is_told_once_and_put_bac
 
 def test_the_last_block_reads_torch_namespaces_once_for_a_case_that_changes_nothing(monkeypatch):
     reads = []
-    kept = state._namespaces_kept
-    monkeypatch.setattr(state, "_namespaces_kept", lambda before: reads.append("kept") or kept(before))
-    with state.GUARD.consecutive():
+    kept = state_guard._namespaces_kept
+    monkeypatch.setattr(state_guard, "_namespaces_kept", lambda before: reads.append("kept") or kept(before))
+    with state_guard.GUARD.consecutive():
         for _ in range(3):  # cases of a worker, one check each
             notes: list[str] = []
-            with state.GUARD.preserved(notes, ends_with_block=True):
-                with state.GUARD.preserved(notes, last=True):
+            with state_guard.GUARD.preserved(notes, ends_with_block=True):
+                with state_guard.GUARD.preserved(notes, last=True):
                     pass
             assert notes == []
     assert reads == ["kept"] * 3  # one look per case, at its check's end
@@ -405,7 +405,7 @@ def test_a_default_device_whose_mode_a_transform_dropped_is_told_as_it_was_set()
     """torch.set_default_device inside a vmapped backward leaves the device context set with its function mode
     gone; torch.get_default_device then says "cpu". The warning names the device that was set."""
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         torch.set_default_device("meta")
         torch._C._pop_torch_function_stack()  # as the transform's exit leaves it
         assert _device_context() is not None and torch.get_default_device().type == "cpu"
@@ -475,7 +475,7 @@ def test_flush_denormal_and_print_options_are_read_without_a_getter(change, said
     if "flush" in said and not torch.set_flush_denormal(False):
         pytest.skip("this CPU cannot flush subnormals")
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         change()
     assert any(said in n for n in notes), notes
     assert torch.tensor([1e-310], dtype=torch.float64).mul(1).item() != 0.0
@@ -575,14 +575,14 @@ def test_preserved_puts_back_the_hooks_kernels_levels_signals_and_timers_a_body_
     """Issue 44, item 6: each of these, left by one case, changed the next case's verdict in the same worker."""
     if not hasattr(signal, "SIGCHLD"):
         pytest.skip("no POSIX signals here")
-    monkeypatch.setattr(state.GUARD, "_tainted", [])
+    monkeypatch.setattr(state_guard.GUARD, "_tainted", [])
     notes: list[str] = []
     try:
-        with state.GUARD.preserved(notes):
+        with state_guard.GUARD.preserved(notes):
             change()
         assert restored()
         assert len(notes) == 1 and said in notes[0] and "put it back" in notes[0], notes
-        assert state.GUARD.tainted() == []
+        assert state_guard.GUARD.tainted() == []
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
@@ -590,15 +590,15 @@ def test_preserved_puts_back_the_hooks_kernels_levels_signals_and_timers_a_body_
 def test_a_pending_timer_that_was_there_before_is_kept_counting_down(monkeypatch):
     """An alarm pending before the block (pytest-timeout's, a caller's watchdog) is not the body's change: it
     stays, and one the body cancelled is set again for what was left of it."""
-    monkeypatch.setattr(state.GUARD, "_tainted", [])
+    monkeypatch.setattr(state_guard.GUARD, "_tainted", [])
     signal.setitimer(signal.ITIMER_REAL, 600)
     try:
         quiet: list[str] = []
-        with state.GUARD.preserved(quiet):
+        with state_guard.GUARD.preserved(quiet):
             pass
         assert quiet == [] and 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 600
         notes: list[str] = []
-        with state.GUARD.preserved(notes):
+        with state_guard.GUARD.preserved(notes):
             signal.alarm(0)
         assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 600
         assert len(notes) == 1 and "(pending, " in notes[0] and "-> none pending)" in notes[0], notes
@@ -610,11 +610,11 @@ def test_hooks_entered_before_the_block_stay_and_hooks_it_popped_are_pushed_agai
     outer = torch.autograd.graph.saved_tensors_hooks(_pack, _unpack)
     with outer:
         notes: list[str] = []
-        with state.GUARD.preserved(notes):
+        with state_guard.GUARD.preserved(notes):
             _enter_hooks()
             _enter_hooks()
         assert _top_hooks() == (_pack, _unpack) and len(notes) == 1
-        with state.GUARD.preserved(notes):
+        with state_guard.GUARD.preserved(notes):
             torch._C._autograd._pop_saved_tensors_default_hooks()
         assert _top_hooks() == (_pack, _unpack)
     assert _top_hooks() is None
@@ -623,18 +623,18 @@ def test_hooks_entered_before_the_block_stay_and_hooks_it_popped_are_pushed_agai
 def test_kernels_torch_registers_and_operators_user_code_defines_are_not_overrides(monkeypatch):
     """A module of torch imported during a case registers kernels of its own (torch._dynamo's hundreds), and a
     user's own operator has its own kernels: neither changes another case, and neither is unregistered."""
-    monkeypatch.setattr(state.GUARD, "_tainted", [])
+    monkeypatch.setattr(state_guard.GUARD, "_tainted", [])
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         lib = torch.library.Library("gradcheck_state_test", "FRAGMENT")
         lib.define("twice(Tensor x) -> Tensor")
         lib.impl("twice", lambda t: t * 2, "CPU")
     try:
         assert notes == [] and torch.ops.gradcheck_state_test.twice(torch.ones(1)).item() == 2.0
-        before = state.torch_state.kernels()
+        before = state_guard.torch_state.kernels()
         torch_kernel = next(k for k in before.impls if k.startswith("aten/"))  # one torch registered itself
-        after = state.torch_state.Kernels(before.impls, before.defs)
-        assert state.torch_state.overrides(before._replace(impls=before.impls - {torch_kernel}), after) == []
+        after = state_guard.torch_state.Kernels(before.impls, before.defs)
+        assert state_guard.torch_state.overrides(before._replace(impls=before.impls - {torch_kernel}), after) == []
     finally:
         lib._destroy()
 
@@ -643,34 +643,34 @@ def test_kernels_torch_registers_and_operators_user_code_defines_are_not_overrid
     "where, users",
     [
         ("/home/me/project/ops.py:12", True),
-        (state.torch_state._TORCH_DIR + "_prims/__init__.py:40", False),
+        (state_guard.torch_state._TORCH_DIR + "_prims/__init__.py:40", False),
         ("/dev/null:168", False),  # torch 2.4's prims kernels, registered by torch.compile: no file named
     ],
 )
 def test_a_kernel_is_the_user_s_where_the_dispatcher_names_a_file_outside_torch(monkeypatch, where, users):
     """Under torch 2.4 every compile case warned "an operator's kernel overridden with torch.library ()": the
     prims kernels torch.compile registers on first use are recorded at /dev/null, which is not a user's file."""
-    monkeypatch.setattr(state.torch_state, "_origin", {})
+    monkeypatch.setattr(state_guard.torch_state, "_origin", {})
     dump = f"name: prims::fake\nCPU: registered at {where} :: (none) [ boxed ]\n"
     monkeypatch.setattr(torch._C, "_dispatch_dump", lambda op: dump)
-    assert state.torch_state._by_user_code("prims/fake/CPU") is users
+    assert state_guard.torch_state._by_user_code("prims/fake/CPU") is users
 
 
 def test_a_kernel_override_made_by_an_import_stays_and_taints_the_process(monkeypatch):
     """What importing a module overrode cannot be registered again for the module's later cases (as every other
     import-time change is, runner._import_effects): it stays, named, and a worker is replaced before its next
     case, so that no other module's case sees it."""
-    monkeypatch.setattr(state.GUARD, "_tainted", [])
-    monkeypatch.setattr(state.torch_state, "imported", set())
+    monkeypatch.setattr(state_guard.GUARD, "_tainted", [])
+    monkeypatch.setattr(state_guard.torch_state, "imported", set())
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
-        before = state.snapshot()
+    with state_guard.GUARD.preserved(notes):
+        before = state_guard.snapshot()
         _override_sin()  # as a module's top level would, while the runner imports it
-        assert state.changes(before) == []  # nothing to set again: it is not undone
+        assert state_guard.changes(before) == []  # nothing to set again: it is not undone
     try:
         assert not _sin_is_sin()
         assert len(notes) == 1 and "cannot be put back" in notes[0] and "aten::sin for CPU" in notes[0], notes
-        assert state.GUARD.tainted() == ["an operator's kernel overridden with torch.library (aten::sin for CPU)"]
+        assert state_guard.GUARD.tainted() == ["an operator's kernel overridden with torch.library (aten::sin for CPU)"]
     finally:
         LIBRARIES.pop()._destroy()
     assert _sin_is_sin()
@@ -679,11 +679,11 @@ def test_a_kernel_override_made_by_an_import_stays_and_taints_the_process(monkey
 def test_a_call_that_leaves_a_dual_level_open_is_put_back_before_the_tool_opens_its_own():
     """The forward_ad check opens a dual level of its own after calling forward; torch allows one at a time, so
     one a call left open made the check an internal error (exit 4)."""
-    from gradcheck_cli.errors import guarded
     from gradcheck_cli.results import ErrorKind
+    from gradcheck_cli.sandbox.errors import guarded
 
     notes: list[str] = []
-    with state.GUARD.preserved(notes):
+    with state_guard.GUARD.preserved(notes):
         guarded(ErrorKind.FORWARD, "forward", _open_dual_level)
         assert torch.autograd.forward_ad._current_level == -1
         with torch.autograd.forward_ad.dual_level():
@@ -695,9 +695,9 @@ def test_torch_storage_follows_the_default_dtype_and_is_no_monkeypatch():
     """torch.set_default_dtype rebinds torch.Storage; a module's import-time default dtype, set again for its
     second case in the same worker, was told as "torch's functions (monkeypatched) (torch.Storage)"."""
     notes: list[str] = []
-    with state.GUARD.preserved(notes, ends_with_block=True):
+    with state_guard.GUARD.preserved(notes, ends_with_block=True):
         torch.set_default_dtype(torch.float64)
-        with state.GUARD.preserved(notes, last=True):
+        with state_guard.GUARD.preserved(notes, last=True):
             pass
     assert len(notes) == 1 and "monkeypatched" not in notes[0] and "torch.set_default_dtype" in notes[0], notes
     assert torch.Storage is torch.FloatStorage
@@ -710,7 +710,7 @@ def test_the_trust_model_page_lists_every_piece_the_guard_covers():
     page = (Path(__file__).resolve().parents[2] / "docs" / "explanation" / "trust-model.md").read_text()
     text = " ".join(page.split())  # the page's lines wrap
     missing = []
-    for switch in state._switches():
+    for switch in state_guard._switches():
         name = switch.name
         if name.startswith("the SIG") and name.endswith(" handler"):
             name = name.removeprefix("the ").removesuffix(" handler")  # listed together: "the handlers of ..."

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gradcheck_cli import plan
+from gradcheck_cli.run import plan
 from gradcheck_cli.spec import Case
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package

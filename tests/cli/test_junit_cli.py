@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_cli import plan, pool, spec
+from gradcheck_cli import spec
+from gradcheck_cli.run import plan, pool
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_cli import pool
+from gradcheck_cli.run import pool
 from tests.corpus import Square, module_source
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
@@ -434,7 +434,8 @@ def test_ctrl_c_while_the_command_line_starts_exits_130_without_a_traceback(tmp_
 def test_ctrl_c_before_the_first_case_exits_130_not_click_s_1(monkeypatch, tmp_path, capsys):
     """Between the command line's start and the run's own handling (reading specs, planning), click turned
     KeyboardInterrupt into "Aborted!" and exit 1."""
-    from gradcheck_cli import cli, plan
+    from gradcheck_cli import cli
+    from gradcheck_cli.run import plan
 
     (tmp_path / "s.yaml").write_text("function: torch.sin\ninputs: [{name: x, shape: [3]}]\n")
 

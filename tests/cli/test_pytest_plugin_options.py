@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_cli import FAST_PROBES, plan
+from gradcheck_cli import FAST_PROBES
+from gradcheck_cli.run import plan
 from tests.cli.test_pytest_plugin import RECORDER, REPO, pytest_in
 
 SHOW_OPTIONS = textwrap.dedent("""\

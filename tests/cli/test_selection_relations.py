@@ -17,9 +17,10 @@ from typing import Any, Callable
 
 import pytest
 
-from gradcheck_cli import runner, spec
-from gradcheck_cli.checks.verdict import NAMED_FAILS
+from gradcheck_cli import spec
+from gradcheck_cli.checks.parts.verdict import NAMED_FAILS
 from gradcheck_cli.results import CaseResult, CheckResult, Status, to_dict
+from gradcheck_cli.run import runner
 from tests.truth_sets import LABELLED, SOURCES, Labelled
 
 SAMPLE = {

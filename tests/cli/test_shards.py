@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_cli import plan
+from gradcheck_cli.run import plan
 from gradcheck_cli.spec import Case, SpecError
 
 SQUARE = """

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_cli import pool, session
-from gradcheck_cli.plan import RunOptions
 from gradcheck_cli.results import CaseResult, Status
+from gradcheck_cli.run import pool, session
+from gradcheck_cli.run.plan import RunOptions
 from gradcheck_cli.spec import load_file
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from gradcheck_cli import check, reporters
-from gradcheck_cli.printable import printable
+from gradcheck_cli.core.printable import printable
 from gradcheck_cli.reporters import junit
 from gradcheck_cli.results import Report
 

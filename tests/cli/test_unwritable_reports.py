@@ -46,7 +46,7 @@ def test_a_report_on_a_full_stdout_names_it_and_the_files_are_written(tmp_path):
 def test_a_failing_check_with_an_unwritable_report_exits_3_and_an_interrupt_keeps_130(tmp_path, invoke, monkeypatch):
     """The verdict did not reach where it was asked for: 3 over 1 (as a spec error does); the exit code
     of an interrupted run is not changed."""
-    from gradcheck_cli import session
+    from gradcheck_cli.run import session
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bad.yaml").write_text(

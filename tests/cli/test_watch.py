@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from gradcheck_cli import plan
-from gradcheck_cli.discovery import resolve
 from gradcheck_cli.results import ErrorKind, Report, Status
+from gradcheck_cli.run import plan
+from gradcheck_cli.run.discovery import resolve
 from gradcheck_cli.watch import Hooks, Settings, Watch, spec_files_of
 
 SQUARE = """
@@ -229,9 +229,9 @@ def test_watch_and_no_isolate_is_a_usage_error(user_module, write_spec, invoke):
 
 QUITTING = """
 import torch
-import gradcheck_cli.devices
+import gradcheck_cli.subject.devices
 
-gradcheck_cli.devices.forks_run_backward = lambda: False  # as on a machine with a GPU: the search runs here
+gradcheck_cli.subject.devices.forks_run_backward = lambda: False  # as on a machine with a GPU: the search runs here
 
 class Quitting(torch.autograd.Function):  # wrong; away from the spec's shape it raises KeyboardInterrupt itself
     @staticmethod

@@ -102,7 +102,7 @@ def test_no_import_cycle_inside_the_package():
     assert not any(visit(n, []) for n in sorted(graph) if n not in state), " -> ".join(cycle)
 
 
-LEAVES = ("gradcheck_cli.tolerance",)  # the bottom floor beside numerics: they import nothing of the package
+LEAVES = ("gradcheck_cli.core.tolerance",)  # the bottom floor beside numerics: they import nothing of the package
 
 
 def test_the_numerics_import_nothing_of_the_package_outside_them():
@@ -118,7 +118,7 @@ def test_the_numerics_import_nothing_of_the_package_outside_them():
     ]
     assert outside == []
     for leaf in LEAVES:
-        assert _imports(PACKAGE / (leaf.split(".")[-1] + ".py")) == [], leaf
+        assert _imports(PACKAGE.parent / (leaf.replace(".", "/") + ".py")) == [], leaf
 
 
 def test_the_seeds_are_the_bottom_floor_the_spec_takes_them_from_rng():
@@ -127,10 +127,8 @@ def test_the_seeds_are_the_bottom_floor_the_spec_takes_them_from_rng():
     import subprocess
     import sys
 
-    assert _imports(PACKAGE / "rng.py") == []
-    code = (
-        "import sys, gradcheck_cli.rng; assert 'torch' not in sys.modules and 'gradcheck_cli.spec' not in sys.modules"
-    )
+    assert _imports(PACKAGE / "core" / "rng.py") == []
+    code = "import sys, gradcheck_cli.core.rng; assert 'torch' not in sys.modules and 'gradcheck_cli.spec' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
     defined = [p.name for p in (PACKAGE / "spec").glob("*.py") if "\nSEEDS = " in p.read_text(encoding="utf-8")]
     assert defined == []  # one definition of the seeds' range
@@ -147,21 +145,29 @@ def test_the_cli_and_the_check_names_import_no_torch():
 
 def test_the_development_map_lists_every_module():
     """The development guide's map (docs/development.md) names each module of the package under its folder (examples/ and
-    schemas/ as folders): a new module is not done until the map says what it is for."""
+    schemas/ as folders), folders nested by indentation: a new module is not done until the map says what it is for."""
     import re
 
     guide = (PACKAGE.parent / "docs" / "development.md").read_text(encoding="utf-8")
-    block = guide[guide.index("```\ngradcheck_cli/\n") :]
+    block = guide[guide.index("```\ngradcheck_cli/") :]
     block = block[: block.index("\n```")]
-    listed, folder = set(), ""
+    listed: set[str] = set()
+    folders: list[tuple[int, str]] = []  # (indent, name/) of the folders open at this line
     for line in block.splitlines()[2:]:
-        if re.match(r"^  \S+/", line):
-            folder = line.split()[0]
-        elif re.match(r"^  \S", line):
-            folder = ""
-        listed |= {folder + name for name in re.findall(r"\b(\w+\.py)\b", line)}
+        indent = len(line) - len(line.lstrip(" "))
+        if not line.strip() or indent > 2 + 2 * len(folders):
+            names = re.findall(r"\b(\w+\.py)\b", line)  # a description's continuation
+        else:
+            while folders and folders[-1][0] >= indent:
+                folders.pop()
+            first = line.split()[0]
+            names = re.findall(r"\b(\w+\.py)\b", line)
+            if first.endswith("/"):
+                folders.append((indent, first))
+                continue
+        listed |= {"".join(f for _, f in folders) + name for name in names}
     modules = {
-        str(p.relative_to(PACKAGE))
+        p.relative_to(PACKAGE).as_posix()
         for p in PACKAGE.rglob("*.py")
         if p.parent.name not in ("examples", "schemas") and "__pycache__" not in p.parts
     }

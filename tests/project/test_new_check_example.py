@@ -15,7 +15,7 @@ import torch
 
 import gradcheck_cli
 from gradcheck_cli import checks
-from gradcheck_cli.checks.base import CheckContext
+from gradcheck_cli.checks.parts.base import CheckContext
 from gradcheck_cli.results import Status
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "development.md"

@@ -19,9 +19,10 @@ import pytest
 import yaml
 
 import gradcheck_cli
-from gradcheck_cli import reporters, runner, schemas, spec
+from gradcheck_cli import reporters, schemas, spec
 from gradcheck_cli.reporters import github, json_, junit, table
 from gradcheck_cli.results import CaseResult, CheckResult, ErrorInfo, InputReport, Pattern, Report, Status
+from gradcheck_cli.run import runner
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import gradcheck_cli
-from gradcheck_cli import runner, spec
+from gradcheck_cli import spec
 from gradcheck_cli.results import ErrorKind, Status
+from gradcheck_cli.run import runner
 
 # (the API's argument, its value, the spec's line for the same value)
 REFUSED = [

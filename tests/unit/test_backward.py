@@ -15,12 +15,12 @@ import pytest
 import torch
 
 import gradcheck_cli
-from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import backward
-from gradcheck_cli.checks.base import MEMORY_BYTES, CheckContext, Options
+from gradcheck_cli.checks.parts.base import MEMORY_BYTES, CheckContext, Options
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Tolerance
-from gradcheck_cli.target import Target
+from gradcheck_cli.subject.binding import bind
+from gradcheck_cli.subject.target import Target
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from corpus import determined

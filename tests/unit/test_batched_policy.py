@@ -17,13 +17,13 @@ import pytest
 import torch
 from torch.autograd import Function
 
-from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import batched
-from gradcheck_cli.checks.base import CheckContext, Options
+from gradcheck_cli.checks.parts.base import CheckContext, Options
 from gradcheck_cli.examples.structured import Interp
 from gradcheck_cli.results import CheckResult, Status
 from gradcheck_cli.spec import Tolerance
-from gradcheck_cli.target import Target
+from gradcheck_cli.subject.binding import bind
+from gradcheck_cli.subject.target import Target
 
 DT = torch.float64
 HERE = "test_batched_policy.py:"

@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from gradcheck_cli import check
-from gradcheck_cli.checks import sides
-from gradcheck_cli.errors import UserCodeError
+from gradcheck_cli.checks.parts import sides
+from gradcheck_cli.core.tolerance import ReferenceRule, by_dtype
 from gradcheck_cli.results import ErrorKind, InputReport, Status
-from gradcheck_cli.tolerance import ReferenceRule, by_dtype
+from gradcheck_cli.sandbox.errors import UserCodeError
 
 INDEX_CAP = sides.INDEX_CAP
 DTYPES = [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.complex64, torch.complex128]

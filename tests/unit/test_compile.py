@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradcheck_cli import runner, spec
+from gradcheck_cli import spec
 from gradcheck_cli.checks import compile as compile_check
 from gradcheck_cli.examples.compiled import RoundSTE, ScaledTanh
 from gradcheck_cli.results import Pattern, Status
+from gradcheck_cli.run import runner
 
 COMPILED = "gradcheck_cli.examples.compiled"
 
@@ -284,7 +285,7 @@ def test_the_ways_the_message_gives_to_avoid_issue_193279_give_eagers_gradient()
 
 
 def test_the_words_of_a_torch_compile_divergence_name_the_expect_entry_of_each_argument():
-    from gradcheck_cli.checks import compile_blame
+    from gradcheck_cli.checks.parts import compile_blame
     from gradcheck_cli.results import InputReport
 
     rows = [

@@ -9,8 +9,9 @@ import copy
 import pytest
 import torch
 
-from gradcheck_cli import runner, spec
+from gradcheck_cli import spec
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import runner
 from tests.compile_truth import BROKEN, RIGHT_IN_PLACE, RIGHT_PLAIN, RIGHT_STATEFUL, TORCH, RunningNorm1dInPlace
 
 pytestmark = pytest.mark.slow  # every case compiles twice (the compiled callable, torch.func.vjp)

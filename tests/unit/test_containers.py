@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from gradcheck_cli import check, inputs, loader
-from gradcheck_cli.binding import bind
+from gradcheck_cli import check
 from gradcheck_cli.examples import containers
 from gradcheck_cli.numerics.streams import Streams
-from gradcheck_cli.runner import bind_case
+from gradcheck_cli.run.runner import bind_case
 from gradcheck_cli.spec import DictArg, ListArg, SpecError, TensorArg, ValueArg, load_file
+from gradcheck_cli.subject import inputs, loader
+from gradcheck_cli.subject.binding import bind
 
 REPO = Path(__file__).resolve().parents[2]
 CAT = "gradcheck_cli.examples.containers:weighted_cat"
@@ -156,7 +157,7 @@ def test_a_module_s_parameters_follow_the_leaves(write_spec):
         )
     )
     target = loader.load(case.function)
-    from gradcheck_cli.nn_module import init_target
+    from gradcheck_cli.subject.nn_module import init_target
 
     init_target(target, (), {"n": 2}, Streams(0), "float64", "cpu")
     bound = bind_case(target, case, "cpu", Streams(case.seed))
@@ -301,7 +302,7 @@ def test_verdicts_agree_with_torch_gradcheck_on_the_flattened_leaves(write_spec,
     ours = check(flat, list(bound.values))
     assert bool(ours) == theirs == (fn is containers.weighted_cat)
     # and the spec's own run, with the list rebuilt by the tool
-    from gradcheck_cli.runner import run_case
+    from gradcheck_cli.run.runner import run_case
 
     assert (run_case(case, "cpu").status.value == "pass") == theirs
 

@@ -362,7 +362,7 @@ def test_linearity_passes_rounding_of_a_long_sum(dtype: torch.dtype) -> None:
     x = randn(200, 100, dtype=dtype)
     w = randn(100, 100, dtype=dtype, seed=1)
     out = x @ w
-    from gradcheck_cli.checks import linearity  # here: the module is new
+    from gradcheck_cli.checks.parts import linearity  # here: the module is new
 
     def backward(live: Any, inputs: Any, grads: Any) -> Any:
         return vjp(live, inputs, grads)
@@ -375,7 +375,7 @@ def test_linearity_passes_rounding_of_a_long_sum(dtype: torch.dtype) -> None:
 
 def test_linearity_reads_sparse_and_none_gradients() -> None:
     # (the backward check itself cannot read a sparse gradient yet: its contract compares with torch.equal)
-    from gradcheck_cli.checks import linearity  # here: the module is new
+    from gradcheck_cli.checks.parts import linearity  # here: the module is new
 
     weight, index = randn(6, 3), torch.tensor([4, 0, 4, 2])
     out = weight[index]

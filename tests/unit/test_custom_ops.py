@@ -11,11 +11,12 @@ import json
 import pytest
 import torch
 
-from gradcheck_cli import check, loader
-from gradcheck_cli.custom_op import OpTarget
-from gradcheck_cli.errors import LoadError
+from gradcheck_cli import check
 from gradcheck_cli.examples import custom_ops
 from gradcheck_cli.results import Status
+from gradcheck_cli.sandbox.errors import LoadError
+from gradcheck_cli.subject import loader
+from gradcheck_cli.subject.custom_op import OpTarget
 
 EXAMPLES = "gradcheck_cli.examples.custom_ops"
 OPS = "torch.ops.gradcheck_examples"

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_cli import runner, spec
+from gradcheck_cli import spec
 from gradcheck_cli.results import CaseResult, ErrorKind, Status
+from gradcheck_cli.run import runner
 from gradcheck_cli.spec import Case, SpecError, load_file
 
 REPO = Path(__file__).resolve().parents[2]

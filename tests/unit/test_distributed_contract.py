@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-from gradcheck_cli import runner
 from gradcheck_cli.results import CaseResult, ErrorKind, Status
+from gradcheck_cli.run import runner
 from gradcheck_cli.spec import Case, Distributed, load_file
 
 TRUTH = """

@@ -12,8 +12,9 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from gradcheck_cli import runner, spec
+from gradcheck_cli import spec
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import runner
 from tests.truth_sets import (
     DOMAIN_EDGE,
     FLOAT32,

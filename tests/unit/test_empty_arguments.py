@@ -14,10 +14,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradcheck_cli import check, runner, shrink
+from gradcheck_cli import check
 from gradcheck_cli.checks import NAMES
-from gradcheck_cli.plan import RunOptions, Task
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import runner, shrink
+from gradcheck_cli.run.plan import RunOptions, Task
 from gradcheck_cli.spec import load_file
 
 SOURCE = """

@@ -138,7 +138,7 @@ def test_checking_a_small_spec_does_not_import_sympy() -> None:
     script = textwrap.dedent(f"""
         import sys
         from gradcheck_cli import spec
-        from gradcheck_cli.runner import run_case
+        from gradcheck_cli.run.runner import run_case
         (case,) = spec.load_file({str(ROOT / "specs" / "relu.yaml")!r})
         result = run_case(case, "cpu")
         print(result.status.value, "sympy" in sys.modules)

@@ -15,10 +15,11 @@ import jsonschema
 import pytest
 import xmlschema
 
-from gradcheck_cli import expectations, schemas
+from gradcheck_cli import schemas
 from gradcheck_cli.reporters import github, json_, junit, table
 from gradcheck_cli.results import CaseResult, CheckResult, InputReport, Report, Status, overall
-from gradcheck_cli.runner import run_case
+from gradcheck_cli.run import expectations
+from gradcheck_cli.run.runner import run_case
 from gradcheck_cli.spec import Expect, Expected, load_file
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from gradcheck_cli import runner, spec
+from gradcheck_cli import spec
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import runner
 
 KERNELS = "gradcheck_cli.examples.kernels"
 

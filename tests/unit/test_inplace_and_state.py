@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gradcheck_cli import runner, spec
+from gradcheck_cli import spec
 from gradcheck_cli.examples.inplace import ExpInPlace, ScaleInPlace, ScaleInPlaceForgetsFactor
 from gradcheck_cli.examples.stateful import RunningNorm1d
 from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import Pattern, Status
+from gradcheck_cli.run import runner
 
 INPLACE = "gradcheck_cli.examples.inplace"
 STATEFUL = "gradcheck_cli.examples.stateful"
@@ -188,7 +189,7 @@ def test_the_module_buffers_are_as_built_after_the_check(write_spec):
     before = {k: v.clone() for k, v in target.module.named_buffers()}
     bound = runner.bind_case(target, case, "cpu", streams)
     for _ in range(2):
-        runner.checks.base.call_forward(target, bound, bound.values)
+        runner.checks.parts.base.call_forward(target, bound, bound.values)
     assert all(torch.equal(before[k], v) for k, v in target.module.named_buffers())
     assert target.notes() and "'running_mean'" in target.notes()[0]
 

@@ -13,9 +13,10 @@ import json
 import pytest
 import torch
 
-from gradcheck_cli import inputs, runner
-from gradcheck_cli.discovery import TargetError, inline_case
+from gradcheck_cli.run import runner
+from gradcheck_cli.run.discovery import TargetError, inline_case
 from gradcheck_cli.spec import Case, SpecError, load_file
+from gradcheck_cli.subject import inputs
 
 HEAD = "function: pkg.mod:Fn\n"
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from gradcheck_cli import plan
 from gradcheck_cli.examples import kernels
 from gradcheck_cli.results import CaseResult, CheckResult, Status
-from gradcheck_cli.runner import run_task
+from gradcheck_cli.run import plan
+from gradcheck_cli.run.runner import run_task
 from gradcheck_cli.spec import load_file
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,14 +12,14 @@ import torch
 from torch.autograd import Function
 
 from gradcheck_cli import check
-from gradcheck_cli.binding import bind
 from gradcheck_cli.examples.linear import LinearFunction
 from gradcheck_cli.numerics import engine
 from gradcheck_cli.numerics.batching import COL_STAGE
+from gradcheck_cli.numerics.jacobian_layout import make_layout
 from gradcheck_cli.numerics.jacobians import Jacobians
-from gradcheck_cli.numerics.layout import make_layout
 from gradcheck_cli.numerics.realify import as_tuple, vjp
-from gradcheck_cli.target import Target
+from gradcheck_cli.subject.binding import bind
+from gradcheck_cli.subject.target import Target
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from corpus import determined
@@ -313,7 +313,7 @@ def test_a_batched_check_gives_the_single_checks_verdict(monkeypatch: pytest.Mon
 
 
 def test_keeping_freed_memory_is_harmless_where_there_is_no_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gradcheck_cli import pool
+    from gradcheck_cli.run import pool
 
     def no_glibc(name: str) -> None:
         raise OSError(f"{name}: cannot open shared object file")
@@ -329,7 +329,7 @@ def _backward(fn: type, args: list[torch.Tensor], memory_bytes: int, compress: b
     """The backward check of ``fn`` at ``args``, by default without compression (the store and the
     dense rows are what these tests compare)."""
     from gradcheck_cli.checks import backward
-    from gradcheck_cli.checks.base import CheckContext, Options
+    from gradcheck_cli.checks.parts.base import CheckContext, Options
     from gradcheck_cli.spec import Tolerance
 
     target = Target(fn.__qualname__, fn, True)
@@ -561,7 +561,7 @@ def test_probes_batch_arguments_in_groups_within_their_memory_budget(monkeypatch
 )
 def test_column_stages_cover_each_column_once_within_their_budget(shapes: list, n_rows: int) -> None:
     from gradcheck_cli.numerics.batching import STAGE_BYTES
-    from gradcheck_cli.numerics.layout import Layout
+    from gradcheck_cli.numerics.jacobian_layout import Layout
 
     inputs = [torch.zeros(s, dtype=DT) for s in shapes]
     starts = [0]

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import gradcheck_cli
-from gradcheck_cli import loader
-from gradcheck_cli.binding import bind
-from gradcheck_cli.errors import BindError, LoadError
+from gradcheck_cli.sandbox.errors import BindError, LoadError
+from gradcheck_cli.subject import loader
+from gradcheck_cli.subject.binding import bind
 
 FUNCTIONS = """
     import torch

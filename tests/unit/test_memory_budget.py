@@ -95,7 +95,7 @@ def test_batches_still_fill_a_large_budget(monkeypatch: pytest.MonkeyPatch) -> N
 def test_too_large_is_refused_up_front_with_the_size_and_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
     """The limit is lowered so that a 40 x 40 input stands for a 1000 x 1000 one (hours of calls):
     an error before any backward or perturbed forward, naming the shapes and --fast."""
-    from gradcheck_cli.checks import base
+    from gradcheck_cli.checks.parts import base
 
     monkeypatch.setattr(base, "WORK_LIMIT", 10**6)
     calls = []
@@ -116,7 +116,7 @@ def test_compressed_work_is_budgeted_as_it_is(monkeypatch: pytest.MonkeyPatch) -
     """Compressed, the same 40 x 40 elementwise check is a few calls: it runs (a 1000 x 1000 one takes
     seconds); a wrong one, whose groups disagree and would be made column by column, is refused
     once that is known, with the calls it would take."""
-    from gradcheck_cli.checks import base
+    from gradcheck_cli.checks.parts import base
 
     monkeypatch.setattr(base, "WORK_LIMIT", 10**6)
     assert check(Softplus, [x(40, 40)], memory_bytes=64 * 2**20).status is Status.PASS
@@ -128,7 +128,7 @@ def test_compressed_work_is_budgeted_as_it_is(monkeypatch: pytest.MonkeyPatch) -
 def test_rows_recomputed_per_block_count_against_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dense rows that do not fit in the budget are recomputed for every block of columns: that
     work is counted too, and the message says a larger --max-memory helps."""
-    from gradcheck_cli.checks import base
+    from gradcheck_cli.checks.parts import base
 
     monkeypatch.setattr(base, "WORK_LIMIT", 10**7)
     big = check(RowSum, [x(24, 24)], memory_bytes=64 * 2**20)  # dense rows fit: one pass
@@ -218,11 +218,11 @@ def test_the_gpu_estimate_counts_the_batches_the_check_puts_on_the_device(monkey
     """A batch of calls lives on the device (up to an eighth of --max-memory, 64 MB by default):
     with a few MB free beyond six times the arguments and outputs, the default budget is refused up
     front, a 4 MB one fits."""
-    from gradcheck_cli.binding import bind
-    from gradcheck_cli.checks.base import CheckContext, Options, refuse_if_too_big
-    from gradcheck_cli.devices import MEMORY_FACTOR
-    from gradcheck_cli.errors import UserCodeError
-    from gradcheck_cli.target import Target
+    from gradcheck_cli.checks.parts.base import CheckContext, Options, refuse_if_too_big
+    from gradcheck_cli.sandbox.errors import UserCodeError
+    from gradcheck_cli.subject.binding import bind
+    from gradcheck_cli.subject.devices import MEMORY_FACTOR
+    from gradcheck_cli.subject.target import Target
 
     arg, out = x(64, 64), torch.zeros(64, 64, dtype=DT)
     free = MEMORY_FACTOR * 2 * 64 * 64 * 8 + 2**20

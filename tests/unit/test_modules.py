@@ -14,15 +14,16 @@ import pytest
 import torch
 
 import gradcheck_cli
-from gradcheck_cli import loader, runner
-from gradcheck_cli.binding import bind
 from gradcheck_cli.checks import backward
-from gradcheck_cli.checks.base import CheckContext, Options
-from gradcheck_cli.nn_module import init_target
+from gradcheck_cli.checks.parts.base import CheckContext, Options
 from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import runner
 from gradcheck_cli.spec import Tolerance, load_file
-from gradcheck_cli.target import Target
+from gradcheck_cli.subject import loader
+from gradcheck_cli.subject.binding import bind
+from gradcheck_cli.subject.nn_module import init_target
+from gradcheck_cli.subject.target import Target
 
 MODULES = "gradcheck_cli.examples.modules"
 

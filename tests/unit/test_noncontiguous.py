@@ -209,7 +209,7 @@ def test_an_input_marked_contiguous_false_reaches_the_target_non_contiguous_in_e
     seen_module, write_spec, extra, contiguous
 ):
     from gradcheck_cli import spec
-    from gradcheck_cli.runner import run_case
+    from gradcheck_cli.run.runner import run_case
 
     (case,) = spec.load_file(write_spec(SPEC.format(extra=extra)))
     assert case.inputs[0].contiguous is contiguous
@@ -451,7 +451,7 @@ def _corpus_cases(step: int) -> list[Any]:
 
 def _same_verdict_either_layout(case: Any, write_spec: Any) -> None:
     from gradcheck_cli import spec
-    from gradcheck_cli.runner import run_case
+    from gradcheck_cli.run.runner import run_case
 
     got = []
     for contiguous in (True, False):

@@ -14,7 +14,7 @@ import torch
 import gradcheck_cli
 from gradcheck_cli import spec
 from gradcheck_cli.results import Status
-from gradcheck_cli.runner import run_case
+from gradcheck_cli.run.runner import run_case
 
 SPEC = """
 function: gradcheck_cli.examples.structured:Interp

@@ -9,7 +9,7 @@ import jsonschema
 import torch
 
 from gradcheck_cli import check, schemas
-from gradcheck_cli.checks.rows import INDEX_CAP, MAP_CELLS
+from gradcheck_cli.checks.parts.argument_rows import INDEX_CAP, MAP_CELLS
 from gradcheck_cli.numerics import Entry
 from gradcheck_cli.numerics.maps import downsample, first_indices, view_2d
 from gradcheck_cli.reporters import json_

@@ -15,9 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from gradcheck_cli import pool, processes, runner
 from gradcheck_cli.distributed import check as distributed_check
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import pool, runner
+from gradcheck_cli.sandbox import processes
 from gradcheck_cli.spec import Case, load_file
 
 

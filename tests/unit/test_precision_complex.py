@@ -22,11 +22,11 @@ import pytest
 import torch
 
 import gradcheck_cli
-from gradcheck_cli import runner
-from gradcheck_cli.checks.rows import SYSTEMATIC
+from gradcheck_cli.checks.parts.argument_rows import SYSTEMATIC
+from gradcheck_cli.core.tolerance import by_dtype
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import runner
 from gradcheck_cli.spec import load_file
-from gradcheck_cli.tolerance import by_dtype
 
 
 def _low(dtype: torch.dtype) -> tuple[float, float]:

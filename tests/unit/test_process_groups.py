@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gradcheck_cli import processes
+from gradcheck_cli.sandbox import processes
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
     from procs import alive

@@ -13,7 +13,7 @@ import torch
 from gradcheck_cli import check
 from gradcheck_cli.examples import broken, kernels
 from gradcheck_cli.results import ErrorKind, Pattern, Status
-from gradcheck_cli.target import Target
+from gradcheck_cli.subject.target import Target
 
 RELATIVE = {"rule": "relative"}
 ALLCLOSE = {"rule": "allclose"}

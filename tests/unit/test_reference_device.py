@@ -20,12 +20,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from traffic import Traffic
 
 from gradcheck_cli import check
-from gradcheck_cli.checks import sides
-from gradcheck_cli.checks.base import probe_like
-from gradcheck_cli.checks.rows import locate
+from gradcheck_cli.checks.parts import sides
+from gradcheck_cli.checks.parts.argument_rows import locate
+from gradcheck_cli.checks.parts.base import probe_like
+from gradcheck_cli.core.tolerance import ReferenceRule
 from gradcheck_cli.examples import broken, kernels
 from gradcheck_cli.results import InputReport, Status
-from gradcheck_cli.tolerance import ReferenceRule
 
 aten = torch.ops.aten
 SYNCS = {
@@ -243,7 +243,7 @@ def test_the_comparison_holds_at_most_two_output_sized_float64_copies(fn, rule, 
 
     monkeypatch.setattr(sides, "CHUNK", 2048, raising=False)
     monkeypatch.setattr("gradcheck_cli.checks.reference.compare", measured)
-    monkeypatch.setattr("gradcheck_cli.checks.sides.compare", measured)
+    monkeypatch.setattr("gradcheck_cli.checks.parts.sides.compare", measured)
     x = tensor(*shape, dtype=torch.bfloat16).requires_grad_()
     result = check(fn, [x], reference=kernels.gelu_reference, reference_tolerance=rule)
     assert result.status is (Status.FAIL if fn is broken.GELUWrongGrad else Status.PASS) or rule is not None

@@ -14,10 +14,10 @@ import pytest
 import torch
 from unit.test_compare_fuzz import same, slow
 
-from gradcheck_cli.checks import sides
-from gradcheck_cli.errors import UserCodeError
+from gradcheck_cli.checks.parts import sides
+from gradcheck_cli.core.tolerance import ReferenceRule, by_dtype
 from gradcheck_cli.results import ErrorKind, InputReport, Status
-from gradcheck_cli.tolerance import ReferenceRule, by_dtype
+from gradcheck_cli.sandbox.errors import UserCodeError
 
 SPECIAL = [0.0, -0.0, 1.0, -1.0, math.nan, math.inf, -math.inf, 1e308, -1e308, 1.7e308, -1.7e308, 5e-324]
 SPECIAL += [-5e-324, 2.2e-308, 65504.0, 3.4e38, -3.4e38, 1e-40, 1e-7, 1e-5]

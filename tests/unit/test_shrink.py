@@ -10,9 +10,10 @@ import time
 import pytest
 import torch
 
-from gradcheck_cli import pool, runner, schemas, session, shrink
-from gradcheck_cli.plan import RunOptions, Task
+from gradcheck_cli import schemas
 from gradcheck_cli.results import ErrorInfo, ErrorKind, Pattern, Shrunk, Status, to_dict
+from gradcheck_cli.run import pool, runner, session, shrink
+from gradcheck_cli.run.plan import RunOptions, Task
 from gradcheck_cli.spec import load_file
 
 SOURCE = """
@@ -250,8 +251,8 @@ def test_simpler_values_stay_in_the_spec_range(user_module, write_spec):
     ],
 )
 def test_the_simpler_values_a_spec_allows(entry, allowed):
-    from gradcheck_cli import overrides
     from gradcheck_cli.spec import parse_argument
+    from gradcheck_cli.subject import overrides
 
     arg = parse_argument({"shape": [3, 3], **entry}, "inputs[0]")
     assert overrides.kinds(arg, "float64") == allowed
@@ -357,7 +358,7 @@ def test_attempts_here_that_raise_print_or_change_state_change_nothing(spec, mon
 
 
 def test_a_forked_child_can_run_backward_here():
-    from gradcheck_cli import devices
+    from gradcheck_cli.subject import devices
 
     x = torch.ones(3, requires_grad=True)
     (x * x).sum().backward()  # this process has run backward: on a CPU machine a child still can
@@ -396,7 +397,7 @@ def on_a_gpu(task: Task, monkeypatch: pytest.MonkeyPatch, cuda_error_from: int =
 
     monkeypatch.setattr(runner, "_trials", trials)
     monkeypatch.setattr(os, "fork", lambda: pytest.fail("a CUDA case's search forked"))  # a CUDA context is not forked
-    monkeypatch.setattr(runner.state.GUARD, "_tainted", [])  # this process's own, put back after the test
+    monkeypatch.setattr(runner.state_guard.GUARD, "_tainted", [])  # this process's own, put back after the test
     return ran
 
 
@@ -408,7 +409,7 @@ def test_a_gpu_cases_failure_is_shrunk_in_a_worker_that_is_replaced_after_it(spe
     assert got.status is Status.FAIL and got.shrunk is not None
     assert got.shrunk.shapes == {"x": [1, 1], "w": [1, 1], "b": [1]}
     assert len(ran) == 1 + got.shrunk.attempts and all(t.device == "cuda" for t in ran)
-    assert not runner.state.GUARD.tainted()  # no attempt broke the device: the worker goes on
+    assert not runner.state_guard.GUARD.tainted()  # no attempt broke the device: the worker goes on
 
 
 def test_a_gpu_case_is_not_shrunk_in_a_process_that_stays(spec, monkeypatch):
@@ -426,7 +427,7 @@ def test_a_cuda_error_in_an_attempt_ends_the_search_and_the_worker(spec, monkeyp
     assert got.status is Status.FAIL and len(ran) == 3  # no attempt after the error: the device is unusable
     assert got.shrunk is not None and got.shrunk.attempts == 2  # what the first attempt found stands
     assert got.shrunk.shapes == {"x": [1, 5]}
-    (why,) = runner.state.GUARD.tainted()  # a pool's worker is replaced before its next task
+    (why,) = runner.state_guard.GUARD.tainted()  # a pool's worker is replaced before its next task
     assert why.startswith("a CUDA error in the search for a smaller failing case: CUDA error: device-side assert")
 
 
@@ -447,7 +448,7 @@ def in_a_worker(task: Task, monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
     """``task`` checked by a pool worker's loop in this process (what the case starts is not ended here: this
     process is pytest's); the messages the worker sent."""
     monkeypatch.setattr(pool.processes, "started", lambda: frozenset())
-    monkeypatch.setattr(runner.state.GUARD, "_tainted", [])  # what earlier tests left in this process: not its
+    monkeypatch.setattr(runner.state_guard.GUARD, "_tainted", [])  # what earlier tests left in this process: not its
     pipe = Pipe((0, task), None)
     pool._tasks(pipe)
     return pipe.sent

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from gradcheck_cli import spec
-from gradcheck_cli.loader import load
 from gradcheck_cli.numerics.streams import Streams
 from gradcheck_cli.results import Status
-from gradcheck_cli.runner import bind_case, run_case
+from gradcheck_cli.run.runner import bind_case, run_case
+from gradcheck_cli.subject.loader import load
 
 SPEC = """\
 function: gradcheck_cli.examples.sparse:{function}

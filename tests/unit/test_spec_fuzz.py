@@ -43,8 +43,9 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gradcheck_cli import inputs, spec
+from gradcheck_cli import spec
 from gradcheck_cli.spec import AliasArg, Case, DictArg, ListArg, SpecError, TensorArg, ValueArg, load_file
+from gradcheck_cli.subject import inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "specs").glob("*.yaml"))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gradcheck_cli import checks
-from gradcheck_cli.checks.base import CheckContext
+from gradcheck_cli.checks.parts.base import CheckContext
 from gradcheck_cli.spec import OWNED, SpecError, document
 from gradcheck_cli.spec.document import parse_document
 from gradcheck_cli.spec.lines import Ctx

@@ -22,7 +22,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from gradcheck_cli import state
+from gradcheck_cli.sandbox import state_guard
 
 PUT_BACK, QUIET, STUCK = "put back and named", "put back quietly", "cannot be put back"
 SAID_AS = {  # where torch keeps one setting behind two names, the guard names the one it reads
@@ -153,7 +153,7 @@ ENTRIES: dict[str, tuple[Callable[[], Any], str]] = {
 
 
 def _entries() -> dict[str, Any]:
-    return {switch.name: (switch, value) for switch, value in state.snapshot()}
+    return {switch.name: (switch, value) for switch, value in state_guard.snapshot()}
 
 
 def test_every_entry_has_its_test():
@@ -171,20 +171,20 @@ def test_each_entry_is_put_back_and_told_as_it_says(name, monkeypatch):
     if name == "torch.cuda's random states" and not (torch.cuda.is_available() and torch.cuda.is_initialized()):
         pytest.skip("needs CUDA (initialised)")
     change, kind = ENTRIES[name]
-    monkeypatch.setattr(state.GUARD, "_tainted", [])
+    monkeypatch.setattr(state_guard.GUARD, "_tainted", [])
     switch, before = _entries()[name]
     notes: list[str] = []
     try:
-        with state.GUARD.preserved(notes):
+        with state_guard.GUARD.preserved(notes):
             change()
         after = _entries()[name][1]
         said = " ".join(notes)
         if kind == STUCK:
             assert "cannot be put back" in said and name in said, notes
-            assert any(t.startswith(name) for t in state.GUARD.tainted()), state.GUARD.tainted()
+            assert any(t.startswith(name) for t in state_guard.GUARD.tainted()), state_guard.GUARD.tainted()
             return
         assert switch.same(before, after), (before, after)
-        assert state.GUARD.tainted() == []
+        assert state_guard.GUARD.tainted() == []
         if kind == PUT_BACK:
             assert "left it changed" in said and SAID_AS.get(name, name) in said, notes
         else:

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import gradcheck_cli
-from gradcheck_cli import runner, spec
-from gradcheck_cli.checks.step import _problem
+from gradcheck_cli import spec
+from gradcheck_cli.checks.parts.step import _problem
 from gradcheck_cli.results import ErrorKind, Status
+from gradcheck_cli.run import runner
 
 SIN = "function: torch.sin\ntolerance: {{eps: {eps}}}\nchecks: {checks}\ninputs: [{{name: input, {arg}}}]\n"
 NEAR_ONE = "shape: [3, 4], dist: uniform, low: 0.5, high: 1.0"

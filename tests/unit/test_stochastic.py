@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import gradcheck_cli
-from gradcheck_cli import runner
 from gradcheck_cli.examples.stochastic import Dropout, DropoutNoMask
 from gradcheck_cli.numerics.streams import RngFork
 from gradcheck_cli.results import Status
+from gradcheck_cli.run import runner
 from gradcheck_cli.spec import load_file
 
 STOCHASTIC = "gradcheck_cli.examples.stochastic"

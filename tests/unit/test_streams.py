@@ -9,11 +9,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from gradcheck_cli import checks, inputs, runner
+from gradcheck_cli import checks
+from gradcheck_cli.core.rng import SEEDS, seed_plus
 from gradcheck_cli.numerics.streams import Stream, Streams, signed_uniform
-from gradcheck_cli.plan import RunOptions
-from gradcheck_cli.rng import SEEDS, seed_plus
+from gradcheck_cli.run import runner
+from gradcheck_cli.run.plan import RunOptions
 from gradcheck_cli.spec import load_file
+from gradcheck_cli.subject import inputs
 
 LAST = SEEDS - 1
 # every stream's number: the numerics' and backward's (Stream), and each check's own (STREAM in its module)

@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from gradcheck_cli import inputs
 from gradcheck_cli.examples.structured import Cholesky, CholeskyNoHalf
 from gradcheck_cli.spec import Case, SpecError, load_file
-from gradcheck_cli.structured import symmetric_part
+from gradcheck_cli.subject import inputs
+from gradcheck_cli.subject.structured import symmetric_part
 
 HEAD = "function: pkg.mod:Fn\n"
 

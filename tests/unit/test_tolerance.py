@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gradcheck_cli.tolerance import PRECISIONS, Tolerance, by_dtype, limit, same, within
+from gradcheck_cli.core.tolerance import PRECISIONS, Tolerance, by_dtype, limit, same, within
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gradcheck_cli"
 floats = st.one_of(st.just(float("nan")), st.floats(min_value=-1e6, max_value=1e6), st.sampled_from([0.0, -0.0, 1.0]))

@@ -181,8 +181,8 @@ def test_trials_past_the_last_seed_wrap_around_to_0(write_spec: Any, invoke: Any
 
 
 def test_seeds_derived_from_the_last_one_stay_in_range() -> None:
-    from gradcheck_cli.rng import seed_plus
-    from gradcheck_cli.runner import RESAMPLE_STRIDE
+    from gradcheck_cli.core.rng import seed_plus
+    from gradcheck_cli.run.runner import RESAMPLE_STRIDE
 
     assert seed_plus(2**64 - 1, 1) == 0
     assert seed_plus(2**64 - 2, 3 * RESAMPLE_STRIDE) == 3 * RESAMPLE_STRIDE - 2

@@ -282,7 +282,7 @@ def test_batched_on_a_64_dimensional_tensor_is_unsupported_not_a_wrong_gradient(
 def test_a_numerical_gradient_at_rounding_level_is_zero_for_the_diagnosis(numerical, said):
     """Batched forwards round each batch row in their own way: an input the outputs do not depend on gets
     differences of about 1e-10, which the diagnosis takes as zero (below atol / 1000), and nothing larger."""
-    from gradcheck_cli.checks.diagnosis import describe
+    from gradcheck_cli.checks.parts.diagnosis import describe
     from gradcheck_cli.numerics import Entry
 
     entry = Entry(65, atol=1e-5, rtol=1e-3)

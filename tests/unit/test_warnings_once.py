@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 
-from gradcheck_cli import state
+from gradcheck_cli.sandbox import state_guard
 
 
 def _warn() -> None:
@@ -30,7 +30,7 @@ def _shown(action: str, cases: int = 1) -> list[str]:
     with warnings.catch_warnings(record=True) as log:
         warnings.simplefilter(action)
         for _ in range(cases):
-            with state.warnings_once():
+            with state_guard.warnings_once():
                 _three_checks()
     return [str(w.message) for w in log]
 
@@ -55,6 +55,6 @@ def test_an_ignore_filter_still_hides_it_and_an_error_filter_still_raises() -> N
 
 def test_the_way_warnings_are_shown_is_put_back_after_the_case() -> None:
     before = warnings.showwarning
-    with state.warnings_once():
+    with state_guard.warnings_once():
         assert warnings.showwarning is not before
     assert warnings.showwarning is before

@@ -1,0 +1,1 @@
+"""Plain values: tolerances, seeds, printable text (no torch where a module says so)."""

@@ -1,0 +1,1 @@
+"""The thing checked and its arguments: targets, references, bindings, drawn inputs, devices."""
