@@ -12,10 +12,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
+from .core.options import DEFAULT_TIMEOUT, FAST_PROBES  # --fast's probes; --timeout's and --gradcheck-timeout's seconds
 from .version import __version__
-
-FAST_PROBES = 3  # random probes per argument for --fast (the first non-negative, the others signed)
-DEFAULT_TIMEOUT = 300  # seconds a case may take (--timeout, --gradcheck-timeout): a hung Function costs at most this
 
 if TYPE_CHECKING:
     from .results import CaseResult, Report
@@ -77,7 +75,8 @@ def check(
 
     from .api_arguments import refuse_unusable
     from .checks import NAMES
-    from .checks.parts.base import MEMORY_BYTES, CheckContext, Options
+    from .checks.parts.base import CheckContext, Options
+    from .core.options import MEMORY_BYTES
     from .numerics.streams import Streams
     from .reporters import display  # noqa: F401  (the result shows itself as the reporters draw it)
     from .results import CaseResult, CheckResult, Status
@@ -266,16 +265,16 @@ def check_spec(
     except TargetError as exc:
         raise ValueError(str(exc)) from exc
     opts = plan.run_options(
-        max_memory,
-        seed,
-        trials,
-        tuple(devices),
-        tuple(checks),
-        FAST_PROBES if fast else probes,
-        strict,
-        reference,
-        require_device,
-        tuple(imports),
+        max_memory_mb=max_memory,
+        seed=seed,
+        trials=trials,
+        devices=tuple(devices),
+        checks=tuple(checks),
+        probes=FAST_PROBES if fast else probes,
+        strict=strict,
+        reference=reference,
+        require_device=require_device,
+        imports=tuple(imports),
         compress=compress,
     )
     report = runner.run_all(items, opts)

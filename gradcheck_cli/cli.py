@@ -20,8 +20,9 @@ import click
 from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
-from . import DEFAULT_TIMEOUT, FAST_PROBES, __version__
+from . import FAST_PROBES, __version__
 from .checks import NAMES as CHECKS
+from .core import options
 from .reporters import FORMATS as REPORTERS
 from .results import ExitCode, Report
 
@@ -252,6 +253,14 @@ def _check_modules(ctx: click.Context, param: click.Parameter, value: tuple[str,
     return tuple(dict.fromkeys(value))
 
 
+def _declared(name: str, shown: Callable[[Any], Any] = lambda v: v) -> dict[str, Any]:
+    """The click keywords of the run-wide option ``name`` as ``core.options`` declares it (``shown``: the
+    default as the option's callback reads it, e.g. text for --timeout's \"inf\")."""
+    option = options.BY_NAME[name]
+    value = option.default
+    return {"default": value if value is None else shown(value), "metavar": option.metavar, "help": option.help}
+
+
 IMPORT_HELP = (
     "Import this module before resolving the targets (e.g. the module whose @torch.library.custom_op "
     "registers torch.ops.ns.op), as `import:` in every spec. Repeat for several."
@@ -350,23 +359,8 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
     metavar="N",
     help="Worker processes (default: the number of cores). Results are the same and in the same order for any N.",
 )
-@click.option(
-    "--timeout",
-    callback=_parse_timeout,
-    default=str(DEFAULT_TIMEOUT),
-    show_default=True,
-    metavar="SECONDS",
-    help="Stop a case that runs longer (an error result for that case alone); 0 or inf for no limit.",
-)
-@click.option(
-    "--shrink",
-    callback=_parse_shrink,
-    default="5",
-    show_default=True,
-    metavar="SECONDS",
-    help="After a case fails, look this long for a smaller shape that still fails alike (same check, "
-    "argument and pattern) and show it with its own replay command; within half of --timeout. 0: off.",
-)
+@click.option("--timeout", callback=_parse_timeout, show_default=True, **_declared("timeout", str))
+@click.option("--shrink", callback=_parse_shrink, show_default=True, **_declared("shrink", str))
 @click.option("--no-shrink", is_flag=True, help="Do not look for a smaller failing case (--shrink 0).")
 @click.option(
     "--shape",
@@ -416,20 +410,8 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
     metavar="I/N",
     help="Check only shard I of N (1-based; stable across machines), for CI matrix jobs.",
 )
-@click.option(
-    "--seed",
-    type=click.IntRange(min=0, max=2**64 - 1),
-    default=None,
-    help="Use this seed for every case (0 to 2**64 - 1; --trials' next seeds wrap around to 0).",
-)
-@click.option(
-    "--trials",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
-    metavar="N",
-    help="Check each case with N seeds (seed, seed+1, ...); the first seed that fails is reported.",
-)
+@click.option("--seed", type=click.IntRange(min=0, max=2**64 - 1), **_declared("seed"))
+@click.option("--trials", type=click.IntRange(min=1), show_default=True, **_declared("trials"))
 @click.option(
     "--device",
     "devices",
@@ -478,28 +460,14 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
     help=f"Decide with {FAST_PROBES} random probes v^T J u per argument; compare element by element "
     f"the arguments where one fails (same as --probes {FAST_PROBES}).",
 )
-@click.option(
-    "--probes",
-    "probes",
-    type=click.IntRange(min=0),
-    default=0,
-    metavar="N",
-    help="Decide with N random probes per argument first (0: element by element).",
-)
+@click.option("--probes", "probes", type=click.IntRange(min=0), **_declared("probes"))
 @click.option(
     "--no-compress",
     is_flag=True,
     help="Take every column of the numerical Jacobian on its own (no compressed finite differences): "
     "slower, the same verdicts; to compare the two.",
 )
-@click.option(
-    "--max-memory",
-    default=512,
-    show_default=True,
-    metavar="MB",
-    type=click.IntRange(min=1),
-    help="Jacobian entries held in memory at once; larger checks recompute in blocks.",
-)
+@click.option("--max-memory", type=click.IntRange(min=1), show_default=True, **_declared("max-memory"))
 @click.option(
     "--color/--no-color",
     default=None,
@@ -639,16 +607,16 @@ def check_cmd(
         items, said = lastfailed.select(items, failed)
         click.echo(f"gradcheck: {said}", err=True)
     opts = plan.run_options(
-        max_memory,
-        seed,
-        trials,
-        devices,
-        checks,
-        probes,
-        strict,
-        reference,
-        require_device,
-        imports,
+        max_memory_mb=max_memory,
+        seed=seed,
+        trials=trials,
+        devices=devices,
+        checks=checks,
+        probes=probes,
+        strict=strict,
+        reference=reference,
+        require_device=require_device,
+        imports=imports,
         compress=not no_compress,
         shrink=0.0 if no_shrink else shrink,
         timeout=timeout,

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import pytest
 
-from . import DEFAULT_TIMEOUT, FAST_PROBES
 from .checks import NAMES as CHECKS
+from .core.options import DEFAULT_TIMEOUT, FAST_PROBES, default
 
 if TYPE_CHECKING:
     from .results import CaseResult
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 DEFAULT_PATTERN = ("*.yaml", "*.yml")
-DEFAULT_MAX_MEMORY_MB = 512  # as the command line's --max-memory
 _POOL = pytest.StashKey["Pool"]()
 _STARTED = pytest.StashKey[float]()  # seconds the worker took to start, before the first case
 
@@ -63,10 +62,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--gradcheck-max-memory",
         type=_megabytes,
-        default=DEFAULT_MAX_MEMORY_MB,
+        default=default("max-memory"),
         metavar="MB",
         help="Jacobian entries held in memory at once by each check (default: "
-        f"{DEFAULT_MAX_MEMORY_MB}); larger checks recompute in blocks",
+        f"{default('max-memory')}); larger checks recompute in blocks",
     )
     # the command line's options of the same names, mapped to RunOptions as it maps them (plan.run_options)
     group.addoption(
@@ -101,7 +100,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--gradcheck-trials",
         type=_positive,
-        default=1,
+        default=default("trials"),
         metavar="N",
         help="check each case with N seeds: seed, seed+1, ... (as gradcheck --trials)",
     )
@@ -164,13 +163,13 @@ def run_options(config: pytest.Config) -> RunOptions:
 
     checks = tuple(config.getoption("gradcheck_check"))
     return options(
-        config.getoption("gradcheck_max_memory"),
-        config.getoption("gradcheck_seed"),
-        config.getoption("gradcheck_trials"),
-        tuple(config.getoption("gradcheck_device")),
-        ("all",) if "all" in checks else checks,
-        config.getoption("gradcheck_probes"),
-        config.getoption("gradcheck_strict"),
+        max_memory_mb=config.getoption("gradcheck_max_memory"),
+        seed=config.getoption("gradcheck_seed"),
+        trials=config.getoption("gradcheck_trials"),
+        devices=tuple(config.getoption("gradcheck_device")),
+        checks=("all",) if "all" in checks else checks,
+        probes=config.getoption("gradcheck_probes"),
+        strict=config.getoption("gradcheck_strict"),
     )
 
 

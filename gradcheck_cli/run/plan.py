@@ -9,22 +9,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Union
 
+from ..core.options import default
 from ..results import CaseResult, ErrorInfo, ErrorKind, Status
 from ..spec import Case, SpecError, tensor_layout
-
-MAX_MEMORY_MB = 512  # --max-memory's default, as the CLI's option and checks.parts.base.MEMORY_BYTES (a test ties the three)
 
 
 @dataclass(frozen=True)
 class RunOptions:
     """Run-wide settings that the command line controls."""
 
-    memory_bytes: Optional[int] = None  # Jacobian bytes held at once; None: the checks' default
+    max_memory_mb: int = default("max-memory")  # --max-memory: the Jacobian held at once, in MB
     seed: Optional[int] = None  # overrides every case's seed
-    trials: int = 1  # seeds tried per case: seed, seed + 1, ...
+    trials: int = default("trials")  # seeds tried per case: seed, seed + 1, ...
     devices: Optional[tuple[str, ...]] = None  # overrides every case's devices
     require_device: bool = False  # an unavailable device is an error, not a skip
-    probes: int = 0  # > 0: the fast decision with this many random probes
+    probes: int = default("probes")  # > 0: the fast decision with this many random probes
     checks: Optional[tuple[str, ...]] = None  # overrides every case's checks (--check)
     all_checks: bool = False  # --check all: every applicable check
     strict: bool = False  # --strict: as `strict: true` in every case
@@ -38,12 +37,13 @@ class RunOptions:
 
 
 def run_options(
+    *,
     max_memory_mb: Optional[int] = None,
     seed: Optional[int] = None,
-    trials: int = 1,
+    trials: int = default("trials"),
     devices: tuple[str, ...] = (),
     checks: tuple[str, ...] = (),
-    probes: int = 0,
+    probes: int = default("probes"),
     strict: bool = False,
     reference: Optional[str] = None,
     require_device: bool = False,
@@ -55,12 +55,13 @@ def run_options(
     values: tuple[tuple[str, str], ...] = (),
 ) -> RunOptions:
     """The RunOptions of the front ends' options (the command line's, the pytest plugin's): repeated devices
-    and checks once each, ``checks == ("all",)`` for every check, nothing given for the specs' own."""
+    and checks once each, ``checks == ("all",)`` for every check, nothing given for the specs' own; keywords
+    only (two ints or two bools swapped would still type-check). ``max_memory_mb`` None: its default."""
     from ..checks import NAMES  # names only: no torch
 
     all_checks = tuple(checks) == ("all",)
     return RunOptions(
-        memory_bytes=max_memory_mb * 2**20 if max_memory_mb else None,
+        max_memory_mb=max_memory_mb or default("max-memory"),
         seed=seed,
         trials=trials,
         devices=tuple(dict.fromkeys(devices)) or None,

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
 
+from ..core.options import default
 from ..results import CaseResult
 from ..spec import SpecError
 from ..subject.overrides import described
-from .plan import MAX_MEMORY_MB, Task, task_id
+from .plan import Task, task_id
 
 INLINE = "<command line>"  # the path of a case made of a command line's inline inputs (discovery.inline_case)
 
@@ -53,8 +54,8 @@ def command(
         text += "".join(f" --check {name}" for name in task.opts.checks)
     if task.opts.probes:
         text += f" --probes {task.opts.probes}"
-    if task.opts.memory_bytes and task.opts.memory_bytes != MAX_MEMORY_MB * 2**20:
-        text += f" --max-memory {task.opts.memory_bytes // 2**20}"
+    if task.opts.max_memory_mb != default("max-memory"):
+        text += f" --max-memory {task.opts.max_memory_mb}"
     given = {name: list(shape) for name, shape in task.opts.shapes} | (shapes or {})
     text += "".join(f" --shape {shlex.quote(f'{name}={described(shape)}')}" for name, shape in given.items())
     simpler = dict(task.opts.values) | (values or {})

@@ -16,7 +16,8 @@ import torch
 from .. import checks
 from ..checks import noncontiguous
 from ..checks.parts import broken, verdict
-from ..checks.parts.base import MEMORY_BYTES, CheckContext, Options
+from ..checks.parts.base import CheckContext, Options
+from ..core.options import MB
 from ..core.rng import seed_plus
 from ..distributed import check as distributed
 from ..numerics import engine
@@ -299,7 +300,7 @@ def _check(case: Case, device: str, opts: RunOptions, result: CaseResult, drawn:
     chosen = case.checks_given and opts.checks is None  # the checks are the ones the spec's `checks:` lists
     expectations.validate(case.expect, bound.names, case.checks, chosen)
     drawn.update(name for i, name in enumerate(bound.names) if bound.drawn(i))
-    options = Options(case.tolerance, opts.memory_bytes or MEMORY_BYTES, opts.probes, opts.compress)
+    options = Options(case.tolerance, opts.max_memory_mb * MB, opts.probes, opts.compress)
     ctx = CheckContext(
         target,
         bound,

@@ -507,9 +507,18 @@ def test_tb_shows_the_users_frames_as_pytest_does(user_module, write_spec, invok
 
 
 def test_the_default_max_memory_is_one_number_everywhere():
-    from gradcheck_cli.checks.parts.base import MEMORY_BYTES
+    """--max-memory's default is written once (core.options); every front end and the checks read it there."""
+    import re
+
+    from gradcheck_cli import pytest_plugin
+    from gradcheck_cli.checks.parts.base import Options
     from gradcheck_cli.cli import check_cmd
-    from gradcheck_cli.run.plan import MAX_MEMORY_MB
+    from gradcheck_cli.core.options import MB, default
+    from gradcheck_cli.run.plan import RunOptions, run_options
 
     (option,) = [p for p in check_cmd.params if p.name == "max_memory"]
-    assert option.default == MAX_MEMORY_MB == MEMORY_BYTES // 2**20
+    assert option.default == default("max-memory") == RunOptions().max_memory_mb == run_options().max_memory_mb
+    assert Options().memory_bytes == default("max-memory") * MB
+    package = Path(pytest_plugin.__file__).parent
+    written = [p.name for p in package.rglob("*.py") if re.search(r"\b512\b", p.read_text(encoding="utf-8"))]
+    assert written == ["options.py"], written

@@ -101,7 +101,7 @@ def test_gradcheck_pattern_chooses_the_spec_files(project):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        ([], plan.run_options(512)),
+        ([], plan.run_options(max_memory_mb=512)),
         (
             [
                 "--gradcheck-fast",
@@ -123,9 +123,17 @@ def test_gradcheck_pattern_chooses_the_spec_files(project):
                 "--gradcheck-max-memory",
                 "64",
             ],
-            plan.run_options(64, 7, 3, ("cpu", "cuda:1"), ("backward", "forward_ad"), FAST_PROBES, True),
+            plan.run_options(
+                max_memory_mb=64,
+                seed=7,
+                trials=3,
+                devices=("cpu", "cuda:1"),
+                checks=("backward", "forward_ad"),
+                probes=FAST_PROBES,
+                strict=True,
+            ),
         ),
-        (["--gradcheck-check", "all"], plan.run_options(512, checks=("all",))),
+        (["--gradcheck-check", "all"], plan.run_options(max_memory_mb=512, checks=("all",))),
     ],
 )
 def test_plugin_options_map_to_run_options_as_the_command_line_does(project, args, expected):

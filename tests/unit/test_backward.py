@@ -16,7 +16,8 @@ import torch
 
 import gradcheck_cli
 from gradcheck_cli.checks import backward
-from gradcheck_cli.checks.parts.base import MEMORY_BYTES, CheckContext, Options
+from gradcheck_cli.checks.parts.base import CheckContext, Options
+from gradcheck_cli.core.options import MEMORY_BYTES
 from gradcheck_cli.results import Status
 from gradcheck_cli.spec import Tolerance
 from gradcheck_cli.subject.binding import bind

@@ -9,6 +9,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 
+from ...core.options import MEMORY_BYTES
 from ...core.rng import seed_plus
 from ...core.tolerance import Tolerance
 from ...numerics import as_tuple, is_float_tensor, real_numel
@@ -22,7 +23,6 @@ from ...subject.oracle import Oracle
 from ...subject.target import Target
 from .argument_rows import short
 
-MEMORY_BYTES = 512 * 2**20  # Jacobian entries held at once, unless --max-memory says otherwise
 IN_PLACE_ON_LEAF = "a leaf Variable that requires grad"  # autograd's error for an in-place change of a leaf
 HALF = (torch.float16, torch.bfloat16)  # finite differences in these measure rounding, not derivatives
 WORK_LIMIT = 10**11  # calls x tensor elements per call: an element-by-element check beyond this takes hours
