@@ -1,4 +1,4 @@
-"""Review of the store's values left where they were sorted (``rows.sorted_there``, base 86d652d): the folds
+"""The store's values left where they were sorted (``rows.sorted_there``, base 86d652d): the folds
 that run on the host (a failing argument's maps, entries not finite, columns made one by one, and the checks
 that are not compressed) read the values from one host copy, made once, as they read the numerical entries
 (``Groups._numerical_on_host``): not a copy to the host per piece of columns, which on a GPU is a wait per

@@ -1,4 +1,4 @@
-"""Review of the span sums off the CPU (``stats.span_by_span``, base 86d652d): a compressed check's pieces hold
+"""Span sums off the CPU (``stats.span_by_span``, base 86d652d): a compressed check's pieces hold
 a span per chunk of columns, and a chunk is a few columns where the outputs are large (an elementwise function
 of 300,000 elements has about 100,000 spans), so a GPU's span sums take a constant number of ops, whatever the
 number of spans (one sum per span was a launch and a Python step each), read no value on the host (the spans

@@ -1,4 +1,4 @@
-"""Review of the reference check's lean path (base 86d652d): the reference in ``reference_dtype`` runs on
+"""The reference check's lean path (base 86d652d): the reference in ``reference_dtype`` runs on
 copies of every tensor argument, integer ones too, as it did before ``side(..., copied=True)``: a reference
 that changes an argument in place changes its own copy, never the arguments that the target, the reference
 in the target's dtype (the relative rule's bar) and the other checks are given, nor the caller's tensors."""

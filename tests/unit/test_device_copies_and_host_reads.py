@@ -1,4 +1,4 @@
-"""Review of the copies to the device without waiting (``numerics.transfer.sent``) and of the compressed check's
+"""Copies to the device without waiting (``numerics.transfer.sent``) and the compressed check's
 host reads on a GPU: a stage reads nothing, and the groups whose moves disagree (a curvature) are read once for
 all stages, not once per stage that holds any (``Groups._settle_far``). Counted on the CPU as
 tests/unit/test_host_syncs.py counts (on a GPU each read waits for the device)."""

@@ -1,4 +1,4 @@
-"""Review of the lean comparison (``checks.sides.compare``, base 86d652d) against a judge written here element
+"""The lean comparison (``checks.sides.compare``, base 86d652d) against a judge written here element
 by element in Python floats (IEEE doubles), on pairs the differential fuzz (test_compare_fuzz.py) does not
 draw: 0-d and empty tensors, references coarser than the target, values near float64's largest (differences
 and bounds past its range), denormals, +inf against -inf, NaN in one component of a complex element, rules
