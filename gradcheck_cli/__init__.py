@@ -12,7 +12,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
-from .core.options import DEFAULT_TIMEOUT, FAST_PROBES  # --fast's probes; --timeout's and --gradcheck-timeout's seconds
+from .core.options import DEFAULT_TIMEOUT, FAST_PROBES  # --fast's probes; --timeout's seconds
+from .core.options import default as _default
 from .version import __version__
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ def check(
     rtol: float = 1e-3,
     nondet_tol: float = 0.0,
     seed: int = 0,
-    probes: int = 0,
+    probes: int = _default("probes"),
     fast: bool = False,
     repeat: int = 3,
     order: int = 2,
@@ -214,9 +215,9 @@ def check_spec(
     checks: Sequence[str] = (),
     devices: Sequence[str] = (),
     seed: Optional[int] = None,
-    trials: int = 1,
+    trials: int = _default("trials"),
     fast: bool = False,
-    probes: int = 0,
+    probes: int = _default("probes"),
     strict: bool = False,
     reference: Optional[str] = None,
     imports: Sequence[str] = (),

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import pytest
 
 from .checks import NAMES as CHECKS
-from .core.options import DEFAULT_TIMEOUT, FAST_PROBES, default
+from .core.options import FAST_PROBES, OPTIONS, default
 
 if TYPE_CHECKING:
     from .results import CaseResult
@@ -46,34 +46,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="collect gradcheck-cli spec files (*.yaml, *.yml) given as arguments as tests",
     )
     group.addoption(
-        "--gradcheck-timeout",
-        type=_seconds,
-        default=str(DEFAULT_TIMEOUT),
-        metavar="SECONDS",
-        help=f"stop a case that runs longer: it fails, the session goes on (default: {DEFAULT_TIMEOUT}; 0 for none)",
-    )
-    group.addoption(
         "--gradcheck-no-isolate",
         action="store_true",
         default=False,
         help="check in pytest's own process (for a debugger); by default each case runs in a worker "
         "process, so a crash or a hang in it fails that item alone",
     )
-    group.addoption(
-        "--gradcheck-max-memory",
-        type=_megabytes,
-        default=default("max-memory"),
-        metavar="MB",
-        help="Jacobian entries held in memory at once by each check (default: "
-        f"{default('max-memory')}); larger checks recompute in blocks",
-    )
+    readers = {"max-memory": _megabytes, "timeout": _seconds, "trials": _positive, "seed": _seed}
+    for option in OPTIONS:  # the run-wide options the plugin offers, as core.options declares them
+        if option.pytest:
+            group.addoption(
+                f"--gradcheck-{option.name}",
+                type=readers[option.name],
+                default=None if option.default is None else str(option.default),  # read by the type, as typed
+                metavar=option.metavar,
+                help=f"{option.help} (as gradcheck --{option.name}; default: {option.default})",
+            )
     # the command line's options of the same names, mapped to RunOptions as it maps them (plan.run_options)
     group.addoption(
         "--gradcheck-fast",
         dest="gradcheck_probes",
         action="store_const",
         const=FAST_PROBES,
-        default=0,
+        default=default("probes"),
         help=f"decide with {FAST_PROBES} random probes per argument (as gradcheck --fast)",
     )
     group.addoption(
@@ -89,20 +84,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         metavar="NAME",
         help=f"run this check instead of the specs' ({', '.join(CHECKS)}, or all); repeat for several",
-    )
-    group.addoption(
-        "--gradcheck-seed",
-        type=_seed,
-        default=None,
-        metavar="N",
-        help="use this seed for every case (as gradcheck --seed)",
-    )
-    group.addoption(
-        "--gradcheck-trials",
-        type=_positive,
-        default=default("trials"),
-        metavar="N",
-        help="check each case with N seeds: seed, seed+1, ... (as gradcheck --trials)",
     )
     group.addoption(
         "--gradcheck-device",
