@@ -73,6 +73,27 @@ class Again:
 
 
 @dataclass(frozen=True)
+class Calls:
+    """Backward's calls and the values they are made at, built once in ``_check`` and passed whole to what
+    compares, probes and looks again (``_probe``, ``_reexamine``, ``_again``, ``_strict``, ...)."""
+
+    forward: Callable[[Sequence[Any]], Any]  # the target's forward on a list of argument values (``call_forward``)
+    batched: Callable[[Sequence[Any]], Any]  # the forward that vmap may batch (forward itself, or the Function's body)
+    backward: Vjp  # backward, ``vjp``'s signature, its errors the user's (``guarded``, ErrorKind.BACKWARD)
+    outputs: tuple[Any, ...]  # forward's outputs, in the graph of the checked arguments' leaves
+    positions: list[int]  # the outputs compared: the float ones that require grad (else every float one)
+    plain: list[Any]  # the argument values finite differences move (float64 copies of a low-precision Function's)
+    plain_inputs: list[torch.Tensor]  # the checked arguments' copies inside ``plain``, in ``checked``'s order
+
+    def columns(self, leaf: torch.Tensor, memory_bytes: int) -> Columns:
+        """The analytical columns of ``leaf`` (a checked argument's leaf), a batch at a time
+        (``kinks.analytical_columns``)."""
+        return partial(
+            kinks.analytical_columns, self.backward, self.outputs, self.positions, leaf, memory_bytes=memory_bytes
+        )
+
+
+@dataclass(frozen=True)
 class Settings:
     """The spec's keys this check owns (``x-check: backward`` in the schema)."""
 
@@ -134,6 +155,15 @@ def _check(ctx: CheckContext) -> CheckResult:
     result.warnings += notes
     backward = lambda *args: guarded(ErrorKind.BACKWARD, "backward", vjp, *args)  # noqa: E731
     grad_inputs, plain_inputs = [leaves[i] for i in checked], [plain[i] for i in checked]
+    calls = Calls(
+        forward=forward,
+        batched=batched,
+        backward=backward,
+        outputs=outputs,
+        positions=positions,
+        plain=plain,
+        plain_inputs=plain_inputs,
+    )
     # backward's contract call is one probe, as autograd passes its values on; a tensor passed twice
     # gets the sum of its two gradients from autograd, so not there
     tensors = [v for v in bound.values if isinstance(v, torch.Tensor)]
@@ -142,23 +172,11 @@ def _check(ctx: CheckContext) -> CheckResult:
         if found.probe and len({id(t) for t in tensors}) == len(tensors)
         else None
     )
-    probing = backward if given is None else _through_node(found, outputs, positions, checked, backward)
+    probing = backward if given is None else _through_node(found, calls, checked)
     loosest = max(tols, key=lambda t: (t.atol, t.rtol), default=tol)  # backward's linearity: every argument's
     contract.in_use(found, target, bound, (leaves, outputs), positions, checked, probing, given, ctx.streams, loosest)
     todo = (
-        _probe(
-            result,
-            checked,
-            bound,
-            (forward, batched, probing, given),
-            outputs,
-            positions,
-            grad_inputs,
-            plain,
-            plain_inputs,
-            opts,
-            tols,
-        )
+        _probe(result, checked, bound, calls, probing, given, grad_inputs, opts, tols)
         if opts.probes
         else list(range(len(checked)))
     )
@@ -169,77 +187,55 @@ def _check(ctx: CheckContext) -> CheckResult:
         corners = ties.Held(opts.memory_bytes)  # elements examined at a corner, judged together below
         t = tols[group[0]]
         layout, entries = compare(
-            forward,
-            outputs,
-            positions,
+            calls.forward,
+            calls.outputs,
+            calls.positions,
             [grad_inputs[k] for k in group],
-            plain,
-            [plain_inputs[k] for k in group],
+            calls.plain,
+            [calls.plain_inputs[k] for k in group],
             eps=t.eps,
             atol=t.atol,
             rtol=t.rtol,
             memory_bytes=opts.memory_bytes,
-            grad=backward,
+            grad=calls.backward,
             streams=ctx.streams,
-            batched=batched,
+            batched=calls.batched,
             budget=spent.next(),
             compress=opts.compress,
         )
         for k, entry in zip(group, entries):
             i = checked[k]
-            fill_jacobian(reports[i], entry, layout, bound.values[i], outputs)
+            fill_jacobian(reports[i], entry, layout, bound.values[i], calls.outputs)
             unjudged = _reexamine(
                 reports[i],
                 entry,
-                forward,
-                plain,
-                plain_inputs[k],
-                positions,
+                calls,
+                k,
                 t,
-                partial(
-                    kinks.analytical_columns,
-                    backward,
-                    outputs,
-                    positions,
-                    grad_inputs[k],
-                    memory_bytes=opts.memory_bytes,
-                ),
-                _again(
-                    ctx, (forward, batched, backward), outputs, positions, plain, grad_inputs[k], plain_inputs[k], i
-                ),
+                calls.columns(grad_inputs[k], opts.memory_bytes),
+                _again(ctx, calls, grad_inputs[k], k, i),
                 (corners, i),
             )
             if unjudged and ctx.oracle is not None:  # named or under `all` alike: the default check's verdict
                 _not_judged(result, reports[i])
             if reports[i].pattern is Pattern.SYSTEMATIC and t.strict:
-                _strict(
-                    reports[i],
-                    entry,
-                    forward,
-                    plain,
-                    plain_inputs[k],
-                    positions,
-                    projection(layout, ctx.streams),
-                    t.eps,
-                    ctx.streams,
-                )
-        tied.judge(reports, corners.items, forward, plain, positions, t)
+                _strict(reports[i], entry, calls, k, projection(layout, ctx.streams), t.eps, ctx.streams)
+        tied.judge(reports, corners.items, calls.forward, calls.plain, calls.positions, t)
     nondeterministic = (
         []
         if found.repeated
         else _determinism(  # the contract compared its repeated calls
-            outputs, positions, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, repeat
+            calls, grad_inputs, [bound.names[i] for i in checked], gen, tol.nondet_tol, repeat
         )
     )
     return _finish(result, found, nondeterministic, start)
 
 
-def _through_node(
-    found: contract.Findings, outputs: tuple[Any, ...], positions: list[int], checked: list[int], backward: Vjp
-) -> Vjp:
+def _through_node(found: contract.Findings, calls: Calls, checked: list[int]) -> Vjp:
     """The probes' backward (``vjp``'s signature) through the contract's graph node, where its raw return is
-    what autograd gives (``Findings.again``): the engine's bookkeeping left out. Other calls: ``backward``."""
+    what autograd gives (``Findings.again``): the engine's bookkeeping left out. Other calls: ``calls.backward``."""
     again = found.again
+    outputs, positions, backward = calls.outputs, calls.positions, calls.backward
 
     def through(live: Sequence[Any], inputs: Sequence[Any], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
         if again is None or len(inputs) != len(checked) or [id(o) for o in live] != [id(outputs[p]) for p in positions]:
@@ -254,21 +250,21 @@ def _probe(
     result: CheckResult,
     checked: list[int],
     bound: Bound,
-    calls: tuple[Any, Any, Any, Any],
-    outputs: tuple[Any, ...],
-    positions: list[int],
+    calls: Calls,
+    probing: Vjp,
+    given: Optional[tuple[list[Any], list[Any]]],
     grad_inputs: list[torch.Tensor],
-    plain: list[Any],
-    plain_inputs: list[torch.Tensor],
     opts: Options,
     tols: list[Tolerance],
 ) -> list[int]:
     """The fast decision: the rows of the arguments whose probes all passed are filled; returned are
     the others (indices into ``checked``), to compare element by element. ``calls``: forward, the
-    forward that vmap may batch (or None), backward, and (grad_outputs, gradients of the checked
-    arguments) of one backward call already made (or None); ``tols``: each checked argument's tolerance
-    (not necessarily ``opts``' own: see ``_reference``), the arguments of one tolerance probed together."""
-    forward, batched, backward, given = calls
+    forward that vmap may batch, and the values; ``probing``: the probes' backward (``calls.backward``,
+    or the same through the contract's graph node: ``_through_node``); ``given``: (grad_outputs, gradients
+    of the checked arguments) of one backward call already made (or None); ``tols``: each checked argument's
+    tolerance (not necessarily ``opts``' own: see ``_reference``), the arguments of one tolerance probed together."""
+    forward, batched, outputs, positions = calls.forward, calls.batched, calls.outputs, calls.positions
+    plain, plain_inputs = calls.plain, calls.plain_inputs
     n_rows = sum(real_numel(outputs[p]) for p in positions)
     held = probes.footprint(opts.probes, n_rows, [real_numel(x) for x in plain_inputs])
     if held > opts.memory_bytes:
@@ -298,7 +294,7 @@ def _probe(
             rtol=t.rtol,
             probes=opts.probes,
             streams=bound.streams,
-            grad=backward,
+            grad=probing,
             batched=batched,
             given=None if given is None else (given[0], [given[1][k] for k in group]),
             at_x=at_x,
@@ -348,10 +344,8 @@ def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -
 def _reexamine(
     row: InputReport,
     entry: Entry,
-    forward: Any,
-    plain: list[Any],
-    x: torch.Tensor,
-    positions: list[int],
+    calls: Calls,
+    k: int,
     tol: Tolerance,
     columns: Columns,
     again: Optional[Again] = None,
@@ -366,9 +360,11 @@ def _reexamine(
     A row limited by forward's precision goes to ``_imprecise`` (judged again with ``again``). True where
     finite differences cannot judge the row at all (``_imprecise``: no verdict on backward). The elements
     explained at a corner go to ``corners`` (where kept, and the argument's number; not from a row limited by
-    precision), to be judged together (``tied.judge``)."""
+    precision), to be judged together (``tied.judge``). ``k``: the argument's place in ``calls.plain_inputs``
+    (its copy there is the one finite differences move)."""
     if not row.mismatched or not entry.bad_columns:
         return False
+    forward, plain, x, positions = calls.forward, calls.plain, calls.plain_inputs[k], calls.positions
     per = 2 if x.is_complex() else 1
     kept = {col: a_col for col, a_col, _ in entry.bad_columns}
     err = entry.err
@@ -608,21 +604,13 @@ def _rejudge(
     return True
 
 
-def _again(
-    ctx: CheckContext,
-    calls: tuple[Callable[[Sequence[Any]], Any], Any, Vjp],
-    outputs: tuple[Any, ...],
-    positions: list[int],
-    plain: list[Any],
-    leaf: torch.Tensor,
-    x: torch.Tensor,
-    i: int,
-) -> Again:
-    """How argument ``i`` (its leaf in the graph of ``outputs``, ``x`` its copy inside ``plain`` that
-    finite differences move) is judged again at another tolerance: compared element by element as
-    ``_check`` does (same layout, memory bound and budget), its row refilled and reexamined; and the
-    step to judge it at, from the finite differences at a few of its elements."""
-    forward, batched, backward = calls
+def _again(ctx: CheckContext, calls: Calls, leaf: torch.Tensor, k: int, i: int) -> Again:
+    """How argument ``i`` (``leaf`` its leaf in the graph of ``calls.outputs``, ``calls.plain_inputs[k]``
+    its copy inside ``calls.plain`` that finite differences move) is judged again at another tolerance:
+    compared element by element as ``_check`` does (same layout, memory bound and budget), its row refilled
+    and reexamined; and the step to judge it at, from the finite differences at a few of its elements."""
+    forward, batched, backward = calls.forward, calls.batched, calls.backward
+    outputs, positions, plain, x = calls.outputs, calls.positions, calls.plain, calls.plain_inputs[k]
     opts = ctx.options
 
     def judge(row: InputReport, t: Tolerance) -> None:
@@ -645,8 +633,7 @@ def _again(
         )
         fresh = blank(row)
         fill_jacobian(fresh, entry, layout, ctx.bound.values[i], outputs)
-        columns = partial(kinks.analytical_columns, backward, outputs, positions, leaf, memory_bytes=opts.memory_bytes)
-        _reexamine(fresh, entry, forward, plain, x, positions, t, columns)  # no third judgement
+        _reexamine(fresh, entry, calls, k, t, calls.columns(leaf, opts.memory_bytes))  # no third judgement
         take(row, fresh)
 
     def step(cols: Sequence[int], eps: float, atol: float, rtol: float) -> Optional[precision.Judged]:
@@ -668,23 +655,17 @@ def _yaml_number(v: float) -> str:
 
 
 def _strict(
-    row: InputReport,
-    entry: Entry,
-    forward: Any,
-    plain: list[Any],
-    x: torch.Tensor,
-    positions: list[int],
-    w: torch.Tensor,
-    eps: float,
-    streams: Streams,
+    row: InputReport, entry: Entry, calls: Calls, k: int, w: torch.Tensor, eps: float, streams: Streams
 ) -> None:
     """--strict: a systematic factor r (within tolerance, constant everywhere) fails when |r - 1| is
     well beyond the finite differences' own error, estimated along one random direction u (from
-    steps eps and eps/2, and the outputs' rounding), and the analytical u^T J^T w shows the same factor there."""
+    steps eps and eps/2, and the outputs' rounding), and the analytical u^T J^T w shows the same factor there.
+    ``k``: the argument's place in ``calls.plain_inputs``."""
     assert row.ratio is not None  # a SYSTEMATIC row has its ratio
+    x = calls.plain_inputs[k]
     # signs: each element moves by the full eps, as in a column of the Jacobian, so the truncation error is alike
     u = torch.sign(signed_uniform((real_numel(x),), streams.generator(Stream.STRICT)))
-    d, err = precision.directional(forward, plain, x, u, eps, positions, w)
+    d, err = precision.directional(calls.forward, calls.plain, x, u, eps, calls.positions, w)
     a = float(entry.proj_a @ u)
     own = err / abs(d) if d else float("inf")  # relative
     off = min(abs(row.ratio - 1), abs(a / d - 1) if d else 0.0)
@@ -704,16 +685,11 @@ def _strict(
 
 
 def _determinism(
-    outputs: tuple[Any, ...],
-    positions: list[int],
-    inputs: list[torch.Tensor],
-    names: list[str],
-    gen: torch.Generator,
-    nondet_tol: float,
-    repeat: int,
+    calls: Calls, inputs: list[torch.Tensor], names: list[str], gen: torch.Generator, nondet_tol: float, repeat: int
 ) -> list[str]:
-    """Backward ``repeat`` times with the same signed random grad_output must agree within nondet_tol."""
-    live = [outputs[p] for p in positions if outputs[p].requires_grad]
+    """Backward ``repeat`` times with the same signed random grad_output must agree within nondet_tol
+    (at ``calls.outputs``' compared positions, with respect to ``inputs``)."""
+    live = [calls.outputs[p] for p in calls.positions if calls.outputs[p].requires_grad]
     if not live or not inputs:
         return []
     probes = [probe_like(o, gen) for o in live]
