@@ -212,39 +212,6 @@ class Entry:
 
         self._fold(av, nv, (c, r), shape, col0, column(av), n_column or column(nv), spans, extras)
 
-    def update_agreed(
-        self,
-        av: torch.Tensor,
-        nv: torch.Tensor,
-        shape: tuple[int, int],
-        col0: int,
-        locate: Callable[[int], tuple[int, int]],
-        spans: Sequence[int] | torch.Tensor = (),
-    ) -> bool:
-        """``update_entries`` with ``extras=False``, of entries the caller knows agree: each within
-        atol + rtol |n| by this very comparison (a compressed group's, accepted by it), so none is bad
-        and no column is kept. ``locate(k)``: entry k's column (within the block) and row, asked of the
-        worst entry only (no index tensors are made). False, folding nothing, where an entry is not
-        finite (an infinite numerical value is within an infinite tolerance): the caller folds them
-        with ``update_entries``."""
-        differences = _differences(av, nv)
-        if differences.broken is not None:
-            return False
-        self._fold(
-            av,
-            nv,
-            None,
-            shape,
-            col0,
-            _no_column,
-            _no_column,
-            spans,
-            extras=False,
-            locate=locate,
-            differences=differences,
-        )
-        return True
-
     def fold_agreed(
         self,
         av: torch.Tensor,
@@ -256,26 +223,20 @@ class Entry:
         spans: Sequence[int] | torch.Tensor = (),
         spans_there: torch.Tensor | None = None,
     ) -> None:
-        """``update_agreed`` without reading a value: the block's statistics are made where its tensors are
-        and read, with every other block folded so, in one read at ``flush`` (which applies them in order, as
-        ``update_agreed`` would have one by one). ``fallback(self)`` folds the block instead where an entry is
-        not finite (``update_agreed`` returning False: the caller's ``update_entries``). ``spans_there``:
-        ``spans`` on the entries' device, where they are not on the CPU (no copy of them there, a wait on a GPU)."""
+        """Fold in entries the caller knows agree: each within atol + rtol |n| by this very comparison (a
+        compressed group's, accepted by it), so none is bad and no column is kept; what ``update_entries`` with
+        ``extras=False`` makes of them, without reading a value: the block's statistics are made where its
+        tensors are (``_measure``, as ``_fold`` makes them) and read, with every other block folded so, in one
+        read at ``flush`` (which applies them in order, by ``_take`` as ``_fold`` does). ``locate(k)``: entry k's
+        column (within the block) and row, asked of the worst entry only (no index tensors are made).
+        ``fallback(self)`` folds the block instead where an entry is not finite (an infinite numerical value is
+        within an infinite tolerance): the caller's ``update_entries``. ``spans_there``: ``spans`` on the
+        entries' device, where they are not on the CPU (no copy of them there, a wait on a GPU)."""
         n_cols, n_rows = shape
         diff = torch.sub(av, nv).abs_()
-        tol = limit(nv.abs(), self.atol, self.rtol)
-        small = nv.abs() <= self.atol
-        zero = diff.new_zeros(())
-        if diff.numel():
-            top = diff.max()
-            excess = torch.div(diff, tol, out=tol)
-            k = torch.argmax(excess).view(1)
-            worst = torch.cat([t.index_select(0, k) for t in (excess, av, nv)] + [k.to(diff.dtype)])
-        else:
-            top, worst = zero, diff.new_zeros(4)
-        rel = torch.div(diff, nv.abs(), out=diff).masked_fill_(small, 0.0)
-        rel_max = rel.max() if rel.numel() else zero
-        values = torch.cat((torch.stack((top, rel_max, small.all().to(diff.dtype))), worst))
+        n_abs = nv.abs()
+        tol = limit(n_abs, self.atol, self.rtol)
+        values = _measure(av, nv, diff, n_abs, tol, n_abs <= self.atol)
         first = (col0, n_rows, bool(diff.numel()))
         self._pending.append(_Agreed(values, _span_sums(av, nv, spans, spans_there), first, locate, fallback))
 
@@ -288,8 +249,8 @@ class Entry:
         values = torch.stack([p.values for p in pending]).tolist()  # the one read of every block's statistics
         located: tuple[Callable[[int], tuple[int, int]], int, int] | None = None
         sums: list[torch.Tensor] = []
-        for block, (top, rel_max, all_small, excess, a, n, k) in zip(pending, values):
-            if not math.isfinite(top):  # an entry not finite: folded as without ``fold_agreed``
+        for block, read in zip(pending, values):
+            if not math.isfinite(read[0]):  # an entry not finite: folded as without ``fold_agreed``
                 self._add_sums(sums)
                 sums = []
                 before = self.worst_excess
@@ -297,23 +258,34 @@ class Entry:
                 located = None if self.worst_excess != before else located
                 continue
             col0, n_rows, entries = block.first
-            self.max_abs = max(self.max_abs, top)
-            if entries:
-                if excess > self.worst_excess:
-                    self.worst_excess, self.analytical, self.numerical = excess, a, n
-                    located = (block.locate, int(k), col0)
-            elif self.worst_excess < STANDS_IN and n_rows:  # as ``_fold``: the first stands for entries all 0
-                self.worst_excess, self.worst_row, self.worst_col = STANDS_IN, 0, col0
-                self.analytical = self.numerical = 0.0
-                located = None
-            if not all_small:
-                self.max_rel = max(self.max_rel or 0.0, rel_max)
+            k = self._take(read, col0, n_rows, entries)
+            if k is not None:  # (a stand-in for entries all 0 comes before any worst entry: none is located then)
+                located = (block.locate, k, col0)
             sums.append(block.sums)
         self._add_sums(sums)
         if located is not None:  # the worst entry's place, asked of the block that holds it only
             locate, k, col0 = located
             col, row = locate(k)
             self.worst_row, self.worst_col = row, col0 + col
+
+    def _take(self, read: Sequence[float], col0: int, n_rows: int, entries: bool) -> int | None:
+        """Fold in a block's statistics ``read`` (``_measure``'s, read) of the block from column ``col0`` of
+        ``n_rows`` rows (``entries``: whether any of its entries was compared): the largest |a - n| and relative
+        error, and the worst entry but for its place. Returns that entry's k in the block where it is now the
+        argument's worst (its place, ``worst_row`` and ``worst_col``, left to the caller), else None."""
+        top, rel_max, all_small, excess, a, n, k = read
+        self.max_abs = max(self.max_abs, top)
+        worst = None
+        if entries:
+            if excess > self.worst_excess:
+                self.worst_excess, self.analytical, self.numerical = excess, a, n
+                worst = int(k)
+        elif self.worst_excess < STANDS_IN and n_rows:  # no entry yet, all 0 on both sides: the first stands for them
+            self.worst_excess, self.worst_row, self.worst_col = STANDS_IN, 0, col0  # until an entry comes
+            self.analytical = self.numerical = 0.0
+        if not all_small:
+            self.max_rel = max(self.max_rel or 0.0, rel_max)
+        return worst
 
     def _add_sums(self, parts: list[torch.Tensor]) -> None:
         """Span sums (``_span_sums``) after the sums so far, in order, as ``_sum`` adds them."""
@@ -366,61 +338,42 @@ class Entry:
         n_column: Callable[[int], torch.Tensor],
         spans: Sequence[int] | torch.Tensor = (),
         extras: bool = True,
-        locate: Callable[[int], tuple[int, int]] | None = None,
-        differences: Differences | None = None,
     ) -> None:
         """The statistics of entries ``av``/``nv``: all of the block (``at`` None, row-major) or
         those at (column, row) indices ``at``; the block is ``shape`` (columns x rows);
         ``a_column``, ``n_column``: an analytical, a numerical column of the block, whole; ``extras``
-        False: no per-column errors (see ``update_entries``); ``locate``: the entries agree, and this
-        gives entry k's (column, row) (see ``update_agreed``); ``differences``: ``_differences(av, nv)``, made."""
+        False: no per-column errors (see ``update_entries``). Those of agreed entries too (``fold_agreed``)
+        come from ``_measure`` and ``_take``, as here."""
         n_cols, n_rows = shape
-
-        def where(k: int) -> tuple[int, int]:
-            if locate is not None:
-                return locate(k)
-            return divmod(k, n_rows) if at is None else (int(at[0][k]), int(at[1][k]))
-
         # a non-finite entry is a mismatch; the statistics below are over the finite ones
-        av, nv, diff, broken, top = differences or _differences(av, nv)
+        av, nv, diff, broken, _ = _differences(av, nv)
         if broken is not None:
             self.nonfinite += int(broken.sum())
-        self.max_abs = max(self.max_abs, top)
         if extras:
             self._column_errors(diff, broken, at, n_cols, n_rows, col0)
         n_abs = nv.abs()
         tol = limit(n_abs, self.atol, self.rtol)
         small = n_abs <= self.atol  # relative error only where the numerical value is not ~0, or the entry is wrong
-        if locate is None:  # else every entry is within tol (see ``update_agreed``): none is bad
-            wrong = diff > tol  # not |a - n| <= atol + rtol |n| (as torch.allclose): every value is finite here
-            if broken is not None:
-                wrong.logical_or_(broken)
-            bad = (
-                wrong.view(n_cols, n_rows).any(1)
-                if at is None
-                else torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True)
-            )
-            if bool(bad.any()):
-                self._mismatches(wrong, n_abs, at, bad, n_cols, n_rows, col0)
-                # a wrong entry's relative error counts, infinite where its numerical value is 0 (not non-finite ones)
-                small.logical_and_(~wrong if broken is None else ~(wrong & ~broken))
-            self.bad[col0 : col0 + n_cols] |= bad
-            for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
-                if not self.bad_columns.add(col0 + c, a_column(c), n_column(c), self.keep_bytes):  # to re-examine
-                    break
-        excess = torch.div(diff, tol, out=tol)
-        if diff.numel():
-            k = int(torch.argmax(excess))
-            if float(excess[k]) > self.worst_excess:
-                col, row = where(k)
-                self.worst_excess, self.worst_row, self.worst_col = float(excess[k]), row, col0 + col
-                self.analytical, self.numerical = float(av[k]), float(nv[k])
-        elif self.worst_excess < STANDS_IN and n_rows:  # no entry yet, all 0 on both sides: the first stands for them
-            self.worst_excess, self.worst_row, self.worst_col = STANDS_IN, 0, col0  # until an entry comes
-            self.analytical = self.numerical = 0.0
-        rel = torch.div(diff, n_abs, out=n_abs).masked_fill_(small, 0.0)
-        if not bool(small.all()):
-            self.max_rel = max(self.max_rel or 0.0, float(rel.max()))
+        wrong = diff > tol  # not |a - n| <= atol + rtol |n| (as torch.allclose): every value is finite here
+        if broken is not None:
+            wrong.logical_or_(broken)
+        bad = (
+            wrong.view(n_cols, n_rows).any(1)
+            if at is None
+            else torch.zeros(n_cols, dtype=torch.bool).index_fill_(0, at[0][wrong], True)
+        )
+        if bool(bad.any()):
+            self._mismatches(wrong, n_abs, at, bad, n_cols, n_rows, col0)
+            # a wrong entry's relative error counts, infinite where its numerical value is 0 (not non-finite ones)
+            small.logical_and_(~wrong if broken is None else ~(wrong & ~broken))
+        self.bad[col0 : col0 + n_cols] |= bad
+        for c in bad.nonzero().view(-1)[: max(0, KEEP_BAD - len(self.bad_columns))].tolist():
+            if not self.bad_columns.add(col0 + c, a_column(c), n_column(c), self.keep_bytes):  # to re-examine
+                break
+        k = self._take(_measure(av, nv, diff, n_abs, tol, small).tolist(), col0, n_rows, bool(diff.numel()))
+        if k is not None:
+            col, row = divmod(k, n_rows) if at is None else (int(at[0][k]), int(at[1][k]))
+            self.worst_row, self.worst_col = row, col0 + col
         self._sum(av, nv, spans)
 
     def _sum(self, av: torch.Tensor, nv: torch.Tensor, spans: Sequence[int] | torch.Tensor) -> None:
@@ -476,6 +429,29 @@ class Entry:
         torch.maximum(self._err[cols], per, out=self._err[cols])
 
 
+def _measure(
+    av: torch.Tensor, nv: torch.Tensor, diff: torch.Tensor, n_abs: torch.Tensor, tol: torch.Tensor, small: torch.Tensor
+) -> torch.Tensor:
+    """A block's statistics, made where its entries are and not read (``Entry._take`` folds them in, read):
+    of entries ``av``/``nv`` with ``diff`` = |a - n|, ``n_abs`` = |n| and ``tol`` = atol + rtol |n| (both
+    overwritten), the largest |a - n|, the largest relative error |a - n| / |n| where not ``small``, whether
+    all are ``small``, then the worst entry's excess |a - n| / tol, a, n and its place k (zeros where there are
+    no entries): float64, one tensor."""
+    zero = diff.new_zeros((), dtype=torch.float64)
+    if diff.numel():
+        top = diff.max()
+        excess = torch.div(diff, tol, out=tol)
+        k = torch.argmax(excess).view(1)
+        worst = torch.cat([t.index_select(0, k).to(torch.float64) for t in (excess, av, nv)] + [k.to(torch.float64)])
+    else:
+        top, worst = zero, diff.new_zeros(4, dtype=torch.float64)
+    rel = torch.div(diff, n_abs, out=n_abs).masked_fill_(small, 0.0)
+    rel_max = rel.max() if rel.numel() else zero
+    return torch.cat(
+        (torch.stack((top.to(torch.float64), rel_max.to(torch.float64), small.all().to(zero.dtype))), worst)
+    )
+
+
 def _span_sums(
     av: torch.Tensor, nv: torch.Tensor, spans: Sequence[int] | torch.Tensor, there: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -527,10 +503,6 @@ class _Agreed(NamedTuple):
     first: tuple[int, int, bool]  # its first column, its rows, whether it holds entries
     locate: Callable[[int], tuple[int, int]]  # entry k's column (within the block) and row
     fallback: Callable[[Entry], None]  # folds the block where an entry is not finite
-
-
-def _no_column(k: int) -> torch.Tensor:
-    raise AssertionError("no column of agreed entries is kept")  # pragma: no cover - update_agreed keeps none
 
 
 class Differences(NamedTuple):

@@ -212,7 +212,7 @@ def test_an_elementwise_check_waits_for_the_host_as_often_at_any_size():
 
 
 def _blocks(finite: bool) -> tuple[Any, Any, list[int]]:
-    """Five blocks folded into two entries: one by one (``update_agreed``, else ``update_entries``), and by
+    """Five blocks folded into two entries: one by one (``update_entries``: each block's ``fallback``), and by
     ``fold_agreed`` (not yet flushed); a block holds an infinite numerical entry unless ``finite``."""
     from gradcheck_cli.numerics import Entry
 
@@ -237,8 +237,7 @@ def _blocks(finite: bool) -> tuple[Any, Any, list[int]]:
             no_probe = torch.zeros(6, dtype=torch.float64)
             entry.update_entries(c, r, av, nv, (4, 6), 4 * b, no_probe, spans=[len(av) // 2] if len(av) else [])
 
-        if not one_by_one.update_agreed(av, nv, (4, 6), 4 * b, locate, spans=spans):
-            fallback(one_by_one)
+        fallback(one_by_one)
         at_once.fold_agreed(av, nv, (4, 6), 4 * b, locate, fallback, spans=spans)
     located.clear()
     return one_by_one, at_once, located
@@ -246,8 +245,8 @@ def _blocks(finite: bool) -> tuple[Any, Any, list[int]]:
 
 @pytest.mark.parametrize("finite", [True, False], ids=["finite", "an-infinite-entry"])
 def test_statistics_read_once_for_many_blocks_are_those_read_block_by_block(finite: bool):
-    """``Entry.fold_agreed`` then one ``flush`` gives what ``update_agreed`` gives block by block (and
-    ``update_entries`` where a block holds an entry that is not finite), the worst entry located once; of
+    """``Entry.fold_agreed`` then one ``flush`` gives what ``update_entries`` gives block by block (its
+    ``fallback`` too where a block holds an entry that is not finite), the worst entry located once; of
     finite blocks, two reads: every block's statistics, and the sums."""
     one_by_one, at_once, located = _blocks(finite)
     with HostSyncs() as syncs:

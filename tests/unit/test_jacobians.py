@@ -763,8 +763,9 @@ def test_vmapped_rows_are_torch_func_vmaps(own_step: bool, monkeypatch: pytest.M
 
 
 def test_agreed_entries_fold_as_update_entries_does_and_infinite_ones_are_refused():
-    """``Entry.update_agreed`` (a compressed group's accepted entries: no bad ones, no index tensors)
-    gives the statistics ``update_entries`` gives; an entry that is not finite is left to it."""
+    """``Entry.fold_agreed`` then ``flush`` (a compressed group's accepted entries: no bad ones, no index
+    tensors) gives the statistics ``update_entries`` gives; an entry that is not finite is left to it (the
+    block's ``fallback``, which here folds nothing)."""
     from gradcheck_cli.numerics import Entry
 
     g = torch.Generator().manual_seed(0)
@@ -774,7 +775,10 @@ def test_agreed_entries_fold_as_update_entries_does_and_infinite_ones_are_refuse
     nv = av * (1 + 1e-5 * torch.randn(6, dtype=torch.float64, generator=g))
     plain, agreed = Entry(8, atol=1e-5, rtol=1e-3), Entry(8, atol=1e-5, rtol=1e-3)
     plain.update_entries(c, r, av, nv, (4, 6), 2, torch.zeros(6, dtype=torch.float64), spans=[3], extras=False)
-    assert agreed.update_agreed(av, nv, (4, 6), 2, lambda k: (int(c[k]), int(r[k])), spans=[3])
+    fell_back: list[object] = []
+    agreed.fold_agreed(av, nv, (4, 6), 2, lambda k: (int(c[k]), int(r[k])), fell_back.append, spans=[3])
+    agreed.flush()
+    assert not fell_back
     fields = (
         "max_abs",
         "max_rel",
@@ -793,5 +797,7 @@ def test_agreed_entries_fold_as_update_entries_does_and_infinite_ones_are_refuse
     infinite = nv.clone()
     infinite[2] = math.inf
     refused = Entry(8, atol=1e-5, rtol=1e-3)
-    assert not refused.update_agreed(av, infinite, (4, 6), 2, lambda k: (int(c[k]), int(r[k])))
+    refused.fold_agreed(av, infinite, (4, 6), 2, lambda k: (int(c[k]), int(r[k])), fell_back.append)
+    refused.flush()
+    assert fell_back == [refused]
     assert refused.sum_nn == 0 and refused.worst_excess == -1.0  # nothing folded
