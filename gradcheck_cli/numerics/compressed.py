@@ -203,7 +203,7 @@ class _At:
 
 class Groups:
     """The groups of one check's numerical columns, each evaluated and accepted or not (see the module's rule);
-    ``fold`` gives an ``Entry`` the numerical columns of a span, from the groups or made one by one."""
+    ``fold`` gives an ``Entry`` the numerical columns of a span, from the groups or made one by one (``Folding``)."""
 
     def __init__(
         self,
@@ -517,45 +517,8 @@ class Groups:
         return np.arange(len(offset)) + offset, counts
 
     def fold(self, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
-        """Columns lo..hi (one argument's) into ``entry``: the spans of accepted groups' columns as
-        their entries alone, each chunk (of ``chunk`` columns, as without compression) where a
-        group was not accepted with its columns made one by one. The statistics are folded where the store's
-        values are: on the device with the numerical entries, or on the host (a store built there) with one
-        host copy of them."""
-        self._verdicts_to_host()
-        held = self.store.vals.device
-        there = held == self.numerical.device  # else a store built on the host: folded there
-        bad = (~self.accepted[lo:hi]).nonzero().view(-1).add_(lo).floor_divide_(chunk).unique().tolist()
-        c0 = lo
-        for k in [*bad, None]:
-            end = hi if k is None else max(lo, k * chunk)
-            for p, q in self._pieces(c0, end, chunk):  # accepted, as their entries alone: all agree
-                first, last = self.store.starts[p], self.store.starts[q]
-                at = slice((p // chunk + 1) * chunk, q, chunk)
-                spans = self.store.bounds[at] - first
-                entry.fold_agreed(
-                    self.store.vals[first:last],
-                    self.numerical[first:last] if there else self._numerical_on_host(p, q),
-                    (q - p, self.layout.n_rows),
-                    p - lo,
-                    partial(self._place, p),
-                    partial(self._not_finite, p, q, p - lo, probe, spans),
-                    spans=spans,
-                    spans_there=self.bounds_there[at] - first if held.type != "cpu" else None,
-                )
-                entry.defer(partial(self._extras, p, q, p - lo, probe))
-            if k is not None:
-                c0 = min(hi, (k + 1) * chunk)
-                entry.flush()  # the blocks before it first, in order
-                self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
-        entry.flush()
-
-    def _not_finite(self, p: int, q: int, col0: int, probe: torch.Tensor, spans: torch.Tensor, entry: Entry) -> None:
-        """Columns p..q, accepted, folded with their entries where one is not finite (see ``Entry.fold_agreed``),
-        on the host."""
-        c, r, v = self.store.entries(p, q)
-        n = self._numerical_on_host(p, q)
-        entry.update_entries(c, r, v, n, (q - p, self.layout.n_rows), col0, probe, spans=spans, extras=False)
+        """Columns lo..hi (one argument's) into ``entry``, from the groups or made one by one (see ``Folding``)."""
+        Folding(self).fold(entry, lo, hi, probe, chunk)
 
     def _numerical_on_host(self, p: int, q: int) -> torch.Tensor:
         """The numerical entries of columns p..q on the host, for the folds made there (entries not finite, a
@@ -564,39 +527,6 @@ class Groups:
             on_host = self.numerical.device.type == "cpu"  # (no .cpu() call there: a count of copies sees none)
             self._host_numerical = self.numerical if on_host else self.numerical.cpu()
         return self._host_numerical[self.store.starts[p] : self.store.starts[q]]
-
-    def _place(self, p: int, k: int) -> tuple[int, int]:
-        """Entry k of the columns from p on: its column (less p) and its row."""
-        at = self.store.starts[p] + k
-        return bisect.bisect_right(self.store.starts, at) - 1 - p, int(self.store.rows[at])
-
-    def _extras(self, p: int, q: int, col0: int, probe: torch.Tensor, entry: Entry) -> None:
-        """The per-column errors and the probe's projections of columns p..q, folded without them (the
-        columns and rows read from the store again rather than kept: 16 bytes an entry)."""
-        c, r, v = self.store.entries(p, q)
-        entry.add_extras(c, r, v, self._numerical_on_host(p, q), q - p, col0, probe)
-
-    def _pieces(self, c0: int, end: int, chunk: int) -> Iterator[tuple[int, int]]:
-        """Columns c0..end in pieces of whole chunks holding about PIECE entries at most (one chunk at least):
-        the statistics' temporaries are a dozen copies of a piece."""
-        starts = self.store.starts
-        while c0 < end:
-            most = bisect.bisect_right(starts, starts[c0] + PIECE, c0, end + 1) - 1  # columns c0..most fit
-            q = min(end, max((most // chunk) * chunk, (c0 // chunk + 1) * chunk))
-            yield c0, q
-            c0 = q
-
-    def _fold_made(self, entry: Entry, lo: int, hi: int, first: int, probe: torch.Tensor) -> None:
-        """Columns lo..hi into ``entry`` (the argument's columns start at ``first``), those of the groups
-        not accepted made one by one."""
-        c, r, v = self.store.entries(lo, hi)
-        ok = self.accepted[lo:hi]
-        n = torch.zeros(hi - lo, self.layout.n_rows, dtype=torch.float64)
-        mine = ok[c]
-        n[c[mine], r[mine]] = self._numerical_on_host(lo, hi)[mine]
-        for j0, j1 in _runs((~ok).nonzero().view(-1).tolist()):
-            n[j0:j1] = self.columns.columns(lo + j0, lo + j1)
-        entry.update_sparse(c, r, v, n, lo - first, probe)
 
     def _stage(self, k0: int, k1: int, moves: list[torch.Tensor | None]) -> torch.Tensor:
         """Groups k0..k1's quotients (moves x groups x rows) for each of ``moves`` (None: every element by
@@ -669,6 +599,95 @@ class Groups:
         for m in range(len(moves)):
             torch.sub(flat[2 * m + 1 :: per], flat[2 * m :: per], out=quotients[m]).div_(2 * eps)
         return quotients
+
+
+class Folding:
+    """The groups' results folded into an argument's statistics (``stats.Entry``), as the element-by-element
+    check folds its columns. The rule: columns lo..hi go in in column order, a chunk of ``chunk`` columns at
+    a time (the chunks of the check without compression, whose sums start anew at each). A run of chunks whose
+    columns were all accepted goes in as their analytical entries and the unit moves' quotients there alone
+    (every other entry is exactly zero on both sides: ``zero_elsewhere``), in pieces of whole chunks of about
+    PIECE entries, by ``Entry.fold_agreed`` (every entry agrees: ``within_tolerance``), its per-column errors
+    and projections deferred (``Entry.defer``) and, where an entry is not finite, the piece folded instead by
+    ``Entry.update_entries``. A chunk with a column not accepted goes in whole by ``Entry.update_sparse``
+    once the pieces before it are flushed, the accepted columns from the quotients and the others made one by
+    one (``Columns.columns``). The statistics are folded where the store's values are: on the device with the
+    numerical entries, or on the host (a store built there) with one host copy of them."""
+
+    def __init__(self, groups: Groups) -> None:
+        self.groups = groups
+        self.store, self.layout = groups.store, groups.layout
+
+    def fold(self, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
+        """Columns lo..hi (one argument's) into ``entry``, by the class's rule."""
+        groups = self.groups
+        groups._verdicts_to_host()
+        held = self.store.vals.device
+        there = held == groups.numerical.device  # else a store built on the host: folded there
+        bad = (~groups.accepted[lo:hi]).nonzero().view(-1).add_(lo).floor_divide_(chunk).unique().tolist()
+        c0 = lo
+        for k in [*bad, None]:
+            end = hi if k is None else max(lo, k * chunk)
+            for p, q in self._pieces(c0, end, chunk):  # accepted, as their entries alone: all agree
+                first, last = self.store.starts[p], self.store.starts[q]
+                at = slice((p // chunk + 1) * chunk, q, chunk)
+                spans = self.store.bounds[at] - first
+                entry.fold_agreed(
+                    self.store.vals[first:last],
+                    groups.numerical[first:last] if there else groups._numerical_on_host(p, q),
+                    (q - p, self.layout.n_rows),
+                    p - lo,
+                    partial(self._place, p),
+                    partial(self._not_finite, p, q, p - lo, probe, spans),
+                    spans=spans,
+                    spans_there=groups.bounds_there[at] - first if held.type != "cpu" else None,
+                )
+                entry.defer(partial(self._extras, p, q, p - lo, probe))
+            if k is not None:
+                c0 = min(hi, (k + 1) * chunk)
+                entry.flush()  # the blocks before it first, in order
+                self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
+        entry.flush()
+
+    def _not_finite(self, p: int, q: int, col0: int, probe: torch.Tensor, spans: torch.Tensor, entry: Entry) -> None:
+        """Columns p..q, accepted, folded with their entries where one is not finite (see ``Entry.fold_agreed``),
+        on the host."""
+        c, r, v = self.store.entries(p, q)
+        n = self.groups._numerical_on_host(p, q)
+        entry.update_entries(c, r, v, n, (q - p, self.layout.n_rows), col0, probe, spans=spans, extras=False)
+
+    def _place(self, p: int, k: int) -> tuple[int, int]:
+        """Entry k of the columns from p on: its column (less p) and its row."""
+        at = self.store.starts[p] + k
+        return bisect.bisect_right(self.store.starts, at) - 1 - p, int(self.store.rows[at])
+
+    def _extras(self, p: int, q: int, col0: int, probe: torch.Tensor, entry: Entry) -> None:
+        """The per-column errors and the probe's projections of columns p..q, folded without them (the
+        columns and rows read from the store again rather than kept: 16 bytes an entry)."""
+        c, r, v = self.store.entries(p, q)
+        entry.add_extras(c, r, v, self.groups._numerical_on_host(p, q), q - p, col0, probe)
+
+    def _pieces(self, c0: int, end: int, chunk: int) -> Iterator[tuple[int, int]]:
+        """Columns c0..end in pieces of whole chunks holding about PIECE entries at most (one chunk at least):
+        the statistics' temporaries are a dozen copies of a piece."""
+        starts = self.store.starts
+        while c0 < end:
+            most = bisect.bisect_right(starts, starts[c0] + PIECE, c0, end + 1) - 1  # columns c0..most fit
+            q = min(end, max((most // chunk) * chunk, (c0 // chunk + 1) * chunk))
+            yield c0, q
+            c0 = q
+
+    def _fold_made(self, entry: Entry, lo: int, hi: int, first: int, probe: torch.Tensor) -> None:
+        """Columns lo..hi into ``entry`` (the argument's columns start at ``first``), those of the groups
+        not accepted made one by one."""
+        c, r, v = self.store.entries(lo, hi)
+        ok = self.groups.accepted[lo:hi]
+        n = torch.zeros(hi - lo, self.layout.n_rows, dtype=torch.float64)
+        mine = ok[c]
+        n[c[mine], r[mine]] = self.groups._numerical_on_host(lo, hi)[mine]
+        for j0, j1 in _runs((~ok).nonzero().view(-1).tolist()):
+            n[j0:j1] = self.groups.columns.columns(lo + j0, lo + j1)
+        entry.update_sparse(c, r, v, n, lo - first, probe)
 
 
 def _column_max(values: torch.Tensor, bounds: torch.Tensor, n: int) -> torch.Tensor:
