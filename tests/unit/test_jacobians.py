@@ -801,3 +801,44 @@ def test_agreed_entries_fold_as_update_entries_does_and_infinite_ones_are_refuse
     refused.flush()
     assert fell_back == [refused]
     assert refused.sum_nn == 0 and refused.worst_excess == -1.0  # nothing folded
+
+
+def _strategy(fwd: Callable, shapes: list[tuple[int, ...]], twice: bool = False, memory_bytes: int = 2**30) -> Any:
+    """The strategy ``compare`` ran for ``fwd`` at arguments of ``shapes`` (one tensor passed twice: ``twice``)."""
+    from gradcheck_cli.numerics.jacobians import compare
+
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(*s, dtype=DT, generator=g).requires_grad_() for s in shapes]
+    xs = [xs[0], xs[0]] if twice else xs
+    outputs = fwd(xs)
+    plain = [x.detach().clone() for x in xs[: 1 if twice else len(xs)]]
+    plain = [plain[0], plain[0]] if twice else plain
+    found = compare(fwd, outputs, [0], xs, plain, plain, eps=1e-6, atol=1e-5, rtol=1e-3, memory_bytes=memory_bytes)
+    layout, entries = found  # still the (layout, entries) pair
+    assert layout.n_cols == sum(x.numel() for x in xs) and len(entries) == len(xs)
+    return found.strategy
+
+
+def test_compare_names_the_strategy_it_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``choose_strategy`` as the sizes and the structure decide it: a small Jacobian is taken whole (its dense
+    rows in blocks where the memory holds less), an elementwise one compressed from one backward call, a
+    matrix product from the diagonals, a tensor passed twice with its columns one by one (not independent)."""
+    from gradcheck_cli.numerics import jacobians as jac_module
+    from gradcheck_cli.numerics.jacobians import Strategy
+
+    def sin(v: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return (v[0].sin(),)
+
+    def mul(v: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return (v[0] * v[1],)
+
+    def mm(v: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        return (v[0] @ v[1],)
+
+    assert _strategy(sin, [(8, 8)]) is Strategy.DENSE
+    assert _strategy(sin, [(8, 8)], memory_bytes=40) is Strategy.DENSE_BLOCKS  # a column's rows at a time
+    assert _strategy(mm, [(6, 6), (6, 6)]) is Strategy.DENSE  # small: never compressed
+    monkeypatch.setattr(jac_module, "SMALL", 0)
+    assert _strategy(sin, [(8, 8)]) is Strategy.COMPRESSED_AT_ONCE
+    assert _strategy(mm, [(12, 12), (12, 12)]) is Strategy.COMPRESSED
+    assert _strategy(mul, [(8, 8)], twice=True) is Strategy.SPARSE
