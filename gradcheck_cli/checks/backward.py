@@ -12,7 +12,7 @@ import torch
 
 from ..core.tolerance import Tolerance
 from ..numerics import (
-    Entry,
+    ArgumentComparison,
     as_tuple,
     compare,
     is_float_tensor,
@@ -343,7 +343,7 @@ def _half_only(ctx: CheckContext, result: CheckResult, why: str, start: float) -
 
 def _reexamine(
     row: InputReport,
-    entry: Entry,
+    entry: ArgumentComparison,
     calls: Calls,
     k: int,
     tol: Tolerance,
@@ -655,7 +655,7 @@ def _yaml_number(v: float) -> str:
 
 
 def _strict(
-    row: InputReport, entry: Entry, calls: Calls, k: int, w: torch.Tensor, eps: float, streams: Streams
+    row: InputReport, entry: ArgumentComparison, calls: Calls, k: int, w: torch.Tensor, eps: float, streams: Streams
 ) -> None:
     """--strict: a systematic factor r (within tolerance, constant everywhere) fails when |r - 1| is
     well beyond the finite differences' own error, estimated along one random direction u (from

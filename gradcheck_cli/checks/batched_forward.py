@@ -26,7 +26,7 @@ import torch.autograd.forward_ad as fwAD
 from torch._vmap_internals import _vmap
 
 from ..core.tolerance import same
-from ..numerics import Entry, as_tuple, make_layout
+from ..numerics import ArgumentComparison, as_tuple, make_layout
 from ..numerics.streams import signed_uniform
 from ..results import CheckResult, InputReport, Status
 from ..sandbox.errors import UserCodeError
@@ -79,7 +79,7 @@ def run(ctx: CheckContext) -> CheckResult:
     compared = 0
     for k, i in enumerate(checked):
         row, value = reports[i], plain[i]
-        entry = Entry(layout.col_starts[k + 1] - layout.col_starts[k], limits.atol, limits.rtol)
+        entry = ArgumentComparison(layout.col_starts[k + 1] - layout.col_starts[k], limits.atol, limits.rtol)
         refused: Optional[BaseException] = None
         try:
             for c0 in range(0, entry.real_numel, CHUNK):

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from ..core.tolerance import Tolerance
-from ..numerics import Entry, as_tuple, compare, engine, kinks, vjp
+from ..numerics import ArgumentComparison, as_tuple, compare, engine, kinks, vjp
 from ..numerics.realify import Vjp, strided
 from ..numerics.streams import Streams
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
@@ -227,7 +227,7 @@ class _Judge:
             )
         )[1]
 
-    def compare(self, t: Tolerance) -> tuple[Any, Entry]:
+    def compare(self, t: Tolerance) -> tuple[Any, ArgumentComparison]:
         """The row compared again, element by element, at tolerance ``t``."""
         layout, (entry,) = compare(
             self.grad_of,
@@ -246,7 +246,7 @@ class _Judge:
         )
         return layout, entry
 
-    def look(self, row: InputReport, entry: Entry, low: str) -> Look:
+    def look(self, row: InputReport, entry: ArgumentComparison, low: str) -> Look:
         """``row``'s mismatches looked at again; the row rewritten where they are explained."""
         look = look_again(
             row,
@@ -381,7 +381,7 @@ def probe_rows(tower: Tower, first_index: int) -> list[InputReport]:
 
 
 def _detached(
-    rows: list[InputReport], entries: list[Entry], layout: Any, grads: tuple[Any, ...], names: list[str]
+    rows: list[InputReport], entries: list[ArgumentComparison], layout: Any, grads: tuple[Any, ...], names: list[str]
 ) -> tuple[list[str], set[str]]:
     """A note when mismatches lie in a gradient that backward computed outside autograd altogether,
     and the rows it explains (all-zero rows whose worst entry is in such a gradient): the message
@@ -465,7 +465,7 @@ def grad_output_rows(outputs: tuple[Any, ...], live: list[int], first_index: int
     ]
 
 
-def _name_worst_output(row: InputReport, entry: Entry, layout: Any, names: list[str]) -> None:
+def _name_worst_output(row: InputReport, entry: ArgumentComparison, layout: Any, names: list[str]) -> None:
     """'output 1 [2, 0]' of G is the gradient of the second checked argument: say so."""
     if row.worst_output and layout.n_rows:
         pos = layout.row_location(entry.worst_row)[2]

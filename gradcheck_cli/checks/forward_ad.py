@@ -3,7 +3,7 @@
 Like ``torch.autograd.gradcheck(check_forward_ad=True)``, column by column: for each real
 element j of each checked argument, one forward with a dual number whose tangent is e_j gives
 the column J e_j, and two perturbed forwards give the central difference column. Columns are
-folded into ``numerics.Entry`` in chunks (C x M, as ``numerics.compare`` does), so memory stays
+folded into ``numerics.ArgumentComparison`` in chunks (C x M, as ``numerics.compare`` does), so memory stays
 O(chunk x outputs), never N x M. Plain callables are checked through forward AD of torch ops.
 """
 
@@ -19,7 +19,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 
 from ..core.tolerance import Tolerance
-from ..numerics import Entry, as_tuple, central_difference, make_layout, real_flat, ties, unravel
+from ..numerics import ArgumentComparison, as_tuple, central_difference, make_layout, real_flat, ties, unravel
 from ..numerics.streams import signed_uniform
 from ..results import CheckResult, ErrorKind, InputReport, Pattern, Status
 from ..sandbox.errors import UserCodeError
@@ -131,7 +131,13 @@ def run(ctx: CheckContext) -> CheckResult:
 
 
 def _refill(
-    row: InputReport, entry: Entry, layout: Any, value: torch.Tensor, outputs: tuple[Any, ...], t: Tolerance, eps: float
+    row: InputReport,
+    entry: ArgumentComparison,
+    layout: Any,
+    value: torch.Tensor,
+    outputs: tuple[Any, ...],
+    t: Tolerance,
+    eps: float,
 ) -> None:
     """``row`` judged again at ``t`` (float32's tolerances at a larger step, where the Function computes in
     float32 inside): a pass with a warning, or a fail with those numbers."""
@@ -174,8 +180,8 @@ class Columns:
 
 def compare_columns(
     ctx: CheckContext, cols: Columns, which: list[int], tols: list[Tolerance]
-) -> tuple[Any, list[Entry]]:
-    """Fold jvp columns and central difference columns into one Entry per value at ``which`` (positions in
+) -> tuple[Any, list[ArgumentComparison]]:
+    """Fold jvp columns and central difference columns into one ArgumentComparison per value at ``which`` (positions in
     ``cols.plain``; ``tols``: each one's tolerance); the budget is told the calls first (see
     ``numerics.compare``)."""
     opts = ctx.options
@@ -186,7 +192,7 @@ def compare_columns(
     probe = signed_uniform((layout.n_rows,), ctx.streams.generator(STREAM))
     keep = opts.memory_bytes // 16 // max(1, len(inputs))  # mismatching columns kept whole, per argument
     entries = [
-        Entry(layout.col_starts[k + 1] - layout.col_starts[k], t.atol, t.rtol, keep_bytes=keep)
+        ArgumentComparison(layout.col_starts[k + 1] - layout.col_starts[k], t.atol, t.rtol, keep_bytes=keep)
         for k, t in enumerate(tols)
     ]
     chunk = max(1, opts.memory_bytes // 8 // 8 // max(1, layout.n_rows))  # columns held at once (both sides)
@@ -204,7 +210,7 @@ def judge_rows(
     cols: Columns,
     rows: list[InputReport],
     layout: Any,
-    entries: list[Entry],
+    entries: list[ArgumentComparison],
     tols: list[Tolerance],
     all_zeros: Callable[[InputReport], str],
     derivative: str,

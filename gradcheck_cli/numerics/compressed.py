@@ -14,7 +14,7 @@ The rule. A group is accepted, its columns taken as the unit move's quotients at
 entries, when all four predicates hold:
 
 - ``within_tolerance``: every move's quotient at each entry (a weighted one over the element's weight)
-  is within atol + rtol |n| of the analytical entry, as ``stats.Entry`` compares;
+  is within atol + rtol |n| of the analytical entry, as ``stats.ArgumentComparison`` compares;
 - ``zero_elsewhere``: every move's quotient is exactly 0 in each row where the group has no entry;
 - ``moves_agree``: at each entry (row r, column j), every weighted move's quotient equals the unit
   move's, both divided by the step the move really took (the arguments' rounding taken out), to within
@@ -72,7 +72,7 @@ from .differences import call_moved
 from .group_moves import LOW, GroupMove, separation, spread, step_factors, weights, widest
 from .realify import outputs_vector, real_numel, real_view
 from .rows import SparseRows
-from .stats import Entry
+from .stats import ArgumentComparison
 from .transfer import sent
 
 PIECE = 2**16  # entries folded at once into the statistics (their temporaries stay in cache)
@@ -203,7 +203,8 @@ class _At:
 
 class Groups:
     """The groups of one check's numerical columns, each evaluated and accepted or not (see the module's rule);
-    ``fold`` gives an ``Entry`` the numerical columns of a span, from the groups or made one by one (``Folding``)."""
+    ``fold`` gives an ``ArgumentComparison`` the numerical columns of a span, from the groups or made one by one
+    (``Folding``)."""
 
     def __init__(
         self,
@@ -438,7 +439,7 @@ class Groups:
 
     def within_tolerance(self, want: torch.Tensor, scaled: list[torch.Tensor]) -> torch.Tensor:
         """Per entry, whether every move's quotient (over the element's weight) is within atol + rtol |n| of
-        the analytical entry ``want``, as ``stats.Entry`` compares (NaN is within nothing)."""
+        the analytical entry ``want``, as ``stats.ArgumentComparison`` compares (NaN is within nothing)."""
         ok = torch.ones(len(want), dtype=torch.bool, device=want.device)
         for q in scaled:
             ok &= within(want, q, self.atol, self.rtol)
@@ -516,7 +517,7 @@ class Groups:
         offset = np.repeat(starts - (np.cumsum(counts) - counts), counts)
         return np.arange(len(offset)) + offset, counts
 
-    def fold(self, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
+    def fold(self, entry: ArgumentComparison, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
         """Columns lo..hi (one argument's) into ``entry``, from the groups or made one by one (see ``Folding``)."""
         Folding(self).fold(entry, lo, hi, probe, chunk)
 
@@ -602,23 +603,24 @@ class Groups:
 
 
 class Folding:
-    """The groups' results folded into an argument's statistics (``stats.Entry``), as the element-by-element
-    check folds its columns. The rule: columns lo..hi go in in column order, a chunk of ``chunk`` columns at
+    """The groups' results folded into an argument's statistics (``stats.ArgumentComparison``), as the element-by-
+    element check folds its columns. The rule: columns lo..hi go in in column order, a chunk of ``chunk`` columns at
     a time (the chunks of the check without compression, whose sums start anew at each). A run of chunks whose
-    columns were all accepted goes in as their analytical entries and the unit moves' quotients there alone
-    (every other entry is exactly zero on both sides: ``zero_elsewhere``), in pieces of whole chunks of about
-    PIECE entries, by ``Entry.fold_agreed`` (every entry agrees: ``within_tolerance``), its per-column errors
-    and projections deferred (``Entry.defer``) and, where an entry is not finite, the piece folded instead by
-    ``Entry.update_entries``. A chunk with a column not accepted goes in whole by ``Entry.update_sparse``
-    once the pieces before it are flushed, the accepted columns from the quotients and the others made one by
-    one (``Columns.columns``). The statistics are folded where the store's values are: on the device with the
-    numerical entries, or on the host (a store built there) with one host copy of them."""
+    columns were all accepted goes in as their analytical entries and the unit moves' quotients there alone (every
+    other entry is exactly zero on both sides: ``zero_elsewhere``), in pieces of whole chunks of about PIECE
+    entries, by ``ArgumentComparison.fold_agreed`` (every entry agrees: ``within_tolerance``), its per-column errors
+    and projections deferred (``ArgumentComparison.defer``) and, where an entry is not finite, the piece folded
+    instead by ``ArgumentComparison.update_entries``. A chunk with a column not accepted goes in whole by
+    ``ArgumentComparison.update_sparse`` once the pieces before it are flushed, the accepted columns from the
+    quotients and the others made one by one (``Columns.columns``). The statistics are folded where the store's
+    values are: on the device with the numerical entries, or on the host (a store built there) with one host copy of
+    them."""
 
     def __init__(self, groups: Groups) -> None:
         self.groups = groups
         self.store, self.layout = groups.store, groups.layout
 
-    def fold(self, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
+    def fold(self, entry: ArgumentComparison, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
         """Columns lo..hi (one argument's) into ``entry``, by the class's rule."""
         groups = self.groups
         groups._verdicts_to_host()
@@ -649,19 +651,21 @@ class Folding:
                 self._fold_made(entry, max(lo, k * chunk), c0, lo, probe)
         entry.flush()
 
-    def _not_finite(self, p: int, q: int, col0: int, probe: torch.Tensor, spans: torch.Tensor, entry: Entry) -> None:
-        """Columns p..q, accepted, folded with their entries where one is not finite (see ``Entry.fold_agreed``),
-        on the host."""
+    def _not_finite(
+        self, p: int, q: int, col0: int, probe: torch.Tensor, spans: torch.Tensor, entry: ArgumentComparison
+    ) -> None:
+        """Columns p..q, accepted, folded with their entries where one is not finite (see
+        ``ArgumentComparison.fold_agreed``), on the host."""
         c, r, v = self.store.entries(p, q)
         n = self.groups._numerical_on_host(p, q)
         entry.update_entries(c, r, v, n, (q - p, self.layout.n_rows), col0, probe, spans=spans, extras=False)
 
     def _place(self, p: int, k: int) -> tuple[int, int]:
-        """Entry k of the columns from p on: its column (less p) and its row."""
+        """ArgumentComparison k of the columns from p on: its column (less p) and its row."""
         at = self.store.starts[p] + k
         return bisect.bisect_right(self.store.starts, at) - 1 - p, int(self.store.rows[at])
 
-    def _extras(self, p: int, q: int, col0: int, probe: torch.Tensor, entry: Entry) -> None:
+    def _extras(self, p: int, q: int, col0: int, probe: torch.Tensor, entry: ArgumentComparison) -> None:
         """The per-column errors and the probe's projections of columns p..q, folded without them (the
         columns and rows read from the store again rather than kept: 16 bytes an entry)."""
         c, r, v = self.store.entries(p, q)
@@ -677,7 +681,7 @@ class Folding:
             yield c0, q
             c0 = q
 
-    def _fold_made(self, entry: Entry, lo: int, hi: int, first: int, probe: torch.Tensor) -> None:
+    def _fold_made(self, entry: ArgumentComparison, lo: int, hi: int, first: int, probe: torch.Tensor) -> None:
         """Columns lo..hi into ``entry`` (the argument's columns start at ``first``), those of the groups
         not accepted made one by one."""
         c, r, v = self.store.entries(lo, hi)

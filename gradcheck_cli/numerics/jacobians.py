@@ -34,7 +34,7 @@ from .jacobian_layout import Layout, make_layout
 from .realify import Call, Vjp, real_numel, vjp
 from .row_groups import RowGroups
 from .rows import Rows, SparseRows, store_limit
-from .stats import Entry
+from .stats import ArgumentComparison
 from .streams import Stream, Streams, signed_uniform
 
 
@@ -68,7 +68,7 @@ def no_limit(calls: int, passes: int) -> None:
 
 
 def projection(layout: Layout, streams: Streams) -> torch.Tensor:
-    """The random probe u over the rows whose u^T J every ``Entry`` of ``compare`` keeps."""
+    """The random probe u over the rows whose u^T J every ``ArgumentComparison`` of ``compare`` keeps."""
     return signed_uniform((layout.n_rows,), streams.generator(Stream.PROJECTION))
 
 
@@ -83,17 +83,17 @@ class Strategy(enum.Enum):
     BY_ARGUMENT = "by argument"  # each block of arguments compared on its own, in a store of its own
 
 
-class Compared(tuple[Layout, list[Entry]]):
+class Compared(tuple[Layout, list[ArgumentComparison]]):
     """What ``compare`` returns: ``(layout, entries)``, and the ``strategy`` that made them (no report shows it)."""
 
     strategy: Strategy
 
-    def __new__(cls, layout: Layout, entries: list[Entry], strategy: Strategy) -> Compared:
+    def __new__(cls, layout: Layout, entries: list[ArgumentComparison], strategy: Strategy) -> Compared:
         made = super().__new__(cls, (layout, entries))
         made.strategy = strategy
         return made
 
-    def __getnewargs__(self) -> tuple[Layout, list[Entry], Strategy]:
+    def __getnewargs__(self) -> tuple[Layout, list[ArgumentComparison], Strategy]:
         return self[0], self[1], self.strategy
 
 
@@ -104,7 +104,7 @@ class Plan:
     jac: Jacobians
     inputs: list[torch.Tensor]  # ``plain_inputs``
     probe: torch.Tensor
-    entries: list[Entry]
+    entries: list[ArgumentComparison]
     block: int  # columns whose dense rows are held at once
     chunk: int  # numerical columns made at once
     fits: bool  # the dense rows of all the columns fit at once
@@ -236,7 +236,7 @@ def _plan(
     layout = jac.layout
     probe = projection(layout, streams)
     keep = memory_bytes // 16 // max(1, keep_share or len(plain_inputs))  # mismatching columns kept whole, each
-    entries = [Entry(real_numel(t), atol, rtol, keep_bytes=keep) for t in plain_inputs]
+    entries = [ArgumentComparison(real_numel(t), atol, rtol, keep_bytes=keep) for t in plain_inputs]
     per_col = 8 * max(1, layout.n_rows)
     # the memory budget: analytical rows held at once (3/4), a stage of batched calls (1/8, see
     # ``batching``), mismatching columns kept whole (1/16), numerical columns and temporaries
@@ -381,7 +381,7 @@ def _spans(start: int, stop: int, step: int) -> Iterator[tuple[int, int]]:
         yield lo, min(stop, lo + step)
 
 
-def _overlaps(plan: Plan, c0: int, c1: int) -> Iterator[tuple[Entry, int, int, int]]:
+def _overlaps(plan: Plan, c0: int, c1: int) -> Iterator[tuple[ArgumentComparison, int, int, int]]:
     """Each argument's entry whose columns meet ``c0:c1``, with the columns they share (``lo:hi``) and where
     ``lo`` lies among the argument's own columns."""
     starts = plan.layout.col_starts
@@ -415,18 +415,18 @@ def _blocks(counts: list[int], most: int) -> list[list[int]]:
 
 
 def _in_blocks(
-    one: Callable[..., tuple[Layout, list[Entry]]],
+    one: Callable[..., tuple[Layout, list[ArgumentComparison]]],
     layout: Layout,
     grad_inputs: list[torch.Tensor],
     plain_inputs: list[torch.Tensor],
     blocks: list[list[int]],
     budget: Callable[[int, int], None],
-) -> tuple[Layout, list[Entry]]:
+) -> tuple[Layout, list[ArgumentComparison]]:
     """Each block of arguments compared on its own (``one``: ``compare`` but for the arguments), its non-zero
     entries in a store of their own: the same entries, columns and statistics as a joint comparison makes, a
     pass of backward calls per block. ``budget`` is told the calls of the blocks before too."""
     spent = Spent(budget)
-    entries: list[Entry] = []
+    entries: list[ArgumentComparison] = []
     for block in blocks:
         found = one(
             grad_inputs=[grad_inputs[i] for i in block],

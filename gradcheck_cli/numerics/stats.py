@@ -1,7 +1,7 @@
 """Statistics of the entry by entry comparison of the analytical and the numerical Jacobian.
 
 Pure torch. Both Jacobians are of the realified function (see ``realify``), so one comparison
-serves real and complex functions alike. An ``Entry`` folds in one block of columns of both
+serves real and complex functions alike. An ``ArgumentComparison`` folds in one block of columns of both
 sides at a time, so no more than a block is ever held.
 """
 
@@ -70,8 +70,9 @@ class KeptColumns(Sequence[Column]):
 
 
 @dataclass
-class Entry:
-    """Statistics of one argument's columns, accumulated over the blocks of the Jacobian."""
+class ArgumentComparison:
+    """One argument's running comparison: the statistics of its columns, accumulated over the blocks of the Jacobian
+    (formerly ``Entry``; one code path folds them: ``_measure`` then ``_take``)."""
 
     real_numel: int
     atol: float
@@ -95,7 +96,7 @@ class Entry:
     _err: torch.Tensor = field(init=False, repr=False)
     _proj_a: torch.Tensor = field(init=False, repr=False)
     _proj_n: torch.Tensor = field(init=False, repr=False)
-    _deferred: list[Callable[[Entry], None]] = field(default_factory=list, init=False, repr=False)
+    _deferred: list[Callable[[ArgumentComparison], None]] = field(default_factory=list, init=False, repr=False)
     # agreed blocks whose statistics are made but not yet read (``fold_agreed``, ``flush``)
     _pending: list[_Agreed] = field(default_factory=list, init=False, repr=False)
     # per column: a mismatching column with a numerical entry beyond rounding (False elsewhere: not told)
@@ -126,7 +127,7 @@ class Entry:
         self._settle()
         return self._proj_n
 
-    def defer(self, extras: Callable[[Entry], None]) -> None:
+    def defer(self, extras: Callable[[ArgumentComparison], None]) -> None:
         """``extras(self)`` (an ``add_extras`` call for entries folded with ``extras=False``) runs when
         ``err``, ``proj_a`` or ``proj_n`` is first read: only a failing argument's maps, its diagnosis
         and --strict read them, so a passing argument never pays for them. ``extras`` is given the
@@ -219,7 +220,7 @@ class Entry:
         shape: tuple[int, int],
         col0: int,
         locate: Callable[[int], tuple[int, int]],
-        fallback: Callable[[Entry], None],
+        fallback: Callable[[ArgumentComparison], None],
         spans: Sequence[int] | torch.Tensor = (),
         spans_there: torch.Tensor | None = None,
     ) -> None:
@@ -432,7 +433,7 @@ class Entry:
 def _measure(
     av: torch.Tensor, nv: torch.Tensor, diff: torch.Tensor, n_abs: torch.Tensor, tol: torch.Tensor, small: torch.Tensor
 ) -> torch.Tensor:
-    """A block's statistics, made where its entries are and not read (``Entry._take`` folds them in, read):
+    """A block's statistics, made where its entries are and not read (``ArgumentComparison._take`` folds them in, read):
     of entries ``av``/``nv`` with ``diff`` = |a - n|, ``n_abs`` = |n| and ``tol`` = atol + rtol |n| (both
     overwritten), the largest |a - n|, the largest relative error |a - n| / |n| where not ``small``, whether
     all are ``small``, then the worst entry's excess |a - n| / tol, a, n and its place k (zeros where there are
@@ -496,13 +497,13 @@ def span_by_span(terms: torch.Tensor, spans: list[int], there: torch.Tensor | No
 
 
 class _Agreed(NamedTuple):
-    """A block of ``Entry.fold_agreed``: its statistics, not yet read."""
+    """A block of ``ArgumentComparison.fold_agreed``: its statistics, not yet read."""
 
     values: torch.Tensor  # largest |a - n|, largest relative error, all small, then the worst entry's excess, a, n, k
     sums: torch.Tensor  # its span sums (``_span_sums``)
     first: tuple[int, int, bool]  # its first column, its rows, whether it holds entries
     locate: Callable[[int], tuple[int, int]]  # entry k's column (within the block) and row
-    fallback: Callable[[Entry], None]  # folds the block where an entry is not finite
+    fallback: Callable[[ArgumentComparison], None]  # folds the block where an entry is not finite
 
 
 class Differences(NamedTuple):

@@ -558,7 +558,7 @@ def test_deferred_column_errors_and_projections_equal_the_eager_ones_and_wait_to
     """Entries folded with ``extras=False`` and their ``add_extras`` deferred: nothing computed until
     ``err``/``proj_a``/``proj_n`` are read, then exactly what an eager fold makes of them (an
     infinite and a NaN entry among them: their columns' error is inf)."""
-    from gradcheck_cli.numerics.stats import Entry
+    from gradcheck_cli.numerics.stats import ArgumentComparison
 
     g = torch.Generator().manual_seed(3)
     n_cols, n_rows = 6, 5
@@ -567,7 +567,7 @@ def test_deferred_column_errors_and_projections_equal_the_eager_ones_and_wait_to
     av, nv = torch.randn(len(c), dtype=F64, generator=g), torch.randn(len(c), dtype=F64, generator=g)
     nv[3], av[7] = float("inf"), float("nan")
     probe = torch.randn(n_rows, dtype=F64, generator=g)
-    eager, lazy = (Entry(n_cols + 2, 1e-5, 1e-3) for _ in range(2))
+    eager, lazy = (ArgumentComparison(n_cols + 2, 1e-5, 1e-3) for _ in range(2))
     eager.update_entries(c, r, av, nv.clone(), (n_cols, n_rows), 2, probe)
     lazy.update_entries(c, r, av, nv.clone(), (n_cols, n_rows), 2, probe, extras=False)
     assert not bool(lazy._err.any()) and not bool(lazy._proj_a.any())  # not computed at the fold
@@ -584,11 +584,11 @@ def test_a_passing_compressed_check_never_computes_the_deferred_extras(monkeypat
     diagnosis and --strict: a passing check's accepted groups never compute them (that a failing
     one's reports are the same as element by element, maps included, the comparisons above show)."""
     from gradcheck_cli.examples.linear import LinearFunction
-    from gradcheck_cli.numerics.stats import Entry
+    from gradcheck_cli.numerics.stats import ArgumentComparison
 
     calls: list[int] = []
-    original = Entry.add_extras
-    monkeypatch.setattr(Entry, "add_extras", lambda self, *a: calls.append(1) or original(self, *a))
+    original = ArgumentComparison.add_extras
+    monkeypatch.setattr(ArgumentComparison, "add_extras", lambda self, *a: calls.append(1) or original(self, *a))
     g = torch.Generator().manual_seed(0)
     args = [torch.randn(*s, dtype=F64, generator=g).requires_grad_() for s in ((24, 24), (24, 24), (24,))]
     assert check(LinearFunction, args).status.value == "pass"

@@ -13,7 +13,7 @@ import torch
 
 from gradcheck_cli import check
 from gradcheck_cli.numerics import compressed
-from gradcheck_cli.numerics.stats import Entry
+from gradcheck_cli.numerics.stats import ArgumentComparison
 from gradcheck_cli.results import CaseResult
 
 try:  # tests/ on sys.path (rootdir-style collection) or tests/ as a package
@@ -72,7 +72,9 @@ def folds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int, int]]:
     seen: list[tuple[int, int, int, int]] = []
     fold = compressed.Groups.fold
 
-    def spied(self: compressed.Groups, entry: Entry, lo: int, hi: int, probe: torch.Tensor, chunk: int) -> None:
+    def spied(
+        self: compressed.Groups, entry: ArgumentComparison, lo: int, hi: int, probe: torch.Tensor, chunk: int
+    ) -> None:
         seen.append((lo, hi, chunk, int((~self.accepted[lo:hi]).sum())))
         fold(self, entry, lo, hi, probe, chunk)
 

@@ -214,10 +214,10 @@ def test_an_elementwise_check_waits_for_the_host_as_often_at_any_size():
 def _blocks(finite: bool) -> tuple[Any, Any, list[int]]:
     """Five blocks folded into two entries: one by one (``update_entries``: each block's ``fallback``), and by
     ``fold_agreed`` (not yet flushed); a block holds an infinite numerical entry unless ``finite``."""
-    from gradcheck_cli.numerics import Entry
+    from gradcheck_cli.numerics import ArgumentComparison
 
     g = torch.Generator().manual_seed(0)
-    one_by_one, at_once = Entry(40, atol=1e-5, rtol=1e-3), Entry(40, atol=1e-5, rtol=1e-3)
+    one_by_one, at_once = ArgumentComparison(40, atol=1e-5, rtol=1e-3), ArgumentComparison(40, atol=1e-5, rtol=1e-3)
     located: list[int] = []
     for b, size in enumerate([6, 0, 9, 5, 7]):
         c = torch.sort(torch.randint(0, 4, (size,), generator=g)).values
@@ -245,7 +245,7 @@ def _blocks(finite: bool) -> tuple[Any, Any, list[int]]:
 
 @pytest.mark.parametrize("finite", [True, False], ids=["finite", "an-infinite-entry"])
 def test_statistics_read_once_for_many_blocks_are_those_read_block_by_block(finite: bool):
-    """``Entry.fold_agreed`` then one ``flush`` gives what ``update_entries`` gives block by block (its
+    """``ArgumentComparison.fold_agreed`` then one ``flush`` gives what ``update_entries`` gives block by block (its
     ``fallback`` too where a block holds an entry that is not finite), the worst entry located once; of
     finite blocks, two reads: every block's statistics, and the sums."""
     one_by_one, at_once, located = _blocks(finite)

@@ -763,17 +763,17 @@ def test_vmapped_rows_are_torch_func_vmaps(own_step: bool, monkeypatch: pytest.M
 
 
 def test_agreed_entries_fold_as_update_entries_does_and_infinite_ones_are_refused():
-    """``Entry.fold_agreed`` then ``flush`` (a compressed group's accepted entries: no bad ones, no index
+    """``ArgumentComparison.fold_agreed`` then ``flush`` (a compressed group's accepted entries: no bad ones, no index
     tensors) gives the statistics ``update_entries`` gives; an entry that is not finite is left to it (the
     block's ``fallback``, which here folds nothing)."""
-    from gradcheck_cli.numerics import Entry
+    from gradcheck_cli.numerics import ArgumentComparison
 
     g = torch.Generator().manual_seed(0)
     c = torch.tensor([0, 0, 1, 3, 3, 3])
     r = torch.tensor([1, 4, 2, 0, 1, 5])
     av = torch.randn(6, dtype=torch.float64, generator=g)
     nv = av * (1 + 1e-5 * torch.randn(6, dtype=torch.float64, generator=g))
-    plain, agreed = Entry(8, atol=1e-5, rtol=1e-3), Entry(8, atol=1e-5, rtol=1e-3)
+    plain, agreed = ArgumentComparison(8, atol=1e-5, rtol=1e-3), ArgumentComparison(8, atol=1e-5, rtol=1e-3)
     plain.update_entries(c, r, av, nv, (4, 6), 2, torch.zeros(6, dtype=torch.float64), spans=[3], extras=False)
     fell_back: list[object] = []
     agreed.fold_agreed(av, nv, (4, 6), 2, lambda k: (int(c[k]), int(r[k])), fell_back.append, spans=[3])
@@ -796,7 +796,7 @@ def test_agreed_entries_fold_as_update_entries_does_and_infinite_ones_are_refuse
     assert torch.equal(agreed.bad, plain.bad) and not bool(agreed.bad.any())
     infinite = nv.clone()
     infinite[2] = math.inf
-    refused = Entry(8, atol=1e-5, rtol=1e-3)
+    refused = ArgumentComparison(8, atol=1e-5, rtol=1e-3)
     refused.fold_agreed(av, infinite, (4, 6), 2, lambda k: (int(c[k]), int(r[k])), fell_back.append)
     refused.flush()
     assert fell_back == [refused]

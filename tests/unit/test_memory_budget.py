@@ -188,19 +188,21 @@ class SoftplusTwiceOnPositives(Softplus):
 def test_mismatching_columns_kept_for_a_second_look_are_held_as_their_non_zero_entries() -> None:
     """An elementwise Jacobian's columns have one non-zero entry: the 16 kept columns of a
     100 x 100 input take 16 x 24 bytes, not 16 x 160 kB, and read back whole."""
-    from gradcheck_cli.numerics.stats import KEEP_BAD, Entry
+    from gradcheck_cli.numerics.stats import KEEP_BAD, ArgumentComparison
 
     n = 100 * 100
     a = torch.zeros(KEEP_BAD, n, dtype=DT)
     num = torch.zeros(KEEP_BAD, n, dtype=DT)
     a[range(KEEP_BAD), range(KEEP_BAD)] = 2.0
     num[range(KEEP_BAD), range(KEEP_BAD)] = 1.0
-    entry = Entry(KEEP_BAD, 1e-5, 1e-3, keep_bytes=2**20)
+    entry = ArgumentComparison(KEEP_BAD, 1e-5, 1e-3, keep_bytes=2**20)
     entry.update(a, num, 0, torch.ones(n, dtype=DT))
     assert len(entry.bad_columns) == KEEP_BAD and entry.bad_columns.nbytes == KEEP_BAD * 24
     col, a_col, n_col = entry.bad_columns[3]
     assert col == 3 and torch.equal(a_col, a[3]) and torch.equal(n_col, num[3])
-    dense = Entry(KEEP_BAD, 1e-5, 1e-3, keep_bytes=3 * 16 * n)  # dense columns: as many as fit, at least one
+    dense = ArgumentComparison(
+        KEEP_BAD, 1e-5, 1e-3, keep_bytes=3 * 16 * n
+    )  # dense columns: as many as fit, at least one
     dense.update(a + 1e-3, num, 0, torch.ones(n, dtype=DT))
     assert len(dense.bad_columns) == 3
 

@@ -10,7 +10,7 @@ import torch
 
 from gradcheck_cli import check, schemas
 from gradcheck_cli.checks.parts.argument_rows import INDEX_CAP, MAP_CELLS
-from gradcheck_cli.numerics import Entry
+from gradcheck_cli.numerics import ArgumentComparison
 from gradcheck_cli.numerics.maps import downsample, first_indices, view_2d
 from gradcheck_cli.reporters import json_
 from gradcheck_cli.results import Report
@@ -53,7 +53,7 @@ def test_first_indices_are_multi_indices_in_row_major_order_capped():
 
 
 def test_entry_keeps_each_columns_largest_error():
-    entry = Entry(3, atol=1e-5, rtol=1e-3)
+    entry = ArgumentComparison(3, atol=1e-5, rtol=1e-3)
     a = torch.tensor([[1.0, 2.0], [0.0, 0.0], [5.0, -1.0]], dtype=torch.float64)  # column per row of a
     n = torch.tensor([[1.0, 2.5], [0.0, 0.0], [2.0, -1.0]], dtype=torch.float64)
     entry.update(a, n, 0, torch.ones(2, dtype=torch.float64))

@@ -283,9 +283,9 @@ def test_a_numerical_gradient_at_rounding_level_is_zero_for_the_diagnosis(numeri
     """Batched forwards round each batch row in their own way: an input the outputs do not depend on gets
     differences of about 1e-10, which the diagnosis takes as zero (below atol / 1000), and nothing larger."""
     from gradcheck_cli.checks.parts.diagnosis import describe
-    from gradcheck_cli.numerics import Entry
+    from gradcheck_cli.numerics import ArgumentComparison
 
-    entry = Entry(65, atol=1e-5, rtol=1e-3)
+    entry = ArgumentComparison(65, atol=1e-5, rtol=1e-3)
     entry.sum_aa, entry.sum_nn, entry.sum_an = 9e-10, 65 * numerical**2, 3e-5 * numerical
     found = describe(entry, mismatched=1, numel=65)
     assert found is not None and found.pattern.value == said, found

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ...core.tolerance import Limits
-from ...numerics import Entry, Layout, is_float_tensor, real_numel, unravel
+from ...numerics import ArgumentComparison, Layout, is_float_tensor, real_numel, unravel
 from ...numerics.maps import downsample, first_indices, per_element, view_2d
 from ...numerics.stats import STANDS_IN
 from ...results import ErrorMap, InputReport, Status
@@ -86,7 +86,7 @@ def short(value: Any, limit: int = 30) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def mismatched(entry: Entry, value: torch.Tensor) -> int:
+def mismatched(entry: ArgumentComparison, value: torch.Tensor) -> int:
     """Elements of ``value`` with a mismatch (a complex element: in either part)."""
     return int(per_element(entry.bad, value.is_complex()).sum())
 
@@ -112,7 +112,7 @@ def locate(
 
 def fill(
     row: InputReport,
-    entry: Entry,
+    entry: ArgumentComparison,
     value: torch.Tensor,
     where: Callable[[int], Optional[str]],
     parts: bool = False,
@@ -170,7 +170,7 @@ def take(row: InputReport, fresh: InputReport) -> None:
 
 
 def fill_jacobian(
-    row: InputReport, entry: Entry, layout: Layout, value: torch.Tensor, outputs: tuple[Any, ...]
+    row: InputReport, entry: ArgumentComparison, layout: Layout, value: torch.Tensor, outputs: tuple[Any, ...]
 ) -> None:
     """The argument's row from its Jacobian's statistics, with the pattern of a mismatch or, for a
     passing argument, of a systematic factor the tolerance hides."""
@@ -216,20 +216,22 @@ def imaginary_rows(layout: Layout, outputs: tuple[Any, ...]) -> torch.Tensor:
 
 
 def columns(t: torch.Tensor) -> torch.Tensor:
-    """``[M, *shape]`` -> float64 ``[real elements, M]``: a row per real element, as Entry.update takes them."""
+    """``[M, *shape]`` -> float64 ``[real elements, M]``: a row per real element, as
+    ArgumentComparison.update takes them."""
     t = t.detach().resolve_conj().cpu()
     real = torch.view_as_real(t) if t.is_complex() else t
     return real.reshape(t.shape[0], -1).t().to(torch.float64).contiguous()
 
 
-def statistics(a: torch.Tensor, n: torch.Tensor, atol: float, rtol: float) -> Entry:
-    """Entry of ``a`` (in the analytical role) against ``n`` (numerical), both as ``columns`` gives them."""
-    entry = Entry(a.shape[0], atol, rtol)
+def statistics(a: torch.Tensor, n: torch.Tensor, atol: float, rtol: float) -> ArgumentComparison:
+    """The ArgumentComparison of ``a`` (in the analytical role) against ``n`` (numerical), both as ``columns``
+    gives them."""
+    entry = ArgumentComparison(a.shape[0], atol, rtol)
     entry.update(a, n, 0, torch.ones(a.shape[1], dtype=torch.float64))
     return entry
 
 
-def agreement(got: torch.Tensor, want: torch.Tensor, limits: Limits) -> Entry:
+def agreement(got: torch.Tensor, want: torch.Tensor, limits: Limits) -> ArgumentComparison:
     """Statistics of ``got`` against ``want`` (both ``[M, *shape]``): a column per real element,
     a row per leading index. Equal non-finite values (NaN and NaN) count as agreeing."""
     a, n = columns(got), columns(want)

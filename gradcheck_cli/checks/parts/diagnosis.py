@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 
 from ...core.tolerance import limit, within
-from ...numerics import Entry, unravel
+from ...numerics import ArgumentComparison, unravel
 from ...results import InputReport, Pattern
 from ...subject import sparse
 
@@ -49,7 +49,7 @@ def ratio_text(r: float, rtol: float = 1e-3) -> str:
     return f"{text}x"
 
 
-def constant_ratio(entry: Entry) -> Optional[float]:
+def constant_ratio(entry: ArgumentComparison) -> Optional[float]:
     """The factor r with analytical = r * numerical for every entry, if there is one."""
     if entry.sum_nn <= 0 or entry.sum_aa <= 0:
         return None
@@ -59,7 +59,7 @@ def constant_ratio(entry: Entry) -> Optional[float]:
     return r if residual < max(CONSTANT_RATIO_RESIDUAL, entry.rtol**2) else None  # constant within tolerance
 
 
-def explains(entry: Entry, r: float) -> bool:
+def explains(entry: ArgumentComparison, r: float) -> bool:
     """Whether analytical = ``r`` x numerical accounts for the mismatch: ``r`` is off 1 by more than
     rtol, and each mismatching column is within tolerance of ``r`` x numerical: exactly where it is
     kept whole, in its projection u^T J elsewhere (``r`` takes at least half of its error away)."""
@@ -74,7 +74,7 @@ def explains(entry: Entry, r: float) -> bool:
     return bool(((pa - r * pn).abs() <= (pa - pn).abs() / 2).all())
 
 
-def systematic(entry: Entry, threshold: float) -> Optional[Diagnosis]:
+def systematic(entry: ArgumentComparison, threshold: float) -> Optional[Diagnosis]:
     """For a gradient within tolerance: a constant factor off 1 by more than ``threshold``
     everywhere (e.g. 1.001x) is no rounding noise but a small bug that tolerances hide."""
     r = constant_ratio(entry)
@@ -88,7 +88,7 @@ def systematic(entry: Entry, threshold: float) -> Optional[Diagnosis]:
     )
 
 
-def conjugate(entry: Entry, imag_rows: torch.Tensor, complex_input: bool) -> bool:
+def conjugate(entry: ArgumentComparison, imag_rows: torch.Tensor, complex_input: bool) -> bool:
     """Whether the mismatching columns kept whole fit backward's conjugate-convention mistake:
     returning grad_output * f'(z) where PyTorch expects grad_output * conj(f'(z)). Realified,
     that flips the sign of exactly the entries where one of (output part, input part) is imaginary."""
@@ -102,7 +102,7 @@ def conjugate(entry: Entry, imag_rows: torch.Tensor, complex_input: bool) -> boo
     return True
 
 
-def transposed(entry: Entry, shape: tuple[int, ...]) -> bool:
+def transposed(entry: ArgumentComparison, shape: tuple[int, ...]) -> bool:
     """Whether the analytical gradient is the numerical one with the last two dims swapped."""
     if len(shape) < 2 or shape[-1] != shape[-2] or entry.real_numel != _prod(shape):
         return False
@@ -120,7 +120,12 @@ def _prod(shape: tuple[int, ...]) -> int:
 
 
 def describe(
-    entry: Entry, mismatched: int, numel: int, shape: tuple[int, ...] = (), name: str = "", output: Optional[str] = None
+    entry: ArgumentComparison,
+    mismatched: int,
+    numel: int,
+    shape: tuple[int, ...] = (),
+    name: str = "",
+    output: Optional[str] = None,
 ) -> Optional[Diagnosis]:
     """The pattern of a failing argument, or None when nothing is wrong. ``name``: the argument's, and
     ``output``: where the worst entry is among the outputs (for the words)."""
@@ -183,7 +188,7 @@ def _elements(n: int) -> str:
     return f"{n} element{'s' * (n != 1)}"
 
 
-def _worst(entry: Entry, shape: tuple[int, ...], name: str, at: str = "") -> str:
+def _worst(entry: ArgumentComparison, shape: tuple[int, ...], name: str, at: str = "") -> str:
     """The worst entry in words: 'x[3]: analytical 0.25, numerical 0' (a complex argument's: of its real view);
     ``at``: where among the outputs (' at output 0 [1]')."""
     per = 2 if entry.real_numel == 2 * _prod(shape) and entry.real_numel else 1
@@ -191,7 +196,7 @@ def _worst(entry: Entry, shape: tuple[int, ...], name: str, at: str = "") -> str
     return f"{where}{at}: analytical {entry.analytical + 0.0:.3g}, numerical {entry.numerical + 0.0:.3g}"  # no -0
 
 
-def diagnose(row: InputReport, entry: Entry, shape: tuple[int, ...]) -> None:
+def diagnose(row: InputReport, entry: ArgumentComparison, shape: tuple[int, ...]) -> None:
     """Write the pattern of ``row``'s mismatch (or none) into it."""
     found = describe(entry, row.mismatched or 0, row.numel, shape, row.name, row.worst_output)
     if found:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ...core.tolerance import Tolerance
-from ...numerics import Entry, kinks, precision, ties, unravel
+from ...numerics import ArgumentComparison, kinks, precision, ties, unravel
 from ...numerics.differences import Step, call_moved
 from ...numerics.realify import outputs_vector
 from ...results import InputReport
@@ -54,7 +54,7 @@ def inside(
 
 def look_again(
     row: InputReport,
-    entry: Entry,
+    entry: ArgumentComparison,
     call: Callable[[Sequence[Any]], Any],
     values: Sequence[Any],
     x: torch.Tensor,

@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 
-from ...numerics import Entry
+from ...numerics import ArgumentComparison
 from ...results import CheckResult, InputReport, Pattern, Status
 from ...subject.binding import Bound
 from .argument_rows import NO_ELEMENTS, checked_positions, no_elements, skeleton
@@ -143,7 +143,7 @@ def conclude(
     return result
 
 
-def reword(entry: Entry, row: InputReport, all_zeros: str, derivative: str) -> None:
+def reword(entry: ArgumentComparison, row: InputReport, all_zeros: str, derivative: str) -> None:
     """Say the two patterns whose generic words blame ``backward`` for this check instead:
     ``all_zeros`` says why the analytical side may be all zeros, ``derivative`` what gives one."""
     if not row.mismatched or entry.nonfinite:
