@@ -34,7 +34,8 @@ TORCH_LOOP = """
 import sys, time
 from pathlib import Path
 import torch
-from gradcheck_cli import inputs, loader, spec
+from gradcheck_cli import spec
+from gradcheck_cli.subject import inputs, loader
 from gradcheck_cli.subject.binding import bind
 start = time.perf_counter()
 verdicts = []

@@ -42,7 +42,7 @@ def test_a_worker_leads_its_group_where_linux_s_process_controls_do_not_exist(mo
 def test_on_linux_the_death_signal_is_set():
     """The Linux path is still taken (in a child: the signal would otherwise stay set on this test process)."""
     code = (
-        "import ctypes, signal; from gradcheck_cli import processes; "
+        "import ctypes, signal; from gradcheck_cli.sandbox import processes; "
         "libc = processes.die_with_parent(); out = ctypes.c_int(); libc.prctl(2, ctypes.byref(out)); "
         "print(out.value == signal.SIGKILL)"
     )
@@ -162,7 +162,7 @@ for m in pkgutil.walk_packages(gradcheck_cli.__path__, "gradcheck_cli."):  # wha
     if ".examples" not in m.name and m.name != "gradcheck_cli.__main__":
         importlib.import_module(m.name)
 sys.platform = "win32"
-from gradcheck_cli import processes
+from gradcheck_cli.sandbox import processes
 processes.PROC = processes.Path("/no-proc")
 sys.argv = ["gradcheck", *sys.argv[1:]]
 runpy.run_module("gradcheck_cli", run_name="__main__", alter_sys=True)
