@@ -1,7 +1,7 @@
 """The run-wide options, each declared once: its name, its default (in its one unit), its help, and where it
 is offered. The front ends make their options of these rows: ``--NAME`` on the command line (``cli``),
-``--gradcheck-NAME`` in the pytest plugin where ``pytest`` says so, ``NAME`` in ``[tool.gradcheck]`` where
-``project`` says so (``config``); ``run.plan.RunOptions`` takes its defaults from here, the checks their
+``--gradcheck-NAME`` in the pytest plugin where ``pytest`` says so, ``NAME`` in ``[tool.gradcheck]`` (``config``'s
+``SETTINGS``, by the same name); ``run.plan.RunOptions`` takes its defaults from here, the checks their
 memory budget (``MEMORY_BYTES``) and ``run.replay`` the defaults a replay command leaves out.
 
 Plain values: no torch, no click, imports nothing of the package.
@@ -23,7 +23,6 @@ class Option:
     help: str  # the command line's help ({probes}: the value of FAST_PROBES)
     metavar: Optional[str] = None
     unit: str = ""  # what the number counts, from the command line to the checks
-    project: bool = False  # a [tool.gradcheck] key
     pytest: bool = False  # the pytest plugin offers --gradcheck-NAME
 
 
@@ -38,7 +37,6 @@ OPTIONS = (
         "Jacobian entries held in memory at once; larger checks recompute in blocks.",
         "MB",
         unit="MB",
-        project=True,
         pytest=True,
     ),
     Option(
@@ -48,7 +46,6 @@ OPTIONS = (
         "Stop a case that runs longer (an error result for that case alone); 0 or inf for no limit.",
         "SECONDS",
         unit="seconds",
-        project=True,
         pytest=True,
     ),
     Option(
@@ -66,17 +63,9 @@ OPTIONS = (
         1,
         "Check each case with N seeds (seed, seed+1, ...); the first seed that fails is reported.",
         "N",
-        project=True,
         pytest=True,
     ),
-    Option(
-        "probes",
-        "probes",
-        0,
-        "Decide with N random probes per argument first (0: element by element).",
-        "N",
-        project=True,
-    ),
+    Option("probes", "probes", 0, "Decide with N random probes per argument first (0: element by element).", "N"),
     Option(
         "seed",
         "seed",
