@@ -20,7 +20,7 @@ import click
 from click.core import ParameterSource
 from click.shell_completion import CompletionItem
 
-from . import FAST_PROBES, __version__
+from . import __version__
 from .checks import NAMES as CHECKS
 from .core import options
 from .reporters import FORMATS as REPORTERS
@@ -135,27 +135,6 @@ def _parse_shard(ctx: click.Context, param: click.Parameter, value: Optional[str
     return int(index), int(count)
 
 
-def _parse_timeout(ctx: click.Context, param: click.Parameter, value: str) -> Optional[float]:
-    from .run.session import timeout_seconds
-
-    try:
-        return timeout_seconds(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
-
-
-def _parse_shrink(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    import math
-
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise click.BadParameter(f"expected a number of seconds >= 0 (0: off), e.g. --shrink 10; got {value!r}")
-    return seconds
-
-
 def _parse_shapes(
     ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 ) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -197,24 +176,6 @@ def _check_junit(ctx: click.Context, param: click.Parameter, value: Optional[str
     return value
 
 
-def _check_devices(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    from .spec import is_device
-
-    for device in value:
-        if not is_device(device):
-            raise click.BadParameter(f"expected cpu, cuda or cuda:N, got {device!r}")
-    return value
-
-
-def _check_names(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    if "all" in value:
-        return ("all",)  # expanded in check_cmd, which remembers that `all` was asked for
-    for name in value:
-        if name not in CHECKS:
-            raise click.BadParameter(f"unknown check {name!r}; known checks: {', '.join(CHECKS)}, or all")
-    return tuple(dict.fromkeys(value))
-
-
 @contextlib.contextmanager
 def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
     """A progress bar on stderr for runs of more than a few cases, when stderr is a terminal."""
@@ -236,35 +197,46 @@ def _progress(total: int) -> Iterator[Optional[Callable[[Any], None]]]:
         yield lambda result: bar.update(job, advance=1, description=f"{result.status.value} {result.id}")
 
 
-def _check_reference(ctx: click.Context, param: click.Parameter, value: Optional[str]) -> Optional[str]:
-    from .spec import is_import_path
+class _Read(click.ParamType[Any]):
+    """The value of an option of ``core.options``, read as its kind says (``config.read_text``: the same
+    message in every front end); a typed value (a default, [tool.gradcheck]'s) by ``config.read_value``."""
 
-    if value is not None and not is_import_path(value):
-        raise click.BadParameter(f"expected an import path like 'pkg.mod:fn' or 'pkg.mod.fn', got {value!r}")
-    return value
+    def __init__(self, option: options.Option) -> None:
+        self.option = option
+        self.name = (option.metavar or option.name).lower()
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        from .config import read_text, read_value
+
+        try:
+            return read_text(self.option, value) if isinstance(value, str) else read_value(self.option, value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+        from .config import RULES
+
+        kind = self.option.kind
+        words = RULES[kind.rule].words if isinstance(kind, options.Text) else ()
+        return [CompletionItem(word) for word in words if word.startswith(incomplete)]
 
 
-def _check_modules(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    from .spec import is_module_name
-
-    for name in value:
-        if not is_module_name(name):
-            raise click.BadParameter(f"expected a module name like 'my_pkg.ops', got {name!r}")
-    return tuple(dict.fromkeys(value))
-
-
-def _declared(name: str, shown: Callable[[Any], Any] = lambda v: v) -> dict[str, Any]:
-    """The click keywords of the run-wide option ``name`` as ``core.options`` declares it (``shown``: the
-    default as the option's callback reads it, e.g. text for --timeout's \"inf\")."""
-    option = options.BY_NAME[name]
-    value = option.default
-    return {"default": value if value is None else shown(value), "metavar": option.metavar, "help": option.help}
-
-
-IMPORT_HELP = (
-    "Import this module before resolving the targets (e.g. the module whose @torch.library.custom_op "
-    "registers torch.ops.ns.op), as `import:` in every spec. Repeat for several."
-)
+def _option(name: str) -> Callable[[Any], Any]:
+    """The click option of the row ``name`` of ``core.options``: its spellings, parameter, default, help and
+    the reading of its kind. A row that shares another row's parameter (--fast, probes) leaves it the default."""
+    row = options.BY_NAME[name]
+    kind = row.kind
+    text = row.help
+    if isinstance(kind, options.Text) and kind.rule == "check":
+        text += f" Names: {', '.join((*CHECKS, 'all'))}."
+    declared: dict[str, Any] = {"help": text, "metavar": row.metavar}
+    if options.FIELDS[row.field] is row:  # else the other row's default stands (click: the last given wins)
+        declared.update(default=row.default, show_default=options.shown(row))
+    if isinstance(kind, options.Flag):
+        declared.update(flag_value=kind.const, type=type(kind.const))
+    else:
+        declared.update(type=_Read(row), multiple=isinstance(kind, options.Text) and kind.repeat)
+    return click.option(*row.flags, f"--{row.name}", row.field, **declared)
 
 
 def _terminate(signum: int, frame: Any) -> None:
@@ -351,17 +323,10 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
     help="Also write an HTML report to PATH: one self-contained page (no network) with the tables, a "
     "heatmap of the error of each mismatching argument, and the replay commands.",
 )
-@click.option(
-    "-j",
-    "--jobs",
-    type=click.IntRange(min=1),
-    default=None,
-    metavar="N",
-    help="Worker processes (default: the number of cores). Results are the same and in the same order for any N.",
-)
-@click.option("--timeout", callback=_parse_timeout, show_default=True, **_declared("timeout", str))
-@click.option("--shrink", callback=_parse_shrink, show_default=True, **_declared("shrink", str))
-@click.option("--no-shrink", is_flag=True, help="Do not look for a smaller failing case (--shrink 0).")
+@_option("jobs")
+@_option("timeout")
+@_option("shrink")
+@_option("no-shrink")
 @click.option(
     "--shape",
     "shapes",
@@ -380,21 +345,8 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
     help="Draw the tensor argument NAME with simpler values than the spec's: zeros, ones or integers (small "
     "ones), where its spec's range allows them (a shrunk case's replay command uses it). Repeat for several.",
 )
-@click.option(
-    "-x",
-    "--exitfirst",
-    "--fail-fast",
-    "fail_fast",
-    is_flag=True,
-    help="Start no new case after the first failure or error (--maxfail 1).",
-)
-@click.option(
-    "--maxfail",
-    type=click.IntRange(min=0),
-    default=0,
-    metavar="N",
-    help="Start no new case after N failures or errors (0: no limit).",
-)
+@_option("fail-fast")
+@_option("maxfail")
 @click.option(
     "--lf",
     "--last-failed",
@@ -410,64 +362,23 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
     metavar="I/N",
     help="Check only shard I of N (1-based; stable across machines), for CI matrix jobs.",
 )
-@click.option("--seed", type=click.IntRange(min=0, max=2**64 - 1), **_declared("seed"))
-@click.option("--trials", type=click.IntRange(min=1), show_default=True, **_declared("trials"))
-@click.option(
-    "--device",
-    "devices",
-    multiple=True,
-    callback=_check_devices,
-    metavar="DEVICE",
-    help="Check on this device instead of the specs' (cpu, cuda, cuda:N). Repeat for several.",
-)
-@click.option(
-    "--check",
-    "checks",
-    multiple=True,
-    callback=_check_names,
-    metavar="NAME",
-    shell_complete=lambda ctx, param, incomplete: [
-        CompletionItem(n) for n in (*CHECKS, "all") if n.startswith(incomplete)
-    ],
-    help=f"Run this check instead of the specs' ({', '.join(CHECKS)}, or all). Repeat for several.",
-)
-@click.option(
-    "--reference",
-    callback=_check_reference,
-    metavar="PKG.MOD:FN",
-    help="Compare with this reference implementation (same signature), as `reference:` in every spec; "
-    "without --check (or the spec's `checks`), runs the reference check alone.",
-)
-@click.option("--import", "imports", multiple=True, callback=_check_modules, metavar="MODULE", help=IMPORT_HELP)
-@click.option(
-    "--strict",
-    is_flag=True,
-    help="Fail a gradient off by a constant factor within the tolerance "
-    "(e.g. 1.001x) when that is well beyond the finite differences' own "
-    "error (by default a warning); as `strict: true` in every spec.",
-)
-@click.option("--require-device", is_flag=True, help="An unavailable device is an error (exit 3) instead of a skip.")
+@_option("seed")
+@_option("trials")
+@_option("device")
+@_option("check")
+@_option("reference")
+@_option("import")
+@_option("strict")
+@_option("require-device")
 @click.option(
     "--no-isolate",
     is_flag=True,
     help="Check in this process, one case after another (for debuggers); a crash in user code then ends the run.",
 )
-@click.option(
-    "--fast",
-    "probes",
-    flag_value=FAST_PROBES,
-    type=int,
-    help=f"Decide with {FAST_PROBES} random probes v^T J u per argument; compare element by element "
-    f"the arguments where one fails (same as --probes {FAST_PROBES}).",
-)
-@click.option("--probes", "probes", type=click.IntRange(min=0), **_declared("probes"))
-@click.option(
-    "--no-compress",
-    is_flag=True,
-    help="Take every column of the numerical Jacobian on its own (no compressed finite differences): "
-    "slower, the same verdicts; to compare the two.",
-)
-@click.option("--max-memory", type=click.IntRange(min=1), show_default=True, **_declared("max-memory"))
+@_option("fast")
+@_option("probes")
+@_option("no-compress")
+@_option("max-memory")
 @click.option(
     "--color/--no-color",
     default=None,
@@ -514,6 +425,7 @@ def _handling(handlers: dict[signal.Signals, Any]) -> Iterator[None]:
 @click.pass_context
 def check_cmd(
     ctx: click.Context,
+    /,
     targets: tuple[str, ...],
     inline: tuple[str, ...],
     kwargs: tuple[str, ...],
@@ -523,34 +435,18 @@ def check_cmd(
     junit_xml: Optional[str],
     junit_locations: bool,
     html_path: Optional[str],
-    jobs: Optional[int],
-    timeout: Optional[float],
-    shrink: float,
-    no_shrink: bool,
     shapes: tuple[tuple[str, tuple[int, ...]], ...],
     values: tuple[tuple[str, str], ...],
-    fail_fast: bool,
-    maxfail: int,
     last_failed: bool,
     cache_clear: bool,
     shard: Optional[tuple[int, int]],
-    seed: Optional[int],
-    trials: int,
-    devices: tuple[str, ...],
-    checks: tuple[str, ...],
-    reference: Optional[str],
-    imports: tuple[str, ...],
-    strict: bool,
-    require_device: bool,
     no_isolate: bool,
-    probes: int,
-    no_compress: bool,
-    max_memory: int,
     color: Optional[bool],
     verbosity: Optional[str],
     tb: str,
     watch: bool,
     show_config: bool,
+    **chosen: Any,  # the options of core.options, by field
 ) -> None:
     """Check spec files, directories of specs (recursively) and Functions named by import path.
 
@@ -606,23 +502,9 @@ def check_cmd(
             click.echo(f"gradcheck: warning: {unreadable}", err=True)
         items, said = lastfailed.select(items, failed)
         click.echo(f"gradcheck: {said}", err=True)
-    opts = plan.run_options(
-        max_memory_mb=max_memory,
-        seed=seed,
-        trials=trials,
-        devices=devices,
-        checks=checks,
-        probes=probes,
-        strict=strict,
-        reference=reference,
-        require_device=require_device,
-        imports=imports,
-        compress=not no_compress,
-        shrink=0.0 if no_shrink else shrink,
-        timeout=timeout,
-        shapes=shapes,
-        values=values,
-    )
+    fields = {row.field for row in options.OPTIONS if row.run}
+    opts = plan.run_options(**{field: chosen[field] for field in fields}, shapes=shapes, values=values)
+    timeout = opts.timeout
     if fmt == "auto":
         fmt = reporters.choose_auto(os.environ)
     color = reporters.use_color(color, fmt, os.environ, sys.stdout.isatty())
@@ -656,6 +538,7 @@ def check_cmd(
             sys.exit(watch_targets(collect, targets, Path(specs_dir), opts, write, timeout))
     planned = plan.expand(items, opts)
     cores = pool.usable_cores()
+    jobs = chosen["jobs"]
     if jobs and jobs > cores and not no_isolate:
         click.echo(
             f"gradcheck: -j {jobs}: using at most {cores} workers, one per usable core (a worker is a "
@@ -663,7 +546,10 @@ def check_cmd(
             err=True,
         )
     settings = session.BatchOptions(
-        jobs=jobs or cores, timeout=timeout, maxfail=1 if fail_fast else maxfail, isolate=not no_isolate
+        jobs=jobs or cores,
+        timeout=timeout,
+        maxfail=1 if chosen["fail_fast"] else chosen["maxfail"],
+        isolate=not no_isolate,
     )
     reporters.get(fmt)  # imported while the workers start (rich, for the table), not after the last result
     with _progress(len(planned)) as on_result, _handling({signal.SIGTERM: _terminate}):
@@ -769,7 +655,7 @@ def main(argv: Optional[list[str]] = None) -> Any:
     "--import",
     "imports",
     multiple=True,
-    callback=_check_modules,
+    type=_Read(options.BY_NAME["import"]),
     metavar="MODULE",
     help="Import this module first (it registers the op FUNCTION names); the spec gets `import:` too. "
     "Repeat for several.",

@@ -1,9 +1,13 @@
-"""Project configuration: ``[tool.gradcheck]`` in the nearest pyproject.toml (no click, no torch).
+"""Project configuration: ``[tool.gradcheck]`` in the nearest pyproject.toml, and how the value of each
+option of ``core.options`` is read, from text (``read_text``: the command line, the pytest plugin) and from
+a typed value (``read_value``: the file, a default), with one message per kind of value (no click, no torch).
 
-Each key is a ``Setting``: its name in the file (the long option's name), the ``check`` command's
-parameter whose default it replaces, and a parser from the file's value to the value the command
-line would give. The front end hands ``Config.defaults`` to click as the command's default map,
-so the command line wins over the file, and click records where each value came from.
+Each key is a ``Setting``: its name in the file, the ``check`` command's parameter whose default it replaces,
+and a parser from the file's value to the value the command line would give; the options' keys are made of
+their rows (``core.options.Option.project``), the report's (paths, specs, format, verbosity) are written
+here. The front end hands ``Config.defaults`` to click as the command's default map, so the command line
+wins over the file, and click records where each value came from; the pytest plugin reads ``Config.values``
+the same way (its own options win).
 """
 
 from __future__ import annotations
@@ -13,15 +17,17 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
-from . import FAST_PROBES
 from .checks import NAMES as CHECKS
+from .core.options import FAST_PROBES, FIELDS, OPTIONS, Flag, Kind, Option, Seconds, Text, Whole
 from .reporters import FORMATS as REPORTERS
+from .spec.values import is_device, is_import_path, is_module_name
 
 FILE = "pyproject.toml"
 TABLE = "[tool.gradcheck]"
@@ -44,15 +50,6 @@ class Setting:
     parse: Parse
 
 
-def _integer(low: int) -> Parse:
-    def parse(value: Any, folder: Path) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"expected an integer >= {low}, got {_show(value)}")
-        return value
-
-    return parse
-
-
 def _boolean(value: Any, folder: Path) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {_show(value)}")
@@ -68,30 +65,112 @@ def _choice(choices: Sequence[str]) -> Parse:
     return parse
 
 
-def _timeout(value: Any, folder: Path) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or value < 0:
-        raise ValueError(f"expected a number of seconds >= 0 (0 or inf: no limit), got {_show(value)}")
-    return str(value)  # the option's text: its callback turns it into seconds
+def _is_check(text: str) -> bool:
+    return text in (*CHECKS, "all")
 
 
-def _checks(value: Any, folder: Path) -> tuple[str, ...]:
-    names = [value] if value == "all" else value
-    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ValueError(f'expected a list of check names or "all", got {_show(value)}')
-    for name in names:
-        if name not in (*CHECKS, "all"):
-            raise ValueError(f'unknown check {name!r}; known checks: {", ".join(CHECKS)}, or "all"')
-    return ("all",) if "all" in names else tuple(dict.fromkeys(names))
+@dataclass(frozen=True)
+class Rule:
+    """What a ``Text`` option accepts: ``accepts(word)``, the message for a word it does not (``{got}``: the
+    word as written), a list of them as a [tool.gradcheck] value, and the words to complete (if they are few)."""
+
+    accepts: Callable[[str], bool]
+    refused: str
+    listed: str
+    words: tuple[str, ...] = ()
 
 
-def _modules(value: Any, folder: Path) -> tuple[str, ...]:
-    """Module names to import first (the modules that register custom ops)."""
-    from .spec import is_module_name
+RULES = {
+    "check": Rule(
+        _is_check,
+        f"unknown check {{got}}; known checks: {', '.join(CHECKS)}, or all",
+        'a list of check names or "all"',
+        (*CHECKS, "all"),
+    ),
+    "device": Rule(is_device, "expected cpu, cuda or cuda:N, got {got}", 'a list of devices such as ["cpu"]'),
+    "module": Rule(
+        is_module_name,
+        "expected a module name like 'my_pkg.ops', got {got}",
+        'a list of module names such as ["pkg.ops"]',
+    ),
+    "import path": Rule(
+        is_import_path, "expected an import path like 'pkg.mod:fn' or 'pkg.mod.fn', got {got}", "an import path"
+    ),
+}
 
-    names = [value] if isinstance(value, str) else value
-    if not isinstance(names, list) or not all(isinstance(n, str) and is_module_name(n) for n in names):
-        raise ValueError(f'expected a list of module names such as ["pkg.ops"], got {_show(value)}')
-    return tuple(dict.fromkeys(names))
+
+def _expected(kind: Kind) -> str:
+    """What an option of ``kind`` takes, as its messages say."""
+    if isinstance(kind, Whole):
+        counted = f" of {kind.unit}" if kind.unit else ""
+        high = "2**64 - 1" if kind.high == 2**64 - 1 else str(kind.high)
+        return f"a whole number{counted}" + (
+            f", {kind.low} or more" if kind.high is None else f" from {kind.low} to {high}"
+        )
+    if isinstance(kind, Seconds):
+        return "a number of seconds >= 0 " + ("(0 or inf: no limit)" if kind.no_limit else "(0: off)")
+    return "true or false"
+
+
+def _in_range(option: Option, number: Union[int, float], got: str) -> Any:
+    kind = option.kind
+    if isinstance(kind, Whole):
+        if not isinstance(number, int) or number < kind.low or (kind.high is not None and number > kind.high):
+            raise ValueError(f"expected {_expected(kind)}, got {got}")
+        return number
+    assert isinstance(kind, Seconds)
+    if math.isnan(number) or number < 0 or (not kind.no_limit and math.isinf(number)):
+        raise ValueError(f"expected {_expected(kind)}, got {got}")
+    return None if kind.no_limit and number in (0, math.inf) else float(number)
+
+
+def _word(option: Option, word: str, got: str) -> str:
+    assert isinstance(option.kind, Text)
+    rule = RULES[option.kind.rule]
+    if not rule.accepts(word):
+        raise ValueError(rule.refused.format(got=got))
+    return word
+
+
+def read_text(option: Option, text: str) -> Any:
+    """The value of ``option`` as the command line (or the pytest plugin) gives it, as text; ValueError with the
+    message every front end shows (one word of a repeated option: each is read on its own)."""
+    kind = option.kind
+    if isinstance(kind, Text):
+        return _word(option, text, repr(text))
+    if isinstance(kind, Whole):
+        number: Union[int, float] = int(text) if re.fullmatch(r"[+-]?\d+", text.strip()) else math.nan
+    else:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+    if isinstance(kind, Whole) and isinstance(number, float):
+        raise ValueError(f"expected {_expected(kind)}, got {text!r}")
+    return _in_range(option, number, repr(text))
+
+
+def read_value(option: Option, value: Any) -> Any:
+    """The value of ``option`` as [tool.gradcheck] (or a default) gives it, a typed value: a flag's true gives
+    its field the flag's value (``fast = true``: probes = 3), false that field's default; ValueError."""
+    kind = option.kind
+    if isinstance(kind, Flag):
+        return kind.const if _boolean(value, Path()) else FIELDS[option.field].default
+    if isinstance(kind, Text):
+        if not kind.repeat:
+            return _word(option, value, _show(value)) if isinstance(value, str) else _refuse_list(option, value)
+        words = [value] if isinstance(value, str) else value
+        if not isinstance(words, (list, tuple)) or not words or not all(isinstance(w, str) for w in words):
+            _refuse_list(option, value)
+        return tuple(dict.fromkeys(_word(option, w, repr(w)) for w in words))
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected {_expected(kind)}, got {_show(value)}")
+    return _in_range(option, value, _show(value))
+
+
+def _refuse_list(option: Option, value: Any) -> Any:
+    assert isinstance(option.kind, Text)
+    raise ValueError(f"expected {RULES[option.kind.rule].listed}, got {_show(value)}")
 
 
 def _relative(path: str, folder: Path) -> str:
@@ -124,26 +203,23 @@ def _folder(value: Any, folder: Path) -> str:
     return _relative(value, folder)
 
 
-def _fast(value: Any, folder: Path) -> int:
-    return FAST_PROBES if _boolean(value, folder) else 0
+def _setting(option: Option) -> Setting:
+    """The [tool.gradcheck] key of ``option``, read as its kind says (seconds are handed on as text, as the
+    command line would give them: click reads them again, and reads None, no limit, as "not set")."""
+
+    def parse(value: Any, folder: Path) -> Any:
+        read = read_value(option, value)
+        return str(value) if isinstance(option.kind, Seconds) else read
+
+    return Setting(option.project or option.name, option.field, "/".join((*option.flags, f"--{option.name}")), parse)
 
 
 SETTINGS = (
     Setting("paths", "targets", "TARGETS", _paths),
     Setting("specs", "specs_dir", "--specs", _folder),
-    Setting("checks", "checks", "--check", _checks),
-    Setting("import", "imports", "--import", _modules),
     Setting("format", "fmt", "--format", _choice(FORMATS)),
     Setting("verbosity", "verbosity", "-q/-v", _choice(VERBOSITIES)),
-    Setting("jobs", "jobs", "-j", _integer(1)),
-    Setting("timeout", "timeout", "--timeout", _timeout),
-    Setting("max-memory", "max_memory", "--max-memory", _integer(1)),
-    Setting("fast", "probes", "--fast", _fast),
-    Setting("probes", "probes", "--probes", _integer(0)),
-    Setting("strict", "strict", "--strict", _boolean),
-    Setting("trials", "trials", "--trials", _integer(1)),
-    Setting("fail-fast", "fail_fast", "--fail-fast", _boolean),
-    Setting("maxfail", "maxfail", "--maxfail", _integer(0)),
+    *(_setting(option) for option in OPTIONS if option.project),
 )
 KEYS = {s.key: s for s in SETTINGS}
 ELSEWHERE = {  # options that are no project setting, and where they belong

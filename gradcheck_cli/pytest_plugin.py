@@ -18,12 +18,13 @@ import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import pytest
 
 from .checks import NAMES as CHECKS
-from .core.options import FAST_PROBES, OPTIONS, default
+from .core.options import FIELDS, OPTIONS, Flag, Option, Text
+from .core.options import shown as shown_default
 
 if TYPE_CHECKING:
     from .results import CaseResult
@@ -35,6 +36,8 @@ SPEC_SUFFIXES = (".yaml", ".yml")
 DEFAULT_PATTERN = ("*.yaml", "*.yml")
 _POOL = pytest.StashKey["Pool"]()
 _STARTED = pytest.StashKey[float]()  # seconds the worker took to start, before the first case
+_CHOSEN = pytest.StashKey[dict[str, Any]]()  # the options by field (``chosen``)
+_UNSET = object()  # an option left out of pytest's command line
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,47 +55,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="check in pytest's own process (for a debugger); by default each case runs in a worker "
         "process, so a crash or a hang in it fails that item alone",
     )
-    readers = {"max-memory": _megabytes, "timeout": _seconds, "trials": _positive, "seed": _seed}
-    for option in OPTIONS:  # the run-wide options the plugin offers, as core.options declares them
+    for option in OPTIONS:  # the options of the run that the plugin offers, made of core.options' rows
         if option.pytest:
-            group.addoption(
-                f"--gradcheck-{option.name}",
-                type=readers[option.name],
-                default=None if option.default is None else str(option.default),  # read by the type, as typed
-                metavar=option.metavar,
-                help=f"{option.help} (as gradcheck --{option.name}; default: {option.default})",
-            )
-    # the command line's options of the same names, mapped to RunOptions as it maps them (plan.run_options)
-    group.addoption(
-        "--gradcheck-fast",
-        dest="gradcheck_probes",
-        action="store_const",
-        const=FAST_PROBES,
-        default=default("probes"),
-        help=f"decide with {FAST_PROBES} random probes per argument (as gradcheck --fast)",
-    )
-    group.addoption(
-        "--gradcheck-strict",
-        action="store_true",
-        default=False,
-        help="fail a gradient off by a constant factor within the tolerance (as gradcheck --strict)",
-    )
-    group.addoption(
-        "--gradcheck-check",
-        action="append",
-        type=_check_name,
-        default=[],
-        metavar="NAME",
-        help=f"run this check instead of the specs' ({', '.join(CHECKS)}, or all); repeat for several",
-    )
-    group.addoption(
-        "--gradcheck-device",
-        action="append",
-        type=_device,
-        default=[],
-        metavar="DEVICE",
-        help="check on this device instead of the specs' (cpu, cuda, cuda:N); repeat for several",
-    )
+            _add(group, option)
     parser.addini(
         "gradcheck_paths",
         type="paths",
@@ -110,67 +75,84 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gradcheck: a gradcheck-cli spec case (select with -m gradcheck)")
+    if config.getoption("gradcheck"):
+        chosen(config)  # a bad [tool.gradcheck] or option is a usage error before collection
 
 
-def _check_name(text: str) -> str:
-    if text != "all" and text not in CHECKS:
-        raise argparse.ArgumentTypeError(f"unknown check {text!r}; known checks: {', '.join(CHECKS)}, or all")
-    return text
+def _add(group: Any, option: Option) -> None:
+    """``--gradcheck-NAME`` of the row ``option``, setting ``gradcheck_FIELD``; left out, it is ``_UNSET`` (a
+    repeated one None): [tool.gradcheck] or the row's default decides (``chosen``)."""
+    kind = option.kind
+    shown = f"; default: {option.default}" if shown_default(option) else ""
+    names = f" Names: {', '.join((*CHECKS, 'all'))}." if isinstance(kind, Text) and kind.rule == "check" else ""
+    common: dict[str, Any] = {
+        "dest": f"gradcheck_{option.field}",
+        "help": f"{option.help}{names} (as gradcheck --{option.name}{shown})".replace("%", "%%"),
+    }
+    if isinstance(kind, Flag):
+        group.addoption(f"--gradcheck-{option.name}", action="store_const", const=kind.const, default=_UNSET, **common)
+        return
+    repeat = isinstance(kind, Text) and kind.repeat
+    group.addoption(
+        f"--gradcheck-{option.name}",
+        action="append" if repeat else "store",
+        type=_reader(option),
+        default=None if repeat else _UNSET,
+        metavar=option.metavar,
+        **common,
+    )
 
 
-def _device(text: str) -> str:
-    from .spec import is_device
+def _reader(option: Option) -> Callable[[str], Any]:
+    """argparse's type of ``option``: read as the command line reads it (``config.read_text``: one message)."""
 
-    if not is_device(text):
-        raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
-    return text
+    def read(text: str) -> Any:
+        from .config import read_text
+
+        try:
+            return read_text(option, text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+
+    read.__name__ = option.name  # what argparse calls the value when it cannot read it
+    return read
 
 
-def _seed(text: str) -> int:
-    if not text.isdigit() or int(text) >= 2**64:
-        raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2**64 - 1, got {text!r}")
-    return int(text)
+def chosen(config: pytest.Config) -> dict[str, Any]:
+    """The plugin's options by field: as given to pytest, else as [tool.gradcheck] of the nearest pyproject.toml
+    (seen from where pytest was started, as the command line sees it) sets them, else the rows' defaults."""
+    values = config.stash.get(_CHOSEN, None)
+    if values is None:
+        from .config import ConfigError, load, read_value
 
-
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number, 1 or more, got {text!r}")
-    return int(text)
+        try:
+            project = load(config.invocation_params.dir)
+        except ConfigError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        values = {}
+        for option in OPTIONS:
+            if not option.pytest:
+                continue
+            given = config.getoption(f"gradcheck_{option.field}")
+            if given is not _UNSET and given is not None:
+                values[option.field] = tuple(given) if isinstance(given, list) else given
+            elif option.project in project.values and option.field not in values:
+                try:
+                    values[option.field] = read_value(option, project.values[option.project])
+                except ValueError as exc:
+                    raise pytest.UsageError(f"{project.path} [tool.gradcheck] {option.project}: {exc}") from exc
+        for option in OPTIONS:
+            if option.pytest:
+                values.setdefault(option.field, FIELDS[option.field].default)
+        config.stash[_CHOSEN] = values
+    return values
 
 
 def run_options(config: pytest.Config) -> RunOptions:
     """The plugin's options as the checks' RunOptions, mapped as the command line maps its own."""
     from .run.plan import run_options as options
 
-    checks = tuple(config.getoption("gradcheck_check"))
-    return options(
-        max_memory_mb=config.getoption("gradcheck_max_memory"),
-        seed=config.getoption("gradcheck_seed"),
-        trials=config.getoption("gradcheck_trials"),
-        devices=tuple(config.getoption("gradcheck_device")),
-        checks=("all",) if "all" in checks else checks,
-        probes=config.getoption("gradcheck_probes"),
-        strict=config.getoption("gradcheck_strict"),
-    )
-
-
-def _megabytes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of megabytes (1 or more), got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> Optional[float]:
-    from .run.session import timeout_seconds
-
-    try:
-        return timeout_seconds(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return options(**chosen(config))
 
 
 def _pool(config: pytest.Config) -> Pool:
@@ -182,7 +164,7 @@ def _pool(config: pytest.Config) -> Pool:
         share = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
         pool = config.stash[_POOL] = Pool(
             1,
-            config.getoption("gradcheck_timeout"),
+            run_options(config).timeout,
             threads=max(1, usable_cores() // max(1, share)),
             timeout_option="--gradcheck-timeout",
         )
@@ -315,7 +297,7 @@ class SpecDocument(pytest.Collector):
 
 
 def _case_items(parent: pytest.Collector, cases: list[Case]) -> Iterator[pytest.Item]:
-    override = tuple(dict.fromkeys(parent.config.getoption("gradcheck_device")))  # --gradcheck-device
+    override = run_options(parent.config).devices  # --gradcheck-device
     for case in cases:
         for device in override or case.devices:
             name = f"{case.label}[{device}]"
@@ -405,7 +387,8 @@ class CaseItem(pytest.Item):
             result = excinfo.value.result
             head = "gradient check failed" if result.error is None else "could not be checked (status error)"
             return (
-                f"{head}: {result.id}\n\n{render_text(result)}\n  rerun in pytest: pytest --gradcheck '{self.nodeid}'"
+                f"{headline(result)}\n{head}: {result.id}\n\n{render_text(result)}\n"
+                f"  rerun in pytest: pytest --gradcheck '{self.nodeid}'"
             )
         return super().repr_failure(excinfo, style)
 
@@ -436,6 +419,28 @@ class SpecErrorItem(pytest.Item):
     def reportinfo(self) -> tuple[Path, Optional[int], str]:
         line = self.error.line - 1 if self.error.line else None
         return self.path, line, f"gradcheck {self.error.path}: spec error"
+
+
+def headline(result: CaseResult) -> str:
+    """The result in one line, first in its failure text: pytest's short summary (``FAILED ID - LINE``) shows it.
+    The first failing check and argument with the pattern in words, and how many more failed."""
+    from .results import Status
+
+    if result.error is not None:
+        return f"could not be checked: {result.error.kind} error: {result.error.message.splitlines()[0]}"
+    failed = [check for check in result.checks if check.status is Status.FAIL]
+    if not failed:
+        return "gradient check failed"
+    check, more = failed[0], len(failed) - 1
+    rows = [row for row in check.inputs if row.status is Status.FAIL]
+    if rows:
+        row = rows[0]
+        counted = f"{row.mismatched} of {row.numel} elements out of tolerance" if row.mismatched is not None else ""
+        text = f"{check.check}: gradient of {row.name!r}: {row.diagnosis or counted or row.reason or 'wrong'}"
+        text += f" (and {len(rows) - 1} more argument{'s' * (len(rows) > 2)})" if len(rows) > 1 else ""
+    else:
+        text = f"{check.check}: {(check.message or 'failed').splitlines()[0]}"
+    return text + (f"; {more} more check{'s' * (more > 1)} failed" if more else "")
 
 
 def render_text(result: CaseResult) -> str:

@@ -16,7 +16,8 @@ from ..spec import Case, SpecError, tensor_layout
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Run-wide settings that the command line controls."""
+    """Run-wide settings that the command line controls: a field per row of ``core.options`` that reaches the
+    run (``Option.run``; a test holds them equal), with its default; and --shape, --values (a replay's)."""
 
     max_memory_mb: int = default("max-memory")  # --max-memory: the Jacobian held at once, in MB
     seed: Optional[int] = None  # overrides every case's seed
@@ -55,11 +56,11 @@ def run_options(
     values: tuple[tuple[str, str], ...] = (),
 ) -> RunOptions:
     """The RunOptions of the front ends' options (the command line's, the pytest plugin's): repeated devices
-    and checks once each, ``checks == ("all",)`` for every check, nothing given for the specs' own; keywords
+    checks and imports once each, ``"all"`` among the checks for every check, nothing given for the specs' own; keywords
     only (two ints or two bools swapped would still type-check). ``max_memory_mb`` None: its default."""
     from ..checks import NAMES  # names only: no torch
 
-    all_checks = tuple(checks) == ("all",)
+    all_checks = "all" in checks
     return RunOptions(
         max_memory_mb=max_memory_mb or default("max-memory"),
         seed=seed,
@@ -71,7 +72,7 @@ def run_options(
         all_checks=all_checks,
         strict=strict,
         reference=reference,
-        imports=tuple(imports),
+        imports=tuple(dict.fromkeys(imports)),
         compress=compress,
         shrink=shrink,
         timeout=timeout,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional, Union
 
-from ..core.options import default
+from ..core.options import FIELDS, OPTIONS, Flag
 from ..results import CaseResult
 from ..spec import SpecError
 from ..subject.overrides import described
@@ -25,7 +25,8 @@ def command(
     values: Optional[dict[str, str]] = None,
 ) -> Optional[str]:
     """``gradcheck SPEC -k CASE`` with the seed (where it is not the spec's) and the command line's
-    device, check, --strict, --no-compress, --probes (--fast) and --max-memory overrides; for a case made
+    device and check overrides, and the options that ``core.options`` marks ``replay`` (--max-memory,
+    --probes, --strict, --no-compress) where they are not their defaults; for a case made
     of inline inputs, ``gradcheck FUNCTION`` with ``inline`` (its -i and --kwarg options, as typed) and
     the --import and --reference it needs; with the --shape and --values of the run and ``shapes`` and
     ``values`` (a shrunk case's: argument -> shape, argument -> kind); None when the case has neither a spec
@@ -44,18 +45,14 @@ def command(
         text += f" --seed {seed}"
     if task.opts.devices is not None:
         text += f" --device {task.device}"
-    if task.opts.strict:
-        text += " --strict"
-    if not task.opts.compress:
-        text += " --no-compress"
     if task.opts.all_checks:
         text += " --check all"
     elif task.opts.checks is not None:
         text += "".join(f" --check {name}" for name in task.opts.checks)
-    if task.opts.probes:
-        text += f" --probes {task.opts.probes}"
-    if task.opts.max_memory_mb != default("max-memory"):
-        text += f" --max-memory {task.opts.max_memory_mb}"
+    for option in (o for o in OPTIONS if o.replay):  # the rest that a task's options set, as core.options marks them
+        value = getattr(task.opts, option.field)
+        if value != FIELDS[option.field].default:
+            text += f" --{option.name}" if isinstance(option.kind, Flag) else f" --{option.name} {value}"
     given = {name: list(shape) for name, shape in task.opts.shapes} | (shapes or {})
     text += "".join(f" --shape {shlex.quote(f'{name}={described(shape)}')}" for name, shape in given.items())
     simpler = dict(task.opts.values) | (values or {})

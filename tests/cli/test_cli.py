@@ -439,7 +439,7 @@ def test_too_many_probes_are_refused_before_any_work_and_the_replay_keeps_probes
         "100,000 probes per argument" in first["error"]["message"]
         and "--max-memory 256 MB" in first["error"]["message"]
     )
-    assert first["replay"] == "gradcheck torch.sin -i 10x10 --probes 100000 --max-memory 256"
+    assert first["replay"] == "gradcheck torch.sin -i 10x10 --max-memory 256 --probes 100000"
     again = invoke(*first["replay"].split()[1:], "--format", "json", "--no-isolate")
     assert json.loads(again.stdout)["results"][0]["error"]["kind"] == "too_large"
     fine = invoke("torch.sin", "-i", "10x10", "--probes", "64", "--no-isolate", "--format", "json")
@@ -516,9 +516,50 @@ def test_the_default_max_memory_is_one_number_everywhere():
     from gradcheck_cli.core.options import MB, default
     from gradcheck_cli.run.plan import RunOptions, run_options
 
-    (option,) = [p for p in check_cmd.params if p.name == "max_memory"]
+    (option,) = [p for p in check_cmd.params if p.name == "max_memory_mb"]
     assert option.default == default("max-memory") == RunOptions().max_memory_mb == run_options().max_memory_mb
     assert Options().memory_bytes == default("max-memory") * MB
     package = Path(pytest_plugin.__file__).parent
     written = [p.name for p in package.rglob("*.py") if re.search(r"\b512\b", p.read_text(encoding="utf-8"))]
     assert written == ["options.py"], written
+
+
+OWN_DEFAULTS = {  # RunOptions' defaults that are not the command line's, and why
+    "timeout": "None: the library API and the plugin's in-process run set no limit of their own",
+    "shrink": "0: only the command line shrinks by default (a report to read, not a test outcome)",
+    "devices": "None: each spec's own devices",
+    "checks": "None: each spec's own checks",
+}
+
+
+def test_every_option_of_the_table_is_made_of_its_row():
+    """core.options' rows make the command line's options, the plugin's, the [tool.gradcheck] keys and the fields
+    of RunOptions: each with the row's spellings, default and help, none written a second time."""
+    import dataclasses
+
+    from gradcheck_cli import config
+    from gradcheck_cli.cli import check_cmd
+    from gradcheck_cli.core.options import FIELDS, OPTIONS
+    from gradcheck_cli.run.plan import RunOptions
+
+    spellings = {flag: p for p in check_cmd.params for flag in getattr(p, "opts", [])}
+    run_fields = {f.name: f.default for f in dataclasses.fields(RunOptions)}
+    for row in OPTIONS:
+        option = spellings[f"--{row.name}"]
+        assert option.name == row.field and row.help in (option.help or ""), row.name
+        assert all(spellings[flag] is option for flag in row.flags), row.name
+        if FIELDS[row.field] is row:
+            assert option.default == row.default, row.name
+        if row.run and row.field not in OWN_DEFAULTS:
+            assert run_fields[row.field] == row.default, row.name
+        if row.project:
+            assert config.KEYS[row.project].param == row.field, row.name
+    # RunOptions has no field that no row declares, but for a replay's --shape and --values
+    assert set(run_fields) - {row.field for row in OPTIONS if row.run} == {"all_checks", "shapes", "values"}
+    # and no key of [tool.gradcheck] is written apart from a row but those of the report and its paths
+    assert {s.key for s in config.SETTINGS} - {row.project for row in OPTIONS} == {
+        "paths",
+        "specs",
+        "format",
+        "verbosity",
+    }

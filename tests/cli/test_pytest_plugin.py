@@ -160,7 +160,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def full_run(project: Path) -> Run:
-    return pytest_in(project, *ALL, "-rs", cache=True)
+    return pytest_in(project, *ALL, "-rfs", cache=True)
 
 
 def test_plugin_is_registered_through_the_entry_point(project: Path) -> None:
@@ -169,7 +169,7 @@ def test_plugin_is_registered_through_the_entry_point(project: Path) -> None:
     assert "--gradcheck-max-memory=MB" in out
     r = pytest_in(project, "--gradcheck", "--gradcheck-max-memory", "0", "specs/relu.yaml")
     assert r.ret == pytest.ExitCode.USAGE_ERROR
-    assert "--gradcheck-max-memory: expected a whole number of megabytes (1 or more), got '0'" in r.stdout
+    assert "--gradcheck-max-memory: expected a whole number of megabytes, 1 or more, got '0'" in r.stdout
 
 
 def test_repo_specs_all_pass_with_their_node_ids(full_run: Run) -> None:
@@ -194,7 +194,12 @@ def test_broken_specs_fail_with_the_argument_table(full_run: Run) -> None:
     assert full_run.ret == 1
 
     text = full_run.failure("broken-specs/linear_double_bias.yaml::default[cpu]")
-    assert text.startswith("gradient check failed: broken-specs/linear_double_bias.yaml::default[cpu]")
+    # the first line is pytest's short summary (FAILED ID - LINE): the diagnosis, not the id again (issue 46 item 3)
+    assert text.startswith("backward: gradient of 'bias': analytical is 2.00x numerical\n")
+    assert text.splitlines()[1] == "gradient check failed: broken-specs/linear_double_bias.yaml::default[cpu]"
+    assert re.search(
+        r"^FAILED broken-specs/linear_double_bias.yaml::default\[cpu\] - backward: ", full_run.stdout, re.M
+    )
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("argument"))
     assert "max abs err" in header and "analytical / numerical" in header
@@ -226,7 +231,8 @@ def test_malformed_specs_are_one_failing_item_each_and_the_others_still_run(full
 
 def test_could_not_check_is_a_failure_with_the_error_and_where(full_run: Run) -> None:
     text = full_run.failure("more/missing.yaml::default[cpu]")
-    assert text.startswith("could not be checked (status error): more/missing.yaml::default[cpu]")
+    assert text.startswith("could not be checked: import error: ")
+    assert text.splitlines()[1] == "could not be checked (status error): more/missing.yaml::default[cpu]"
     assert "import error" in text and "more/missing.yaml:1" in text and "no_such_module_xyz" in text
     assert "replay: gradcheck more/missing.yaml -k" in text
 

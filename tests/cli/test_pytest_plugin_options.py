@@ -6,6 +6,8 @@ Collection runs only (no torch) except one run that checks a broken spec with ev
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -101,7 +103,7 @@ def test_gradcheck_pattern_chooses_the_spec_files(project):
 @pytest.mark.parametrize(
     "args, expected",
     [
-        ([], plan.run_options(max_memory_mb=512)),
+        ([], plan.run_options(max_memory_mb=512, timeout=300)),
         (
             [
                 "--gradcheck-fast",
@@ -131,9 +133,10 @@ def test_gradcheck_pattern_chooses_the_spec_files(project):
                 checks=("backward", "forward_ad"),
                 probes=FAST_PROBES,
                 strict=True,
+                timeout=300,
             ),
         ),
-        (["--gradcheck-check", "all"], plan.run_options(max_memory_mb=512, checks=("all",))),
+        (["--gradcheck-check", "all"], plan.run_options(max_memory_mb=512, checks=("all",), timeout=300)),
     ],
 )
 def test_plugin_options_map_to_run_options_as_the_command_line_does(project, args, expected):
@@ -146,7 +149,7 @@ def test_plugin_options_map_to_run_options_as_the_command_line_does(project, arg
     [
         (["--gradcheck-check", "hessian"], "--gradcheck-check: unknown check 'hessian'; known checks: backward"),
         (["--gradcheck-device", "gpu"], "--gradcheck-device: expected cpu, cuda or cuda:N, got 'gpu'"),
-        (["--gradcheck-seed", "-1"], "--gradcheck-seed: expected a seed from 0 to 2**64 - 1, got '-1'"),
+        (["--gradcheck-seed", "-1"], "--gradcheck-seed: expected a whole number from 0 to 2**64 - 1, got '-1'"),
         (["--gradcheck-trials", "0"], "--gradcheck-trials: expected a whole number, 1 or more, got '0'"),
     ],
 )
@@ -194,4 +197,50 @@ def test_options_reach_the_checks(project):
     assert "seed 5" in text.splitlines()[2]  # the case's head line
     assert "backward (probe+elementwise)" in text  # --gradcheck-fast: probes first
     assert "double_backward" not in text
-    assert "--seed 5 --device cpu --strict --check backward" in text  # the command line's replay
+    assert "--seed 5 --device cpu --check backward --probes 3 --strict" in text  # the command line's replay
+
+
+DETACHED = textwrap.dedent("""\
+    import torch
+
+
+    class DetachedSquare(torch.autograd.Function):
+        # the first derivative is right, the second is cut off: backward detaches x
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return grad * 2 * x.detach()
+    """)
+
+
+def test_tool_gradcheck_reaches_the_plugin_and_its_own_options_win(project):
+    """Issue 46 item 3: [tool.gradcheck] is one configuration for both front ends; it set checks the command line
+    honoured and the plugin ignored (a detached second derivative: gradcheck failed it, pytest passed it)."""
+    (project / "detached.py").write_text(DETACHED)
+    (project / "specs/detached.yaml").write_text("function: detached:DetachedSquare\ninputs: [{shape: [3]}]\n")
+    (project / "pyproject.toml").write_text('[tool.gradcheck]\nchecks = ["backward", "double_backward"]\ntrials = 2\n')
+    cli = subprocess.run(
+        [sys.executable, "-m", "gradcheck_cli", "specs/detached.yaml", "--format", "json"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    r = pytest_in(project, "--gradcheck", "specs/detached.yaml")
+    assert "double_backward" in r.failure("specs/detached.yaml::default[cpu]")
+    shown = pytest_in(project, "-p", "show_options", "--gradcheck", "specs/detached.yaml", "--collect-only", "-q")
+    assert "checks=('backward', 'double_backward')" in shown.stdout and "trials=2" in shown.stdout, shown.stdout
+    # the plugin's option wins over the file, as the command line's does
+    r = pytest_in(project, "--gradcheck", "specs/detached.yaml", "--gradcheck-check", "backward")
+    assert r.outcomes == {"specs/detached.yaml::default[cpu]": "passed"}, r.stdout
+    # a bad value in the file is a usage error naming the file and the key
+    (project / "pyproject.toml").write_text("[tool.gradcheck]\ntrials = 0\n")
+    r = pytest_in(project, "--gradcheck", "specs/detached.yaml")
+    assert r.ret == pytest.ExitCode.USAGE_ERROR
+    assert "[tool.gradcheck] trials: expected a whole number, 1 or more, got 0" in r.stdout
