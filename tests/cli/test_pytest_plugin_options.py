@@ -16,6 +16,7 @@ import pytest
 from gradcheck_cli import FAST_PROBES
 from gradcheck_cli.run import plan
 from tests.cli.test_pytest_plugin import RECORDER, REPO, pytest_in
+from tests.truth_sets import NOT_DIFFERENTIABLE_MODULE
 
 SHOW_OPTIONS = textwrap.dedent("""\
     from gradcheck_cli.pytest_plugin import run_options
@@ -200,28 +201,10 @@ def test_options_reach_the_checks(project):
     assert "--seed 5 --device cpu --check backward --probes 3 --strict" in text  # the command line's replay
 
 
-DETACHED = textwrap.dedent("""\
-    import torch
-
-
-    class DetachedSquare(torch.autograd.Function):
-        # the first derivative is right, the second is cut off: backward detaches x
-        @staticmethod
-        def forward(ctx, x):
-            ctx.save_for_backward(x)
-            return x * x
-
-        @staticmethod
-        def backward(ctx, grad):
-            (x,) = ctx.saved_tensors
-            return grad * 2 * x.detach()
-    """)
-
-
 def test_tool_gradcheck_reaches_the_plugin_and_its_own_options_win(project):
     """Issue 46 item 3: [tool.gradcheck] is one configuration for both front ends; it set checks the command line
     honoured and the plugin ignored (a detached second derivative: gradcheck failed it, pytest passed it)."""
-    (project / "detached.py").write_text(DETACHED)
+    (project / "detached.py").write_text(NOT_DIFFERENTIABLE_MODULE)  # its DetachedSquare: backward detaches x
     (project / "specs/detached.yaml").write_text("function: detached:DetachedSquare\ninputs: [{shape: [3]}]\n")
     (project / "pyproject.toml").write_text('[tool.gradcheck]\nchecks = ["backward", "double_backward"]\ntrials = 2\n')
     cli = subprocess.run(
