@@ -195,7 +195,7 @@ def test_options_reach_the_checks(project):
     assert r.outcomes["specs/relu.yaml::default[cpu]"] == "passed"
     assert r.outcomes["specs/relu.yaml::default[cuda:99]"] == "skipped"
     text = r.failure("specs/double_bias.yaml::default[cpu]")
-    assert "seed 5" in text.splitlines()[2]  # the case's head line
+    assert "seed 5" in text.splitlines()[3]  # the case's head line (after the diagnosis and the id)
     assert "backward (probe+elementwise)" in text  # --gradcheck-fast: probes first
     assert "double_backward" not in text
     assert "--seed 5 --device cpu --check backward --probes 3 --strict" in text  # the command line's replay
