@@ -1,10 +1,12 @@
-"""Command-line targets (spec files, directories, import paths) -> spec cases, in order.
+"""Command-line targets (spec files, directories, import paths, a Python file's ``path/to/ops.py::Name``) ->
+spec cases, in order.
 
-No torch here: resolving targets only reads YAML.
+No torch here: resolving targets only reads YAML (and, for a bare Python file, its syntax tree).
 """
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import os
 import re
@@ -15,7 +17,7 @@ from typing import Any, Optional, Union
 
 import yaml
 
-from ..spec import Arg, Case, SpecError, is_import_path, load_file, parse_argument
+from ..spec import Arg, Case, SpecError, file_target, is_import_path, load_file, parse_argument
 
 SPEC_SUFFIXES = (".yaml", ".yml")
 Item = Union[Case, SpecError]
@@ -31,7 +33,10 @@ def spec_files(directory: Path) -> list[Path]:
 
 
 def canonical(function: str) -> str:
-    """'pkg.mod:Name' and 'pkg.mod.Name' name the same thing."""
+    """'pkg.mod:Name' and 'pkg.mod.Name' name the same thing; so do 'ops.py::Name' and './ops.py::Name'."""
+    located = file_target(function)
+    if located is not None:
+        return f"{os.path.abspath(located[0])}::{located[1]}"
     return function.replace(":", ".")
 
 
@@ -58,7 +63,8 @@ def _name(item: Item) -> str:
 
 def _keywords(item: Item) -> list[str]:
     """What -k matches of an item, lowercased: its name and its function (a spec error: its path)."""
-    words = [_name(item)] + ([item.function, canonical(item.function)] if isinstance(item, Case) else [])
+    dotted = [item.function, item.function.replace(":", ".")] if isinstance(item, Case) else []
+    words = [_name(item)] + dotted
     return [w.lower() for w in words]
 
 
@@ -162,7 +168,12 @@ def resolve(targets: list[str], specs_dir: Path, inline: list[str], kwargs: list
     """Turn each target into cases; files and directories are read, import paths looked up."""
     items: list[Item] = []
     for target in targets:
-        if Path(target).exists() or looks_like_path(target):
+        located = file_target(target)
+        if located is not None and not Path(target).exists():  # a file named `x.py::F` is still that file
+            if not Path(located[0]).is_file():
+                raise TargetError(f"'{target}': no such file '{located[0]}'")
+            items.extend(_for_function(target, specs_dir, inline, kwargs))
+        elif Path(target).exists() or looks_like_path(target):
             items.extend(item for f in files_of(target) for item in load_file(f))
         else:
             items.extend(_for_function(target, specs_dir, inline, kwargs))
@@ -175,9 +186,54 @@ def files_of(target: str) -> list[str]:
     path = Path(target)
     if path.is_dir():
         return [_display(f) for f in spec_files(path)]
+    if path.is_file() and path.suffix == ".py":
+        raise TargetError(python_file(target))
     if path.is_file():
         return [_display(path)]
     raise TargetError(f"'{target}': no such file or directory")
+
+
+def python_file(target: str) -> str:
+    """What to write instead of a bare Python file: ``FILE::NAME``, with the names it defines that fit."""
+    try:
+        names = checkable(ast.parse(Path(target).read_bytes(), target))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        unread = f" (it could not be read: {type(exc).__name__}: {exc})"
+        names = []
+    else:
+        unread = ""
+    if not names:
+        return (
+            f"'{target}' is a Python file, not a spec: name what to check in it, as "
+            f"`gradcheck {target}::NAME -i SHAPE` (it defines no autograd.Function subclass or custom op at "
+            f"its top level{unread})"
+        )
+    return (
+        f"'{target}' is a Python file, not a spec: name what to check in it, e.g. `gradcheck {target}::{names[0]} "
+        f"-i 20x20`, or write a spec with `gradcheck init {target}::{names[0]}` (it defines {', '.join(names)})"
+    )
+
+
+def checkable(tree: ast.Module) -> list[str]:
+    """The names of the autograd.Function subclasses (a base named ``Function``, or one of these) and the
+    custom ops (a decorator named ``custom_op``) defined at the top level of a module's syntax tree."""
+    found: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and any(_named(b) in ("Function", *found) for b in node.bases):
+            found.append(node.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if any(_named(d) == "custom_op" for d in node.decorator_list):
+                found.append(node.name)
+    return found
+
+
+def _named(node: ast.expr) -> str:
+    """The last name of ``torch.autograd.Function``, ``custom_op(...)``, ``Name``: what an expression names."""
+    if isinstance(node, ast.Call):
+        return _named(node.func)
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
 
 
 def _display(path: Path) -> str:
@@ -191,7 +247,8 @@ def _display(path: Path) -> str:
 def _for_function(function: str, specs_dir: Path, inline: list[str], kwargs: list[str]) -> list[Item]:
     if not is_import_path(function):
         raise TargetError(
-            f"'{function}' is neither a spec file, a directory, nor an import path like 'pkg.mod.MyFunction'"
+            f"'{function}' is neither a spec file, a directory, nor an import path like 'pkg.mod.MyFunction' "
+            "or 'path/to/ops.py::MyFunction'"
         )
     if inline or kwargs:
         return [inline_case(function, inline, kwargs)]

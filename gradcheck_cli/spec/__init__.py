@@ -60,9 +60,11 @@ from .model import (
 from .rules import contradicts
 from .values import (
     DEVICE_RE,
+    FILE_TARGET_RE,
     FUNCTION_RE,
     MODULE_RE,
     NUMERIC_RE,
+    file_target,
     is_device,
     is_import_path,
     is_module_name,
@@ -80,6 +82,7 @@ __all__ = [
     "DTYPES",
     "EXPECTABLE",
     "EXPECT_KEYS",
+    "FILE_TARGET_RE",
     "FUNCTION_RE",
     "INIT_KEYS",
     "INIT_MODES",
@@ -117,6 +120,7 @@ __all__ = [
     "ValueArg",
     "argument",
     "contradicts",
+    "file_target",
     "is_device",
     "is_import_path",
     "is_module_name",

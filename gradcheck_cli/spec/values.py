@@ -16,6 +16,9 @@ from .model import DTYPES, Key
 DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")  # used with fullmatch: `$` would let a trailing newline in
 FUNCTION_RE = re.compile(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?")  # likewise
 MODULE_RE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # a module name for `import`; likewise
+# a Python file's object, as pytest names a test: `path/to/ops.py::Name` (also `C:\x\ops.py::Outer.Inner`): the
+# greedy file part makes the split the LAST `::`, as the name holds no colon; likewise used with fullmatch
+FILE_TARGET_RE = re.compile(r"(.+\.py)::([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)")
 # a number written as a string ('1e-6': YAML 1.1 reads an exponent without a dot as text); the JSON
 # Schema's `number` pattern is the same (a test compares them), so editors accept what runs accept
 NUMERIC_RE = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", re.ASCII)
@@ -27,8 +30,15 @@ def is_device(text: str) -> bool:
 
 
 def is_import_path(text: str) -> bool:
-    """'pkg.mod:Name' or 'pkg.mod.Name' (at least one dot), exactly."""
-    return FUNCTION_RE.fullmatch(text) is not None and "." in text.replace(":", ".")
+    """'pkg.mod:Name' or 'pkg.mod.Name' (at least one dot), or a file's 'path/to/ops.py::Name', exactly."""
+    dotted = FUNCTION_RE.fullmatch(text) is not None and "." in text.replace(":", ".")
+    return dotted or file_target(text) is not None
+
+
+def file_target(text: str) -> Optional[tuple[str, str]]:
+    """(file, name) of 'path/to/ops.py::Name', split at the last ``::``; None for anything else."""
+    found = FILE_TARGET_RE.fullmatch(text)
+    return (found[1], found[2]) if found else None
 
 
 def is_module_name(text: str) -> bool:
@@ -64,10 +74,13 @@ def number(value: Any, key: Key, ctx: Ctx, positive: bool = False) -> float:
 
 
 def import_path(value: Any, key: Key, ctx: Ctx) -> str:
-    """An import path (``pkg.mod:Name`` or ``pkg.mod.Name``): ``function``, ``reference``, ``param``, ..."""
+    """An import path (``pkg.mod:Name`` or ``pkg.mod.Name``, or a file's ``path/to/ops.py::Name``, relative to
+    the current directory): ``function``, ``reference``, ``param``, ..."""
     if not isinstance(value, str) or not is_import_path(value):
         raise ctx.fail(
-            key, f"expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', got {show(value)}"
+            key,
+            "expected an import path like 'pkg.mod:MyFunction' or 'pkg.mod.MyFunction', or a file's "
+            f"'path/to/ops.py::MyFunction', got {show(value)}",
         )
     return value
 

@@ -273,7 +273,7 @@ def check_case(case: Case, path: str) -> None:
     """The resolved fields have the types and values the rest of the tool relies on."""
     assert case.path == path
     assert isinstance(case.label, str) and isinstance(case.description, str)
-    assert isinstance(case.function, str) and re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?", case.function)
+    assert isinstance(case.function, str) and spec.is_import_path(case.function)
     assert isinstance(case.seed, int) and not isinstance(case.seed, bool) and 0 <= case.seed < 2**64
     assert case.devices and all(isinstance(d, str) and re.fullmatch(r"cpu|cuda(:\d+)?|mps", d) for d in case.devices)
     assert case.dtype in spec.DTYPES.values()
@@ -419,7 +419,7 @@ VOCAB = (
     ]
 )
 HUGE = [2**63, 2**64, 10**30, -(10**30), 10**400, 1e300, -1e300, 1.7976931348623157e308]
-FUNCTIONS = ["pkg.mod:Fn", "gradcheck_cli.examples.relu:ReLU", "a.b.C"]
+FUNCTIONS = ["pkg.mod:Fn", "gradcheck_cli.examples.relu:ReLU", "a.b.C", "my kern/ops.py::Fn", "C:\\x\\ops.py::A.B"]
 
 small_ints = st.integers(-3, 12)
 scalars = st.one_of(
