@@ -45,42 +45,27 @@ MAX_NESTING = 100  # -k's `not`s and parentheses around one word
 
 
 def matching(items: list[Item], pattern: str) -> list[Item]:
-    """The items named exactly ``pattern`` if any (``path::case``, as a replay command names it, or one of its
-    ids ``path::case[device]``; a spec error's path), else those ``pattern`` selects as pytest's -k does with
-    parametrized ids: words joined by ``and``, ``or``, ``not`` and parentheses, each word matching a case whose
-    id (``path::case[device]``, one per device the spec lists) or function (``pkg.mod:Fn``) contains it,
-    case-insensitively, or glob-matches it when it has * ? [. A case keeps the devices whose id the expression
-    selects (``-k cpu``, ``-k "not cuda"``). ValueError for an expression that does not parse."""
-    exact: list[Item] = []
-    for item in items:
-        if _name(item) == pattern:
-            exact.append(item)
-        elif isinstance(item, Case) and pattern in (ids := [f"{item.name}[{d}]" for d in item.devices]):
-            exact.append(replace(item, devices=(item.devices[ids.index(pattern)],)))
+    """The items named exactly ``pattern`` if any (``path::case``, as a replay command names it; a spec
+    error's path), else those ``pattern`` selects as pytest's -k does: words joined by ``and``, ``or``,
+    ``not`` and parentheses, each word matching a case whose name (``path::case[device]``) or function
+    (``pkg.mod:Fn``) contains it, case-insensitively, or glob-matches it when it has * ? [. ValueError for
+    an expression that does not parse."""
+    exact = [i for i in items if _name(i) == pattern]
     if exact:
         return exact
     select = _expression(pattern)
-    chosen: list[Item] = []
-    for item in items:
-        if not isinstance(item, Case):
-            chosen += [item] if select(_keywords(item)) else []
-            continue
-        devices = tuple(d for d in item.devices if select(_keywords(item, d)))
-        if devices:
-            chosen.append(item if devices == item.devices else replace(item, devices=devices))
-    return chosen
+    return [i for i in items if select(_keywords(i))]
 
 
 def _name(item: Item) -> str:
     return item.name if isinstance(item, Case) else item.path
 
 
-def _keywords(item: Item, device: str = "") -> list[str]:
-    """What -k matches of an item, lowercased: a case's id on ``device`` (``path::case[cpu]``, as results name
-    it) and its function; a spec error's path."""
-    if not isinstance(item, Case):
-        return [item.path.lower()]
-    return [w.lower() for w in (f"{item.name}[{device}]", item.function, item.function.replace(":", "."))]
+def _keywords(item: Item) -> list[str]:
+    """What -k matches of an item, lowercased: its name and its function (a spec error: its path)."""
+    dotted = [item.function, item.function.replace(":", ".")] if isinstance(item, Case) else []
+    words = [_name(item)] + dotted
+    return [w.lower() for w in words]
 
 
 def _expression(pattern: str) -> Test:
@@ -143,8 +128,8 @@ def _expression(pattern: str) -> Test:
 
 def _word(word: str) -> Test:
     word = word.lower()
-    if any(ch in word for ch in "*?["):  # also as written: `-k "square[cpu]"` is an id's tail, as in pytest
-        return lambda words: any(word in w or fnmatch.fnmatchcase(w, word) for w in words)
+    if any(ch in word for ch in "*?["):
+        return lambda words: any(fnmatch.fnmatchcase(w, word) for w in words)
     return lambda words: any(word in w for w in words)
 
 
@@ -169,8 +154,8 @@ def collect(
             raise TargetError(f"{shown or f'-k {quoted}'}: {exc}") from None
         if not items:
             raise TargetError(
-                f"{shown or f'-k {select}'}: it selects no case (matched against each case's id, "
-                "path::case[device], and function, case-insensitively)"
+                f"{shown or f'-k {select}'}: it selects no case (matched against each case's name "
+                "and function, case-insensitively)"
             )
     return items
 
