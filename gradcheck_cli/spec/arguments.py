@@ -91,7 +91,8 @@ def argument(entry: Any, key: Key, ctx: Ctx, name: Optional[str] = None, leaf: b
             raise ctx.fail(key + ("same_as",), f"expected the name of another argument, got {show(entry['same_as'])}")
         return AliasArg(entry["same_as"], name, where, line)
     mapping(entry, key, TENSOR_KEYS, ctx)
-    return replace(_tensor(entry, name, key, where, ctx), line=line)
+    lines = tuple((k, ctx.lines[ctx.prefix + key + (k,)]) for k in entry if ctx.prefix + key + (k,) in ctx.lines)
+    return replace(_tensor(entry, name, key, where, ctx), line=line, lines=lines)
 
 
 def _container(entry: dict[str, Any], kind: str, name: Optional[str], key: Key, ctx: Ctx) -> Arg:

@@ -102,7 +102,7 @@ def consistent(case: Case, ctx: Ctx, where: Key) -> Case:
                 ctx.path,
                 f"{arg.key}.placement",
                 f"{label}a placement needs `distributed: {{world_size: N}}` in the spec (or drop it)",
-                arg.line,
+                arg.line_of("placement"),
             )
         if case.outputs:
             raise SpecError(
@@ -118,7 +118,7 @@ def consistent(case: Case, ctx: Ctx, where: Key) -> Case:
             ctx.path,
             f"{sparse[0].key}.layout",
             f"{label}a sparse input is not checked across ranks yet: drop `distributed`, or give it a dense layout",
-            sparse[0].line,
+            sparse[0].line_of("layout"),
         )
     size = case.distributed.world_size
     for arg in placed:
@@ -131,7 +131,7 @@ def consistent(case: Case, ctx: Ctx, where: Key) -> Case:
                 ctx.path,
                 f"{arg.key}.placement",
                 f"{label}shard({dim}) of a tensor with {n} dims: give a dim from {-n} to {n - 1}",
-                arg.line,
+                arg.line_of("placement"),
             )
         if arg.shape[dim] % size:
             raise SpecError(
@@ -139,6 +139,6 @@ def consistent(case: Case, ctx: Ctx, where: Key) -> Case:
                 f"{arg.key}.placement",
                 f"{label}shard({dim}) splits dim {dim} of shape {list(arg.shape)} into {size} equal chunks "
                 f"(world_size {size}): make its size a multiple of {size}",
-                arg.line,
+                arg.line_of("placement"),
             )
     return case

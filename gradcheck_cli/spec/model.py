@@ -7,7 +7,7 @@ validate it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from ..core.tolerance import Tolerance
@@ -82,6 +82,11 @@ class TensorArg:
     param: Optional[str] = None  # import path of fn: the target gets fn(X), the check perturbs X
     placement: Optional[str] = None  # under `distributed`: replicate (None), shard(d) or per_rank
     sparse: Optional[Sparse] = None  # `layout: sparse_coo | sparse_csr`: the tensor reaches the target sparse
+    lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)  # each key of the entry: its line
+
+    def line_of(self, key: str) -> Optional[int]:
+        """The line of the entry's key ``key`` (``placement``) where it is written, else the entry's."""
+        return dict(self.lines).get(key, self.line)
 
     @property
     def via(self) -> Optional[str]:
