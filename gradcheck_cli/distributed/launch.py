@@ -188,13 +188,18 @@ def run_world(size: int, body: Callable[[int, Progress], Any], timeout: float) -
                 continue
             for fd in ready:
                 chunk = os.read(fd, 1 << 16)
-                if chunk:
-                    buffers[fd] += chunk
+                buffers[fd] += chunk
+                if chunk and not _whole(buffers[fd]):
                     continue
+                # a whole answer is read at once, not at the pipe's end: a process the rank forked (the code
+                # under test's) holds the pipe open after the rank wrote its answer
                 rank = readers.pop(fd)
                 os.close(fd)
+                whole = _whole(buffers[fd])
                 message = _decode(buffers.pop(fd))
-                if message is None:
+                if message is None and whole:
+                    errors[rank] = RankError(ErrorKind.INTERNAL, f"internal error: rank {rank}'s answer cannot be read")
+                elif message is None:
                     died[rank] = _death(pids[rank])
                     reaped.add(pids[rank])
                 elif "error" in message:
@@ -266,6 +271,11 @@ def _rank_main(
 def user_error(kind: ErrorKind, what: str, exc: BaseException, collective: str = "") -> RankError:
     """``exc``, raised by the user's code (``what``: forward, backward), as a rank reports it."""
     return RankError(kind, f"{what} raised {type(exc).__name__}: {exc}", user_frame(exc), user_frames(exc), collective)
+
+
+def _whole(data: bytearray) -> bool:
+    """Whether ``data`` holds a rank's whole message (its length, then that many bytes)."""
+    return len(data) >= _HEADER.size and len(data) >= _HEADER.size + _HEADER.unpack_from(data)[0]
 
 
 def _decode(data: bytearray) -> Optional[dict[str, Any]]:
